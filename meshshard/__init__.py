@@ -1,0 +1,38 @@
+"""meshshard: domain-parallel graph neural networks on meshes and point clouds.
+
+One sample (a mesh or a point cloud) is split across ranks: each rank holds its own nodes,
+a halo of ghost nodes and the edges that end at its nodes. Three layers, each importable on
+its own:
+
+- :mod:`meshshard.partition`: offline partitioning and the on-disk format (numpy only, no torch).
+- :mod:`meshshard.comm`: process groups and differentiable variable-size collectives (torch).
+- :mod:`meshshard`: sharded tensors and layers built on both.
+
+The attributes of this top-level package are resolved lazily (PEP 562), so that
+``import meshshard.partition`` does not import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# name -> module that defines it; filled in as the layers land.
+_LAZY: dict[str, str] = {}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'meshshard' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -1,0 +1,3 @@
+from meshshard.cli import main
+
+raise SystemExit(main())
