@@ -1,5 +1,45 @@
-"""Process groups and differentiable variable-size collectives (torch, torch.distributed)."""
+"""Process groups and differentiable variable-size collectives.
+
+Everything that talks between ranks lives here: set-up from torchrun or SLURM
+(:func:`init_distributed`), the data x domain device mesh (:func:`init_device_mesh_2d`), and the
+collectives, all autograd-aware, any dtype, any ``dim``, zero counts and empty ranks allowed, on
+gloo (CPU) and NCCL (GPU):
+
+- :func:`indexed_all_to_all_v`: the halo exchange (select rows, send them, return what arrives);
+- :func:`all_to_all_v`, :func:`all_gather_v`, :func:`gather_v`, :func:`scatter_v`;
+- :func:`count_collectives`: record what a block of code sends, forward and backward.
+
+This layer never imports :mod:`meshshard.partition` nor the top-level layer.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from ._collectives import (
+    all_gather_v,
+    all_to_all_v,
+    gather_v,
+    group_rank_and_size,
+    indexed_all_to_all_v,
+    scatter_v,
+    set_debug,
+)
+from ._context import DeviceMesh2D, DistributedContext, first_slurm_host, init_device_mesh_2d, init_distributed
+from ._counter import CollectiveCall, CollectiveLog, count_collectives
+
+__all__ = [
+    "indexed_all_to_all_v",
+    "all_to_all_v",
+    "all_gather_v",
+    "gather_v",
+    "scatter_v",
+    "set_debug",
+    "group_rank_and_size",
+    "init_distributed",
+    "DistributedContext",
+    "init_device_mesh_2d",
+    "DeviceMesh2D",
+    "first_slurm_host",
+    "count_collectives",
+    "CollectiveLog",
+    "CollectiveCall",
+]

@@ -1,0 +1,420 @@
+"""Differentiable variable-size collectives, built on ``all_to_all_single`` with split sizes.
+
+Why one primitive: gloo rejects the list form of ``all_to_all`` and uneven ``all_gather``, and
+``all_to_all_single`` with split sizes takes any per-rank sizes (zeros included) on both gloo and
+NCCL. Every function here is that exchange plus bookkeeping, so they all share one code path, one
+set of checks and one way of counting.
+
+Conventions (glossary of STYLE.md): ``R`` ranks in ``group``; ``N`` rows of ``x`` along ``dim``;
+``send_counts[r]`` rows go to rank ``r`` and ``recv_counts[r]`` come from it, in rank order. The part
+a rank sends itself is copied locally and never handed to the backend. In a world of one (no process
+group initialised and ``group=None``) nothing is communicated.
+
+Autograd: every collective is linear, and its backward is the adjoint exchange: the same
+``all_to_all_single`` with send and receive counts swapped. Every rank must therefore run the
+backward through a result it received (in practice, every rank's loss depends on it), exactly as
+every rank must call the forward. Half-precision gradients that accumulate over several rows
+(duplicate indices, ``all_gather_v``) are summed in float32 and cast back.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch.autograd import Function
+
+from ._counter import CollectiveCall, record
+from ._validate import (
+    Counts,
+    as_counts,
+    check_dim,
+    check_index,
+    check_rank,
+    check_self_counts,
+    check_tensor,
+)
+
+__all__ = [
+    "indexed_all_to_all_v",
+    "all_to_all_v",
+    "all_gather_v",
+    "gather_v",
+    "scatter_v",
+    "set_debug",
+    "group_rank_and_size",
+]
+
+_debug = os.environ.get("MESHSHARD_DEBUG", "") not in ("", "0")
+
+
+def set_debug(enabled: bool) -> None:
+    """Turn the cross-rank argument check on or off (default: ``MESHSHARD_DEBUG`` env var).
+
+    When on, each collective first gathers every rank's counts, dtype and row shape and checks that
+    they match (``recv_counts[q]`` on rank ``r`` equals ``send_counts[r]`` on rank ``q``); on a
+    mismatch every rank raises the same ``ValueError`` instead of waiting or receiving garbage.
+    It costs one extra small collective per call, so it is off by default.
+    """
+    global _debug
+    _debug = bool(enabled)
+
+
+def group_rank_and_size(group: Any = None) -> tuple[int, int]:
+    """This process's rank in ``group`` and the group's size; ``(0, 1)`` with no process group."""
+    if group is None and not (dist.is_available() and dist.is_initialized()):
+        return 0, 1
+    return dist.get_rank(group), dist.get_world_size(group)
+
+
+def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _comm_device(group: Any) -> torch.device:
+    if dist.is_initialized() and dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _cross_rank_check(op: str, x: Tensor, send_counts: list[int], recv_counts: list[int], group: Any) -> None:
+    world = len(send_counts)
+    mine = (send_counts, recv_counts, str(x.dtype), tuple(x.shape[1:]))
+    everyone: list[Any] = [None] * world
+    record(CollectiveCall("debug_check", "forward", 0, 0, world))
+    dist.all_gather_object(everyone, mine, group=group)
+    problems = []
+    for r, (_, recv_r, dtype_r, rest_r) in enumerate(everyone):
+        for q, (send_q, _, dtype_q, rest_q) in enumerate(everyone):
+            if recv_r[q] != send_q[r]:
+                problems.append(f"rank {r} expects {recv_r[q]} rows from rank {q}, which sends {send_q[r]}")
+        if (dtype_r, rest_r) != (everyone[0][2], everyone[0][3]):
+            problems.append(
+                f"rank {r} has rows of dtype {dtype_r}, shape {rest_r}; rank 0 has {everyone[0][2]}, "
+                f"shape {everyone[0][3]}"
+            )
+    if problems:
+        raise ValueError(f"{op}: arguments disagree across ranks: " + "; ".join(problems[:4]))
+
+
+def _exchange(
+    send: Tensor,
+    keep: Tensor | None,
+    send_counts: list[int],
+    recv_counts: list[int],
+    rank: int,
+    group: Any,
+    op: str,
+    phase: str,
+) -> Tensor:
+    """Send ``send`` (rows for other ranks, in rank order) and place ``keep`` (own part) in the result.
+
+    Returns ``(sum(recv_counts), *send.shape[1:])``, rows grouped by source rank.
+    """
+    world = len(send_counts)
+    rest = tuple(send.shape[1:])
+    send_split = list(send_counts)
+    send_split[rank] = 0
+    recv_split = list(recv_counts)
+    recv_split[rank] = 0
+    row_bytes = send.element_size() * math.prod(rest)
+    record(CollectiveCall(op, phase, sum(send_split) * row_bytes, sum(recv_split) * row_bytes, world))
+    if world == 1:
+        return keep.clone() if keep is not None else send.new_empty((0, *rest))
+    if _debug and phase == "forward":
+        _cross_rank_check(op, send, send_counts, recv_counts, group)
+    received = send.new_empty((sum(recv_split), *rest))
+    dist.all_to_all_single(received, send.contiguous(), recv_split, send_split, group=group)
+    if keep is None or keep.shape[0] == 0:
+        return received
+    at = sum(recv_counts[:rank])
+    return torch.cat([received[:at], keep, received[at:]])
+
+
+def _exchange_rows(
+    x0: Tensor, send_counts: list[int], recv_counts: list[int], rank: int, group: Any, op: str, phase: str
+) -> Tensor:
+    """All-to-all of the rows of ``x0`` (dim 0), split by ``send_counts``, own part kept locally."""
+    start = sum(send_counts[:rank])
+    stop = start + send_counts[rank]
+    if stop > start:
+        send = torch.cat([x0[:start], x0[stop:]])
+        keep: Tensor | None = x0[start:stop]
+    else:
+        send, keep = x0, None
+    return _exchange(send, keep, send_counts, recv_counts, rank, group, op, phase)
+
+
+class _AllToAllV(Function):
+    @staticmethod
+    def forward(ctx: Any, x0: Tensor, send_counts: list[int], recv_counts: list[int], rank: int, group: Any) -> Tensor:
+        ctx.args = (send_counts, recv_counts, rank, group)
+        return _exchange_rows(x0, send_counts, recv_counts, rank, group, "all_to_all_v", "forward")
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        send_counts, recv_counts, rank, group = ctx.args
+        grad_x = _exchange_rows(grad.contiguous(), recv_counts, send_counts, rank, group, "all_to_all_v", "backward")
+        return grad_x, None, None, None, None
+
+
+class _IndexedAllToAllV(Function):
+    @staticmethod
+    def forward(
+        ctx: Any,
+        x0: Tensor,
+        index: Tensor,
+        send_counts: list[int],
+        recv_counts: list[int],
+        rank: int,
+        group: Any,
+    ) -> Tensor:
+        ctx.save_for_backward(index)
+        ctx.args = (x0.shape, send_counts, recv_counts, rank, group)
+        start = sum(send_counts[:rank])
+        stop = start + send_counts[rank]
+        if stop > start:
+            send = x0.index_select(0, torch.cat([index[:start], index[stop:]]))
+            keep: Tensor | None = x0.index_select(0, index[start:stop])
+        else:
+            send, keep = x0.index_select(0, index), None
+        return _exchange(send, keep, send_counts, recv_counts, rank, group, "indexed_all_to_all_v", "forward")
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        (index,) = ctx.saved_tensors
+        shape, send_counts, recv_counts, rank, group = ctx.args
+        grad_sent = _exchange_rows(
+            grad.contiguous(), recv_counts, send_counts, rank, group, "indexed_all_to_all_v", "backward"
+        )
+        acc = _accumulation_dtype(grad.dtype)
+        grad_x = torch.zeros(shape, dtype=acc, device=grad.device)
+        grad_x.index_add_(0, index, grad_sent.to(acc))
+        return grad_x.to(grad.dtype), None, None, None, None, None
+
+
+class _AllGatherV(Function):
+    @staticmethod
+    def forward(ctx: Any, x0: Tensor, counts: list[int], rank: int, group: Any) -> Tensor:
+        world = len(counts)
+        ctx.args = (counts, rank, group)
+        send = x0.repeat(world - 1, *([1] * (x0.dim() - 1))) if world > 1 else x0[:0]
+        return _exchange(send, x0, [counts[rank]] * world, counts, rank, group, "all_gather_v", "forward")
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        counts, rank, group = ctx.args
+        world, n = len(counts), counts[rank]
+        parts = _exchange_rows(grad.contiguous(), counts, [n] * world, rank, group, "all_gather_v", "backward")
+        acc = _accumulation_dtype(grad.dtype)
+        grad_x = parts.reshape(world, n, *grad.shape[1:]).to(acc).sum(0)
+        return grad_x.to(grad.dtype), None, None, None
+
+
+def _one_way_counts(counts: list[int], root: int, rank: int) -> tuple[list[int], list[int]]:
+    """Counts for gathering to ``root``: each rank sends its rows to root, root receives all."""
+    world = len(counts)
+    send = [0] * world
+    send[root] = counts[rank]
+    recv = list(counts) if rank == root else [0] * world
+    return send, recv
+
+
+class _GatherV(Function):
+    @staticmethod
+    def forward(ctx: Any, x0: Tensor, counts: list[int], dst: int, rank: int, group: Any) -> Tensor:
+        send, recv = _one_way_counts(counts, dst, rank)
+        ctx.args = (send, recv, rank, group)
+        return _exchange_rows(x0, send, recv, rank, group, "gather_v", "forward")
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        send, recv, rank, group = ctx.args
+        return _exchange_rows(grad.contiguous(), recv, send, rank, group, "gather_v", "backward"), None, None, None, None
+
+
+class _ScatterV(Function):
+    @staticmethod
+    def forward(ctx: Any, x0: Tensor, counts: list[int], src: int, rank: int, group: Any) -> Tensor:
+        # Scatter is gather run backwards: swap the gather counts.
+        recv, send = _one_way_counts(counts, src, rank)
+        ctx.args = (send, recv, rank, group, x0.shape[0])
+        return _exchange_rows(x0, send, recv, rank, group, "scatter_v", "forward")
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        send, recv, rank, group, _ = ctx.args
+        grad_x = _exchange_rows(grad.contiguous(), recv, send, rank, group, "scatter_v", "backward")
+        return grad_x, None, None, None, None
+
+
+# --- public functions: validate everything locally, then one autograd Function -----------------
+
+
+def indexed_all_to_all_v(
+    x: Tensor,
+    send_index: Tensor,
+    send_counts: Counts,
+    recv_counts: Counts,
+    *,
+    dim: int = 0,
+    group: Any = None,
+) -> Tensor:
+    """Send selected rows of ``x`` to other ranks; return the rows received, grouped by source rank.
+
+    Rank ``r`` sends ``x.index_select(dim, send_index)``, whose first ``send_counts[0]`` rows go to
+    rank 0, the next ``send_counts[1]`` to rank 1, and so on. This is the halo exchange: with the plan
+    of a partition, the result is exactly the ghost rows in local order.
+
+    Shapes:
+        x: ``(..., N, ...)`` with ``N`` along ``dim``; any dtype.
+        send_index: ``(sum(send_counts),)`` int64 / int32 indices into ``x`` along ``dim``, duplicates
+            allowed.
+        send_counts, recv_counts: ``R`` non-negative ints each.
+        result: ``x``'s shape with ``sum(recv_counts)`` along ``dim``.
+
+    Communication: one ``all_to_all_single`` forward; one backward. The backward is the correct
+    adjoint: the same exchange with the counts swapped, then ``index_add`` into ``x``'s gradient
+    (rows sent several times accumulate; float16 / bfloat16 accumulate in float32).
+
+    Raises:
+        ValueError: before any communication, on wrong numbers of counts, negative counts,
+            ``len(send_index) != sum(send_counts)``, an index out of range, or a rank whose own
+            send and receive counts differ.
+    """
+    x = check_tensor("x", x)
+    rank, world = group_rank_and_size(group)
+    dim = check_dim(dim, x.dim())
+    sc = as_counts("send_counts", send_counts, world)
+    rc = as_counts("recv_counts", recv_counts, world)
+    check_self_counts(sc, rc, rank)
+    index = check_index(send_index, sc, x.shape[dim], x, dim)
+    return _IndexedAllToAllV.apply(x.movedim(dim, 0), index, sc, rc, rank, group).movedim(0, dim)
+
+
+def all_to_all_v(x: Tensor, send_counts: Counts, recv_counts: Counts, *, dim: int = 0, group: Any = None) -> Tensor:
+    """Variable-size all-to-all: consecutive blocks of ``x`` along ``dim`` go to ranks 0, 1, ...
+
+    Shapes:
+        x: ``(..., sum(send_counts), ...)``; result: ``(..., sum(recv_counts), ...)`` grouped by
+        source rank.
+
+    Communication: one ``all_to_all_single`` forward; the adjoint (counts swapped) backward.
+    """
+    x = check_tensor("x", x)
+    rank, world = group_rank_and_size(group)
+    dim = check_dim(dim, x.dim())
+    sc = as_counts("send_counts", send_counts, world)
+    rc = as_counts("recv_counts", recv_counts, world)
+    check_self_counts(sc, rc, rank)
+    if x.shape[dim] != sum(sc):
+        raise ValueError(f"Expected 'x' to have sum(send_counts) = {sum(sc)} rows along dim {dim} (got {x.shape[dim]})")
+    return _AllToAllV.apply(x.movedim(dim, 0), sc, rc, rank, group).movedim(0, dim)
+
+
+def _check_own_count(x: Tensor, counts: list[int], rank: int, dim: int) -> None:
+    if x.shape[dim] != counts[rank]:
+        raise ValueError(f"Expected 'x' to have counts[{rank}] = {counts[rank]} rows along dim {dim} (got {x.shape[dim]})")
+
+
+def all_gather_v(x: Tensor, counts: Counts, *, dim: int = 0, group: Any = None) -> Tensor:
+    """Every rank gets every rank's ``x``, concatenated in rank order along ``dim``.
+
+    Shapes:
+        x: ``counts[rank]`` rows along ``dim``; result: ``sum(counts)`` rows.
+
+    Communication: one ``all_to_all_single`` forward. Backward: a reduce-scatter (one
+    ``all_to_all_single``, then a sum over the ``R`` received copies, in float32 for half types).
+    """
+    x = check_tensor("x", x)
+    rank, world = group_rank_and_size(group)
+    dim = check_dim(dim, x.dim())
+    c = as_counts("counts", counts, world)
+    _check_own_count(x, c, rank, dim)
+    return _AllGatherV.apply(x.movedim(dim, 0), c, rank, group).movedim(0, dim)
+
+
+def gather_v(x: Tensor, counts: Counts, *, dst: int = 0, dim: int = 0, group: Any = None) -> Tensor:
+    """Concatenate every rank's ``x`` on rank ``dst``; other ranks get zero rows along ``dim``.
+
+    Shapes:
+        x: ``counts[rank]`` rows along ``dim``; result on ``dst``: ``sum(counts)`` rows, elsewhere 0.
+
+    Communication: one ``all_to_all_single`` forward; backward scatters the gradient from ``dst``
+    (every rank must backpropagate through its, possibly empty, result).
+    """
+    x = check_tensor("x", x)
+    rank, world = group_rank_and_size(group)
+    dim = check_dim(dim, x.dim())
+    c = as_counts("counts", counts, world)
+    check_rank("dst", dst, world)
+    _check_own_count(x, c, rank, dim)
+    return _GatherV.apply(x.movedim(dim, 0), c, dst, rank, group).movedim(0, dim)
+
+
+_DTYPES = (
+    torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+    torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128,
+)
+_MAX_DIMS = 8
+
+
+def _scatter_metadata(x: Tensor | None, src: int, rank: int, world: int, group: Any) -> tuple[torch.Size, torch.dtype, bool]:
+    """Tell every rank the shape, dtype and requires_grad of ``x`` on ``src`` (one small exchange)."""
+    recv_counts = [0] * world
+    recv_counts[src] = 1
+    if rank == src:
+        assert x is not None
+        padding = [0] * (_MAX_DIMS - x.dim())
+        meta = torch.tensor(
+            [x.dim(), _DTYPES.index(x.dtype), int(x.requires_grad), *x.shape, *padding],
+            dtype=torch.int64,
+            device=x.device,
+        )[None]
+        send, keep, send_counts = meta.expand(world - 1, -1).contiguous(), meta, [1] * world
+    else:
+        send = torch.empty(0, 3 + _MAX_DIMS, dtype=torch.int64, device=_comm_device(group))
+        keep, send_counts = None, [0] * world
+    row = _exchange(send, keep, send_counts, recv_counts, rank, group, "scatter_v_metadata", "forward")[0].tolist()
+    return torch.Size(row[3 : 3 + row[0]]), _DTYPES[row[1]], bool(row[2])
+
+
+def scatter_v(x: Tensor | None, counts: Counts, *, src: int = 0, dim: int = 0, group: Any = None) -> Tensor:
+    """Split ``x`` (needed on ``src`` only) along ``dim``: rank ``r`` gets ``counts[r]`` rows.
+
+    Other ranks may pass ``None``; they learn the dtype and row shape from ``src`` through one small
+    exchange. If ``x`` requires grad on ``src``, every rank's result does, and the backward gathers
+    the gradient back to ``src`` (so every rank must backpropagate through its result).
+
+    Shapes:
+        x on src: ``sum(counts)`` rows along ``dim``; result: ``counts[rank]`` rows.
+
+    Communication: two ``all_to_all_single`` forward (metadata, rows) in a world of more than one;
+    one backward.
+    """
+    rank, world = group_rank_and_size(group)
+    c = as_counts("counts", counts, world)
+    check_rank("src", src, world)
+    if rank == src:
+        x = check_tensor("x", x)
+        dim = check_dim(dim, x.dim())
+        if x.shape[dim] != sum(c):
+            raise ValueError(f"Expected 'x' on src to have sum(counts) = {sum(c)} rows along dim {dim} (got {x.shape[dim]})")
+        if x.dim() > _MAX_DIMS or x.dtype not in _DTYPES:
+            raise ValueError(f"scatter_v supports up to {_MAX_DIMS} dims and dtypes {_DTYPES} (got {x.dim()}, {x.dtype})")
+    if world == 1:
+        assert x is not None
+        return _ScatterV.apply(x.movedim(dim, 0), c, src, rank, group).movedim(0, dim)
+    shape, dtype, requires_grad = _scatter_metadata(x if rank == src else None, src, rank, world, group)
+    dim = check_dim(dim, len(shape))
+    if rank == src:
+        assert x is not None
+        x0 = x.movedim(dim, 0)
+    else:
+        rest = tuple(s for i, s in enumerate(shape) if i != dim)
+        x0 = torch.empty((0, *rest), dtype=dtype, device=_comm_device(group), requires_grad=requires_grad)
+    return _ScatterV.apply(x0, c, src, rank, group).movedim(0, dim)

@@ -1,0 +1,206 @@
+"""Process-group set-up from torchrun or SLURM, and the 2-D (data x domain) device mesh.
+
+``init_distributed()`` reads, in order:
+
+1. torchrun (``torchrun`` / ``torch.distributed.run``): ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+   ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``;
+2. SLURM (``srun``): ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``, ``SLURM_NTASKS_PER_NODE``
+   and the first host of ``SLURM_JOB_NODELIST`` as the rendezvous address (``MASTER_ADDR`` /
+   ``MASTER_PORT`` override it; the default port is derived from ``SLURM_JOB_ID``);
+3. neither: a world of one, with no process group (every collective then runs locally).
+
+The backend is NCCL when CUDA is available, else gloo; ``backend=`` or ``MESHSHARD_BACKEND``
+override it. With NCCL the CUDA device is set from the local rank. ``MESHSHARD_TIMEOUT`` (seconds,
+default 300) bounds how long a collective waits for a rank that died.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["DistributedContext", "init_distributed", "DeviceMesh2D", "init_device_mesh_2d", "first_slurm_host"]
+
+DEFAULT_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class DistributedContext:
+    """Where this process stands: its rank, the world, its device and how it got there."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    device: torch.device
+    backend: str | None
+    launcher: str  # "torchrun", "slurm", "existing" (a group was already initialised) or "single"
+
+    @property
+    def is_distributed(self) -> bool:
+        return self.world_size > 1 or self.backend is not None
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def __repr__(self) -> str:
+        return (
+            f"DistributedContext(rank={self.rank}/{self.world_size}, local_rank={self.local_rank}, "
+            f"device={self.device}, backend={self.backend}, launcher={self.launcher})"
+        )
+
+
+def first_slurm_host(nodelist: str) -> str:
+    """The first host name of a SLURM node list: ``"gpu[07-09,12],cpu3"`` -> ``"gpu07"``."""
+    match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
+    if match is None or not match.group(1):
+        raise ValueError(f"Expected a SLURM node list such as 'node[01-04]' (got {nodelist!r})")
+    prefix, ranges = match.group(1), match.group(2)
+    if ranges is None:
+        return prefix
+    return prefix + ranges.split(",")[0].split("-")[0]
+
+
+def _int(env: Mapping[str, str], name: str) -> int:
+    try:
+        return int(env[name])
+    except ValueError:
+        raise ValueError(f"Expected the environment variable {name} to be an integer (got {env[name]!r})") from None
+
+
+def _slurm_tasks_on_node(env: Mapping[str, str]) -> int:
+    # "2(x3),1" -> tasks per node for each node; SLURM_LOCALID < that of our node. Take the first.
+    value = env.get("SLURM_NTASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE") or "1"
+    return int(re.match(r"\d+", value).group(0))  # type: ignore[union-attr]
+
+
+def _launch_from_env(env: Mapping[str, str]) -> tuple[str, int, int, int, int]:
+    """(launcher, rank, world_size, local_rank, local_world_size); sets MASTER_* for SLURM."""
+    if "RANK" in env and "WORLD_SIZE" in env:
+        rank, world = _int(env, "RANK"), _int(env, "WORLD_SIZE")
+        local = _int(env, "LOCAL_RANK") if "LOCAL_RANK" in env else rank
+        local_world = _int(env, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in env else world
+        return "torchrun", rank, world, local, local_world
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
+        rank, world = _int(env, "SLURM_PROCID"), _int(env, "SLURM_NTASKS")
+        local = _int(env, "SLURM_LOCALID") if "SLURM_LOCALID" in env else 0
+        return "slurm", rank, world, local, _slurm_tasks_on_node(env)
+    return "single", 0, 1, 0, 1
+
+
+def _choose_backend(backend: str | None) -> str:
+    backend = backend or os.environ.get("MESHSHARD_BACKEND") or None
+    if backend is None:
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"Expected 'backend' to be 'gloo' or 'nccl' (got {backend!r})")
+    if backend == "nccl" and not torch.cuda.is_available():
+        raise ValueError("Expected CUDA for backend 'nccl' (torch.cuda.is_available() is False); use 'gloo'")
+    return backend
+
+
+def _device_for(backend: str | None, local_rank: int) -> torch.device:
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def init_distributed(backend: str | None = None, *, timeout_s: float | None = None) -> DistributedContext:
+    """Initialise the default process group from torchrun's or SLURM's variables, if any.
+
+    Safe to call more than once: an existing default group is reused. Outside any launcher it
+    returns a world of one without creating a process group.
+
+    Args:
+        backend: ``"gloo"`` or ``"nccl"``; default NCCL when CUDA is available, else gloo.
+        timeout_s: how long a collective may wait; default ``MESHSHARD_TIMEOUT`` or 300 s.
+    """
+    env = os.environ
+    launcher, rank, world, local, local_world = _launch_from_env(env)
+    if dist.is_available() and dist.is_initialized():
+        existing = dist.get_backend()
+        return DistributedContext(
+            dist.get_rank(), dist.get_world_size(), local, local_world,
+            _device_for(existing, local), existing, "existing",
+        )
+    if launcher == "single":
+        chosen = _choose_backend(backend) if backend else None
+        device = torch.device("cuda", 0) if torch.cuda.is_available() and chosen != "gloo" else torch.device("cpu")
+        return DistributedContext(0, 1, 0, 1, device, None, "single")
+    chosen = _choose_backend(backend)
+    if launcher == "slurm":
+        os.environ.setdefault("MASTER_ADDR", first_slurm_host(env.get("SLURM_JOB_NODELIST", "127.0.0.1")))
+        os.environ.setdefault("MASTER_PORT", str(20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000))
+    device = _device_for(chosen, local)
+    seconds = timeout_s if timeout_s is not None else float(env.get("MESHSHARD_TIMEOUT", DEFAULT_TIMEOUT_S))
+    dist.init_process_group(
+        chosen, init_method="env://", rank=rank, world_size=world, timeout=timedelta(seconds=seconds)
+    )
+    return DistributedContext(rank, world, local, local_world, device, chosen, launcher)
+
+
+@dataclass(frozen=True)
+class DeviceMesh2D:
+    """Ranks laid out as ``data_parallel_size x domain_parallel_size``.
+
+    Global rank ``g = data_rank * domain_parallel_size + domain_rank``: the ranks sharing one sample
+    (a domain group) are consecutive, so with as many ranks per node as the domain size they share a
+    node and the halo exchanges stay on it; gradients are averaged across the data group.
+    ``None`` groups mean a group of one (nothing to communicate).
+    """
+
+    data_parallel_size: int
+    domain_parallel_size: int
+    data_rank: int
+    domain_rank: int
+    data_group: Any
+    domain_group: Any
+
+    def __repr__(self) -> str:
+        return (
+            f"DeviceMesh2D(data {self.data_rank}/{self.data_parallel_size}, "
+            f"domain {self.domain_rank}/{self.domain_parallel_size})"
+        )
+
+
+def init_device_mesh_2d(domain_parallel_size: int, *, world_size: int | None = None, rank: int | None = None) -> DeviceMesh2D:
+    """Split the default group into data-parallel and domain-parallel groups.
+
+    Every rank must call this (``new_group`` is collective). Returns this rank's groups.
+
+    Raises:
+        ValueError: if the world size is not a multiple of ``domain_parallel_size``.
+    """
+    initialised = dist.is_available() and dist.is_initialized()
+    world = world_size if world_size is not None else (dist.get_world_size() if initialised else 1)
+    me = rank if rank is not None else (dist.get_rank() if initialised else 0)
+    if not isinstance(domain_parallel_size, int) or domain_parallel_size < 1 or world % domain_parallel_size:
+        raise ValueError(
+            f"Expected 'domain_parallel_size' to be a positive divisor of the world size {world} "
+            f"(got {domain_parallel_size!r})"
+        )
+    data_size = world // domain_parallel_size
+    data_rank, domain_rank = divmod(me, domain_parallel_size)
+    domain_group = data_group = None
+    if initialised and world > 1:
+        # new_group is collective over the default group: every rank creates every group, in order.
+        for d in range(data_size):
+            ranks = list(range(d * domain_parallel_size, (d + 1) * domain_parallel_size))
+            group = dist.new_group(ranks) if domain_parallel_size > 1 else None
+            if d == data_rank:
+                domain_group = group
+        for k in range(domain_parallel_size):
+            ranks = list(range(k, world, domain_parallel_size))
+            group = dist.new_group(ranks) if data_size > 1 else None
+            if k == domain_rank:
+                data_group = group
+    return DeviceMesh2D(data_size, domain_parallel_size, data_rank, domain_rank, data_group, domain_group)

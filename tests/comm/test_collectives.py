@@ -1,0 +1,249 @@
+"""Collectives against the single-process computation, on 1, 2, 3 and 4 gloo ranks.
+
+Each world size is one spawn that runs a battery of checks (spawning costs seconds on two cores).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from meshshard.comm import (
+    all_gather_v,
+    all_to_all_v,
+    count_collectives,
+    gather_v,
+    indexed_all_to_all_v,
+    scatter_v,
+    set_debug,
+)
+from tests._dist import RankFailure, run_ranks
+from tests.comm._plans import make_plan, reference_indexed
+
+TOL = {torch.float64: 1e-10, torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 1e-3}
+
+
+def _close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, what: str) -> None:
+    if actual.shape != expected.shape:
+        raise AssertionError(f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}")
+    if not dtype.is_floating_point:
+        assert torch.equal(actual, expected), what
+        return
+    torch.testing.assert_close(actual.double(), expected.double(), rtol=TOL[dtype], atol=TOL[dtype], msg=what)
+
+
+def _check_indexed(rank: int, world: int, dtype: torch.dtype, seed: int) -> None:
+    plan = make_plan(world, seed, dtype)
+    ref_out, ref_grad = reference_indexed(plan)
+    x = plan.xs[rank].clone().requires_grad_(dtype.is_floating_point)
+    out = indexed_all_to_all_v(x, plan.send_index(rank), plan.send_counts(rank), plan.recv_counts(rank))
+    _check_equal_rows(out, ref_out[rank], f"indexed forward {dtype}")
+    if dtype.is_floating_point:
+        (out * plan.weights[rank]).sum().backward()
+        _close(x.grad, ref_grad[rank].to(dtype), dtype, f"indexed grad {dtype}")
+
+
+def _check_equal_rows(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    # A pure copy: the forward is bit-exact in every dtype.
+    assert actual.dtype == expected.dtype and torch.equal(actual, expected), f"{what}: {actual} != {expected}"
+
+
+def _check_indexed_dim1(rank: int, world: int) -> None:
+    plan = make_plan(world, 11, torch.float64, row=(4,))
+    ref_out, ref_grad = reference_indexed(plan)
+    x = plan.xs[rank].T.contiguous().requires_grad_()  # (F, N): rows along dim 1
+    out = indexed_all_to_all_v(x, plan.send_index(rank), plan.send_counts(rank), plan.recv_counts(rank), dim=1)
+    _check_equal_rows(out.T, ref_out[rank], "dim=1 forward")
+    (out.T * plan.weights[rank]).sum().backward()
+    _close(x.grad.T, ref_grad[rank], torch.float64, "dim=1 grad")
+
+
+def _check_adjoint(rank: int, world: int) -> None:
+    """sum over ranks <A x, y> == sum over ranks <x, A^T y>, in float64."""
+    plan = make_plan(world, 23, torch.float64, row=(2, 3))
+    x = plan.xs[rank].clone().requires_grad_()
+    y = plan.weights[rank]
+    ax = indexed_all_to_all_v(x, plan.send_index(rank), plan.send_counts(rank), plan.recv_counts(rank))
+    (aty,) = torch.autograd.grad(ax, x, y)
+    sums = torch.stack([(ax * y).sum(), (x * aty).sum()]).detach()
+    if dist.is_initialized():
+        dist.all_reduce(sums)
+    lhs, rhs = sums.tolist()
+    assert abs(lhs - rhs) <= 1e-12 * max(1.0, abs(lhs)), f"adjoint: {lhs} != {rhs}"
+
+
+def _check_half_accumulation(rank: int, world: int) -> None:
+    """300 copies of one bfloat16 entry: accumulating in bfloat16 would stop at 256.
+
+    One-dimensional on purpose: torch's CPU ``index_add_`` already widens 2-d bfloat16 rows.
+    """
+    counts = [300 if q == (rank + 1) % world else 0 for q in range(world)]
+    recv = [300 if r == (rank - 1) % world else 0 for r in range(world)]
+    x = torch.ones(2, dtype=torch.bfloat16, requires_grad=True)
+    out = indexed_all_to_all_v(x, torch.zeros(300, dtype=torch.long), counts, recv)
+    out.backward(torch.ones_like(out))
+    assert x.grad[0].item() == 300.0 and x.grad[1].item() == 0.0, x.grad
+
+
+def _check_all_to_all_v(rank: int, world: int, dtype: torch.dtype) -> None:
+    plan = make_plan(world, 5, dtype)
+    # rank r sends the rows xs[r][index[r][q]] as one contiguous block per destination
+    blocks = [torch.cat(plan.index[r]) for r in range(world)]
+    ref_out, ref_grad = reference_indexed(plan)
+    x = plan.xs[rank][blocks[rank]].clone().requires_grad_(dtype.is_floating_point)
+    out = all_to_all_v(x, plan.send_counts(rank), plan.recv_counts(rank))
+    _check_equal_rows(out, ref_out[rank], f"all_to_all_v forward {dtype}")
+    if dtype.is_floating_point:
+        (out * plan.weights[rank]).sum().backward()
+        # the gradient of the gathered block, scattered back, equals the indexed reference
+        grad_rows = torch.zeros_like(plan.xs[rank], dtype=torch.float64).index_add_(0, blocks[rank], x.grad.double())
+        _close(grad_rows, ref_grad[rank], dtype, f"all_to_all_v grad {dtype}")
+
+
+def _check_gathers(rank: int, world: int, dtype: torch.dtype) -> None:
+    plan = make_plan(world, 7, dtype, row=(2,))
+    counts = [len(x) for x in plan.xs]
+    full = torch.cat(plan.xs)
+    w = torch.randn(full.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    own = slice(sum(counts[:rank]), sum(counts[: rank + 1]))
+
+    x = plan.xs[rank].clone().requires_grad_(True)
+    out = all_gather_v(x, counts)
+    _check_equal_rows(out, full, "all_gather_v forward")
+    (out * w.to(dtype)).sum().backward()  # every rank's loss uses w: the gradient is world * w
+    _close(x.grad, (world * w[own]).to(dtype), dtype, "all_gather_v grad")
+
+    dst = world - 1
+    x = plan.xs[rank].clone().requires_grad_(True)
+    out = gather_v(x, counts, dst=dst)
+    expected = full if rank == dst else full[:0]
+    _check_equal_rows(out, expected, "gather_v forward")
+    (out * (w.to(dtype) if rank == dst else w[:0].to(dtype))).sum().backward()
+    _close(x.grad, w[own].to(dtype), dtype, "gather_v grad")
+
+    src = 0
+    x_src = full.clone().requires_grad_(True) if rank == src else None
+    out = scatter_v(x_src, counts, src=src)
+    _check_equal_rows(out, plan.xs[rank], "scatter_v forward")
+    assert out.requires_grad, "scatter_v result on every rank requires grad when src's input does"
+    (out * w[own].to(dtype)).sum().backward()
+    if rank == src:
+        _close(x_src.grad, w.to(dtype), dtype, "scatter_v grad")
+
+
+def _check_counter(rank: int, world: int) -> None:
+    plan = make_plan(world, 13)
+    x = plan.xs[rank].clone().requires_grad_()
+    with count_collectives() as log:
+        out = indexed_all_to_all_v(x, plan.send_index(rank), plan.send_counts(rank), plan.recv_counts(rank))
+        assert log.count(phase="forward") == 1 and log.count(phase="backward") == 0, log
+        out.sum().backward()
+    assert log.count("indexed_all_to_all_v", "forward") == 1, log
+    assert log.count("indexed_all_to_all_v", "backward") == 1, log
+    row = 3 * 8
+    sent = sum(c for q, c in enumerate(plan.send_counts(rank)) if q != rank) * row
+    assert log.bytes_sent(phase="forward") == sent, (log.calls, sent)
+
+
+def _check_zero_width_and_empty(rank: int, world: int) -> None:
+    # rows with no features, and a plan where nobody sends anything
+    x = torch.zeros(4, 0, requires_grad=True)
+    idx = torch.tensor([0, 1, 3]) if world > 1 else torch.tensor([], dtype=torch.long)
+    send = [0] * world
+    recv = [0] * world
+    if world > 1:
+        send[(rank + 1) % world] = 3
+        recv[(rank - 1) % world] = 3
+    out = indexed_all_to_all_v(x, idx, send, recv)
+    assert out.shape == (sum(recv), 0)
+    out.sum().backward()
+    nothing = all_to_all_v(torch.empty(0, 5), [0] * world, [0] * world)
+    assert nothing.shape == (0, 5)
+
+
+def _battery(rank: int, world: int) -> str:
+    for dtype in (torch.float64, torch.float32, torch.bfloat16, torch.float16, torch.int64):
+        for seed in (0, 1):
+            _check_indexed(rank, world, dtype, seed)
+        _check_all_to_all_v(rank, world, dtype)
+    for dtype in (torch.float64, torch.float32, torch.bfloat16):
+        _check_gathers(rank, world, dtype)
+    _check_indexed_dim1(rank, world)
+    _check_adjoint(rank, world)
+    _check_half_accumulation(rank, world)
+    _check_counter(rank, world)
+    _check_zero_width_and_empty(rank, world)
+    return "ok"
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_collectives_match_single_process(world: int) -> None:
+    assert run_ranks(_battery, world) == ["ok"] * world
+
+
+def test_world_of_one_needs_no_process_group() -> None:
+    assert not dist.is_initialized()
+    _battery(0, 1)
+
+
+def _bad_counts_on_one_rank(rank: int, world: int) -> None:
+    x = torch.randn(4, 2)
+    if rank == 1:
+        indexed_all_to_all_v(x, torch.tensor([0]), [1, 0, 0], [1, 0])  # three counts in a world of two
+    else:  # rank 0 goes ahead and waits inside the collective
+        indexed_all_to_all_v(x, torch.tensor([0]), [0, 1], [0, 1])
+
+
+def test_one_rank_raising_fails_in_seconds_not_hanging() -> None:
+    start = time.monotonic()
+    with pytest.raises(RankFailure, match=r"Expected 'send_counts' to have 2 entries, one per rank \(got 3") as info:
+        run_ranks(_bad_counts_on_one_rank, 2, timeout=120)
+    assert info.value.rank == 1
+    assert time.monotonic() - start < 30, "a failing rank must stop the run well before the timeout"
+
+
+def _mismatched_recv_counts(rank: int, world: int) -> str:
+    set_debug(True)
+    x = torch.randn(3, 2)
+    recv = [1, 2] if rank == 0 else [1, 1]  # rank 1 sends rank 0 one row, rank 0 expects two
+    try:
+        indexed_all_to_all_v(x, torch.tensor([0, 1]), [1, 1], recv)
+    except ValueError as err:
+        return str(err)
+    return "no error"
+
+
+def test_debug_mode_reports_disagreeing_counts_on_every_rank() -> None:
+    messages = run_ranks(_mismatched_recv_counts, 2)
+    for m in messages:
+        assert "rank 0 expects 2 rows from rank 1, which sends 1" in m, m
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda x: indexed_all_to_all_v(x, torch.tensor([0]), [1, 0], [1]), r"Expected 'send_counts' to have 1 entries"),
+        (lambda x: indexed_all_to_all_v(x, torch.tensor([0]), [-1], [-1]), r"Expected 'send_counts' to be non-negative \(got \[-1\]\)"),
+        (lambda x: indexed_all_to_all_v(x, torch.tensor([0, 1]), [1], [1]), r"Expected 'send_index' to have sum\(send_counts\) = 1 entries \(got 2\)"),
+        (lambda x: indexed_all_to_all_v(x, torch.tensor([7]), [1], [1]), r"values in \[0, 4\).*\(got min 7, max 7\)"),
+        (lambda x: indexed_all_to_all_v(x, torch.tensor([0.0]), [1], [1]), r"Expected 'send_index' to be a one-dimensional int64"),
+        (lambda x: indexed_all_to_all_v(x, torch.tensor([0]), [1], [2]), r"send_counts\[0\] == recv_counts\[0\].*\(got 1 and 2\)"),
+        (lambda x: indexed_all_to_all_v(x, torch.tensor([0]), [1], [1], dim=2), r"Expected 'dim' in \[-2, 2\) for a 2-d tensor \(got 2\)"),
+        (lambda x: all_to_all_v(x, [3], [3]), r"Expected 'x' to have sum\(send_counts\) = 3 rows along dim 0 \(got 4\)"),
+        (lambda x: all_gather_v(x, [5]), r"Expected 'x' to have counts\[0\] = 5 rows"),
+        (lambda x: gather_v(x, [4], dst=1), r"Expected 'dst' to be a rank in \[0, 1\) \(got 1\)"),
+        (lambda x: scatter_v(x, [1]), r"Expected 'x' on src to have sum\(counts\) = 1 rows"),
+        (lambda x: all_gather_v(x, [4.5]), r"Expected 'counts' to hold whole numbers"),
+    ],
+)
+def test_argument_errors_name_the_argument_and_values(call, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        call(torch.randn(4, 3))
+
+
+def test_non_tensor_input_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match=r"Expected 'x' to be a torch.Tensor \(got list\)"):
+        all_to_all_v([1, 2], [2], [2])  # type: ignore[arg-type]
