@@ -20,6 +20,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
+import socket
 import tempfile
 import time
 import traceback
@@ -39,6 +40,13 @@ class RankFailure(AssertionError):
         super().__init__(f"rank {rank} failed:\n{details}")
         self.rank = rank
         self.details = details
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (for torchrun's --master-port)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _mp_context() -> Any:
