@@ -20,6 +20,7 @@ from ._collectives import (
     gather_v,
     group_rank_and_size,
     indexed_all_to_all_v,
+    release_workspace,
     scatter_v,
     set_debug,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "scatter_v",
     "set_debug",
     "group_rank_and_size",
+    "release_workspace",
     "init_distributed",
     "DistributedContext",
     "init_device_mesh_2d",

@@ -47,6 +47,7 @@ __all__ = [
     "scatter_v",
     "set_debug",
     "group_rank_and_size",
+    "release_workspace",
 ]
 
 _debug = os.environ.get("MESHSHARD_DEBUG", "") not in ("", "0")
@@ -69,6 +70,41 @@ def group_rank_and_size(group: Any = None) -> tuple[int, int]:
     if group is None and not (dist.is_available() and dist.is_initialized()):
         return 0, 1
     return dist.get_rank(group), dist.get_world_size(group)
+
+
+class _Workspace:
+    """Reusable flat buffers for tensors that never leave this module.
+
+    The send buffer of a forward exchange and the receive buffer of a backward exchange live only
+    for the length of one call: reusing them avoids allocating (and, on CPU, page-faulting) fresh
+    memory at every exchange. Results handed to the caller or to autograd are never pooled.
+    Collectives are synchronous with respect to the current stream, so a buffer is free again as
+    soon as the call that used it returns. One buffer per (purpose, device, dtype), grown on demand;
+    :func:`release_workspace` frees them.
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple[str, torch.device, torch.dtype], Tensor] = {}
+
+    def get(self, purpose: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
+        numel = math.prod(shape)
+        key = (purpose, device, dtype)
+        buf = self._buffers.get(key)
+        if buf is None or buf.numel() < numel:
+            buf = torch.empty(numel, dtype=dtype, device=device)
+            self._buffers[key] = buf
+        return buf[:numel].view(shape)
+
+    def clear(self) -> None:
+        self._buffers.clear()
+
+
+_workspace = _Workspace()
+
+
+def release_workspace() -> None:
+    """Free the buffers the collectives keep for reuse (they grow to the largest exchange)."""
+    _workspace.clear()
 
 
 def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -110,10 +146,12 @@ def _exchange(
     group: Any,
     op: str,
     phase: str,
+    pooled_result: bool = False,
 ) -> Tensor:
     """Send ``send`` (rows for other ranks, in rank order) and place ``keep`` (own part) in the result.
 
-    Returns ``(sum(recv_counts), *send.shape[1:])``, rows grouped by source rank.
+    Returns ``(sum(recv_counts), *send.shape[1:])``, rows grouped by source rank; with
+    ``pooled_result`` the result may be a workspace buffer, to be consumed before the next exchange.
     """
     world = len(send_counts)
     rest = tuple(send.shape[1:])
@@ -127,7 +165,9 @@ def _exchange(
         return keep.clone() if keep is not None else send.new_empty((0, *rest))
     if _debug and phase == "forward":
         _cross_rank_check(op, send, send_counts, recv_counts, group)
-    received = send.new_empty((sum(recv_split), *rest))
+    shape = (sum(recv_split), *rest)
+    pooled = pooled_result and (keep is None or keep.shape[0] == 0)
+    received = _workspace.get("recv", shape, send.dtype, send.device) if pooled else send.new_empty(shape)
     dist.all_to_all_single(received, send.contiguous(), recv_split, send_split, group=group)
     if keep is None or keep.shape[0] == 0:
         return received
@@ -136,7 +176,14 @@ def _exchange(
 
 
 def _exchange_rows(
-    x0: Tensor, send_counts: list[int], recv_counts: list[int], rank: int, group: Any, op: str, phase: str
+    x0: Tensor,
+    send_counts: list[int],
+    recv_counts: list[int],
+    rank: int,
+    group: Any,
+    op: str,
+    phase: str,
+    pooled_result: bool = False,
 ) -> Tensor:
     """All-to-all of the rows of ``x0`` (dim 0), split by ``send_counts``, own part kept locally."""
     start = sum(send_counts[:rank])
@@ -146,7 +193,7 @@ def _exchange_rows(
         keep: Tensor | None = x0[start:stop]
     else:
         send, keep = x0, None
-    return _exchange(send, keep, send_counts, recv_counts, rank, group, op, phase)
+    return _exchange(send, keep, send_counts, recv_counts, rank, group, op, phase, pooled_result)
 
 
 class _AllToAllV(Function):
@@ -160,6 +207,14 @@ class _AllToAllV(Function):
         send_counts, recv_counts, rank, group = ctx.args
         grad_x = _exchange_rows(grad.contiguous(), recv_counts, send_counts, rank, group, "all_to_all_v", "backward")
         return grad_x, None, None, None, None
+
+
+def _select_into_workspace(x0: Tensor, index: Tensor) -> Tensor:
+    """``x0.index_select(0, index)`` into the reusable send buffer (world > 1 only)."""
+    if not dist.is_initialized():
+        return x0.index_select(0, index)
+    out = _workspace.get("send", (index.numel(), *x0.shape[1:]), x0.dtype, x0.device)
+    return torch.index_select(x0, 0, index, out=out)
 
 
 class _IndexedAllToAllV(Function):
@@ -181,7 +236,7 @@ class _IndexedAllToAllV(Function):
             send = x0.index_select(0, torch.cat([index[:start], index[stop:]]))
             keep: Tensor | None = x0.index_select(0, index[start:stop])
         else:
-            send, keep = x0.index_select(0, index), None
+            send, keep = _select_into_workspace(x0, index), None
         return _exchange(send, keep, send_counts, recv_counts, rank, group, "indexed_all_to_all_v", "forward")
 
     @staticmethod
@@ -189,7 +244,8 @@ class _IndexedAllToAllV(Function):
         (index,) = ctx.saved_tensors
         shape, send_counts, recv_counts, rank, group = ctx.args
         grad_sent = _exchange_rows(
-            grad.contiguous(), recv_counts, send_counts, rank, group, "indexed_all_to_all_v", "backward"
+            grad.contiguous(), recv_counts, send_counts, rank, group, "indexed_all_to_all_v", "backward",
+            pooled_result=True,
         )
         acc = _accumulation_dtype(grad.dtype)
         grad_x = torch.zeros(shape, dtype=acc, device=grad.device)

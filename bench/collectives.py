@@ -1,0 +1,100 @@
+"""Benchmark: indexed_all_to_all_v forward+backward against bare all_to_all_single of the same bytes.
+
+    torchrun --nproc-per-node 2 bench/collectives.py [--rows 1000,10000,50000,100000,200000] [--features 128]
+
+Each rank sends ``rows`` rows of ``features`` float32 values, picked by a random index from a local
+tensor twice that size, to every other rank. The indexed exchange (select, send, receive; backward:
+send back, index_add) is timed against two bare ``all_to_all_single`` calls of the same sizes (the
+forward and the backward exchange), in the same run, interleaved. Prints one JSON object per line
+(rank 0) and a table. Target (issue 2): ratio <= 1.25 for 10k rows and more.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+from meshshard.comm import indexed_all_to_all_v, init_distributed
+
+
+def _timed(fn, sync) -> float:
+    sync()
+    start = time.perf_counter()
+    fn()
+    sync()
+    return time.perf_counter() - start
+
+
+def bench_one(rows: int, features: int, repeats: int, device: torch.device) -> dict:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    g = torch.Generator().manual_seed(rank)
+    n_local = 2 * rows
+    x = torch.randn(n_local, features, generator=g).to(device).requires_grad_()
+    counts = [0 if q == rank else rows for q in range(world)]
+    index = torch.cat([torch.randperm(n_local, generator=g)[:rows] if c else torch.empty(0, dtype=torch.long) for c in counts]).to(device)
+    send_buf = torch.randn(sum(counts), features, generator=g).to(device)
+    recv_buf = torch.empty(sum(counts), features, device=device)
+    grad_out = torch.ones(sum(counts), features, device=device)
+    sync = (lambda: torch.cuda.synchronize()) if device.type == "cuda" else (lambda: None)
+
+    def indexed() -> None:
+        x.grad = None
+        out = indexed_all_to_all_v(x, index, counts, counts)
+        out.backward(grad_out)
+
+    def bare() -> None:
+        dist.all_to_all_single(recv_buf, send_buf, counts, counts)
+        dist.all_to_all_single(send_buf, recv_buf, counts, counts)
+
+    for _ in range(3):  # warm up both paths
+        indexed()
+        bare()
+    t_indexed, t_bare = [], []
+    for _ in range(repeats):
+        dist.barrier()
+        t_indexed.append(_timed(indexed, sync))
+        dist.barrier()
+        t_bare.append(_timed(bare, sync))
+    med = torch.tensor([statistics.median(t_indexed), statistics.median(t_bare)], dtype=torch.float64)
+    dist.all_reduce(med, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
+    mb = rows * features * 4 * (world - 1) / 2**20
+    return {
+        "rows_per_peer": rows,
+        "features": features,
+        "mib_sent_per_rank": round(mb, 2),
+        "indexed_fwd_bwd_ms": round(1e3 * med[0].item(), 3),
+        "bare_2x_all_to_all_single_ms": round(1e3 * med[1].item(), 3),
+        "ratio": round(med[0].item() / med[1].item(), 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", default="1000,10000,50000,100000,200000")
+    parser.add_argument("--features", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=15)
+    args = parser.parse_args()
+    ctx = init_distributed()
+    if ctx.world_size < 2:
+        raise SystemExit("run under torchrun with at least 2 ranks: torchrun --nproc-per-node 2 bench/collectives.py")
+    torch.manual_seed(0)
+    results = [bench_one(int(r), args.features, args.repeats, ctx.device) for r in args.rows.split(",")]
+    if ctx.rank == 0:
+        info = {"backend": ctx.backend, "world_size": ctx.world_size, "device": str(ctx.device), "torch": torch.__version__}
+        for r in results:
+            print(json.dumps({**info, **r}))
+        print(f"\nindexed_all_to_all_v fwd+bwd vs 2x bare all_to_all_single ({ctx.backend}, {ctx.world_size} ranks, float32 x {args.features})")
+        print(f"{'rows/peer':>10} {'MiB/rank':>9} {'indexed ms':>11} {'bare ms':>9} {'ratio':>6}")
+        for r in results:
+            print(f"{r['rows_per_peer']:>10} {r['mib_sent_per_rank']:>9} {r['indexed_fwd_bwd_ms']:>11} {r['bare_2x_all_to_all_single_ms']:>9} {r['ratio']:>6}")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
