@@ -7,6 +7,7 @@ gloo (CPU) and NCCL (GPU):
 
 - :func:`indexed_all_to_all_v`: the halo exchange (select rows, send them, return what arrives);
 - :func:`all_to_all_v`, :func:`all_gather_v`, :func:`gather_v`, :func:`scatter_v`;
+- :func:`sum_to_replicated`: a global sum held by every rank as one logical value;
 - :func:`count_collectives`: record what a block of code sends, forward and backward.
 
 This layer never imports :mod:`meshshard.partition` nor the top-level layer.
@@ -23,6 +24,7 @@ from ._collectives import (
     release_workspace,
     scatter_v,
     set_debug,
+    sum_to_replicated,
 )
 from ._context import DeviceMesh2D, DistributedContext, first_slurm_host, init_device_mesh_2d, init_distributed
 from ._counter import CollectiveCall, CollectiveLog, count_collectives
@@ -33,6 +35,7 @@ __all__ = [
     "all_gather_v",
     "gather_v",
     "scatter_v",
+    "sum_to_replicated",
     "set_debug",
     "group_rank_and_size",
     "release_workspace",

@@ -33,7 +33,7 @@ from ._validate import (
     Counts,
     as_counts,
     check_dim,
-    check_index,
+    check_index as _check_index,
     check_rank,
     check_self_counts,
     check_tensor,
@@ -48,6 +48,7 @@ __all__ = [
     "set_debug",
     "group_rank_and_size",
     "release_workspace",
+    "sum_to_replicated",
 ]
 
 _debug = os.environ.get("MESHSHARD_DEBUG", "") not in ("", "0")
@@ -308,7 +309,44 @@ class _ScatterV(Function):
         return grad_x, None, None, None, None
 
 
+class _SumToReplicated(Function):
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, group: Any) -> Tensor:
+        world = dist.get_world_size(group) if dist.is_initialized() else 1
+        nbytes = x.numel() * x.element_size()
+        record(CollectiveCall("sum_to_replicated", "forward", nbytes if world > 1 else 0, nbytes if world > 1 else 0, world))
+        out = x.clone()
+        if world > 1:
+            dist.all_reduce(out, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        return grad, None
+
+
 # --- public functions: validate everything locally, then one autograd Function -----------------
+
+
+def sum_to_replicated(x: Tensor, *, group: Any = None) -> Tensor:
+    """The sum of every rank's ``x``, as one logical value held identically by every rank.
+
+    Use it for global reductions (a loss over all nodes of a sharded mesh). The result is
+    *replicated*: every rank must use it the same way, so every rank backpropagates the same
+    gradient ``g``; the backward then hands ``g`` to each rank's ``x`` unchanged, which is the
+    correct adjoint of ``y = sum_r x_r`` (``dy/dx_r = 1``). Summing the replicated gradients
+    instead would count the loss once per rank.
+
+    Shapes:
+        x: any shape, the same on every rank; result: the same shape.
+
+    Communication: one ``all_reduce`` forward; none backward.
+    """
+    x = check_tensor("x", x)
+    return _SumToReplicated.apply(x, group)
+
+
+
 
 
 def indexed_all_to_all_v(
@@ -319,6 +357,7 @@ def indexed_all_to_all_v(
     *,
     dim: int = 0,
     group: Any = None,
+    check_index: bool = True,
 ) -> Tensor:
     """Send selected rows of ``x`` to other ranks; return the rows received, grouped by source rank.
 
@@ -337,6 +376,9 @@ def indexed_all_to_all_v(
     adjoint: the same exchange with the counts swapped, then ``index_add`` into ``x``'s gradient
     (rows sent several times accumulate; float16 / bfloat16 accumulate in float32).
 
+    ``check_index=False`` skips the range check of ``send_index`` (a reduction over the index, a
+    device synchronisation on GPU): for plans validated once, such as a ``ShardSpec``'s.
+
     Raises:
         ValueError: before any communication, on wrong numbers of counts, negative counts,
             ``len(send_index) != sum(send_counts)``, an index out of range, or a rank whose own
@@ -348,7 +390,7 @@ def indexed_all_to_all_v(
     sc = as_counts("send_counts", send_counts, world)
     rc = as_counts("recv_counts", recv_counts, world)
     check_self_counts(sc, rc, rank)
-    index = check_index(send_index, sc, x.shape[dim], x, dim)
+    index = _check_index(send_index, sc, x.shape[dim] if check_index else None, x, dim)
     return _IndexedAllToAllV.apply(x.movedim(dim, 0), index, sc, rc, rank, group).movedim(0, dim)
 
 

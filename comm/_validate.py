@@ -63,8 +63,9 @@ def check_rank(name: str, value: int, world_size: int) -> int:
     return value
 
 
-def check_index(send_index: object, send_counts: list[int], num_rows: int, x: Tensor, dim: int) -> Tensor:
-    """Check ``send_index`` against the counts, the tensor it indexes and its device."""
+def check_index(send_index: object, send_counts: list[int], num_rows: int | None, x: Tensor, dim: int) -> Tensor:
+    """Check ``send_index`` against the counts, the tensor it indexes (``num_rows``; ``None`` skips
+    the range check) and its device."""
     index = check_tensor("send_index", send_index)
     if index.dim() != 1 or index.dtype not in (torch.int64, torch.int32):
         raise ValueError(
@@ -78,7 +79,7 @@ def check_index(send_index: object, send_counts: list[int], num_rows: int, x: Te
         raise ValueError(
             f"Expected 'send_index' to have sum(send_counts) = {total} entries (got {index.numel()})"
         )
-    if total:
+    if total and num_rows is not None:
         lo, hi = int(index.min()), int(index.max())
         if lo < 0 or hi >= num_rows:
             raise ValueError(

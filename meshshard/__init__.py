@@ -20,7 +20,10 @@ from typing import Any
 __version__ = "0.1.0"
 
 # name -> module that defines it; filled in as the layers land.
-_LAZY: dict[str, str] = {}
+_LAZY: dict[str, str] = {
+    "ShardSpec": "meshshard._spec",
+    "ShardTensor": "meshshard._tensor",
+}
 
 __all__ = ["__version__", *_LAZY]
 

@@ -1,0 +1,287 @@
+"""``ShardSpec``: how the rows of a node-indexed tensor are laid out across the ranks of a group.
+
+A spec is frozen and built without communication: every rank's owned count comes from the
+partition metadata (or is given), and the halo plan from this rank's part file. It holds:
+
+- ``owned_counts``: ``R`` ints, the number of rows each rank owns;
+- ``global_ids``: ``(N_own,)`` int64, the global node id of each owned row on this rank
+  (ascending for a partition; a contiguous range for a chunked layout);
+- the halo plan, when there is one: ``send_index`` ``(sum(send_counts),)``, ``send_counts`` and
+  ``recv_counts`` (``R`` each): the arguments of :func:`meshshard.comm.indexed_all_to_all_v`, whose
+  result is exactly the ghost rows in local order;
+- ``group``: the process group (``None``: the default group, or a world of one).
+
+Two specs are equal when they describe the same layout: same counts, same owned global ids on this
+rank, same halo plan, same partition (its metadata checksum) and same group. Equality is decided
+locally from a fingerprint computed once at construction.
+
+Plans that need every rank's global ids (``full_tensor``, ``gather``, ``scatter_tensor``,
+``redistribute``) are computed on first use, with a few small collectives, and cached on the spec.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from meshshard.comm import all_gather_v, all_to_all_v, group_rank_and_size
+
+__all__ = ["ShardSpec"]
+
+
+def _digest(*parts: Any) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        if isinstance(part, Tensor):
+            h.update(part.detach().cpu().contiguous().numpy().tobytes())
+        elif isinstance(part, np.ndarray):
+            h.update(np.ascontiguousarray(part).tobytes())
+        else:
+            h.update(repr(part).encode())
+        h.update(b"|")
+    return h.hexdigest()[:16]
+
+
+def _as_index(name: str, values: Any) -> Tensor:
+    t = torch.as_tensor(np.asarray(values), dtype=torch.int64) if not isinstance(values, Tensor) else values.to(torch.int64)
+    if t.dim() != 1:
+        raise ValueError(f"Expected '{name}' to be one-dimensional (got shape {tuple(t.shape)})")
+    return t.cpu()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ShardSpec:
+    """The row layout of sharded node tensors, and the halo plan that fills their ghost rows.
+
+    Build it with :meth:`from_partition`, :meth:`from_counts` or :meth:`chunked`.
+    """
+
+    owned_counts: tuple[int, ...]
+    rank: int
+    global_ids: Tensor
+    send_index: Tensor | None = None
+    send_counts: tuple[int, ...] | None = None
+    recv_counts: tuple[int, ...] | None = None
+    group: Any = None
+    source: str = "counts"
+    _key: str = field(default="", compare=False)
+    _cache: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        world = len(self.owned_counts)
+        if any(c < 0 for c in self.owned_counts):
+            raise ValueError(f"Expected 'owned_counts' to be non-negative (got {list(self.owned_counts)})")
+        if not 0 <= self.rank < world:
+            raise ValueError(f"Expected 'rank' in [0, {world}) (got {self.rank})")
+        if self.global_ids.numel() != self.owned_counts[self.rank]:
+            raise ValueError(
+                f"Expected 'global_ids' to have owned_counts[{self.rank}] = {self.owned_counts[self.rank]} "
+                f"entries (got {self.global_ids.numel()})"
+            )
+        if self.send_index is not None:
+            assert self.send_counts is not None and self.recv_counts is not None
+            if len(self.send_counts) != world or len(self.recv_counts) != world:
+                raise ValueError(
+                    f"Expected 'send_counts' and 'recv_counts' to have {world} entries "
+                    f"(got {len(self.send_counts)} and {len(self.recv_counts)})"
+                )
+            if self.send_index.numel() != sum(self.send_counts):
+                raise ValueError(
+                    f"Expected 'send_index' to have sum(send_counts) = {sum(self.send_counts)} entries "
+                    f"(got {self.send_index.numel()})"
+                )
+            if self.send_index.numel() and (
+                int(self.send_index.min()) < 0 or int(self.send_index.max()) >= self.num_owned
+            ):
+                raise ValueError(f"Expected 'send_index' values in [0, {self.num_owned}), the owned rows")
+            if self.send_counts[self.rank] or self.recv_counts[self.rank]:
+                raise ValueError(f"Expected no rows sent by rank {self.rank} to itself in a halo plan")
+        key = _digest(self.owned_counts, self.rank, self.global_ids, self.send_index, self.send_counts,
+                      self.recv_counts, id(self.group) if self.group is not None else None, self.source)
+        object.__setattr__(self, "_key", key)
+
+    # --- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def from_partition(cls, partition: Any, group: Any = None) -> ShardSpec:
+        """The layout and halo plan of a loaded partition (``meshshard.partition.load_partition``).
+
+        No communication: every rank's owned count is in the partition's metadata.
+
+        Raises:
+            ValueError: if the partition's part count or rank do not match the group.
+        """
+        rank, world = group_rank_and_size(group)
+        if partition.num_parts != world:
+            raise ValueError(
+                f"Expected a partition into {world} parts for a group of {world} ranks "
+                f"(got {partition.num_parts} parts)"
+            )
+        if partition.rank != rank:
+            raise ValueError(f"Expected the part of rank {rank} (got the part of rank {partition.rank})")
+        meta = getattr(partition, "metadata", None) or {}
+        identity = json.dumps(meta.get("parts", meta), sort_keys=True, default=str) if meta else "in-memory"
+        return cls(
+            owned_counts=tuple(int(c) for c in partition.num_owned_per_part),
+            rank=rank,
+            global_ids=_as_index("owned_ids", partition.owned_ids),
+            send_index=_as_index("send_index", partition.send_index),
+            send_counts=tuple(int(c) for c in partition.send_counts),
+            recv_counts=tuple(int(c) for c in partition.recv_counts),
+            group=group,
+            source="partition:" + _digest(identity),
+        )
+
+    @classmethod
+    def from_counts(cls, owned_counts: Sequence[int], group: Any = None, *, global_ids: Any = None) -> ShardSpec:
+        """A layout without a halo: rank ``r`` owns ``owned_counts[r]`` rows.
+
+        Without ``global_ids``, rank ``r`` owns the contiguous range of global ids that follows the
+        ranks before it (how data usually arrives from a loader).
+        """
+        rank, world = group_rank_and_size(group)
+        counts = tuple(int(c) for c in owned_counts)
+        if len(counts) != world:
+            raise ValueError(f"Expected 'owned_counts' to have {world} entries, one per rank (got {len(counts)})")
+        if global_ids is None:
+            start = sum(counts[:rank])
+            ids = torch.arange(start, start + counts[rank], dtype=torch.int64)
+            source = "contiguous"
+        else:
+            ids = _as_index("global_ids", global_ids)
+            source = "ids:" + _digest(ids)
+        return cls(owned_counts=counts, rank=rank, global_ids=ids, group=group, source=source)
+
+    @classmethod
+    def chunked(cls, num_nodes: int, group: Any = None) -> ShardSpec:
+        """Contiguous rows in ``torch.chunk`` sizes: the layout of a DTensor with ``Shard(0)``."""
+        _, world = group_rank_and_size(group)
+        chunk = -(-num_nodes // world) if world else 0
+        counts = [max(0, min(chunk, num_nodes - r * chunk)) for r in range(world)]
+        return cls.from_counts(counts, group)
+
+    # --- what it says ---------------------------------------------------------------------------
+
+    @property
+    def world_size(self) -> int:
+        return len(self.owned_counts)
+
+    @property
+    def num_nodes(self) -> int:
+        return sum(self.owned_counts)
+
+    @property
+    def num_owned(self) -> int:
+        return self.owned_counts[self.rank]
+
+    @property
+    def has_halo(self) -> bool:
+        return self.send_index is not None
+
+    @property
+    def num_ghost(self) -> int:
+        return sum(self.recv_counts) if self.recv_counts is not None else 0
+
+    @property
+    def is_contiguous(self) -> bool:
+        """Rank ``r`` owns the ``r``-th contiguous block of global ids (chunked or counts layout)."""
+        return self.source == "contiguous"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ShardSpec) and self._key == other._key
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __repr__(self) -> str:
+        halo = f", ghosts={self.num_ghost}" if self.has_halo else ", no halo"
+        return f"ShardSpec(rank={self.rank}/{self.world_size}, owned={self.num_owned}/{self.num_nodes}{halo}, {self.source})"
+
+    # --- cached plans -------------------------------------------------------------------------
+
+    def _on(self, name: str, device: torch.device) -> Tensor:
+        """A cached copy of an index tensor on ``device``."""
+        key = (name, device)
+        if key not in self._cache:
+            self._cache[key] = getattr(self, name).to(device)
+        return self._cache[key]
+
+    def all_global_ids(self) -> Tensor:
+        """Every rank's owned global ids, in rank order, ``(N,)`` int64 (one collective, cached)."""
+        if "all_ids" not in self._cache:
+            if self.is_contiguous:
+                self._cache["all_ids"] = torch.arange(self.num_nodes, dtype=torch.int64)
+            else:
+                with torch.no_grad():
+                    ids = all_gather_v(self.global_ids[:, None], list(self.owned_counts), group=self.group)[:, 0]
+                self._cache["all_ids"] = ids
+        return self._cache["all_ids"]
+
+    def redistribute_plan(self, target: ShardSpec) -> tuple[Tensor, list[int], list[int], Tensor]:
+        """The exchange that moves rows from this layout to ``target`` (cached per target).
+
+        Returns ``(send_index, send_counts, recv_counts, gather_index)``: rows ``send_index`` go out,
+        grouped by destination rank; ``received.index_select(0, gather_index)`` are then the target's
+        owned rows, in the target's order.
+
+        The plan comes from a directory: the rank owning global id ``g`` in a contiguous split of
+        ``0..N-1`` learns where ``g`` sits in the target layout and tells the rank that holds ``g``
+        now. Memory per rank is O(its rows), never O(N). Communication, once: four ``all_to_all_v``
+        of int64 rows, and four of per-rank counts.
+        """
+        if target._key in self._cache:
+            return self._cache[target._key]
+        if target.world_size != self.world_size or target.num_nodes != self.num_nodes:
+            raise ValueError(
+                f"Expected a layout of the same {self.num_nodes} nodes on {self.world_size} ranks "
+                f"(got {target.num_nodes} nodes on {target.world_size} ranks)"
+            )
+        n, world = self.num_nodes, self.world_size
+        block = max(1, -(-n // world))
+        lo = self.rank * block
+        with torch.no_grad():
+            # 1. the target's rows tell the directory where they live: rank << 32 | position
+            code = (target.rank << 32) + torch.arange(target.num_owned, dtype=torch.int64)
+            (entries, _, _, _) = self._to_directory(torch.stack([target.global_ids, code], 1), block)
+            table = torch.full((max(0, min(block, n - lo)),), -1, dtype=torch.int64)
+            table[entries[:, 0] - lo] = entries[:, 1]
+            # 2. this layout's rows ask the directory, and the answers come back the same way
+            asks, order, counts, recv = self._to_directory(self.global_ids[:, None], block)
+            answers = all_to_all_v(table[asks[:, 0] - lo][:, None], recv, counts, group=self.group)[:, 0]
+            where = torch.empty_like(answers)
+            where[order] = answers
+            dest_rank, dest_pos = where >> 32, where & ((1 << 32) - 1)
+            # 3. the plan: send each row to its target rank, which learns where to put it
+            send_index = torch.argsort(dest_rank, stable=True)
+            send_counts = torch.bincount(dest_rank, minlength=world).tolist()
+            recv_counts = self._counts_sent_to_me(send_counts)
+            placement = all_to_all_v(dest_pos[send_index][:, None], send_counts, recv_counts, group=self.group)[:, 0]
+            gather_index = torch.empty_like(placement)
+            gather_index[placement] = torch.arange(placement.numel(), dtype=torch.int64)
+        plan = (send_index, send_counts, recv_counts, gather_index)
+        self._cache[target._key] = plan
+        return plan
+
+    def _counts_sent_to_me(self, counts: list[int]) -> list[int]:
+        """What each rank sends me, given what I send each rank (one small exchange)."""
+        world = self.world_size
+        mine = torch.tensor(counts, dtype=torch.int64)[:, None]
+        return all_to_all_v(mine, [1] * world, [1] * world, group=self.group)[:, 0].tolist()
+
+    def _to_directory(self, rows: Tensor, block: int) -> tuple[Tensor, Tensor, list[int], list[int]]:
+        """Send ``rows`` (column 0: a global id) to the rank owning that id's block.
+
+        Returns what this rank received, the order rows were sent in, and the counts both ways.
+        """
+        owner = rows[:, 0] // block
+        order = torch.argsort(owner, stable=True)
+        counts = torch.bincount(owner, minlength=self.world_size).tolist()
+        recv = self._counts_sent_to_me(counts)
+        return all_to_all_v(rows[order], counts, recv, group=self.group), order, counts, recv
