@@ -1,0 +1,156 @@
+"""The ``meshshard partition / info / verify / plot`` subcommands.
+
+``register(subparsers)`` is called by ``meshshard.cli``. Each command reports its own errors
+(this layer may not import ``meshshard.cli``): bad input prints one line
+``meshshard <command>: error: <file>: <problem>`` on stderr and returns 2; ``verify`` returns 1
+when a check fails. Heavy modules are imported inside the commands, so ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = ["register"]
+
+
+def _error(command: str, where: object, err: BaseException) -> int:
+    message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    prefix = f"{where}: " if where is not None and not message.startswith(f"{where}") else ""
+    print(f"meshshard {command}: error: {prefix}{message}", file=sys.stderr)
+    return 2
+
+
+def _weights(text: str) -> list[float]:
+    try:
+        return [float(w) for w in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated numbers (got {text!r})") from None
+
+
+def _cmd_partition(args: argparse.Namespace) -> int:
+    from meshshard.partition._api import partition_file
+    from meshshard.partition._format import check_output_dir, read_metadata
+    from meshshard.partition._progress import Steps
+    from meshshard.partition._report import print_summary
+
+    out = Path(args.out)
+    try:
+        check_output_dir(out, args.force)
+    except ValueError as err:
+        return _error("partition", None, err)
+    try:
+        with Steps(enabled=not args.quiet) as steps:
+            folder = partition_file(
+                args.input, out, args.parts, format=args.format, graph=args.graph, knn=args.knn,
+                radius=args.radius, ncommon=args.ncommon, method=args.method,
+                halo_hops=args.halo_hops, imbalance=args.imbalance, seed=args.seed,
+                recursive=args.recursive, tpwgts=args.tpwgts, force=args.force, steps=steps)
+    except (ValueError, OSError, MemoryError) as err:
+        return _error("partition", args.input, err)
+    if not args.quiet:
+        print_summary(read_metadata(folder), steps.seconds)
+    return 0
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    from meshshard.partition._format import dump_metadata, read_metadata
+    from meshshard.partition._report import print_summary
+
+    try:
+        meta = read_metadata(args.dir)
+    except ValueError as err:
+        return _error("info", args.dir, err)
+    if args.json:
+        sys.stdout.write(dump_metadata(meta))
+    else:
+        print(f"{args.dir}: {meta['format']} v{meta['format_version']}, input "
+              f"{meta['input'].get('name')} ({meta['input'].get('kind')})")
+        print_summary(meta)
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from meshshard.partition._format import read_metadata
+    from meshshard.partition._verify import verify_partition
+
+    try:
+        meta = read_metadata(args.dir)
+        problems = verify_partition(args.dir)
+    except ValueError as err:
+        return _error("verify", args.dir, err)
+    if problems:
+        for problem in problems:
+            print(f"FAIL {problem}")
+        print(f"{args.dir}: {len(problems)} problem(s) found")
+        return 1
+    print(f"{args.dir}: OK ({meta['num_parts']} parts, {meta['num_nodes']:,} nodes, "
+          f"{meta['num_edges']:,} directed edges, halo_hops={meta['halo_hops']}; ownership, "
+          "edges, halo, plans, checksums checked)")
+    return 0
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from meshshard.partition._plot import plot_partition
+
+    try:
+        out = plot_partition(args.dir, args.out)
+    except (ValueError, OSError, ImportError) as err:
+        return _error("plot", args.dir, err)
+    print(f"wrote {out}")
+    return 0
+
+
+def _add(subparsers: argparse._SubParsersAction, name: str, help: str,
+         func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(name, help=help, description=help)
+    parser.set_defaults(func=func)
+    return parser
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``partition``, ``info``, ``verify`` and ``plot`` sub-parsers."""
+    p = _add(subparsers, "partition", "split a mesh, graph or point cloud into parts, with "
+             "ghosts and halo plans, into a partition folder", _cmd_partition)
+    p.add_argument("input", help="mesh (any meshio format), METIS graph (.graph[.bz2]) or "
+                   "mesh, or point cloud (.npy/.npz, N x 2 or N x 3)")
+    p.add_argument("--parts", "-k", type=int, required=True, help="number of parts (ranks)")
+    p.add_argument("--out", "-o", required=True, help="partition folder to create")
+    p.add_argument("--method", choices=("metis", "rcb", "morton"), default="metis")
+    p.add_argument("--graph", choices=("nodal", "dual", "knn", "radius"), default=None,
+                   help="graph to partition (default: nodal for meshes, knn for point "
+                   "clouds, the file's own graph for METIS graphs)")
+    p.add_argument("--knn", type=int, default=6, help="neighbours per point for --graph knn")
+    p.add_argument("--radius", type=float, default=None, help="radius for --graph radius")
+    p.add_argument("--ncommon", type=int, default=None,
+                   help="shared nodes joining two cells in the dual graph (default: a face)")
+    p.add_argument("--halo-hops", type=int, default=1,
+                   help="k: ghosts within k hops, edges for k layers with no exchange")
+    p.add_argument("--imbalance", type=float, default=0.03,
+                   help="allowed max/mean - 1 of the part loads (METIS ufactor / 1000)")
+    p.add_argument("--seed", type=int, default=0, help="METIS random seed")
+    p.add_argument("--recursive", action="store_true",
+                   help="METIS recursive bisection instead of k-way")
+    p.add_argument("--tpwgts", type=_weights, default=None,
+                   help="target share of each part, comma-separated, summing to 1")
+    p.add_argument("--format", default="auto",
+                   choices=("auto", "meshio", "metis-graph", "metis-mesh", "points"),
+                   help="input format (default: from the file name)")
+    p.add_argument("--force", action="store_true", help="replace an existing partition folder")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars, no summary")
+
+    p = _add(subparsers, "info", "print a partition folder's metadata", _cmd_info)
+    p.add_argument("dir", help="partition folder")
+    p.add_argument("--json", action="store_true", help="print the metadata as JSON")
+
+    p = _add(subparsers, "verify", "check every invariant and checksum of a partition folder "
+             "(exit 0 valid, 1 not)", _cmd_verify)
+    p.add_argument("dir", help="partition folder")
+
+    p = _add(subparsers, "plot", "draw a partition's nodes coloured by part, ghosts outlined",
+             _cmd_plot)
+    p.add_argument("dir", help="partition folder")
+    p.add_argument("--out", "-o", required=True, help="image file to write (e.g. parts.png)")

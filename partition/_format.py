@@ -1,0 +1,371 @@
+"""The on-disk partition format, version 1 (``FORMAT_VERSION``).
+
+A partition is a folder with one metadata file and one archive per rank::
+
+    DIR/
+    ├── partition.json     format, parameters, input checksum, counts and checksum per part
+    ├── part-00000.npz     rank 0's arrays
+    ├── part-00001.npz     rank 1's arrays
+    └── ...                part-{rank:05d}.npz, one per rank
+
+Numbering (as in DESIGN.md). Global node ids are the input's own order (mesh points, graph
+vertices, cloud points; for ``--graph dual``, the cells of the mesh's highest dimension, block
+after block). Global edge ids number the directed edges ``src -> dst`` of the undirected graph
+(both directions of every edge, no self-loops) in ``(dst, src)`` lexicographic order. On rank
+``r``, local ids ``0..N_own-1`` are the owned nodes in ascending global id, then
+``N_own..N_local-1`` the ghosts, grouped by owning rank (ascending) and by ascending global id
+within a group.
+
+Edges and halo, for ``k = halo_hops``:
+
+- Ghosts are the nodes within ``k`` hops (undirected) of an owned node that the rank does not
+  own. ``node_hops`` gives each local node's hop distance to the owned set: 0 owned, 1..k ghost.
+- Local edges are all the global directed edges whose ``dst`` has ``node_hops <= k - 1``.
+  The **owned edges** (``dst < N_own``) come first, in global edge id order: every global edge
+  is an owned edge of exactly one rank, the owner of its ``dst``. For ``k > 1`` the **redundant
+  copies** follow (``dst`` a ghost within ``k - 1`` hops, ``dst >= N_own``), also in global edge
+  id order; ``parts[r].num_owned_edges`` in the metadata says where they start. With these edges,
+  ``k`` message-passing layers run with no exchange: after layer ``l`` the rows with
+  ``node_hops <= k - l`` are exact, so the owned rows are exact after ``k`` layers. For ``k = 1``
+  every stored edge is an owned edge and ghosts are exactly the non-owned sources.
+- Halo plan (``indexed_all_to_all_v``): rank ``r`` sends ``send_index`` (local owned rows,
+  grouped by destination rank ascending, within a destination in that rank's ghost order, i.e.
+  ascending global id), ``send_counts[q]`` rows to rank ``q``; it receives ``recv_counts[q]``
+  rows from ``q``, and the received rows, grouped by source rank, are exactly its ghost rows in
+  local order. ``send_counts[r] == recv_counts[r] == 0``. In k-hop mode the plan covers all
+  ``k`` rings of ghosts (one exchange of the input features fills the whole halo).
+
+Part file ``part-{rank:05d}.npz``: a numpy ``.npz`` archive, uncompressed, members in this
+order, zip timestamps fixed at 1980-01-01, so its bytes depend only on its content:
+
+=================  =======  ====================  ==============================================
+array              dtype    shape                 content
+=================  =======  ====================  ==============================================
+owned_ids          int64    (N_own,)              global ids of the owned nodes, ascending
+ghost_ids          int64    (N_ghost,)            global ids of the ghosts, in local order
+ghost_owner        int64    (N_ghost,)            owning rank of each ghost (non-decreasing)
+node_hops          int8     (N_local,)            hop distance to the owned set, 0..k
+edge_index         int64    (2, E_local)          local ids, row 0 src, row 1 dst
+global_edge_ids    int64    (E_local,)            global edge id of each local edge
+send_index         int64    (sum(send_counts),)   local owned rows to send, grouped by rank
+send_counts        int64    (R,)                  rows sent to each rank
+recv_counts        int64    (R,)                  rows received from each rank
+pos                float64  (N_local, D)          coordinates; only when the input has them
+=================  =======  ====================  ==============================================
+
+``partition.json`` of the example below: the six-node triangle mesh ::
+
+    3 --- 4 --- 5
+    | \\   | \\   |
+    0 --- 1 --- 2       triangles (0, 1, 4), (0, 4, 3), (1, 2, 5), (1, 5, 4)
+
+with nodes 0, 1, 3 given to rank 0 and 2, 4, 5 to rank 1, written by
+``save_partition(partition_mesh(points, [("triangle", triangles)], 2, parts=[0, 0, 1, 0, 1, 1]),
+DIR)`` with ``points`` the grid ``(x, y) = (i % 3, i // 3)``. ``input.sha256`` is the SHA-256 of
+the input file (in memory: of the graph's CSR ``indptr`` and ``indices`` as int64); every
+``parts[r].sha256`` is the part file's. ``imbalance`` is the largest owned count over the mean;
+``load_imbalance`` the largest load over its target (vertex weight, target shares);
+``halo_fraction`` all ghosts over all nodes; ``refinement`` is ``null`` or
+``{"edge_cut_before", "load_imbalance_before", "moved"}``::
+
+    {
+      "format": "meshshard-partition",
+      "format_version": 1,
+      "num_parts": 2,
+      "num_nodes": 6,
+      "num_edges": 18,
+      "edge_cut": 5,
+      "imbalance": 1.0,
+      "halo_fraction": 1.0,
+      "halo_hops": 1,
+      "pos_dim": 2,
+      "method": "given",
+      "graph": "nodal",
+      "input": {
+        "kind": "memory",
+        "name": null,
+        "sha256": "7e04272941e063862f583f92987651553f1fa249e23dbdebc8141ad77ea49ccf"
+      },
+      "parameters": {},
+      "load_imbalance": 1.0,
+      "refinement": null,
+      "parts": [
+        {"part": 0, "num_owned": 3, "num_ghost": 3, "num_edges": 9, "num_owned_edges": 9,
+         "num_send": 3, "file": "part-00000.npz",
+         "sha256": "ae26607a35477b189e326eea51fb4c4652c701ee05f04ecfe1f992d86eee5fc7"},
+        {"part": 1, "num_owned": 3, "num_ghost": 3, "num_edges": 9, "num_owned_edges": 9,
+         "num_send": 3, "file": "part-00001.npz",
+         "sha256": "834df15200c9473310638d6721ef785d0964a97c8f0cc6c79fae54c585204743"}
+      ]
+    }
+
+and its two part files (``pos`` left out here)::
+
+    {
+      "0": {
+        "owned_ids": [0, 1, 3],
+        "ghost_ids": [2, 4, 5],
+        "ghost_owner": [1, 1, 1],
+        "node_hops": [0, 0, 0, 1, 1, 1],
+        "edge_index": [[1, 2, 4, 0, 3, 4, 5, 0, 4], [0, 0, 0, 1, 1, 1, 1, 2, 2]],
+        "global_edge_ids": [0, 1, 2, 3, 4, 5, 6, 9, 10],
+        "send_index": [0, 1, 2],
+        "send_counts": [0, 3],
+        "recv_counts": [0, 3]
+      },
+      "1": {
+        "owned_ids": [2, 4, 5],
+        "ghost_ids": [0, 1, 3],
+        "ghost_owner": [0, 0, 0],
+        "node_hops": [0, 0, 0, 1, 1, 1],
+        "edge_index": [[4, 2, 3, 4, 5, 2, 4, 0, 1], [0, 0, 1, 1, 1, 1, 2, 2, 2]],
+        "global_edge_ids": [7, 8, 11, 12, 13, 14, 15, 16, 17],
+        "send_index": [0, 1, 2],
+        "send_counts": [3, 0],
+        "recv_counts": [3, 0]
+      }
+    }
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from meshshard.partition._partition import PART_ARRAYS, Partition
+
+__all__ = [
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "METADATA_FILE",
+    "part_file_name",
+    "make_metadata",
+    "save_partition",
+    "load_partition",
+    "read_metadata",
+    "check_output_dir",
+]
+
+FORMAT_NAME = "meshshard-partition"
+FORMAT_VERSION = 1
+METADATA_FILE = "partition.json"
+
+_DTYPES: dict[str, np.dtype] = {name: np.dtype(np.int64) for name in PART_ARRAYS}
+_DTYPES.update(node_hops=np.dtype(np.int8), pos=np.dtype(np.float64))
+_ZIP_DATE = (1980, 1, 1, 0, 0, 0)
+
+
+def part_file_name(rank: int) -> str:
+    return f"part-{rank:05d}.npz"
+
+
+def make_metadata(
+    *,
+    num_nodes: int,
+    num_edges: int,
+    edge_cut: int,
+    imbalance: float,
+    halo_hops: int,
+    pos_dim: int | None,
+    attrs: Mapping[str, Any],
+    parts: Sequence[Mapping[str, Any]],
+) -> dict[str, Any]:
+    """The metadata of a partition (without file names and checksums), keys in a fixed order."""
+    meta: dict[str, Any] = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "num_parts": len(parts),
+        "num_nodes": int(num_nodes),
+        "num_edges": int(num_edges),
+        "edge_cut": int(edge_cut),
+        "imbalance": float(imbalance),
+        "halo_fraction": float(sum(p["num_ghost"] for p in parts) / max(num_nodes, 1)),
+        "halo_hops": int(halo_hops),
+        "pos_dim": pos_dim,
+        "method": "given",
+        "graph": None,
+    }
+    meta.update(attrs)
+    meta["parts"] = [dict(p) for p in parts]
+    return meta
+
+
+def check_output_dir(out: Path, force: bool) -> None:
+    """Raise unless ``out`` is absent, an empty folder, or (with ``force``) a partition folder."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ValueError(f"{out}: exists and is not a folder")
+    if not any(out.iterdir()):
+        return
+    if not force:
+        raise ValueError(f"{out}: exists and is not empty (pass --force to replace it)")
+    if not (out / METADATA_FILE).is_file():
+        raise ValueError(f"{out}: is not a partition folder (no {METADATA_FILE}); "
+                         "refusing to replace it, even with --force")
+
+
+def _write_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> str:
+    """Write an uncompressed ``.npz`` archive whose bytes depend only on the arrays (fixed
+    member order and timestamps); return its SHA-256."""
+    with open(path, "wb") as file, zipfile.ZipFile(file, "w", zipfile.ZIP_STORED) as archive:
+        for name, array in arrays.items():
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=_ZIP_DATE)
+            info.external_attr = 0o644 << 16
+            with archive.open(info, "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.ascontiguousarray(array, dtype=_DTYPES[name]),
+                                          allow_pickle=False)
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while chunk := file.read(1 << 24):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def save_partition(
+    partitions: Sequence[Partition],
+    out_dir: str | os.PathLike[str],
+    *,
+    force: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> Path:
+    """Write a partition folder (atomically: a temporary folder next to it, renamed at the end).
+
+    Args:
+        partitions: Every rank's :class:`Partition`, in rank order.
+        out_dir: The folder to create.
+        force: Replace an existing partition folder.
+        progress: Called with 1 after each part file.
+
+    Returns:
+        The folder's path.
+    """
+    out = Path(out_dir)
+    check_output_dir(out, force)
+    if not partitions or [p.rank for p in partitions] != list(range(partitions[0].num_parts)):
+        raise ValueError("Expected one partition per rank, in rank order")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        meta = dict(partitions[0].metadata)
+        entries = []
+        for p, entry in zip(partitions, meta["parts"]):
+            digest = _write_npz(tmp / part_file_name(p.rank), p.arrays())
+            entries.append({**entry, "file": part_file_name(p.rank), "sha256": digest})
+            if progress is not None:
+                progress(1)
+        meta["parts"] = entries
+        (tmp / METADATA_FILE).write_text(dump_metadata(meta))
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def dump_metadata(meta: Mapping[str, Any]) -> str:
+    """The JSON text of the metadata: two-space indent, one line per part."""
+    parts = meta.get("parts", [])
+    body = json.dumps({k: v for k, v in meta.items() if k != "parts"}, indent=2)
+    lines = ",\n".join("    " + json.dumps(p) for p in parts)
+    return body[:-2] + ',\n  "parts": [\n' + lines + "\n  ]\n}\n"
+
+
+def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The metadata of a partition folder, after checking its format name and version."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise ValueError(f"{folder}: no such folder")
+    file = folder / METADATA_FILE
+    if not file.is_file():
+        raise ValueError(f"{folder}: not a partition folder (no {METADATA_FILE})")
+    try:
+        meta = json.loads(file.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"{file}: not valid JSON ({err})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+        raise ValueError(f"{file}: Expected format {FORMAT_NAME!r} "
+                         f"(got {meta.get('format') if isinstance(meta, dict) else meta!r})")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{file}: Expected format version {FORMAT_VERSION} "
+                         f"(got {meta.get('format_version')!r}); re-run meshshard partition")
+    parts = meta.get("parts")
+    if not isinstance(parts, list) or len(parts) != meta.get("num_parts"):
+        raise ValueError(f"{file}: Expected a 'parts' list of num_parts entries")
+    return meta
+
+
+def _read_npz(data: bytes, file: Path) -> dict[str, np.ndarray]:
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+            return {name: archive[name] for name in archive.files}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
+        raise ValueError(f"{file}: not a readable part file ({err})") from None
+
+
+def _check_arrays(arrays: Mapping[str, np.ndarray], entry: Mapping[str, Any], num_parts: int,
+                  pos_dim: int | None, file: Path) -> None:
+    """Check names, dtypes and shapes of a part file's arrays against its metadata entry."""
+    names = [n for n in PART_ARRAYS if n != "pos" or pos_dim is not None]
+    if list(arrays) != names:
+        raise ValueError(f"{file}: Expected arrays {names} (got {list(arrays)})")
+    n_own, n_ghost, n_edges = entry["num_owned"], entry["num_ghost"], entry["num_edges"]
+    shapes = {
+        "owned_ids": (n_own,), "ghost_ids": (n_ghost,), "ghost_owner": (n_ghost,),
+        "node_hops": (n_own + n_ghost,), "edge_index": (2, n_edges),
+        "global_edge_ids": (n_edges,), "send_index": (entry["num_send"],),
+        "send_counts": (num_parts,), "recv_counts": (num_parts,),
+        "pos": (n_own + n_ghost, pos_dim),
+    }
+    for name in names:
+        a = arrays[name]
+        if a.dtype != _DTYPES[name] or a.shape != shapes[name]:
+            raise ValueError(f"{file}: Expected '{name}' {_DTYPES[name]} of shape "
+                             f"{shapes[name]} (got {a.dtype} {a.shape})")
+
+
+def load_partition(
+    path: str | os.PathLike[str], rank: int, *, check_checksum: bool = True
+) -> Partition:
+    """Load rank ``rank``'s shard: reads only the metadata and that rank's part file.
+
+    Checks the format name and version, the file's SHA-256 against the metadata, and the
+    arrays' names, dtypes and shapes.
+
+    Raises:
+        ValueError: a missing, altered, truncated or foreign file, or a rank out of range.
+    """
+    folder = Path(path)
+    meta = read_metadata(folder)
+    num_parts = meta["num_parts"]
+    if not 0 <= rank < num_parts:
+        raise ValueError(f"Expected a rank in [0, {num_parts}) (got {rank})")
+    entry = meta["parts"][rank]
+    file = folder / entry["file"]
+    try:
+        data = file.read_bytes()
+    except FileNotFoundError:
+        raise ValueError(f"{file}: missing") from None
+    if check_checksum and hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        raise ValueError(f"{file}: checksum mismatch, the file was altered or truncated "
+                         "(re-run meshshard partition)")
+    arrays = _read_npz(data, file)
+    _check_arrays(arrays, entry, num_parts, meta.get("pos_dim"), file)
+    return Partition(
+        rank=rank, num_parts=num_parts, num_nodes=meta["num_nodes"],
+        halo_hops=meta["halo_hops"],
+        num_owned_per_part=np.array([p["num_owned"] for p in meta["parts"]], dtype=np.int64),
+        metadata=meta, **arrays)

@@ -1,0 +1,116 @@
+"""Assigning parts: METIS golden cuts on 4elt, geometric methods, targets, refinement.
+
+4elt: KarypisLab/METIS graphs/ (Apache-2.0), via ../shared/data.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from meshshard.partition import (Graph, assign_parts, edge_cut, imbalance, partition_file,
+                                 read_input, read_metadata, refine_balance)
+from meshshard.partition._assign import load_imbalance, morton_codes
+
+from .conftest import grid_triangles
+
+
+@pytest.fixture(scope="module")
+def elt4(shared_data: Path) -> Graph:
+    return read_input(shared_data / "metis/4elt.graph").graph
+
+
+def test_4elt_golden_cuts(elt4: Graph) -> None:
+    """pymetis 2025.2.2 cuts 4elt into 4 parts with 366 edges (k-way, ufactor 30, seed 0) and
+    378 with recursive bisection (seed 0), per ../shared/data/README.md."""
+    kway = assign_parts(elt4, 4, "metis", seed=0, imbalance=0.03)
+    assert edge_cut(elt4, kway) == 366
+    recursive = assign_parts(elt4, 4, "metis", seed=0, imbalance=0.03, recursive=True)
+    assert edge_cut(elt4, recursive) == 378
+
+
+def test_4elt_golden_cut_through_the_command(shared_data: Path, tmp_path: Path) -> None:
+    meta = read_metadata(partition_file(shared_data / "metis/4elt.graph", tmp_path / "p", 4))
+    assert meta["edge_cut"] == 366 and meta["refinement"] is None
+    assert meta["imbalance"] <= 1.03 and meta["pos_dim"] is None
+    assert meta["parameters"] == {"seed": 0, "imbalance": 0.03, "tpwgts": None,
+                                  "recursive": False}
+
+
+def test_target_part_weights(elt4: Graph) -> None:
+    parts = assign_parts(elt4, 3, "metis", tpwgts=[0.5, 0.25, 0.25])
+    share = np.bincount(parts) / elt4.num_nodes
+    np.testing.assert_allclose(share, [0.5, 0.25, 0.25], atol=0.02)
+    with pytest.raises(ValueError, match="Expected target part weights that sum to 1"):
+        assign_parts(elt4, 3, "metis", tpwgts=[0.5, 0.5, 0.5])
+    with pytest.raises(ValueError, match="Expected 3 target part weights .got 2."):
+        assign_parts(elt4, 3, "metis", tpwgts=[0.5, 0.5])
+
+
+@pytest.fixture(scope="module")
+def grid() -> Graph:
+    points, triangles = grid_triangles(40, 30)
+    edges = np.concatenate([triangles[:, [0, 1]], triangles[:, [1, 2]], triangles[:, [2, 0]]]).T
+    return Graph.from_edge_index(edges, len(points), pos=points)
+
+
+@pytest.mark.parametrize("method", ["rcb", "morton"])
+@pytest.mark.parametrize("num_parts", [1, 3, 7])
+def test_geometric_methods_balance(grid: Graph, method: str, num_parts: int) -> None:
+    parts = assign_parts(grid, num_parts, method)
+    counts = np.bincount(parts, minlength=num_parts)
+    assert counts.max() - counts.min() <= 1
+    np.testing.assert_array_equal(parts, assign_parts(grid, num_parts, method))
+    assert edge_cut(grid, parts) < grid.num_edges // 2 // 3
+
+
+def test_geometric_targets(grid: Graph) -> None:
+    for method in ("rcb", "morton"):
+        parts = assign_parts(grid, 2, method, tpwgts=[0.75, 0.25])
+        assert abs(np.bincount(parts)[0] - 0.75 * grid.num_nodes) <= 1
+
+
+def test_geometric_methods_need_coordinates(elt4: Graph) -> None:
+    with pytest.raises(ValueError, match="Method 'rcb' needs coordinates"):
+        assign_parts(elt4, 2, "rcb")
+
+
+def test_morton_codes_order_quadrants() -> None:
+    pos = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    assert np.argsort(morton_codes(pos)).tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize(("num_parts", "match"), [
+    (0, r"Expected --parts >= 1 \(got 0\)"),
+    (10**6, r"Expected at most one part per node: --parts <= 1200 \(got 1000000\)"),
+])
+def test_bad_part_counts(grid: Graph, num_parts: int, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        assign_parts(grid, num_parts)
+
+
+def test_refinement_restores_balance(grid: Graph) -> None:
+    x = grid.pos[:, 0]
+    parts = np.digitize(x, [0.4, 0.7]).astype(np.int64)  # 3 stripes: 40 %, 30 %, 30 %
+    assert imbalance(parts, 3) > 1.15
+    refined, moved = refine_balance(grid, parts, 3, imbalance=0.03)
+    assert load_imbalance(grid, refined, 3) <= 1.03 and moved > 0
+    assert edge_cut(grid, refined) < 3 * edge_cut(grid, parts)
+    assert (np.bincount(refined, minlength=3) > 0).all()
+
+
+def test_refinement_with_targets_and_weights(grid: Graph) -> None:
+    weights = np.where(grid.pos[:, 1] > 0.5, 3, 1)[:, None]
+    weighted = Graph(grid.indptr, grid.indices, pos=grid.pos, vertex_weights=weights)
+    parts = (grid.pos[:, 0] > 0.5).astype(np.int64)
+    refined, _ = refine_balance(weighted, parts, 2, imbalance=0.02, tpwgts=[0.3, 0.7])
+    assert load_imbalance(weighted, refined, 2, [0.3, 0.7]) <= 1.02
+
+
+def test_refinement_runs_when_metis_overshoots(mesh_file: Path, tmp_path: Path) -> None:
+    meta = read_metadata(partition_file(mesh_file, tmp_path / "p", 5, imbalance=0.0))
+    if meta["refinement"] is not None:
+        assert meta["refinement"]["edge_cut_before"] > 0
+        assert meta["load_imbalance"] <= meta["refinement"]["load_imbalance_before"]

@@ -1,0 +1,97 @@
+"""Graph builders: nodal (higher-order cells included), dual, kNN, radius, edge lists."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.spatial.distance import cdist
+
+from meshshard.partition import Graph
+from meshshard.partition._graph import cell_edge_pairs, dual_graph, knn_graph, nodal_graph, \
+    radius_graph
+
+
+def _neighbours(graph: Graph, node: int) -> list[int]:
+    return graph.indices[graph.indptr[node]:graph.indptr[node + 1]].tolist()
+
+
+def test_from_edge_index_is_simple_symmetric_and_sorted() -> None:
+    edges = np.array([[0, 1, 1, 2, 2, 3], [1, 0, 2, 2, 0, 1]])  # duplicate, self-loop
+    graph = Graph.from_edge_index(edges, 5)
+    assert graph.num_nodes == 5 and graph.num_edges == 8
+    assert [_neighbours(graph, v) for v in range(5)] == [[1, 2], [0, 2, 3], [0, 1], [1], []]
+    src, dst = graph.edge_index()
+    assert (np.diff(dst * 5 + src) > 0).all()  # global edge ids in (dst, src) order
+
+
+@pytest.mark.parametrize(("edges", "match"), [
+    (np.zeros((3, 2), dtype=int), r"Expected 'edge_index' of shape \(2, E\) \(got \(3, 2\)\)"),
+    (np.array([[0], [7]]), r"Expected node ids in \[0, 4\) in 'edge_index'"),
+    (np.array([[0.5], [1.0]]), "Expected an integer 'edge_index'"),
+])
+def test_from_edge_index_rejects(edges: np.ndarray, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        Graph.from_edge_index(edges, 4)
+
+
+def test_quadratic_triangle_keeps_mid_edge_nodes() -> None:
+    graph = nodal_graph([("triangle6", np.arange(6)[None])], 6)
+    assert [_neighbours(graph, v) for v in range(6)] == [
+        [3, 5], [3, 4], [4, 5], [0, 1], [1, 2], [0, 2]]
+
+
+def test_quadratic_tetra_and_quad9() -> None:
+    tet = nodal_graph([("tetra10", np.arange(10)[None])], 10)
+    assert tet.degree().tolist() == [3] * 4 + [2] * 6  # each corner: 3 mid nodes; each mid: 2
+    quad = nodal_graph([("quad9", np.arange(9)[None])], 9)
+    assert _neighbours(quad, 8) == [4, 5, 6, 7]
+    assert quad.degree().min() >= 2
+
+
+def test_unknown_cell_type_is_a_clique_and_isolated_nodes_stay() -> None:
+    assert cell_edge_pairs("hexahedron27", 27).shape == (27 * 26 // 2, 2)
+    graph = nodal_graph([("hexahedron27", np.arange(27)[None])], 30)
+    assert graph.degree()[:27].tolist() == [26] * 27
+    assert graph.degree()[27:].tolist() == [0, 0, 0]
+
+
+def test_mixed_cells() -> None:
+    cells = [("triangle", np.array([[0, 1, 2]])), ("quad", np.array([[1, 3, 4, 2]])),
+             ("line", np.array([[4, 5]])), ("vertex", np.array([[6]]))]
+    graph = nodal_graph(cells, 7)
+    assert [_neighbours(graph, v) for v in range(7)] == [
+        [1, 2], [0, 2, 3], [0, 1, 4], [1, 4], [2, 3, 5], [4], []]
+
+
+def test_dual_graph_shares_faces_only() -> None:
+    points = np.random.default_rng(0).random((6, 3))
+    tets = np.array([[0, 1, 2, 3], [1, 2, 3, 4], [0, 1, 4, 5]])  # 0-1 share a face, 0-2 an edge
+    cells = [("tetra", tets), ("triangle", np.array([[0, 1, 2]]))]  # boundary face left out
+    graph = dual_graph(cells, points)
+    assert graph.num_nodes == 3
+    assert [_neighbours(graph, c) for c in range(3)] == [[1], [0], []]
+    np.testing.assert_allclose(graph.pos[0], points[:4].mean(axis=0))
+    assert dual_graph(cells, points, ncommon=2).num_edges == 6
+
+
+def test_knn_is_symmetric_with_at_least_k_neighbours() -> None:
+    pos = np.random.default_rng(1).random((80, 3))
+    graph = knn_graph(pos, 5)
+    dense = np.zeros((80, 80), dtype=bool)
+    dense[graph.edge_index()[1], graph.edge_index()[0]] = True
+    assert (dense == dense.T).all() and not dense.diagonal().any()
+    assert graph.degree().min() >= 5
+    nearest = np.argsort(cdist(pos, pos), axis=1)[:, 1:6]
+    assert dense[np.arange(80)[:, None], nearest].all()
+
+
+def test_radius_graph_matches_brute_force() -> None:
+    pos = np.random.default_rng(2).random((60, 2))
+    graph = radius_graph(pos, 0.2)
+    dense = np.zeros((60, 60), dtype=bool)
+    dense[graph.edge_index()[1], graph.edge_index()[0]] = True
+    expected = cdist(pos, pos) <= 0.2
+    np.fill_diagonal(expected, False)
+    assert (dense == expected).all()
+    with pytest.raises(ValueError, match=r"Expected --radius > 0 \(got 0.0\)"):
+        radius_graph(pos, 0.0)
