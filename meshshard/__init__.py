@@ -23,6 +23,8 @@ __version__ = "0.1.0"
 _LAZY: dict[str, str] = {
     "ShardSpec": "meshshard._spec",
     "ShardTensor": "meshshard._tensor",
+    "ShardGraph": "meshshard._graph",
+    "edge_features": "meshshard._graph",
 }
 
 __all__ = ["__version__", *_LAZY]

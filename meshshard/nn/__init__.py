@@ -2,4 +2,6 @@
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from ._meshgraphnet import MLP, MeshGraphNet, ProcessorBlock
+
+__all__ = ["MLP", "MeshGraphNet", "ProcessorBlock"]
