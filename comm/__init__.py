@@ -8,6 +8,7 @@ gloo (CPU) and NCCL (GPU):
 - :func:`indexed_all_to_all_v`: the halo exchange (select rows, send them, return what arrives);
 - :func:`all_to_all_v`, :func:`all_gather_v`, :func:`gather_v`, :func:`scatter_v`;
 - :func:`sum_to_replicated`: a global sum held by every rank as one logical value;
+- :func:`sum_gradients`: the gradients of replicated parameters, summed over a group;
 - :func:`count_collectives`: record what a block of code sends, forward and backward.
 
 This layer never imports :mod:`meshshard.partition` nor the top-level layer.
@@ -24,6 +25,7 @@ from ._collectives import (
     release_workspace,
     scatter_v,
     set_debug,
+    sum_gradients,
     sum_to_replicated,
 )
 from ._context import DeviceMesh2D, DistributedContext, first_slurm_host, init_device_mesh_2d, init_distributed
@@ -36,6 +38,7 @@ __all__ = [
     "gather_v",
     "scatter_v",
     "sum_to_replicated",
+    "sum_gradients",
     "set_debug",
     "group_rank_and_size",
     "release_workspace",

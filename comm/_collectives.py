@@ -49,6 +49,7 @@ __all__ = [
     "group_rank_and_size",
     "release_workspace",
     "sum_to_replicated",
+    "sum_gradients",
 ]
 
 _debug = os.environ.get("MESHSHARD_DEBUG", "") not in ("", "0")
@@ -323,6 +324,34 @@ class _SumToReplicated(Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         return grad, None
+
+
+def sum_gradients(parameters: Any, *, group: Any = None, scale: float = 1.0) -> None:
+    """Replace each parameter's ``.grad`` by ``scale`` times its sum over the ranks of ``group``.
+
+    For replicated parameters of a sharded model: each rank's gradient is its shard's contribution,
+    and their sum is the gradient of the global loss. With data parallelism on top, sum over every
+    rank and pass ``scale = 1 / data_parallel_size`` (the mean over samples of the per-sample sums).
+    Parameters without a gradient on this rank get zeros, so every rank sends the same layout.
+
+    Communication: one ``all_reduce`` of all gradients flattened together (not autograd-aware).
+    """
+    params = [p for p in parameters if p.requires_grad]
+    if not params:
+        return
+    world = dist.get_world_size(group) if dist.is_initialized() else 1
+    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
+    nbytes = flat.numel() * flat.element_size()
+    record(CollectiveCall("sum_gradients", "backward", nbytes if world > 1 else 0, nbytes if world > 1 else 0, world))
+    if world > 1:
+        dist.all_reduce(flat, group=group)
+    if scale != 1.0:
+        flat.mul_(scale)
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.grad = flat[offset : offset + n].view_as(p).clone()
+        offset += n
 
 
 # --- public functions: validate everything locally, then one autograd Function -----------------

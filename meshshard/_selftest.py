@@ -170,17 +170,8 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _demo(args: argparse.Namespace) -> int:
-    print("meshshard demo: the sharded MeshGraphNet training demo is not built yet (see the issues);")
-    print("running the collectives self-check on 2 local ranks instead.")
-    args.ranks, args.features = 2, 16
-    return _run(args)
-
-
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("selftest", help="check the collectives on R local ranks (or under torchrun)")
     p.add_argument("--ranks", type=int, default=2, help="local ranks to start when not under torchrun (default 2)")
     p.add_argument("--features", type=int, default=16, help="feature columns per row (default 16)")
     p.set_defaults(func=_run)
-    d = subparsers.add_parser("demo", help="the README's main job on a built-in example")
-    d.set_defaults(func=_demo)

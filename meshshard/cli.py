@@ -22,6 +22,8 @@ from meshshard import __version__
 #: Modules that contribute subcommands, in the order ``--help`` lists them.
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "meshshard.partition._cli",
+    "meshshard._train",
+    "meshshard._demo",
     "meshshard._selftest",
 )
 

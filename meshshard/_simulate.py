@@ -1,0 +1,191 @@
+"""A learning task that needs no download: heat diffusion simulated on a mesh.
+
+``make_plate_mesh`` builds the demo's mesh: an unstructured triangulation of a plate with holes
+(Delaunay of jittered points, triangles inside the holes removed). ``simulate_heat`` runs the heat
+equation ``du/dt = div(kappa grad u)`` with P1 finite elements (triangles or tetrahedra, lumped mass,
+implicit Euler, insulated boundary), over trajectories that vary the initial condition (Gaussian
+blobs) and the conductivity field ``kappa`` (a smooth random field), and returns (state, next
+state) pairs as MeshGraphNet training samples.
+
+The dataset folder (``write_dataset``), readable a rank's rows at a time (numpy memory maps)::
+
+    data/
+      dataset.json      {"format": "meshshard-dataset", "num_samples": S, "num_nodes": N,
+                         "edge_scale": mean edge length (divides the edge features), ...}
+      inputs.npy        (S, N, 3) float32: u_t, kappa, boundary flag (normalised)
+      targets.npy       (S, N, 1) float32: (u_{t+1} - u_t) / delta_scale
+
+This module sees the whole mesh: it is offline preprocessing, like partitioning.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+from scipy.spatial import Delaunay
+
+__all__ = ["make_plate_mesh", "simulate_heat", "write_dataset", "read_dataset_rows", "HeatDataset"]
+
+DATASET_FORMAT = "meshshard-dataset"
+
+
+def make_plate_mesh(num_points: int = 20000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A 2-D plate ``[0, 2] x [0, 1]`` with three round holes, triangulated; about ``num_points`` nodes.
+
+    Returns:
+        points ``(N, 2)`` float64 and triangles ``(C, 3)`` int64.
+    """
+    rng = np.random.default_rng(seed)
+    h = np.sqrt(2.0 / num_points)
+    xs, ys = np.meshgrid(np.arange(0, 2 + h / 2, h), np.arange(0, 1 + h / 2, h), indexing="ij")
+    pts = np.stack([xs.ravel(), ys.ravel()], 1)
+    interior = (pts[:, 0] > 1e-9) & (pts[:, 0] < 2 - 1e-9) & (pts[:, 1] > 1e-9) & (pts[:, 1] < 1 - 1e-9)
+    pts[interior] += rng.uniform(-0.3 * h, 0.3 * h, size=(int(interior.sum()), 2))
+    holes = np.array([[0.5, 0.5, 0.18], [1.2, 0.3, 0.12], [1.5, 0.7, 0.15]])
+    keep = np.ones(len(pts), bool)
+    for cx, cy, r in holes:
+        keep &= np.hypot(pts[:, 0] - cx, pts[:, 1] - cy) > r
+    pts = pts[keep]
+    tri = Delaunay(pts).simplices
+    centroids = pts[tri].mean(1)
+    inside = np.zeros(len(tri), bool)
+    for cx, cy, r in holes:
+        inside |= np.hypot(centroids[:, 0] - cx, centroids[:, 1] - cy) < r
+    tri = tri[~inside]
+    used = np.unique(tri)
+    remap = np.full(len(pts), -1, np.int64)
+    remap[used] = np.arange(len(used))
+    return pts[used], remap[tri].astype(np.int64)
+
+
+def _p1_matrices(points: np.ndarray, cells: np.ndarray, kappa_cell: np.ndarray) -> tuple[sp.csr_matrix, np.ndarray]:
+    """Stiffness ``K`` (with conductivity) and lumped mass for P1 simplices (D = 2 or 3), vectorised."""
+    d = points.shape[1]
+    x = points[cells]  # (C, D+1, D)
+    edges = x[:, 1:] - x[:, :1]  # (C, D, D)
+    det = np.linalg.det(edges)
+    vol = np.abs(det) / (2.0 if d == 2 else 6.0)
+    # x - x_0 = edges^T lambda', so grad lambda_i (i >= 1) is column i of inv(edges)
+    inv = np.linalg.inv(edges)
+    grads = np.empty((len(cells), d + 1, d))
+    grads[:, 1:] = inv.transpose(0, 2, 1)
+    grads[:, 0] = -grads[:, 1:].sum(1)
+    local = np.einsum("cid,cjd->cij", grads, grads) * (vol * kappa_cell)[:, None, None]
+    k = d + 1
+    rows = np.repeat(cells, k, axis=1).ravel()
+    cols = np.tile(cells, (1, k)).ravel()
+    n = len(points)
+    stiffness = sp.csr_matrix((local.ravel(), (rows, cols)), shape=(n, n))
+    mass = np.bincount(cells.ravel(), weights=np.repeat(vol / k, k), minlength=n)
+    return stiffness, mass
+
+
+@dataclass(frozen=True)
+class HeatDataset:
+    inputs: np.ndarray  # (S, N, 3) float32
+    targets: np.ndarray  # (S, N, 1) float32
+    info: dict
+
+
+def _smooth_field(points: np.ndarray, rng: np.random.Generator, modes: int = 4) -> np.ndarray:
+    span = points.max(0) - points.min(0)
+    field = np.zeros(len(points))
+    for _ in range(modes):
+        k = rng.normal(size=points.shape[1]) * 2 * np.pi / span.max()
+        field += rng.normal() * np.cos(points @ k + rng.uniform(0, 2 * np.pi))
+    return np.exp(0.5 * field / np.sqrt(modes))
+
+
+def simulate_heat(
+    points: np.ndarray,
+    cells: np.ndarray,
+    *,
+    trajectories: int = 4,
+    steps: int = 10,
+    dt: float | None = None,
+    blob_width: tuple[float, float] = (0.02, 0.05),
+    seed: int = 0,
+) -> HeatDataset:
+    """Simulate ``trajectories`` runs of ``steps`` implicit-Euler steps; every step is a sample.
+
+    ``dt`` defaults to the squared mean edge length, so that one step moves heat about one edge
+    (the scale a few message-passing steps can learn); larger steps spread it over more hops.
+    Initial conditions are three Gaussian blobs of width ``blob_width`` (times the mesh's extent).
+
+    Shapes:
+        points: ``(N, D)``; cells: ``(C, D + 1)`` simplices. Result: ``S = trajectories * steps``
+        samples of inputs ``(N, 3)`` and targets ``(N, 1)``.
+    """
+    if cells.ndim != 2 or cells.shape[1] != points.shape[1] + 1:
+        raise ValueError(f"Expected simplices of shape (C, {points.shape[1] + 1}) (got {cells.shape})")
+    rng = np.random.default_rng(seed)
+    span = (points.max(0) - points.min(0)).max()
+    edges = np.concatenate([cells[:, [i, j]] for i in range(cells.shape[1]) for j in range(i + 1, cells.shape[1])])
+    edge_scale = float(np.linalg.norm(points[edges[:, 0]] - points[edges[:, 1]], axis=1).mean())
+    dt = edge_scale**2 if dt is None else dt
+    boundary = _boundary_nodes(cells, len(points)).astype(np.float64)
+    states, nexts, kappas = [], [], []
+    for _ in range(trajectories):
+        kappa = _smooth_field(points, rng)
+        stiffness, mass = _p1_matrices(points, cells, kappa[cells].mean(1))
+        solve = spla.factorized((sp.diags(mass) + dt * stiffness).tocsc())
+        u = np.zeros(len(points))
+        for _ in range(3):
+            c = points[rng.integers(len(points))]
+            width = rng.uniform(*blob_width) * span
+            u += rng.uniform(0.5, 1.0) * np.exp(-((points - c) ** 2).sum(1) / (2 * width**2))
+        for _ in range(steps):
+            u_next = solve(mass * u)
+            states.append(u)
+            nexts.append(u_next)
+            kappas.append(kappa)
+            u = u_next
+    u_t = np.stack(states)
+    delta = np.stack(nexts) - u_t
+    scale = float(delta.std()) or 1.0
+    k = np.stack(kappas)
+    inputs = np.stack([u_t, (k - k.mean()) / (k.std() or 1.0), np.broadcast_to(boundary, u_t.shape)], -1)
+    info = {"delta_scale": scale, "edge_scale": edge_scale, "dt": dt, "trajectories": trajectories, "steps": steps, "seed": seed,
+            "features": ["u", "kappa (normalised)", "boundary"], "targets": ["(u_next - u) / delta_scale"]}
+    return HeatDataset(inputs.astype(np.float32), (delta / scale)[..., None].astype(np.float32), info)
+
+
+def _boundary_nodes(cells: np.ndarray, n: int) -> np.ndarray:
+    """Nodes on faces (edges in 2-D) that belong to a single cell."""
+    k = cells.shape[1]
+    faces = np.sort(np.concatenate([np.delete(cells, i, axis=1) for i in range(k)]), axis=1)
+    uniq, counts = np.unique(faces, axis=0, return_counts=True)
+    flag = np.zeros(n, bool)
+    flag[uniq[counts == 1].ravel()] = True
+    return flag
+
+
+def write_dataset(data: HeatDataset, out: str | os.PathLike[str]) -> Path:
+    """Write the dataset folder (see the module docstring), atomically per file."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, array in (("inputs", data.inputs), ("targets", data.targets)):
+        tmp = out / f".{name}.npy.tmp"
+        with open(tmp, "wb") as f:
+            np.save(f, array)
+        os.replace(tmp, out / f"{name}.npy")
+    meta = {"format": DATASET_FORMAT, "format_version": 1, "num_samples": int(data.inputs.shape[0]),
+            "num_nodes": int(data.inputs.shape[1]), **data.info}
+    (out / "dataset.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return out
+
+
+def read_dataset_rows(folder: str | os.PathLike[str], sample: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Inputs ``(len(rows), 3)`` and targets ``(len(rows), 1)`` of one sample, reading only ``rows``."""
+    folder = Path(folder)
+    inputs = np.load(folder / "inputs.npy", mmap_mode="r")
+    targets = np.load(folder / "targets.npy", mmap_mode="r")
+    if not 0 <= sample < inputs.shape[0]:
+        raise ValueError(f"Expected a sample in [0, {inputs.shape[0]}) (got {sample})")
+    return np.ascontiguousarray(inputs[sample][rows]), np.ascontiguousarray(targets[sample][rows])

@@ -1,0 +1,330 @@
+"""Training a sharded MeshGraphNet under torchrun: data x domain parallel, exact resume.
+
+``torchrun --nproc-per-node R -m meshshard train PARTITION --data DATA --out RUN`` (or
+``meshshard train ... --nproc R`` to start the ranks locally). The ranks form a
+``data_parallel x domain_parallel`` mesh: each domain group (``domain_parallel`` ranks, one per part
+of the partition) trains on one sample at a time; the data groups train on different samples.
+
+Per step, for data rank ``d``: sample ``schedule(seed, step, d)``; each domain rank reads only its
+owned rows of that sample; forward and backward of the sharded model; the loss is the mean over all
+nodes of the mesh (not the mean of per-rank means); gradients are summed over the domain group and
+averaged over the data group (one ``all_reduce``), so every rank applies the gradient of the
+batch loss, equal to single-process training on the same batch.
+
+The run folder::
+
+    RUN/
+      checkpoint.pt   model, optimizer, completed steps, loss history, RNG state, config;
+                      written by rank 0 to a temporary file and renamed, so it is always whole
+      log.jsonl       one line per step: step, loss, seconds, nodes per second; with
+                      --eval-every K, a line {"step", "eval_loss"} every K steps: the mean loss
+                      over a fixed set of samples (forward only), a smoother curve than the
+                      per-sample training loss
+      first_step.pt   the batch-0 loss and the synced gradients of the first step (for checks)
+
+A resumed run (``--resume``) continues from the checkpoint and its loss trajectory equals the
+uninterrupted run's: the sample order is a pure function of (seed, step) and the computation is
+deterministic on CPU. If a rank dies, the others fail their next collective and exit with an
+error that names the step and the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+CHECKPOINT_FORMAT = "meshshard-checkpoint"
+
+__all__ = ["TrainConfig", "train", "load_checkpoint", "sample_index"]
+
+
+@dataclass
+class TrainConfig:
+    partition: str
+    data: str
+    out: str
+    steps: int = 100
+    lr: float = 1e-3
+    latent_size: int = 64
+    hidden_layers: int = 2
+    message_passing_steps: int = 6
+    activation: str = "relu"
+    data_parallel: int = 1
+    checkpoint_every: int = 20
+    resume: bool = False
+    seed: int = 0
+    log_every: int = 10
+    eval_every: int = 0
+    eval_samples: int = 8
+    quiet: bool = False
+    checkpoint_steps: bool = False
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def sample_index(seed: int, step: int, data_rank: int, data_parallel: int, num_samples: int) -> int:
+    """The sample data rank ``data_rank`` trains on at ``step``: shuffled once per epoch."""
+    k = step * data_parallel + data_rank
+    epoch, i = divmod(k, num_samples)
+    return int(np.random.default_rng([seed, epoch]).permutation(num_samples)[i])
+
+
+class PeerFailure(RuntimeError):
+    """A collective failed during training: a peer rank died or stopped responding."""
+
+
+def _atomic_save(obj: Any, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu") -> dict[str, Any]:
+    """Read a checkpoint written by :func:`train`; a clear error if it is not one."""
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=False)
+    except Exception as err:  # noqa: BLE001 - any unreadable file is reported the same way
+        raise ValueError(f"{path}: not a readable meshshard checkpoint ({err})") from None
+    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path}: not a meshshard checkpoint")
+    return ckpt
+
+
+def _maybe_fail(rank: int, step: int) -> None:
+    """Testing hook: ``MESHSHARD_FAIL_AT=RANK:STEP`` kills that rank in the middle of that step."""
+    spec = os.environ.get("MESHSHARD_FAIL_AT")
+    if spec and spec == f"{rank}:{step}":
+        print(f"rank {rank}: MESHSHARD_FAIL_AT={spec}: dying in the middle of step {step}", file=sys.stderr, flush=True)
+        os._exit(17)
+
+
+def train(cfg: TrainConfig) -> list[float]:
+    """Run (or resume) training; returns the loss of every step so far (on every rank)."""
+    import torch.distributed as dist
+
+    from meshshard import ShardGraph, ShardTensor, edge_features
+    from meshshard.comm import init_device_mesh_2d, init_distributed, sum_gradients
+    from meshshard.nn import MeshGraphNet
+    from meshshard.partition import load_partition, read_metadata
+
+    ctx = init_distributed()
+    if cfg.data_parallel < 1 or ctx.world_size % cfg.data_parallel:
+        raise ValueError(f"Expected --data-parallel to divide the world size {ctx.world_size} (got {cfg.data_parallel})")
+    domain = ctx.world_size // cfg.data_parallel
+    meta = read_metadata(cfg.partition)
+    if meta["num_parts"] != domain:
+        raise ValueError(
+            f"Expected a partition into {domain} parts ({ctx.world_size} ranks / {cfg.data_parallel} data-parallel) "
+            f"(got {meta['num_parts']} parts in {cfg.partition})"
+        )
+    data_meta = json.loads((Path(cfg.data) / "dataset.json").read_text())
+    if data_meta["num_nodes"] != meta["num_nodes"]:
+        raise ValueError(f"Expected data for {meta['num_nodes']} nodes (got {data_meta['num_nodes']} in {cfg.data})")
+    mesh = init_device_mesh_2d(domain)
+    part = load_partition(cfg.partition, mesh.domain_rank)
+    graph = ShardGraph.from_partition(part, mesh.domain_group, device=ctx.device)
+    edge_attr = edge_features(graph.pos, graph.edge_index) / float(data_meta.get("edge_scale", 1.0))
+    inputs = np.load(Path(cfg.data) / "inputs.npy", mmap_mode="r")
+    targets = np.load(Path(cfg.data) / "targets.npy", mmap_mode="r")
+    owned = np.asarray(part.owned_ids)
+
+    torch.manual_seed(cfg.seed)
+    model = MeshGraphNet(
+        inputs.shape[2], edge_attr.shape[1], targets.shape[2], latent_size=cfg.latent_size,
+        hidden_layers=cfg.hidden_layers, message_passing_steps=cfg.message_passing_steps,
+        activation=cfg.activation, checkpoint_steps=cfg.checkpoint_steps,
+    ).to(ctx.device)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    out = Path(cfg.out)
+    ckpt_path = out / "checkpoint.pt"
+    losses: list[float] = []
+    start = 0
+    if cfg.resume and ckpt_path.exists():
+        ckpt = load_checkpoint(ckpt_path, ctx.device)
+        model.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["optimizer"])
+        losses, start = list(ckpt["losses"]), int(ckpt["step"])
+        torch.set_rng_state(ckpt["rng"])
+    if ctx.rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        _rewrite_log(out / "log.jsonl", losses)
+    log = _Logger(ctx.rank == 0, cfg, start, meta["num_nodes"] * cfg.data_parallel)
+
+    def evaluate() -> float:
+        picks = np.linspace(0, inputs.shape[0] - 1, min(cfg.eval_samples, inputs.shape[0])).round().astype(int)
+        total = 0.0
+        with torch.no_grad():
+            for s in picks:
+                xe = ShardTensor.from_local(torch.from_numpy(np.ascontiguousarray(inputs[s][owned])).to(ctx.device), graph.spec)
+                ye = ShardTensor.from_local(torch.from_numpy(np.ascontiguousarray(targets[s][owned])).to(ctx.device), graph.spec)
+                total += float(((model(xe, graph, edge_attr) - ye) ** 2).mean())
+        return total / len(picks)
+
+    for step in range(start, cfg.steps):
+        if cfg.eval_every and step % cfg.eval_every == 0:
+            log.eval(step, evaluate())
+        t0 = time.perf_counter()
+        s = sample_index(cfg.seed, step, mesh.data_rank, cfg.data_parallel, inputs.shape[0])
+        x = ShardTensor.from_local(torch.from_numpy(np.ascontiguousarray(inputs[s][owned])).to(ctx.device), graph.spec)
+        y = ShardTensor.from_local(torch.from_numpy(np.ascontiguousarray(targets[s][owned])).to(ctx.device), graph.spec)
+        try:
+            pred = model(x, graph, edge_attr)
+            loss = ((pred - y) ** 2).mean()
+            _maybe_fail(ctx.rank, step)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            sum_gradients(model.parameters(), scale=1.0 / cfg.data_parallel)
+            batch_loss = loss.detach().reshape(1).clone()
+            if dist.is_initialized():
+                dist.all_reduce(batch_loss)  # each domain rank holds its sample's loss
+            batch_loss = float(batch_loss) / ctx.world_size
+        except (RuntimeError, OSError) as err:
+            last = f"{ckpt_path} (step {load_checkpoint(ckpt_path)['step']})" if ckpt_path.exists() else "none yet"
+            raise PeerFailure(
+                f"rank {ctx.rank}: step {step} failed: a collective raised, so a peer rank probably died or "
+                f"stopped responding ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}). "
+                f"Last checkpoint: {last}; rerun with --resume."
+            ) from err
+        if step == 0 and ctx.rank == 0:
+            grads = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+            _atomic_save({"loss": batch_loss, "grads": grads.cpu(), "sample": s}, out / "first_step.pt")
+        opt.step()
+        losses.append(batch_loss)
+        log.step(step, batch_loss, time.perf_counter() - t0)
+        done = step + 1
+        if ctx.rank == 0 and (done % cfg.checkpoint_every == 0 or done == cfg.steps):
+            _atomic_save({
+                "format": CHECKPOINT_FORMAT, "format_version": 1, "step": done, "model": model.state_dict(),
+                "optimizer": opt.state_dict(), "losses": losses, "rng": torch.get_rng_state(),
+                "config": asdict(cfg), "world_size": ctx.world_size,
+            }, ckpt_path)
+    if cfg.eval_every and cfg.steps > start:
+        log.eval(cfg.steps, evaluate())
+    log.close()
+    if dist.is_initialized():
+        dist.barrier()
+    return losses
+
+
+def _rewrite_log(path: Path, losses: list[float]) -> None:
+    tmp = path.with_name(".log.jsonl.tmp")
+    tmp.write_text("".join(json.dumps({"step": i, "loss": v}) + "\n" for i, v in enumerate(losses)))
+    os.replace(tmp, path)
+
+
+class _Logger:
+    """Rank 0's view: a progress bar on a terminal, a line every ``log_every`` steps otherwise."""
+
+    def __init__(self, is_main: bool, cfg: TrainConfig, start: int, nodes_per_step: int) -> None:
+        self.enabled, self.cfg, self.nodes = is_main and not cfg.quiet, cfg, nodes_per_step
+        self.file = open(Path(cfg.out) / "log.jsonl", "a") if is_main else None  # noqa: SIM115
+        self.bar = None
+        if self.enabled and sys.stderr.isatty():
+            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.bar = Progress(TextColumn("training"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                                TextColumn("{task.fields[info]}"), TimeRemainingColumn(), transient=False)
+            self.task = self.bar.add_task("train", total=cfg.steps, completed=start, info="")
+            self.bar.start()
+
+    def step(self, step: int, loss: float, seconds: float) -> None:
+        if self.file is None:
+            return
+        rate = self.nodes / seconds if seconds > 0 else 0.0
+        self.file.write(json.dumps({"step": step, "loss": loss, "seconds": round(seconds, 4), "nodes_per_s": round(rate)}) + "\n")
+        self.file.flush()
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.update(self.task, advance=1, info=f"loss {loss:.4g}  {rate:,.0f} nodes/s")
+        elif step % self.cfg.log_every == 0 or step + 1 == self.cfg.steps:
+            print(f"step {step:>5}  loss {loss:.5f}  {seconds * 1e3:7.1f} ms  {rate:>10,.0f} nodes/s", flush=True)
+
+    def eval(self, step: int, loss: float) -> None:
+        if self.file is not None:
+            self.file.write(json.dumps({"step": step, "eval_loss": loss}) + "\n")
+            self.file.flush()
+        if self.enabled and self.bar is None:
+            print(f"step {step:>5}  eval loss {loss:.5f} (mean over {self.cfg.eval_samples} fixed samples)", flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+        if self.file is not None:
+            self.file.close()
+
+
+def _train_worker(cfg_dict: dict[str, Any]) -> None:
+    train(TrainConfig.from_dict(cfg_dict))
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _run(args: Any) -> int:
+    cfg = TrainConfig(
+        partition=args.partition, data=args.data, out=args.out, steps=args.steps, lr=args.lr,
+        latent_size=args.latent, hidden_layers=args.hidden_layers, message_passing_steps=args.mp_steps,
+        activation=args.activation, data_parallel=args.data_parallel, checkpoint_every=args.every,
+        resume=args.resume, seed=args.seed, log_every=args.log_every, quiet=args.quiet,
+        eval_every=args.eval_every,
+        checkpoint_steps=args.checkpoint_steps,
+    )
+    for path, what in ((cfg.partition, "partition folder"), (cfg.data, "dataset folder")):
+        if not Path(path).is_dir():
+            print(f"meshshard train: error: {path}: no such {what}", file=sys.stderr)
+            return 2
+    launched = "RANK" in os.environ or "SLURM_PROCID" in os.environ
+    try:
+        if args.nproc and not launched:
+            from ._launch import launch_local
+
+            launch_local(_train_worker, args.nproc, asdict(cfg))
+        else:
+            _train_worker(asdict(cfg))
+    except (ValueError, PeerFailure, RuntimeError) as err:
+        print(f"meshshard train: error: {err}", file=sys.stderr)
+        return 2 if isinstance(err, ValueError) else 1
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "train", help="train a sharded MeshGraphNet on a partition (under torchrun, or --nproc local ranks)",
+        description="Train MeshGraphNet on a partitioned mesh. Run under torchrun "
+        "(torchrun --nproc-per-node R -m meshshard train ...) or start R local ranks with --nproc R.",
+    )
+    p.add_argument("partition", help="partition folder (meshshard partition)")
+    p.add_argument("--data", required=True, help="dataset folder (inputs.npy, targets.npy, dataset.json)")
+    p.add_argument("--out", required=True, help="run folder: checkpoint.pt, log.jsonl")
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--latent", type=int, default=64, help="latent size (paper: 128)")
+    p.add_argument("--hidden-layers", type=int, default=2)
+    p.add_argument("--mp-steps", type=int, default=6, help="message-passing steps (paper: 15)")
+    p.add_argument("--activation", default="relu")
+    p.add_argument("--data-parallel", type=int, default=1, help="data-parallel groups; domain size = world / this")
+    p.add_argument("--every", type=int, default=20, help="checkpoint every N steps")
+    p.add_argument("--resume", action="store_true", help="continue from RUN/checkpoint.pt")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--eval-every", type=int, default=0, help="mean loss over fixed samples every K steps (0: off)")
+    p.add_argument("--checkpoint-steps", action="store_true", help="activation checkpointing per processor step")
+    p.add_argument("--nproc", type=int, default=0, help="start this many local ranks (when not under torchrun)")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=_run)
