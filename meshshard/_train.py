@@ -66,6 +66,7 @@ class TrainConfig:
     eval_samples: int = 8
     quiet: bool = False
     checkpoint_steps: bool = False
+    dtype: str = "float32"
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
@@ -134,9 +135,12 @@ def train(cfg: TrainConfig) -> list[float]:
     data_meta = json.loads((Path(cfg.data) / "dataset.json").read_text())
     if data_meta["num_nodes"] != meta["num_nodes"]:
         raise ValueError(f"Expected data for {meta['num_nodes']} nodes (got {data_meta['num_nodes']} in {cfg.data})")
+    if cfg.dtype not in ("float32", "float64"):
+        raise ValueError(f"Expected --dtype float32 or float64 (got {cfg.dtype!r})")
+    dtype = getattr(torch, cfg.dtype)
     mesh = init_device_mesh_2d(domain)
     part = load_partition(cfg.partition, mesh.domain_rank)
-    graph = ShardGraph.from_partition(part, mesh.domain_group, device=ctx.device)
+    graph = ShardGraph.from_partition(part, mesh.domain_group, device=ctx.device, dtype=dtype)
     edge_attr = edge_features(graph.pos, graph.edge_index) / float(data_meta.get("edge_scale", 1.0))
     inputs = np.load(Path(cfg.data) / "inputs.npy", mmap_mode="r")
     targets = np.load(Path(cfg.data) / "targets.npy", mmap_mode="r")
@@ -147,7 +151,7 @@ def train(cfg: TrainConfig) -> list[float]:
         inputs.shape[2], edge_attr.shape[1], targets.shape[2], latent_size=cfg.latent_size,
         hidden_layers=cfg.hidden_layers, message_passing_steps=cfg.message_passing_steps,
         activation=cfg.activation, checkpoint_steps=cfg.checkpoint_steps,
-    ).to(ctx.device)
+    ).to(ctx.device, dtype)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     out = Path(cfg.out)
     ckpt_path = out / "checkpoint.pt"
@@ -164,14 +168,16 @@ def train(cfg: TrainConfig) -> list[float]:
         _rewrite_log(out / "log.jsonl", losses)
     log = _Logger(ctx.rank == 0, cfg, start, meta["num_nodes"] * cfg.data_parallel)
 
+    def rows(array: np.ndarray, s: int) -> ShardTensor:
+        local = torch.from_numpy(np.ascontiguousarray(array[s][owned])).to(ctx.device, dtype)
+        return ShardTensor.from_local(local, graph.spec)
+
     def evaluate() -> float:
         picks = np.linspace(0, inputs.shape[0] - 1, min(cfg.eval_samples, inputs.shape[0])).round().astype(int)
         total = 0.0
         with torch.no_grad():
             for s in picks:
-                xe = ShardTensor.from_local(torch.from_numpy(np.ascontiguousarray(inputs[s][owned])).to(ctx.device), graph.spec)
-                ye = ShardTensor.from_local(torch.from_numpy(np.ascontiguousarray(targets[s][owned])).to(ctx.device), graph.spec)
-                total += float(((model(xe, graph, edge_attr) - ye) ** 2).mean())
+                total += float(((model(rows(inputs, s), graph, edge_attr) - rows(targets, s)) ** 2).mean())
         return total / len(picks)
 
     for step in range(start, cfg.steps):
@@ -179,8 +185,7 @@ def train(cfg: TrainConfig) -> list[float]:
             log.eval(step, evaluate())
         t0 = time.perf_counter()
         s = sample_index(cfg.seed, step, mesh.data_rank, cfg.data_parallel, inputs.shape[0])
-        x = ShardTensor.from_local(torch.from_numpy(np.ascontiguousarray(inputs[s][owned])).to(ctx.device), graph.spec)
-        y = ShardTensor.from_local(torch.from_numpy(np.ascontiguousarray(targets[s][owned])).to(ctx.device), graph.spec)
+        x, y = rows(inputs, s), rows(targets, s)
         try:
             pred = model(x, graph, edge_attr)
             loss = ((pred - y) ** 2).mean()
@@ -282,7 +287,7 @@ def _run(args: Any) -> int:
         latent_size=args.latent, hidden_layers=args.hidden_layers, message_passing_steps=args.mp_steps,
         activation=args.activation, data_parallel=args.data_parallel, checkpoint_every=args.every,
         resume=args.resume, seed=args.seed, log_every=args.log_every, quiet=args.quiet,
-        eval_every=args.eval_every,
+        eval_every=args.eval_every, dtype=args.dtype,
         checkpoint_steps=args.checkpoint_steps,
     )
     for path, what in ((cfg.partition, "partition folder"), (cfg.data, "dataset folder")):
@@ -325,6 +330,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--eval-every", type=int, default=0, help="mean loss over fixed samples every K steps (0: off)")
     p.add_argument("--checkpoint-steps", action="store_true", help="activation checkpointing per processor step")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.add_argument("--nproc", type=int, default=0, help="start this many local ranks (when not under torchrun)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_run)

@@ -1,0 +1,154 @@
+"""Training: exact resume, data x domain parallel equal to one process, multi-node, a rank dying.
+
+Mesh: ../shared/data/sfepy/big.mesh (2-D triangles, SfePy, BSD-3-Clause), heat-diffusion samples
+simulated on it, a 2-part METIS partition. Everything runs in float64 so equality is 1e-10.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import meshio
+import numpy as np
+import pytest
+import torch
+
+from meshshard import edge_features
+from meshshard._simulate import simulate_heat, write_dataset
+from meshshard._train import TrainConfig, load_checkpoint, sample_index, train
+from meshshard.nn import MeshGraphNet
+from meshshard.partition import build_graph, partition_file, read_input
+from tests._dist import free_port, run_ranks
+from tests._meshes import data_file
+
+STEPS = 4
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory) -> dict:
+    path = data_file("sfepy/big.mesh")
+    root = tmp_path_factory.mktemp("train")
+    mesh = meshio.read(path)
+    tri = np.concatenate([b.data for b in mesh.cells if b.type == "triangle"])
+    write_dataset(simulate_heat(mesh.points[:, :2], tri, trajectories=3, steps=2, seed=1), root / "data")
+    partition_file(path, root / "partition", 2)
+    base = TrainConfig(partition=str(root / "partition"), data=str(root / "data"), out="", steps=STEPS, lr=1e-2,
+                       latent_size=8, hidden_layers=1, message_passing_steps=2, checkpoint_every=2,
+                       quiet=True, dtype="float64", data_parallel=2)
+    return {"root": root, "mesh": path, "cfg": base}
+
+
+def _train_rank(rank: int, world: int, cfg: dict) -> list[float]:
+    return train(TrainConfig.from_dict(cfg))
+
+
+def _run(setup: dict, name: str, **changes) -> tuple[list[float], dict]:
+    cfg = asdict(setup["cfg"]) | {"out": str(setup["root"] / name)} | changes
+    losses = run_ranks(_train_rank, 4, cfg, timeout=180)[0]
+    return losses, load_checkpoint(Path(cfg["out"]) / "checkpoint.pt")
+
+
+def _reference(setup: dict) -> tuple[list[float], dict]:
+    """Single-process training on the whole mesh with the same batches (2 samples per step)."""
+    cfg = setup["cfg"]
+    graph = build_graph(read_input(setup["mesh"]), "nodal")
+    dst = np.repeat(np.arange(graph.num_nodes), np.diff(graph.indptr))
+    ei = torch.as_tensor(np.stack([graph.indices, dst]))
+    meta = __import__("json").loads((Path(cfg.data) / "dataset.json").read_text())
+    ea = edge_features(torch.as_tensor(graph.pos, dtype=torch.float64), ei) / meta["edge_scale"]
+    inputs = torch.from_numpy(np.load(Path(cfg.data) / "inputs.npy")).double()
+    targets = torch.from_numpy(np.load(Path(cfg.data) / "targets.npy")).double()
+    torch.manual_seed(cfg.seed)
+    model = MeshGraphNet(3, ea.shape[1], 1, latent_size=cfg.latent_size, hidden_layers=cfg.hidden_layers,
+                         message_passing_steps=cfg.message_passing_steps).to(torch.float64)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    losses = []
+    for step in range(STEPS):
+        batch = [sample_index(cfg.seed, step, d, cfg.data_parallel, len(inputs)) for d in range(cfg.data_parallel)]
+        loss = sum(((model(inputs[s], ei, ea) - targets[s]) ** 2).mean() for s in batch) / len(batch)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses, model.state_dict()
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(setup: dict) -> tuple[list[float], dict]:
+    return _run(setup, "full")
+
+
+def test_data_x_domain_parallel_equals_single_process_training(setup: dict, uninterrupted) -> None:
+    losses, ckpt = uninterrupted
+    ref_losses, ref_state = _reference(setup)
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-10)
+    assert ckpt["step"] == STEPS
+    for name, value in ref_state.items():
+        torch.testing.assert_close(ckpt["model"][name], value, rtol=1e-10, atol=1e-12, msg=name)
+
+
+def test_interrupted_and_resumed_run_repeats_the_uninterrupted_one(setup: dict, uninterrupted) -> None:
+    _run(setup, "resumed", steps=2)
+    losses, ckpt = _run(setup, "resumed", resume=True)
+    assert losses == uninterrupted[0]  # bit for bit
+    for name, value in uninterrupted[1]["model"].items():
+        assert torch.equal(ckpt["model"][name], value), name
+    log = (setup["root"] / "resumed" / "log.jsonl").read_text().splitlines()
+    assert len(log) == STEPS
+
+
+def _cli(setup: dict, out: str, extra: list[str]) -> list[str]:
+    cfg = setup["cfg"]
+    return [sys.executable, "-m", "meshshard", "train", cfg.partition, "--data", cfg.data, "--out", out,
+            "--steps", str(STEPS), "--lr", str(cfg.lr), "--latent", "8", "--hidden-layers", "1", "--mp-steps", "2",
+            "--every", "2", "--dtype", "float64", "--quiet", *extra]
+
+
+def test_two_torchrun_nodes_on_loopback_equal_one_node(setup: dict, uninterrupted) -> None:
+    port = str(free_port())
+    out = str(setup["root"] / "multinode")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
+             "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", port,
+             *_cli(setup, out, ["--data-parallel", "2"])[1:]],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        for node in (0, 1)
+    ]
+    outputs = [p.communicate(timeout=240)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(outputs)
+    ckpt = load_checkpoint(Path(out) / "checkpoint.pt")
+    assert ckpt["world_size"] == 4 and ckpt["losses"] == uninterrupted[0]
+    for name, value in uninterrupted[1]["model"].items():
+        assert torch.equal(ckpt["model"][name], value), name
+
+
+def test_a_rank_dying_mid_step_stops_the_others_with_a_clear_error(setup: dict) -> None:
+    out = setup["root"] / "dies"
+    port = str(free_port())
+    procs = []
+    for rank in (0, 1):
+        env = os.environ | {"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
+                            "MASTER_PORT": port, "MESHSHARD_TIMEOUT": "60", "MESHSHARD_FAIL_AT": "1:3"}
+        procs.append(subprocess.Popen(_cli(setup, str(out), ["--data-parallel", "1"]), env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    start = time.monotonic()
+    results = [p.communicate(timeout=120) for p in procs]
+    assert procs[1].returncode == 17 and "dying in the middle of step 3" in results[1][1]
+    assert procs[0].returncode == 1, results[0]
+    assert "rank 0: step 3 failed" in results[0][1] and "rerun with --resume" in results[0][1], results[0][1]
+    assert "Last checkpoint:" in results[0][1] and "(step 2)" in results[0][1], results[0][1]
+    assert time.monotonic() - start < 90
+    assert load_checkpoint(out / "checkpoint.pt")["step"] == 2
+
+
+def test_partition_and_world_size_must_agree(setup: dict) -> None:
+    cfg = asdict(setup["cfg"]) | {"out": str(setup["root"] / "bad"), "data_parallel": 1}
+    with pytest.raises(Exception, match=r"Expected a partition into 4 parts \(4 ranks / 1 data-parallel\) \(got 2 parts"):
+        run_ranks(_train_rank, 4, cfg, timeout=60)
