@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from meshshard._simulate import make_box_mesh
 from meshshard.partition import build_graph, load_partition, partition_file, read_input
 from meshshard.partition._progress import Steps
 
@@ -40,36 +41,13 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def lattice_tets(side: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """A jittered ``side^3`` lattice on the unit cube, every cube cut into 6 tets.
-
-    Shapes:
-        Returns points ``(side^3, 3)`` and tets ``(6 (side - 1)^3, 4)``.
-    """
-    rng = np.random.default_rng(seed)
-    axis = np.arange(side)
-    i, j, k = (a.ravel() for a in np.meshgrid(axis, axis, axis, indexing="ij"))
-    h = 1.0 / (side - 1)
-    points = np.stack([i, j, k], 1) * h + rng.uniform(-0.2 * h, 0.2 * h, (side**3, 3))
-    c = np.arange(side - 1)
-    ci, cj, ck = (a.ravel() for a in np.meshgrid(c, c, c, indexing="ij"))
-    base = (ci * side + cj) * side + ck
-    step = np.array([side * side, side, 1])
-    tets = []
-    for p in ((0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0)):
-        a = base + step[p[0]]
-        b = a + step[p[1]]
-        tets.append(np.stack([base, a, b, base + step.sum()], 1))
-    return points, np.concatenate(tets)
-
-
 def cached_mesh(side: int, cache: Path) -> Path:
     import meshio
 
     path = cache / f"lattice-{side}.vtk"
     if not path.exists():
         start = time.perf_counter()
-        points, tets = lattice_tets(side)
+        points, tets = make_box_mesh(side)
         cache.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp.vtk")
         meshio.write(tmp, meshio.Mesh(points, [("tetra", tets)]), binary=True)
