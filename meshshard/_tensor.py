@@ -337,9 +337,9 @@ class ShardTensor:
             _check_plain_operands(name, spec, args, kwargs)
             return _wrap(func(*_unwrap(args), **_unwrap(kwargs)), spec)
         if func in _FEATURE_WISE:
-            spec = _common_spec(name, args[:1], {})
-            if not isinstance(args[0], ShardTensor) or any(isinstance(a, ShardTensor) for a in args[1:]):
+            if not isinstance(args[0], ShardTensor) or any(isinstance(a, ShardTensor) for a in (*args[1:], *kwargs.values())):
                 raise TypeError(f"{name}: only the input may be a ShardTensor (its weights are plain tensors)")
+            spec = args[0]._spec
             if func is F.layer_norm and len(tuple(args[1])) >= args[0].ndim:
                 raise TypeError("layer_norm over the node dimension mixes rows; normalise over features only")
             return _wrap(func(*_unwrap(args), **_unwrap(kwargs)), spec)

@@ -184,6 +184,8 @@ def _check_errors(case, rank):
         b.with_halo()
     with pytest.raises(TypeError, match=r"torch.cat along the node dimension changes the layout"):
         torch.cat([a, a], dim=0)
+    with pytest.raises(TypeError, match=r"linear: only the input may be a ShardTensor"):
+        F.linear(torch.zeros(3, 2), a)
 
 
 def _battery(rank: int, world: int, layout: str) -> str:
