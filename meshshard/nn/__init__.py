@@ -1,7 +1,15 @@
-"""Sharded neural-network layers: the same module runs on a whole graph and on a shard."""
+"""Sharded neural-network layers: the same module runs on a whole graph and on a shard.
+
+- :class:`MeshGraphNet` (with :class:`MLP`, :class:`ProcessorBlock`): message passing on meshes;
+- :func:`ball_query`, :class:`BallQueryPlan`, :class:`BallQueryAttention`: point-cloud attention
+  over deterministic radius neighbourhoods, with geometric halos on shards.
+"""
 
 from __future__ import annotations
 
+from ._attention import BallQueryAttention
+from ._ball_halo import BallQueryPlan
+from ._ball_query import BallQueryResult, ball_query
 from ._meshgraphnet import MLP, MeshGraphNet, ProcessorBlock
 
-__all__ = ["MLP", "MeshGraphNet", "ProcessorBlock"]
+__all__ = ["MLP", "MeshGraphNet", "ProcessorBlock", "ball_query", "BallQueryResult", "BallQueryPlan", "BallQueryAttention"]
