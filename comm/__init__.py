@@ -6,6 +6,7 @@ collectives, all autograd-aware, any dtype, any ``dim``, zero counts and empty r
 gloo (CPU) and NCCL (GPU):
 
 - :func:`indexed_all_to_all_v`: the halo exchange (select rows, send them, return what arrives);
+- :func:`append_halo`: the same, fused with appending the ghost rows to the owned rows;
 - :func:`all_to_all_v`, :func:`all_gather_v`, :func:`gather_v`, :func:`scatter_v`;
 - :func:`sum_to_replicated`: a global sum held by every rank as one logical value;
 - :func:`sum_gradients`: the gradients of replicated parameters, summed over a group;
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from ._collectives import (
     all_gather_v,
+    append_halo,
     all_to_all_v,
     gather_v,
     group_rank_and_size,
@@ -33,6 +35,7 @@ from ._counter import CollectiveCall, CollectiveLog, count_collectives
 
 __all__ = [
     "indexed_all_to_all_v",
+    "append_halo",
     "all_to_all_v",
     "all_gather_v",
     "gather_v",

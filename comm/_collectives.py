@@ -41,6 +41,7 @@ from ._validate import (
 
 __all__ = [
     "indexed_all_to_all_v",
+    "append_halo",
     "all_to_all_v",
     "all_gather_v",
     "gather_v",
@@ -149,11 +150,13 @@ def _exchange(
     op: str,
     phase: str,
     pooled_result: bool = False,
+    out: Tensor | None = None,
 ) -> Tensor:
     """Send ``send`` (rows for other ranks, in rank order) and place ``keep`` (own part) in the result.
 
     Returns ``(sum(recv_counts), *send.shape[1:])``, rows grouped by source rank; with
-    ``pooled_result`` the result may be a workspace buffer, to be consumed before the next exchange.
+    ``pooled_result`` the result may be a workspace buffer, to be consumed before the next exchange;
+    with ``out`` (contiguous, no own part), the rows are received into it.
     """
     world = len(send_counts)
     rest = tuple(send.shape[1:])
@@ -164,12 +167,19 @@ def _exchange(
     row_bytes = send.element_size() * math.prod(rest)
     record(CollectiveCall(op, phase, sum(send_split) * row_bytes, sum(recv_split) * row_bytes, world))
     if world == 1:
+        if out is not None:
+            return out
         return keep.clone() if keep is not None else send.new_empty((0, *rest))
     if _debug and phase == "forward":
         _cross_rank_check(op, send, send_counts, recv_counts, group)
     shape = (sum(recv_split), *rest)
     pooled = pooled_result and (keep is None or keep.shape[0] == 0)
-    received = _workspace.get("recv", shape, send.dtype, send.device) if pooled else send.new_empty(shape)
+    if out is not None:
+        received = out
+    elif pooled:
+        received = _workspace.get("recv", shape, send.dtype, send.device)
+    else:
+        received = send.new_empty(shape)
     dist.all_to_all_single(received, send.contiguous(), recv_split, send_split, group=group)
     if keep is None or keep.shape[0] == 0:
         return received
@@ -251,6 +261,31 @@ class _IndexedAllToAllV(Function):
         )
         acc = _accumulation_dtype(grad.dtype)
         grad_x = torch.zeros(shape, dtype=acc, device=grad.device)
+        grad_x.index_add_(0, index, grad_sent.to(acc))
+        return grad_x.to(grad.dtype), None, None, None, None, None
+
+
+class _AppendHalo(Function):
+    @staticmethod
+    def forward(ctx: Any, x0: Tensor, index: Tensor, send_counts: list[int], recv_counts: list[int], rank: int, group: Any) -> Tensor:
+        ctx.save_for_backward(index)
+        ctx.args = (send_counts, recv_counts, rank, group)
+        n = x0.shape[0]
+        result = x0.new_empty((n + sum(recv_counts), *x0.shape[1:]))
+        result[:n].copy_(x0)
+        send = _select_into_workspace(x0, index)
+        _exchange(send, None, send_counts, recv_counts, rank, group, "indexed_all_to_all_v", "forward", out=result[n:])
+        return result
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        (index,) = ctx.saved_tensors
+        send_counts, recv_counts, rank, group = ctx.args
+        n = grad.shape[0] - sum(recv_counts)
+        grad = grad.contiguous()
+        grad_sent = _exchange_rows(grad[n:], recv_counts, send_counts, rank, group, "indexed_all_to_all_v", "backward", pooled_result=True)
+        acc = _accumulation_dtype(grad.dtype)
+        grad_x = grad[:n].to(acc, copy=True)
         grad_x.index_add_(0, index, grad_sent.to(acc))
         return grad_x.to(grad.dtype), None, None, None, None, None
 
@@ -421,6 +456,41 @@ def indexed_all_to_all_v(
     check_self_counts(sc, rc, rank)
     index = _check_index(send_index, sc, x.shape[dim] if check_index else None, x, dim)
     return _IndexedAllToAllV.apply(x.movedim(dim, 0), index, sc, rc, rank, group).movedim(0, dim)
+
+
+def append_halo(
+    x: Tensor,
+    send_index: Tensor,
+    send_counts: Counts,
+    recv_counts: Counts,
+    *,
+    group: Any = None,
+    check_index: bool = True,
+) -> Tensor:
+    """``x`` with the rows received from other ranks appended: ``torch.cat([x, indexed_all_to_all_v(x, ...)])``.
+
+    The halo exchange as layers use it, fused: the rows arrive directly in the result, and the
+    backward copies the owned rows' gradient once and ``index_add``s the ghost rows' gradients
+    (sent back to their owners) into it, instead of a zero-filled buffer plus a separate sum.
+    A halo plan sends nothing to its own rank. Recorded as one ``indexed_all_to_all_v`` per pass.
+
+    Shapes:
+        x: ``(N_own, ...)``; send_index: ``(sum(send_counts),)``; result: ``(N_own + sum(recv_counts), ...)``.
+
+    Communication: one ``all_to_all_single`` forward, one backward (the adjoint exchange).
+    """
+    x = check_tensor("x", x)
+    rank, world = group_rank_and_size(group)
+    check_dim(0, x.dim())
+    sc = as_counts("send_counts", send_counts, world)
+    rc = as_counts("recv_counts", recv_counts, world)
+    if sc[rank] or rc[rank]:
+        raise ValueError(
+            f"Expected a halo plan to send nothing to its own rank (got send_counts[{rank}] = {sc[rank]}, "
+            f"recv_counts[{rank}] = {rc[rank]})"
+        )
+    index = _check_index(send_index, sc, x.shape[0] if check_index else None, x, 0)
+    return _AppendHalo.apply(x, index, sc, rc, rank, group)
 
 
 def all_to_all_v(x: Tensor, send_counts: Counts, recv_counts: Counts, *, dim: int = 0, group: Any = None) -> Tensor:

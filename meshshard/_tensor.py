@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd import Function
 
-from meshshard.comm import all_gather_v, gather_v, indexed_all_to_all_v, scatter_v, sum_to_replicated
+from meshshard.comm import all_gather_v, append_halo, gather_v, indexed_all_to_all_v, scatter_v, sum_to_replicated
 
 from ._spec import ShardSpec
 
@@ -186,16 +186,16 @@ class ShardTensor:
 
         Differentiable: the ghost rows' gradients flow back to their owners and accumulate there.
 
-        Communication: one ``indexed_all_to_all_v`` forward, one backward.
+        Communication: one ``indexed_all_to_all_v`` forward, one backward (fused with the
+        concatenation: :func:`meshshard.comm.append_halo`).
         """
         spec = self._spec
         if not spec.has_halo:
             raise ValueError(f"{spec!r} has no halo plan; build the spec with ShardSpec.from_partition(...)")
-        ghosts = indexed_all_to_all_v(
+        return append_halo(
             self._local, spec._on("send_index", self.device), spec.send_counts, spec.recv_counts,
             group=spec.group, check_index=False,
         )
-        return torch.cat([self._local, ghosts])
 
     def full_tensor(self) -> Tensor:
         """The whole tensor ``(N, ...)`` in global id order, on every rank (replicated).

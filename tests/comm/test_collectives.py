@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 from meshshard.comm import (
     all_gather_v,
+    append_halo,
     all_to_all_v,
     count_collectives,
     gather_v,
@@ -148,6 +149,30 @@ def _check_counter(rank: int, world: int) -> None:
     assert log.bytes_sent(phase="forward") == sent, (log.calls, sent)
 
 
+def _check_append_halo(rank: int, world: int, dtype: torch.dtype) -> None:
+    """append_halo == cat([x, indexed_all_to_all_v(x)]) for a plan with no own part, forward and grad."""
+    plan = make_plan(world, 17, dtype, row=(2, 3))
+    for r in range(world):
+        plan.index[r][r] = plan.index[r][r][:0]
+    g = torch.Generator().manual_seed(5)
+    weights = [torch.randn(len(plan.xs[q]) + sum(plan.recv_counts(q)), 2, 3, generator=g, dtype=torch.float64).to(dtype) for q in range(world)]
+    ghosts = torch.cat([plan.xs[r][plan.index[r][rank]] for r in range(world)])
+    x = plan.xs[rank].clone().requires_grad_()
+    with count_collectives() as log:
+        out = append_halo(x, plan.send_index(rank), plan.send_counts(rank), plan.recv_counts(rank))
+        (out * weights[rank]).sum().backward()
+    assert (log.count("indexed_all_to_all_v", "forward"), log.count("indexed_all_to_all_v", "backward")) == (1, 1), log
+    _check_equal_rows(out.detach(), torch.cat([plan.xs[rank], ghosts]), f"append_halo forward {dtype}")
+    # reference gradient: the owned rows' own weights plus what the ghosts' weights send back
+    xs = [xr.double().clone().requires_grad_() for xr in plan.xs]
+    total = sum(
+        (torch.cat([xs[q], torch.cat([xs[r][plan.index[r][q]] for r in range(world)])]) * weights[q].double()).sum()
+        for q in range(world)
+    )
+    total.backward()
+    _close(x.grad, xs[rank].grad.to(dtype), dtype, f"append_halo grad {dtype}")
+
+
 def _check_zero_width_and_empty(rank: int, world: int) -> None:
     # rows with no features, and a plan where nobody sends anything
     x = torch.zeros(4, 0, requires_grad=True)
@@ -171,6 +196,8 @@ def _battery(rank: int, world: int) -> str:
         _check_all_to_all_v(rank, world, dtype)
     for dtype in (torch.float64, torch.float32, torch.bfloat16):
         _check_gathers(rank, world, dtype)
+    for dtype in (torch.float64, torch.float32, torch.bfloat16):
+        _check_append_halo(rank, world, dtype)
     _check_indexed_dim1(rank, world)
     _check_adjoint(rank, world)
     _check_half_accumulation(rank, world)
@@ -237,6 +264,7 @@ def test_debug_mode_reports_disagreeing_counts_on_every_rank() -> None:
         (lambda x: gather_v(x, [4], dst=1), r"Expected 'dst' to be a rank in \[0, 1\) \(got 1\)"),
         (lambda x: scatter_v(x, [1]), r"Expected 'x' on src to have sum\(counts\) = 1 rows"),
         (lambda x: all_gather_v(x, [4.5]), r"Expected 'counts' to hold whole numbers"),
+        (lambda x: append_halo(x, torch.tensor([0]), [1], [1]), r"Expected a halo plan to send nothing to its own rank"),
     ],
 )
 def test_argument_errors_name_the_argument_and_values(call, message) -> None:
