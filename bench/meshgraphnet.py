@@ -106,7 +106,9 @@ def run_config(part_dir: Path, ranks: int, threads: int, args: argparse.Namespac
     cmd = [sys.executable, __file__, "--worker", "--partition", str(part_dir), "--threads", str(threads),
            "--latent", str(args.latent), "--steps", str(args.steps), "--out-json", out, "--cap-mb", str(cap_mb)]
     if ranks > 1:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-port", str(_free_port())] + cmd[1:]
+        from meshshard._launch import free_port
+
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-port", str(free_port())] + cmd[1:]
     env = os.environ | {"OMP_NUM_THREADS": str(threads), "MESHSHARD_TIMEOUT": "120"}
     if not args.default_malloc:
         env["MALLOC_MMAP_THRESHOLD_"] = str(4 * 2**20)
@@ -116,14 +118,6 @@ def run_config(part_dir: Path, ranks: int, threads: int, args: argparse.Namespac
         if os.path.exists(path):
             results += json.loads(Path(path).read_text())
     return results or [{"rank": 0, "world_size": ranks, "status": "no result (killed?)"}]
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def summarize(name: str, rows: list[dict], single: dict | None) -> dict:

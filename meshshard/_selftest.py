@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import time
 from typing import Any
 
@@ -92,20 +91,13 @@ def run_worker(features: int = 16, repeats: int = 5) -> dict[str, Any]:
     }
 
 
-def _worker_entry(local_rank: int, world: int, port: int, features: int) -> None:
-    os.environ.update(
-        RANK=str(local_rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local_rank),
-        LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-    )
-    os.environ.setdefault("MESHSHARD_TIMEOUT", "60")
-    import torch
-
-    torch.set_num_threads(1)
+def _check_on_this_rank(features: int) -> None:
+    """One rank's part of a local run (started by :func:`meshshard._launch.launch_local`)."""
     summary = run_worker(features)
     _report(summary)
     _finish()
     if summary["failures"]:
-        raise SystemExit(f"rank {local_rank}: failed checks: {summary['failures']}")
+        raise SystemExit(f"rank {summary['rank']}: failed checks: {summary['failures']}")
 
 
 def _gather_summaries(summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -141,30 +133,21 @@ def _finish() -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _run(args: argparse.Namespace) -> int:
     if "RANK" in os.environ or "SLURM_PROCID" in os.environ:  # already launched by torchrun / srun
         summary = run_worker(args.features)
         _report(summary)
         _finish()
         return 1 if summary["failures"] else 0
-    import torch.multiprocessing as mp
+    from ._launch import launch_local
 
     if args.ranks < 1:
         print(f"meshshard selftest: error: Expected --ranks >= 1 (got {args.ranks})")
         return 2
     print(f"meshshard selftest: starting {args.ranks} local CPU ranks (gloo) on 127.0.0.1 ...", flush=True)
     try:
-        mp.start_processes(_worker_entry, args=(args.ranks, _free_port(), args.features), nprocs=args.ranks, start_method="spawn")
-    except mp.ProcessExitedException as err:
-        print(f"meshshard selftest: FAILED: {err}")
-        return 1
-    except mp.ProcessRaisedException as err:
+        launch_local(_check_on_this_rank, args.ranks, args.features)
+    except RuntimeError as err:
         print(f"meshshard selftest: FAILED: {err}")
         return 1
     return 0

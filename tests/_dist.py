@@ -20,13 +20,16 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
-import socket
 import tempfile
 import time
 import traceback
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
+
+from meshshard._launch import free_port
+
+__all__ = ["RankFailure", "free_port", "run_ranks"]
 
 DEFAULT_TIMEOUT_S = 90.0
 _PRELOAD = ["torch", "torch.distributed", "numpy", "meshshard.comm"]
@@ -40,13 +43,6 @@ class RankFailure(AssertionError):
         super().__init__(f"rank {rank} failed:\n{details}")
         self.rank = rank
         self.details = details
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (for torchrun's --master-port)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _mp_context() -> Any:
