@@ -103,7 +103,8 @@ class MeshGraphNet(nn.Module):
         hidden_layers: hidden layers per MLP (paper: 2).
         message_passing_steps: processor blocks, weights not shared (paper: 15).
         activation: ``"relu"`` (paper), ``"silu"``, ``"gelu"``, ``"tanh"`` or ``"elu"``.
-        checkpoint_steps: recompute each processor block in the backward (memory for time).
+        checkpoint_steps: recompute each processor block in the backward (memory for time); the
+            block's halo exchange runs before it and is not repeated.
 
     Shapes:
         See the module docstring: whole graph ``(N, node_in) -> (N, node_out)``; shard
