@@ -221,6 +221,19 @@ class _AllToAllV(Function):
         return grad_x, None, None, None, None
 
 
+def _send_back_and_add(
+    grad_received: Tensor, index: Tensor, base: Tensor, send_counts: list[int], recv_counts: list[int], rank: int, group: Any
+) -> Tensor:
+    """The adjoint of an indexed exchange: send the received rows' gradients back to the ranks
+    they came from, then ``index_add`` them into ``base`` (in its, accumulation, dtype) at the
+    rows that were sent. Returns the result in ``grad_received``'s dtype."""
+    grad_sent = _exchange_rows(
+        grad_received, recv_counts, send_counts, rank, group, "indexed_all_to_all_v", "backward", pooled_result=True
+    )
+    base.index_add_(0, index, grad_sent.to(base.dtype))
+    return base.to(grad_received.dtype)
+
+
 def _select_into_workspace(x0: Tensor, index: Tensor) -> Tensor:
     """``x0.index_select(0, index)`` into the reusable send buffer (world > 1 only)."""
     if not dist.is_initialized():
@@ -255,14 +268,9 @@ class _IndexedAllToAllV(Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         (index,) = ctx.saved_tensors
         shape, send_counts, recv_counts, rank, group = ctx.args
-        grad_sent = _exchange_rows(
-            grad.contiguous(), recv_counts, send_counts, rank, group, "indexed_all_to_all_v", "backward",
-            pooled_result=True,
-        )
-        acc = _accumulation_dtype(grad.dtype)
-        grad_x = torch.zeros(shape, dtype=acc, device=grad.device)
-        grad_x.index_add_(0, index, grad_sent.to(acc))
-        return grad_x.to(grad.dtype), None, None, None, None, None
+        base = torch.zeros(shape, dtype=_accumulation_dtype(grad.dtype), device=grad.device)
+        grad_x = _send_back_and_add(grad.contiguous(), index, base, send_counts, recv_counts, rank, group)
+        return grad_x, None, None, None, None, None
 
 
 class _AppendHalo(Function):
@@ -283,11 +291,9 @@ class _AppendHalo(Function):
         send_counts, recv_counts, rank, group = ctx.args
         n = grad.shape[0] - sum(recv_counts)
         grad = grad.contiguous()
-        grad_sent = _exchange_rows(grad[n:], recv_counts, send_counts, rank, group, "indexed_all_to_all_v", "backward", pooled_result=True)
-        acc = _accumulation_dtype(grad.dtype)
-        grad_x = grad[:n].to(acc, copy=True)
-        grad_x.index_add_(0, index, grad_sent.to(acc))
-        return grad_x.to(grad.dtype), None, None, None, None, None
+        base = grad[:n].to(_accumulation_dtype(grad.dtype), copy=True)  # the owned rows' own gradient
+        grad_x = _send_back_and_add(grad[n:], index, base, send_counts, recv_counts, rank, group)
+        return grad_x, None, None, None, None, None
 
 
 class _AllGatherV(Function):
