@@ -20,6 +20,7 @@ from __future__ import annotations
 from ._collectives import (
     all_gather_v,
     append_halo,
+    communication_device,
     all_to_all_v,
     gather_v,
     group_rank_and_size,
@@ -44,6 +45,7 @@ __all__ = [
     "sum_gradients",
     "set_debug",
     "group_rank_and_size",
+    "communication_device",
     "release_workspace",
     "init_distributed",
     "DistributedContext",

@@ -49,6 +49,7 @@ __all__ = [
     "set_debug",
     "group_rank_and_size",
     "release_workspace",
+    "communication_device",
     "sum_to_replicated",
     "sum_gradients",
 ]
@@ -114,7 +115,9 @@ def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def _comm_device(group: Any) -> torch.device:
+def communication_device(group: Any = None) -> torch.device:
+    """Where tensors handed to ``group``'s collectives must live: the current CUDA device for
+    NCCL, the CPU for gloo or a world of one."""
     if dist.is_initialized() and dist.get_backend(group) == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
@@ -580,7 +583,7 @@ def _scatter_metadata(x: Tensor | None, src: int, rank: int, world: int, group: 
         )[None]
         send, keep, send_counts = meta.expand(world - 1, -1).contiguous(), meta, [1] * world
     else:
-        send = torch.empty(0, 3 + _MAX_DIMS, dtype=torch.int64, device=_comm_device(group))
+        send = torch.empty(0, 3 + _MAX_DIMS, dtype=torch.int64, device=communication_device(group))
         keep, send_counts = None, [0] * world
     row = _exchange(send, keep, send_counts, recv_counts, rank, group, "scatter_v_metadata", "forward")[0].tolist()
     return torch.Size(row[3 : 3 + row[0]]), _DTYPES[row[1]], bool(row[2])
@@ -619,5 +622,5 @@ def scatter_v(x: Tensor | None, counts: Counts, *, src: int = 0, dim: int = 0, g
         x0 = x.movedim(dim, 0)
     else:
         rest = tuple(s for i, s in enumerate(shape) if i != dim)
-        x0 = torch.empty((0, *rest), dtype=dtype, device=_comm_device(group), requires_grad=requires_grad)
+        x0 = torch.empty((0, *rest), dtype=dtype, device=communication_device(group), requires_grad=requires_grad)
     return _ScatterV.apply(x0, c, src, rank, group).movedim(0, dim)

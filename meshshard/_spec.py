@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from meshshard.comm import all_gather_v, all_to_all_v, group_rank_and_size
+from meshshard.comm import all_gather_v, all_to_all_v, communication_device, group_rank_and_size
 
 __all__ = ["ShardSpec"]
 
@@ -220,7 +220,8 @@ class ShardSpec:
                 self._cache["all_ids"] = torch.arange(self.num_nodes, dtype=torch.int64)
             else:
                 with torch.no_grad():
-                    ids = all_gather_v(self.global_ids[:, None], list(self.owned_counts), group=self.group)[:, 0]
+                    mine = self.global_ids.to(communication_device(self.group))[:, None]
+                    ids = all_gather_v(mine, list(self.owned_counts), group=self.group)[:, 0].cpu()
                 self._cache["all_ids"] = ids
         return self._cache["all_ids"]
 
@@ -246,14 +247,15 @@ class ShardSpec:
         n, world = self.num_nodes, self.world_size
         block = max(1, -(-n // world))
         lo = self.rank * block
+        dev = communication_device(self.group)  # NCCL needs device tensors; results are kept on CPU
         with torch.no_grad():
             # 1. the target's rows tell the directory where they live: rank << 32 | position
             code = (target.rank << 32) + torch.arange(target.num_owned, dtype=torch.int64)
-            (entries, _, _, _) = self._to_directory(torch.stack([target.global_ids, code], 1), block)
-            table = torch.full((max(0, min(block, n - lo)),), -1, dtype=torch.int64)
+            (entries, _, _, _) = self._to_directory(torch.stack([target.global_ids, code], 1).to(dev), block)
+            table = torch.full((max(0, min(block, n - lo)),), -1, dtype=torch.int64, device=dev)
             table[entries[:, 0] - lo] = entries[:, 1]
             # 2. this layout's rows ask the directory, and the answers come back the same way
-            asks, order, counts, recv = self._to_directory(self.global_ids[:, None], block)
+            asks, order, counts, recv = self._to_directory(self.global_ids.to(dev)[:, None], block)
             answers = all_to_all_v(table[asks[:, 0] - lo][:, None], recv, counts, group=self.group)[:, 0]
             where = torch.empty_like(answers)
             where[order] = answers
@@ -264,15 +266,15 @@ class ShardSpec:
             recv_counts = self._counts_sent_to_me(send_counts)
             placement = all_to_all_v(dest_pos[send_index][:, None], send_counts, recv_counts, group=self.group)[:, 0]
             gather_index = torch.empty_like(placement)
-            gather_index[placement] = torch.arange(placement.numel(), dtype=torch.int64)
-        plan = (send_index, send_counts, recv_counts, gather_index)
+            gather_index[placement] = torch.arange(placement.numel(), dtype=torch.int64, device=dev)
+        plan = (send_index.cpu(), send_counts, recv_counts, gather_index.cpu())
         self._cache[target._key] = plan
         return plan
 
     def _counts_sent_to_me(self, counts: list[int]) -> list[int]:
         """What each rank sends me, given what I send each rank (one small exchange)."""
         world = self.world_size
-        mine = torch.tensor(counts, dtype=torch.int64)[:, None]
+        mine = torch.tensor(counts, dtype=torch.int64, device=communication_device(self.group))[:, None]
         return all_to_all_v(mine, [1] * world, [1] * world, group=self.group)[:, 0].tolist()
 
     def _to_directory(self, rows: Tensor, block: int) -> tuple[Tensor, Tensor, list[int], list[int]]:
