@@ -181,6 +181,17 @@ def _line_token_counts(body: bytes, num_lines: int) -> np.ndarray:
     return np.bincount(line_of[token_start], minlength=max(num_lines, total_lines))
 
 
+def _split_header(raw: bytes, least: int, most: int, form: str) -> tuple[bytes, np.ndarray, bytes]:
+    """Strip ``%`` comments; return the header line, its integers (``least`` to ``most`` of them,
+    non-negative) and the rest of the file."""
+    body = _COMMENT.sub(b"", raw).lstrip(b" \t\r\n")
+    header, _, body = body.partition(b"\n")
+    head = _parse_ints(header, "header line")
+    if not least <= len(head) <= most or head.min() < 0:
+        raise ValueError(f"Expected the header '{form}' (got {header.decode(errors='replace')!r})")
+    return header, head, body
+
+
 def read_metis_graph(raw: bytes) -> Graph:
     """Parse a METIS graph file (``%`` comments, ``fmt`` and ``ncon`` in the header).
 
@@ -192,12 +203,7 @@ def read_metis_graph(raw: bytes) -> Graph:
     Shapes:
         Returns a graph with ``N = n``, ``E = 2 m``.
     """
-    body = _COMMENT.sub(b"", raw).lstrip(b" \t\r\n")
-    header, _, body = body.partition(b"\n")
-    head = _parse_ints(header, "header line")
-    if not 2 <= len(head) <= 4 or head.min() < 0:
-        raise ValueError(
-            f"Expected the header 'n m [fmt [ncon]]' (got {header.decode(errors='replace')!r})")
+    header, head, body = _split_header(raw, 2, 4, "n m [fmt [ncon]]")
     n, m = int(head[0]), int(head[1])
     fmt = header.split()[2].decode().zfill(3) if len(head) > 2 else "000"
     if len(fmt) != 3 or set(fmt) - {"0", "1"}:
@@ -272,12 +278,7 @@ def read_metis_mesh(raw: bytes) -> tuple[list[tuple[str, np.ndarray]], int]:
     Elements are grouped into blocks by node count, typed ``"metis:<k>"`` in file order within
     a block. The number of nodes is the largest node id.
     """
-    body = _COMMENT.sub(b"", raw).lstrip(b" \t\r\n")
-    header, _, body = body.partition(b"\n")
-    head = _parse_ints(header, "header line")
-    if not 1 <= len(head) <= 2 or head.min() < 0:
-        raise ValueError(
-            f"Expected the header 'ne [ncon]' (got {header.decode(errors='replace')!r})")
+    header, head, body = _split_header(raw, 1, 2, "ne [ncon]")
     ne = int(head[0])
     ncon = int(head[1]) if len(head) > 1 else 0
     per_line = _line_token_counts(body, ne)
