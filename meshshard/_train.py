@@ -339,16 +339,19 @@ def _run(args: Any) -> int:
             print(f"meshshard train: error: {path}: no such {what}", file=sys.stderr)
             return 2
     launched = "RANK" in os.environ or "SLURM_PROCID" in os.environ
+    from ._launch import Terminated, launch_local
+
     try:
         if args.nproc and not launched:
-            from ._launch import launch_local
-
             launch_local(_train_worker, args.nproc, asdict(cfg))
         else:
             _train_worker(asdict(cfg))
     except (ValueError, PeerFailure, RuntimeError) as err:
         print(f"meshshard train: error: {err}", file=sys.stderr)
-        return 2 if isinstance(err, ValueError) else 1
+        return 2 if isinstance(err, ValueError) or getattr(err, "user_error", False) else 1
+    except Terminated:
+        print("meshshard train: terminated (SIGTERM); every local rank was stopped", file=sys.stderr)
+        return 143
     return 0
 
 
