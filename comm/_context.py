@@ -78,8 +78,12 @@ def _int(env: Mapping[str, str], name: str) -> int:
 
 def _slurm_tasks_on_node(env: Mapping[str, str]) -> int:
     # "2(x3),1" -> tasks per node for each node; SLURM_LOCALID < that of our node. Take the first.
-    value = env.get("SLURM_NTASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE") or "1"
-    return int(re.match(r"\d+", value).group(0))  # type: ignore[union-attr]
+    name = "SLURM_NTASKS_PER_NODE" if env.get("SLURM_NTASKS_PER_NODE") else "SLURM_TASKS_PER_NODE"
+    value = env.get(name) or "1"
+    match = re.match(r"\d+", value.strip())
+    if match is None or int(match.group(0)) < 1:
+        raise ValueError(f"Expected the environment variable {name} to be a count such as '4' or '2(x3),1' (got {value!r})")
+    return int(match.group(0))
 
 
 def _launch_from_env(env: Mapping[str, str]) -> tuple[str, int, int, int, int]:

@@ -87,6 +87,16 @@ class PeerFailure(RuntimeError):
     """A collective failed during training: a peer rank died or stopped responding."""
 
 
+def _describe_checkpoint(path: Path) -> str:
+    """What a failed run leaves to resume from; never raises (the failure being reported comes first)."""
+    if not path.exists():
+        return "none yet; rerun with --resume."
+    try:
+        return f"{path} (step {load_checkpoint(path)['step']}); rerun with --resume."
+    except ValueError as err:
+        return f"unusable ({err}); rerun from the start."
+
+
 def _maybe_fail(rank: int, step: int) -> None:
     """Testing hook: ``MESHSHARD_FAIL_AT=RANK:STEP`` kills that rank in the middle of that step."""
     spec = os.environ.get("MESHSHARD_FAIL_AT")
@@ -239,11 +249,10 @@ def train(cfg: TrainConfig) -> list[float]:
             if dist.is_initialized():
                 dist.all_reduce(flags)  # each domain rank holds its sample's loss; and every rank's finite checks
         except (RuntimeError, OSError) as err:
-            last = f"{ckpt_path} (step {load_checkpoint(ckpt_path)['step']})" if ckpt_path.exists() else "none yet"
             raise PeerFailure(
                 f"rank {ctx.rank}: step {step} failed: a collective raised, so a peer rank probably died or "
                 f"stopped responding ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}). "
-                f"Last checkpoint: {last}; rerun with --resume."
+                f"Last checkpoint: {_describe_checkpoint(ckpt_path)}"
             ) from err
         batch = [sample_index(cfg.seed, step, d, cfg.data_parallel, inputs.shape[0]) for d in range(cfg.data_parallel)]
         batch_loss = _check_finite(flags, step=step, samples=batch, data=cfg.data, last=last_saved)
@@ -325,7 +334,28 @@ def _train_worker(cfg_dict: dict[str, Any]) -> None:
         dist.destroy_process_group()
 
 
+def _check_counts(args: Any) -> str | None:
+    """The first count or rate on the command line that cannot work, as a one-line error; else None."""
+    for flag, value in (("--steps", args.steps), ("--every", args.every), ("--log-every", args.log_every),
+                        ("--latent", args.latent), ("--mp-steps", args.mp_steps), ("--data-parallel", args.data_parallel)):
+        if value < 1:
+            return f"Expected {flag} to be a positive integer (got {value})"
+    if args.hidden_layers < 0:
+        return f"Expected --hidden-layers to be 0 or more (got {args.hidden_layers})"
+    if args.eval_every < 0:
+        return f"Expected --eval-every to be 0 (off) or a positive integer (got {args.eval_every})"
+    if args.nproc < 0:
+        return f"Expected --nproc to be 0 (not launching) or a positive integer (got {args.nproc})"
+    if not (np.isfinite(args.lr) and args.lr > 0):
+        return f"Expected --lr to be a positive number (got {args.lr})"
+    return None
+
+
 def _run(args: Any) -> int:
+    problem = _check_counts(args)
+    if problem:
+        print(f"meshshard train: error: {problem}", file=sys.stderr)
+        return 2
     cfg = TrainConfig(
         partition=args.partition, data=args.data, out=args.out, steps=args.steps, lr=args.lr,
         latent_size=args.latent, hidden_layers=args.hidden_layers, message_passing_steps=args.mp_steps,

@@ -6,7 +6,10 @@ trainings in a row, so the ranks start once.
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -16,7 +19,7 @@ import torch
 
 from meshshard._train import TrainConfig, load_checkpoint, sample_index, train
 from meshshard.partition import load_partition
-from tests._dist import run_ranks
+from tests._dist import free_port, run_ranks
 from tests.meshshard.test_train import setup  # noqa: F401 - the shared module fixture
 
 
@@ -91,3 +94,78 @@ def test_a_non_finite_gradient_is_reported_with_the_step_and_samples() -> None:
     with pytest.raises(ValueError, match=r"^Expected finite training data \(got -inf in the targets of sample 4 at "
                                          r"node 17, read by rank 1 at step 5\); fix the dataset DATA$"):
         _check_finite(flags, step=5, samples=[3], data="DATA", last="none yet")
+
+
+def _cli(setup: dict, out: Path, *extra: str) -> list[str]:  # noqa: F811
+    cfg = setup["cfg"]
+    return ["train", str(setup["root"] / "partition1"), "--data", cfg.data, "--out", str(out), "--latent", "8",
+            "--hidden-layers", "1", "--mp-steps", "2", "--quiet", "--steps", "2", *extra]
+
+
+def test_bad_counts_environment_and_checkpoints_are_one_line_and_exit_2(
+    setup: dict, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    from meshshard._checkpoint import FORMAT, FORMAT_VERSION, _digest
+    from meshshard.cli import main
+
+    for name in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "MESHSHARD_DEBUG"):
+        monkeypatch.delenv(name, raising=False)
+    out = setup["root"] / "counts"
+    cases = {
+        ("--every", "0"): "Expected --every to be a positive integer (got 0)",
+        ("--steps", "-1"): "Expected --steps to be a positive integer (got -1)",
+        ("--log-every", "0"): "Expected --log-every to be a positive integer (got 0)",
+        ("--eval-every", "-2"): "Expected --eval-every to be 0 (off) or a positive integer (got -2)",
+        ("--nproc", "-1"): "Expected --nproc to be 0 (not launching) or a positive integer (got -1)",
+        ("--lr", "nan"): "Expected --lr to be a positive number (got nan)",
+    }
+    for extra, message in cases.items():
+        assert main(_cli(setup, out, *extra)) == 2, extra
+        assert capsys.readouterr().err == f"meshshard train: error: {message}\n"
+    assert not out.exists()
+
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    monkeypatch.setenv("SLURM_NTASKS", "1")
+    monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "abc")
+    assert main(_cli(setup, out)) == 2
+    assert capsys.readouterr().err == (
+        "meshshard train: error: Expected the environment variable SLURM_NTASKS_PER_NODE to be a count such as "
+        "'4' or '2(x3),1' (got 'abc')\n"
+    )
+    for name in ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_NTASKS_PER_NODE"):
+        monkeypatch.delenv(name)
+
+    # a checkpoint with a valid checksum but no optimizer state: refused on --resume, one line
+    run = setup["root"] / "no-optimizer"
+    run.mkdir()
+    body = {"format": FORMAT, "format_version": FORMAT_VERSION, "step": 0, "model": {}, "losses": [],
+            "rng": torch.get_rng_state(), "config": {}, "world_size": 1}
+    torch.save(body | {"sha256": _digest(body)}, run / "checkpoint.pt")
+    assert main(_cli(setup, run, "--resume")) == 2
+    assert capsys.readouterr().err == (
+        f"meshshard train: error: {run / 'checkpoint.pt'}: incomplete meshshard checkpoint (no 'optimizer' entry)\n"
+    )
+
+
+def _pair(setup: dict, out: Path, env: dict, *extra: str) -> list[subprocess.Popen]:  # noqa: F811
+    port = str(free_port())
+    cmd = [sys.executable, "-m", "meshshard", *_cli(setup, out, *extra)]
+    cmd[cmd.index("--data") - 1] = setup["cfg"].partition  # the 2-part partition
+    return [subprocess.Popen(cmd, env=os.environ | env | {"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
+                                                          "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for rank in (0, 1)]
+
+
+def test_a_peer_failure_is_reported_as_such_even_beside_an_unreadable_old_checkpoint(setup: dict) -> None:  # noqa: F811
+    out = setup["root"] / "old-checkpoint"
+    out.mkdir()
+    (out / "checkpoint.pt").write_bytes(b"left over from something else")
+    procs = _pair(setup, out, {"MESHSHARD_TIMEOUT": "60", "MESHSHARD_FAIL_AT": "1:1"}, "--steps", "4", "--every", "2")
+    results = [p.communicate(timeout=120) for p in procs]
+    assert procs[1].returncode == 17, results[1]
+    assert procs[0].returncode == 1, results[0]
+    err = results[0][1].strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("meshshard train: error: rank 0: step 1 failed: a collective raised"), err
+    assert err[0].endswith(f"Last checkpoint: unusable ({out / 'checkpoint.pt'}: not a readable meshshard checkpoint "
+                           "(not a torch.save file: Unsupported operand 108)); rerun from the start."), err
