@@ -266,7 +266,7 @@ def partition_file(
     """
     steps = steps or Steps()
     out = Path(out)
-    check_output_dir(out, force)
+    check_output_dir(out, force, inputs=[input])
     if num_parts < 1:
         raise ValueError(f"Expected --parts >= 1 (got {num_parts})")
     target_weights(num_parts, tpwgts)

@@ -39,9 +39,11 @@ def _cmd_partition(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     try:
-        check_output_dir(out, args.force)
-    except ValueError as err:
+        notes = check_output_dir(out, args.force, inputs=[args.input])
+    except (ValueError, OSError) as err:
         return _error("partition", None, err)
+    for note in notes:
+        print(f"meshshard partition: note: {note}", file=sys.stderr)
     try:
         with Steps(enabled=not args.quiet) as steps:
             folder = partition_file(
@@ -62,7 +64,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
     try:
         meta = read_metadata(args.dir)
-    except ValueError as err:
+    except (ValueError, OSError) as err:
         return _error("info", args.dir, err)
     if args.json:
         sys.stdout.write(dump_metadata(meta))
@@ -80,7 +82,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     try:
         meta = read_metadata(args.dir)
         problems = verify_partition(args.dir)
-    except ValueError as err:
+    except (ValueError, OSError) as err:
         return _error("verify", args.dir, err)
     if problems:
         for problem in problems:

@@ -133,7 +133,7 @@ import hashlib
 import io
 import json
 import os
-import shutil
+import warnings
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -142,6 +142,8 @@ from typing import Any
 import numpy as np
 
 from meshshard.partition._partition import PART_ARRAYS, Partition
+from meshshard.partition._safe_io import (check_destination, read_inside, read_npz,
+                                          write_folder)
 
 __all__ = [
     "FORMAT_NAME",
@@ -158,6 +160,8 @@ __all__ = [
 FORMAT_NAME = "meshshard-partition"
 FORMAT_VERSION = 1
 METADATA_FILE = "partition.json"
+#: Largest ``partition.json`` read (about 200 bytes per part).
+MAX_METADATA_BYTES = 256 << 20
 
 _DTYPES: dict[str, np.dtype] = {name: np.dtype(np.int64) for name in PART_ARRAYS}
 _DTYPES.update(node_hops=np.dtype(np.int8), pos=np.dtype(np.float64))
@@ -199,19 +203,34 @@ def make_metadata(
     return meta
 
 
-def check_output_dir(out: Path, force: bool) -> None:
-    """Raise unless ``out`` is absent, an empty folder, or (with ``force``) a partition folder."""
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise ValueError(f"{out}: exists and is not a folder")
-    if not any(out.iterdir()):
-        return
-    if not force:
-        raise ValueError(f"{out}: exists and is not empty (pass --force to replace it)")
-    if not (out / METADATA_FILE).is_file():
-        raise ValueError(f"{out}: is not a partition folder (no {METADATA_FILE}); "
-                         "refusing to replace it, even with --force")
+def check_is_partition(folder: Path) -> None:
+    """Raise unless ``folder`` holds a partition of this format and nothing else (the test
+    ``--force`` applies before replacing a folder): a readable ``partition.json`` naming this
+    format, and only that file and ``part-NNNNN.npz`` files of its parts, no links or folders."""
+    refuse = "refusing to replace it, even with --force"
+    try:
+        meta = json.loads(read_inside(folder, METADATA_FILE, max_bytes=MAX_METADATA_BYTES))
+        num_parts = meta["num_parts"] if meta.get("format") == FORMAT_NAME else None
+    except (ValueError, UnicodeDecodeError, AttributeError, KeyError):
+        num_parts = None
+    if not isinstance(num_parts, int):
+        raise ValueError(f"{folder}: is not a partition folder (no readable {METADATA_FILE} "
+                         f"of format {FORMAT_NAME!r}); {refuse}")
+    allowed = {METADATA_FILE, *(part_file_name(r) for r in range(max(num_parts, 0)))}
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.name not in allowed or not entry.is_file(follow_symlinks=False):
+                raise ValueError(f"{folder}: holds {entry.name!r}, which is not a file of a "
+                                 f"partition; {refuse}")
+
+
+def check_output_dir(out: Path, force: bool, inputs: Sequence[str | os.PathLike[str]] = ()
+                     ) -> list[str]:
+    """Raise unless ``out`` is absent, an empty folder, or (with ``force``) a partition folder
+    holding only the format's files; never the current folder, its parents, or a folder
+    holding an input. Returns notes on the leftovers of an interrupted run that were tidied
+    (see :func:`meshshard.partition._safe_io.check_destination`)."""
+    return check_destination(out, force=force, is_ours=check_is_partition, inputs=inputs)
 
 
 def _write_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> str:
@@ -238,7 +257,9 @@ def save_partition(
     force: bool = False,
     progress: Callable[[int], None] | None = None,
 ) -> Path:
-    """Write a partition folder (atomically: a temporary folder next to it, renamed at the end).
+    """Write a partition folder, atomically (:func:`meshshard.partition._safe_io.write_folder`:
+    a staging folder next to it, swapped in at the end; with ``force`` the old one is renamed
+    aside first and deleted last, so a crash leaves one of the two whole).
 
     Args:
         partitions: Every rank's :class:`Partition`, in rank order.
@@ -250,29 +271,23 @@ def save_partition(
         The folder's path.
     """
     out = Path(out_dir)
-    check_output_dir(out, force)
+    for note in check_output_dir(out, force):
+        warnings.warn(note, stacklevel=2)
     if not partitions or [p.rank for p in partitions] != list(range(partitions[0].num_parts)):
         raise ValueError("Expected one partition per rank, in rank order")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+
+    def fill(folder: Path) -> None:
         meta = dict(partitions[0].metadata)
         entries = []
         for p, entry in zip(partitions, meta["parts"]):
-            digest = _write_npz(tmp / part_file_name(p.rank), p.arrays())
+            digest = _write_npz(folder / part_file_name(p.rank), p.arrays())
             entries.append({**entry, "file": part_file_name(p.rank), "sha256": digest})
             if progress is not None:
                 progress(1)
         meta["parts"] = entries
-        (tmp / METADATA_FILE).write_text(dump_metadata(meta))
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        (folder / METADATA_FILE).write_text(dump_metadata(meta))
+
+    write_folder(out, fill)
     return out
 
 
@@ -290,11 +305,13 @@ def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not folder.is_dir():
         raise ValueError(f"{folder}: no such folder")
     file = folder / METADATA_FILE
-    if not file.is_file():
+    if not os.path.lexists(file):
         raise ValueError(f"{folder}: not a partition folder (no {METADATA_FILE})")
     try:
-        meta = json.loads(file.read_text())
+        meta = json.loads(read_inside(folder, METADATA_FILE, max_bytes=MAX_METADATA_BYTES))
     except (ValueError, UnicodeDecodeError) as err:
+        if str(err).startswith(str(file)):
+            raise
         raise ValueError(f"{file}: not valid JSON ({err})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         raise ValueError(f"{file}: Expected format {FORMAT_NAME!r} "
@@ -308,11 +325,17 @@ def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
     return meta
 
 
+def _max_part_bytes(entry: Mapping[str, Any], num_parts: int, pos_dim: int | None) -> int:
+    """The largest size a part file with these counts can have (arrays, headers, zip)."""
+    n_local = entry["num_owned"] + entry["num_ghost"]
+    ints = n_local + entry["num_ghost"] + 3 * entry["num_edges"] + entry["num_send"] + 2 * num_parts
+    return 8 * ints + n_local * (1 + 8 * (pos_dim or 0)) + 1024 * len(PART_ARRAYS)
+
+
 def _read_npz(data: bytes, file: Path) -> dict[str, np.ndarray]:
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-            return {name: archive[name] for name in archive.files}
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
+        return read_npz(data, file)
+    except ValueError as err:
         raise ValueError(f"{file}: not a readable part file ({err})") from None
 
 
@@ -354,11 +377,9 @@ def load_partition(
     if not 0 <= rank < num_parts:
         raise ValueError(f"Expected a rank in [0, {num_parts}) (got {rank})")
     entry = meta["parts"][rank]
-    file = folder / entry["file"]
-    try:
-        data = file.read_bytes()
-    except FileNotFoundError:
-        raise ValueError(f"{file}: missing") from None
+    file = folder / str(entry["file"])
+    data = read_inside(folder, entry["file"],
+                       max_bytes=_max_part_bytes(entry, num_parts, meta.get("pos_dim")))
     if check_checksum and hashlib.sha256(data).hexdigest() != entry["sha256"]:
         raise ValueError(f"{file}: checksum mismatch, the file was altered or truncated "
                          "(re-run meshshard partition)")

@@ -32,6 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from meshshard.partition._graph import Cells, Graph
+from meshshard.partition._safe_io import read_regular
 
 __all__ = ["InputData", "read_input", "read_metis_graph", "read_metis_mesh", "FORMATS"]
 
@@ -86,7 +87,7 @@ def read_input(path: str | Path, *, format: str = "auto") -> InputData:
         raise ValueError("is a directory, expected a file")
     if not path.exists():
         raise ValueError("no such file")
-    stored = path.read_bytes()
+    stored = read_regular(path)
     digest = hashlib.sha256(stored).hexdigest()
     raw = _decompress(path, stored)
     if format == "auto":
