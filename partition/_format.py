@@ -1,4 +1,4 @@
-"""The on-disk partition format, version 1 (``FORMAT_VERSION``).
+"""The on-disk partition format, version 2 (``FORMAT_VERSION``).
 
 A partition is a folder with one metadata file and one archive per rank::
 
@@ -66,11 +66,15 @@ the input file (in memory: of the graph's CSR ``indptr`` and ``indices`` as int6
 ``parts[r].sha256`` is the part file's. ``imbalance`` is the largest owned count over the mean;
 ``load_imbalance`` the largest load over its target (vertex weight, target shares);
 ``halo_fraction`` all ghosts over all nodes; ``refinement`` is ``null`` or
-``{"edge_cut_before", "load_imbalance_before", "moved"}``::
+``{"edge_cut_before", "load_imbalance_before", "moved"}``. ``metadata_sha256``, always last,
+is the SHA-256 of the canonical JSON (sorted keys, no spaces, ASCII) of everything else, so a
+hand-edited ``partition.json`` is refused; version 2 added it (version 1 folders are refused:
+re-run ``meshshard partition``). Every ``file`` is read only if it is a regular file inside
+the folder, at most as large as its counts allow::
 
     {
       "format": "meshshard-partition",
-      "format_version": 1,
+      "format_version": 2,
       "num_parts": 2,
       "num_nodes": 6,
       "num_edges": 18,
@@ -96,7 +100,8 @@ the input file (in memory: of the graph's CSR ``indptr`` and ``indices`` as int6
         {"part": 1, "num_owned": 3, "num_ghost": 3, "num_edges": 9, "num_owned_edges": 9,
          "num_send": 3, "file": "part-00001.npz",
          "sha256": "834df15200c9473310638d6721ef785d0964a97c8f0cc6c79fae54c585204743"}
-      ]
+      ],
+      "metadata_sha256": "5334b62196795e50c9112ecda5705c1200f7ccd780caaf53ba861bcca3530663"
     }
 
 and its two part files (``pos`` left out here)::
@@ -141,6 +146,7 @@ from typing import Any
 
 import numpy as np
 
+from meshshard.partition._invariants import part_problems
 from meshshard.partition._partition import PART_ARRAYS, Partition
 from meshshard.partition._safe_io import (check_destination, read_inside, read_npz,
                                           write_folder)
@@ -158,10 +164,15 @@ __all__ = [
 ]
 
 FORMAT_NAME = "meshshard-partition"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 METADATA_FILE = "partition.json"
 #: Largest ``partition.json`` read (about 200 bytes per part).
 MAX_METADATA_BYTES = 256 << 20
+#: Largest ``halo_hops`` (hop distances are stored as int8).
+MAX_HOPS = 100
+#: The metadata key holding the SHA-256 of the rest of the metadata (see :func:`dump_metadata`).
+CHECKSUM_KEY = "metadata_sha256"
+_PART_COUNTS = ("num_owned", "num_ghost", "num_edges", "num_owned_edges", "num_send")
 
 _DTYPES: dict[str, np.dtype] = {name: np.dtype(np.int64) for name in PART_ARRAYS}
 _DTYPES.update(node_hops=np.dtype(np.int8), pos=np.dtype(np.float64))
@@ -291,16 +302,80 @@ def save_partition(
     return out
 
 
+def metadata_checksum(meta: Mapping[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of the metadata without its own checksum (sorted keys,
+    no spaces, ASCII)."""
+    body = {k: v for k, v in meta.items() if k != CHECKSUM_KEY}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def dump_metadata(meta: Mapping[str, Any]) -> str:
-    """The JSON text of the metadata: two-space indent, one line per part."""
+    """The JSON text of the metadata: two-space indent, one line per part, and last the
+    checksum of everything else (:func:`metadata_checksum`), which :func:`read_metadata`
+    verifies, so an edited ``partition.json`` is refused."""
+    meta = {k: v for k, v in meta.items() if k != CHECKSUM_KEY}
     parts = meta.get("parts", [])
     body = json.dumps({k: v for k, v in meta.items() if k != "parts"}, indent=2)
     lines = ",\n".join("    " + json.dumps(p) for p in parts)
-    return body[:-2] + ',\n  "parts": [\n' + lines + "\n  ]\n}\n"
+    return (body[:-2] + ',\n  "parts": [\n' + lines + "\n  ],\n"
+            + f'  "{CHECKSUM_KEY}": "{metadata_checksum(meta)}"\n}}\n')
+
+
+def _is_count(value: object, low: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _check_schema(meta: dict[str, Any], file: Path) -> None:
+    """Types and ranges of every metadata entry that loading relies on."""
+    for key, low in (("num_parts", 1), ("num_nodes", 1), ("num_edges", 0)):
+        if not _is_count(meta.get(key), low):
+            raise ValueError(f"{file}: Expected {key!r} to be an integer >= {low} "
+                             f"(got {meta.get(key)!r})")
+    hops = meta.get("halo_hops")
+    if not _is_count(hops, 1) or hops > MAX_HOPS:
+        raise ValueError(f"{file}: Expected 'halo_hops' to be an integer in 1..{MAX_HOPS} "
+                         f"(got {hops!r})")
+    if meta.get("pos_dim") is not None and meta.get("pos_dim") not in (1, 2, 3):
+        raise ValueError(f"{file}: Expected 'pos_dim' to be null, 1, 2 or 3 "
+                         f"(got {meta.get('pos_dim')!r})")
+    parts = meta.get("parts")
+    if not isinstance(parts, list) or len(parts) != meta["num_parts"]:
+        raise ValueError(f"{file}: Expected a 'parts' list of num_parts entries")
+    for r, entry in enumerate(parts):
+        where = f"{file}: parts[{r}]"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where}: Expected an object (got {entry!r})")
+        for key in _PART_COUNTS:
+            if not _is_count(entry.get(key)):
+                raise ValueError(f"{where}: Expected {key!r} to be an integer >= 0 "
+                                 f"(got {entry.get(key, 'nothing')!r})")
+        name, digest = entry.get("file"), entry.get("sha256")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{where}: Expected 'file' to be a file name (got "
+                             f"{name if 'file' in entry else 'nothing'!r})")
+        if not isinstance(digest, str) or len(digest) != 64 or set(digest) - set(
+                "0123456789abcdef"):
+            raise ValueError(f"{where}: Expected 'sha256' to be 64 hex digits (got "
+                             f"{digest if 'sha256' in entry else 'nothing'!r})")
+        if entry["num_ghost"] > meta["num_nodes"] or entry["num_owned_edges"] > \
+                entry["num_edges"] or entry["num_edges"] > meta["num_edges"]:
+            raise ValueError(f"{where}: counts larger than the whole graph's")
+    owned = sum(entry["num_owned"] for entry in parts)
+    if owned != meta["num_nodes"]:
+        raise ValueError(f"{file}: the parts' owned counts sum to {owned}, not num_nodes "
+                         f"{meta['num_nodes']}")
 
 
 def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The metadata of a partition folder, after checking its format name and version."""
+    """The metadata of a partition folder, after checking its format name and version, its
+    own checksum (``metadata_sha256``: any edit is refused), and the types and ranges of its
+    entries.
+
+    Raises:
+        ValueError: not a partition folder, another format or version, an edited or
+            inconsistent ``partition.json``.
+    """
     folder = Path(path)
     if not folder.is_dir():
         raise ValueError(f"{folder}: no such folder")
@@ -319,9 +394,10 @@ def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
     if meta.get("format_version") != FORMAT_VERSION:
         raise ValueError(f"{file}: Expected format version {FORMAT_VERSION} "
                          f"(got {meta.get('format_version')!r}); re-run meshshard partition")
-    parts = meta.get("parts")
-    if not isinstance(parts, list) or len(parts) != meta.get("num_parts"):
-        raise ValueError(f"{file}: Expected a 'parts' list of num_parts entries")
+    if meta.get(CHECKSUM_KEY) != metadata_checksum(meta):
+        raise ValueError(f"{file}: metadata checksum mismatch, the file was edited (re-run "
+                         "meshshard partition)")
+    _check_schema(meta, file)
     return meta
 
 
@@ -365,8 +441,11 @@ def load_partition(
 ) -> Partition:
     """Load rank ``rank``'s shard: reads only the metadata and that rank's part file.
 
-    Checks the format name and version, the file's SHA-256 against the metadata, and the
-    arrays' names, dtypes and shapes.
+    Checks the metadata (:func:`read_metadata`), the file's SHA-256 against it, the arrays'
+    names, dtypes and shapes, and every invariant of the shard that needs no other rank
+    (:func:`meshshard.partition._invariants.part_problems`: counts, index ranges, ghost order,
+    edge order and numbering, hop distances, the send plan, finite coordinates), so a shard
+    that ``verify`` would reject for one of these never loads.
 
     Raises:
         ValueError: a missing, altered, truncated or foreign file, or a rank out of range.
@@ -385,8 +464,13 @@ def load_partition(
                          "(re-run meshshard partition)")
     arrays = _read_npz(data, file)
     _check_arrays(arrays, entry, num_parts, meta.get("pos_dim"), file)
-    return Partition(
+    part = Partition(
         rank=rank, num_parts=num_parts, num_nodes=meta["num_nodes"],
         halo_hops=meta["halo_hops"],
         num_owned_per_part=np.array([p["num_owned"] for p in meta["parts"]], dtype=np.int64),
         metadata=meta, **arrays)
+    problems = part_problems(part, num_owned_edges=entry["num_owned_edges"],
+                             num_edges=meta["num_edges"])
+    if problems:
+        raise ValueError(f"{file}: {problems[0]} (re-run meshshard partition)")
+    return part

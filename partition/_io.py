@@ -32,7 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from meshshard.partition._graph import Cells, Graph
-from meshshard.partition._safe_io import read_regular
+from meshshard.partition._safe_io import read_npy, read_npz, read_regular
 
 __all__ = ["InputData", "read_input", "read_metis_graph", "read_metis_mesh", "FORMATS"]
 
@@ -99,7 +99,7 @@ def read_input(path: str | Path, *, format: str = "auto") -> InputData:
         cells, num_nodes = read_metis_mesh(raw)
         data = InputData(path.name, digest, "mesh", num_nodes, cells=cells)
     elif format == "points":
-        pos = _read_points(path)
+        pos = _read_points(raw)
         data = InputData(path.name, digest, "points", len(pos), pos=pos)
     else:
         pos, cells = _read_meshio(path)
@@ -305,22 +305,19 @@ def read_metis_mesh(raw: bytes) -> tuple[list[tuple[str, np.ndarray]], int]:
     return cells, int(nodes.max()) + 1
 
 
-def _read_points(path: Path) -> np.ndarray:
-    try:
-        loaded = np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as err:
-        raise ValueError(f"cannot read as a numpy file ({err})") from None
-    if isinstance(loaded, np.lib.npyio.NpzFile):
-        with loaded:
-            names = loaded.files
-            if "pos" in names:
-                pos = loaded["pos"]
-            elif len(names) == 1:
-                pos = loaded[names[0]]
-            else:
-                raise ValueError(f"Expected a 'pos' array or a single array (got {names})")
+def _read_points(raw: bytes) -> np.ndarray:
+    """The points of a ``.npy`` file, or of a ``.npz`` archive's ``pos`` (or only) array."""
+    if raw[:2] == b"PK":
+        arrays = read_npz(raw)
+        names = list(arrays)
+        if "pos" in arrays:
+            pos = arrays["pos"]
+        elif len(names) == 1:
+            pos = arrays[names[0]]
+        else:
+            raise ValueError(f"Expected a 'pos' array or a single array (got {names})")
     else:
-        pos = loaded
+        pos = read_npy(raw)
     if pos.ndim != 2 or pos.shape[1] not in (2, 3):
         raise ValueError(f"Expected points of shape (N, 2) or (N, 3) (got {pos.shape})")
     if not np.issubdtype(pos.dtype, np.number):

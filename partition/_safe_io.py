@@ -281,9 +281,14 @@ def decompress(stored: bytes, suffix: str, *, expansion: float | None = None) ->
     return raw
 
 
+def _prefix(label: object) -> str:
+    return f"{label}: " if label not in (None, "") else ""
+
+
 def _read_array(file: io.BufferedIOBase | zipfile.ZipExtFile, available: int,
-                label: str) -> np.ndarray:
+                label: object) -> np.ndarray:
     """One ``.npy`` stream whose size is ``available`` bytes: header, checks, then data."""
+    at = _prefix(label)
     fmt = np.lib.format
     try:
         version = fmt.read_magic(file)
@@ -292,29 +297,30 @@ def _read_array(file: io.BufferedIOBase | zipfile.ZipExtFile, available: int,
         else:
             shape, fortran, dtype = fmt.read_array_header_2_0(file)
     except (ValueError, EOFError, OSError, SyntaxError) as err:
-        raise ValueError(f"{label}: not a valid .npy array ({err})") from None
+        raise ValueError(f"{at}not a valid .npy array ({err})") from None
     if dtype.hasobject:
-        raise ValueError(f"{label}: holds Python objects (pickled data), refused")
+        raise ValueError(f"{at}holds Python objects (pickled data), refused")
     need = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     left = available - file.tell()
     if need != left:
-        raise ValueError(f"{label}: declares a {'x'.join(map(str, shape)) or 'scalar'} "
+        raise ValueError(f"{at}declares a {'x'.join(map(str, shape)) or 'scalar'} "
                          f"{dtype} array of {need:,} bytes but holds {max(left, 0):,}")
     buf = bytearray(need)
     if file.readinto(memoryview(buf)) != need:
-        raise ValueError(f"{label}: truncated")
+        raise ValueError(f"{at}truncated")
     array = np.frombuffer(buf, dtype=dtype)
     return array.reshape(shape[::-1]).T if fortran else array.reshape(shape)
 
 
-def read_npy(data: bytes, label: object) -> np.ndarray:
-    """The array of a ``.npy`` file's bytes (no pickles; size checked before allocating)."""
+def read_npy(data: bytes, label: object = None) -> np.ndarray:
+    """The array of a ``.npy`` file's bytes (no pickles; size checked before allocating).
+    Errors start with ``label:`` when one is given."""
     if not data:
-        raise ValueError(f"{label}: empty file, expected a .npy array")
-    return _read_array(io.BytesIO(data), len(data), str(label))
+        raise ValueError(f"{_prefix(label)}empty file, expected a .npy array")
+    return _read_array(io.BytesIO(data), len(data), label)
 
 
-def read_npz(data: bytes, label: object, *, expansion: float | None = None
+def read_npz(data: bytes, label: object = None, *, expansion: float | None = None
              ) -> dict[str, np.ndarray]:
     """The arrays of a ``.npz`` archive's bytes, by name, in archive order.
 
@@ -325,12 +331,12 @@ def read_npz(data: bytes, label: object, *, expansion: float | None = None
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as err:
-        raise ValueError(f"{label}: not a valid .npz archive ({err})") from None
+        raise ValueError(f"{_prefix(label)}not a valid .npz archive ({err})") from None
     arrays: dict[str, np.ndarray] = {}
     with archive:
         for info in archive.infolist():
             name = info.filename.removesuffix(".npy")
-            where = f"{label}: member {info.filename!r}"
+            where = f"{_prefix(label)}member {info.filename!r}"
             if info.compress_type != zipfile.ZIP_STORED and info.file_size > max(
                     _EXPANSION_FLOOR, ratio * info.compress_size):
                 raise ValueError(f"{where}: expands to {info.file_size:,} bytes from "

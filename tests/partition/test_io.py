@@ -156,7 +156,7 @@ def test_point_clouds(tmp_path: Path) -> None:
      r"Expected finite coordinates \(got 1 nodes with NaN or inf, the first is node 1\)"),
     (lambda d: _save(d / "i.npy", np.array([[0, 0], [np.inf, 1.0]])), "Expected finite"),
     (lambda d: _save(d / "s.npy", np.zeros((4, 5))), r"Expected points of shape \(N, 2\)"),
-    (lambda d: _write(d / "b.npy", b"not numpy"), "cannot read as a numpy file"),
+    (lambda d: _write(d / "b.npy", b"not numpy"), "not a valid .npy array"),
     (lambda d: _write(d / "c.graph.bz2", b"not bz2"), "cannot decompress"),
     (lambda d: _write(d / "m.vtk", b"# vtk DataFile\ngarbage\n"), "meshio cannot read it"),
     (lambda d: _write(d / "z.mesh", b"2\n1 2 3\n"), "Expected 2 elements"),

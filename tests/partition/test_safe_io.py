@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -12,18 +11,12 @@ import pytest
 
 from meshshard.cli import main
 from meshshard.partition import load_partition, read_metadata, verify_partition
-from meshshard.partition import _format
+
+from .conftest import rewrite_metadata
 
 
 def _partition(mesh_file: Path, out: Path, parts: int, *extra: str) -> list[str]:
     return ["partition", str(mesh_file), "-k", str(parts), "-o", str(out), "-q", *extra]
-
-
-def _rewrite(folder: Path, change) -> None:
-    """Edit the metadata as a careful forger would: the metadata checksum stays valid."""
-    meta = json.loads((folder / "partition.json").read_text())
-    change(meta)
-    (folder / "partition.json").write_text(_format.dump_metadata(meta))
 
 
 # --force ------------------------------------------------------------------------------------
@@ -140,7 +133,7 @@ def test_metadata_cannot_point_outside_the_folder(kind: str, two, capsys) -> Non
         (a / "link.npz").symlink_to(b / "part-00000.npz")
     if kind == "folder":
         (a / "sub").mkdir()
-    _rewrite(a, lambda m: m["parts"][0].update(file=name))
+    rewrite_metadata(a, lambda m: m["parts"][0].update(file=name))
     expected = {"folder": "is a folder, expected a file", "dot": "Expected a file inside"}.get(
         kind, "Expected a file inside the folder")
     with pytest.raises(ValueError, match=expected):
@@ -154,7 +147,7 @@ def test_metadata_cannot_point_outside_the_folder(kind: str, two, capsys) -> Non
 def test_a_fifo_never_hangs_load_verify_or_plot(two, tmp_path: Path, capsys) -> None:
     a, _ = two
     os.mkfifo(a / "fifo.npz")
-    _rewrite(a, lambda m: m["parts"][1].update(file="fifo.npz"))
+    rewrite_metadata(a, lambda m: m["parts"][1].update(file="fifo.npz"))
     with pytest.raises(ValueError, match="fifo.npz: is not a regular file"):
         load_partition(a, 1)
     assert main(["verify", str(a)]) == 1
