@@ -254,12 +254,15 @@ def partition_file(
     recursive: bool = False,
     tpwgts: Sequence[float] | None = None,
     force: bool = False,
+    max_expansion: float | None = None,
     steps: Steps | None = None,
 ) -> Path:
     """``meshshard partition``: read ``input``, partition it, write the folder ``out``.
 
-    Cheap checks (arguments, the output folder) run before the input is read. Nothing is left
-    at ``out`` when any step fails.
+    Cheap checks (arguments, the output folder) run before the input is read, and ``num_parts``
+    is checked against the node count before anything is sized by it. Nothing is left at
+    ``out`` when any step fails. ``max_expansion`` caps the decompression ratio of a ``.bz2``
+    or ``.gz`` input (see :func:`meshshard.partition.read_input`).
 
     Returns:
         The partition folder.
@@ -269,9 +272,10 @@ def partition_file(
     check_output_dir(out, force, inputs=[input])
     if num_parts < 1:
         raise ValueError(f"Expected --parts >= 1 (got {num_parts})")
-    target_weights(num_parts, tpwgts)
+    if tpwgts is not None:  # checked against num_parts, before num_parts sizes anything
+        target_weights(num_parts, tpwgts)
     with steps.step("read"):
-        data = read_input(input, format=format)
+        data = read_input(input, format=format, max_expansion=max_expansion)
     with steps.step("graph"):
         g = build_graph(data, graph, knn=knn, radius=radius, ncommon=ncommon)
     params: dict[str, Any] = {}

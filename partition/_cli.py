@@ -50,7 +50,8 @@ def _cmd_partition(args: argparse.Namespace) -> int:
                 args.input, out, args.parts, format=args.format, graph=args.graph, knn=args.knn,
                 radius=args.radius, ncommon=args.ncommon, method=args.method,
                 halo_hops=args.halo_hops, imbalance=args.imbalance, seed=args.seed,
-                recursive=args.recursive, tpwgts=args.tpwgts, force=args.force, steps=steps)
+                recursive=args.recursive, tpwgts=args.tpwgts, force=args.force,
+                max_expansion=args.max_expansion, steps=steps)
     except (ValueError, OSError, MemoryError) as err:
         return _error("partition", args.input, err)
     if not args.quiet:
@@ -141,7 +142,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--format", default="auto",
                    choices=("auto", "meshio", "metis-graph", "metis-mesh", "points"),
                    help="input format (default: from the file name)")
-    p.add_argument("--force", action="store_true", help="replace an existing partition folder")
+    p.add_argument("--max-expansion", type=float, default=None, metavar="RATIO",
+                   help="largest decompressed/compressed size ratio of a .bz2/.gz input "
+                   "(default: MESHSHARD_MAX_EXPANSION or 100; 64 MiB is always allowed)")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing partition folder (only one holding nothing but a "
+                   "partition's files; never the current folder or its parents)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars, no summary")
 
     p = _add(subparsers, "info", "print a partition folder's metadata", _cmd_info)
