@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 
 import numpy as np
@@ -144,20 +143,6 @@ def test_save_is_atomic_and_refuses_existing(tmp_path: Path) -> None:
         save_partition(partitions, other, force=True)
     assert (other / "precious.txt").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other", "out"]
-
-
-def test_load_one_shard_is_fast(tmp_path: Path) -> None:
-    """A shard of a ~200k-node mesh split 8 ways loads in well under a second (the benchmark
-    holds the 0.1 s target; here a loose bound keeps slow CI machines green)."""
-    points, triangles = grid_triangles(450, 450)
-    pos3 = np.c_[points, np.zeros(len(points))]
-    partitions = partition_mesh(pos3, [("triangle", triangles)], 8, method="morton")
-    folder = save_partition(partitions, tmp_path / "big")
-    load_partition(folder, 3)
-    start = time.perf_counter()
-    shard = load_partition(folder, 3)
-    assert time.perf_counter() - start < 0.5
-    assert shard.num_owned == partitions[3].num_owned
 
 
 def test_point_cloud_partition_round_trip(tmp_path: Path) -> None:

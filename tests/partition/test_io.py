@@ -7,7 +7,6 @@ Walshaw archive via NetworKit (MIT), SfePy meshes (BSD-3-Clause).
 from __future__ import annotations
 
 import bz2
-import time
 from pathlib import Path
 
 import numpy as np
@@ -41,12 +40,10 @@ def test_4elt_counts(shared_data: Path) -> None:
     assert (graph.num_nodes, graph.num_edges) == (15606, 2 * 45878)
 
 
-def test_wave_bz2_reads_fast(shared_data: Path) -> None:
-    start = time.perf_counter()
+def test_wave_bz2_counts(shared_data: Path) -> None:
+    """Its read time is measured by bench/partition.py (tests never assert on wall time)."""
     data = read_input(shared_data / "walshaw/wave.graph.bz2")
-    seconds = time.perf_counter() - start
     assert (data.num_nodes, data.graph.num_edges) == (156317, 2 * 1059331)
-    assert seconds < 10, f"reading wave.graph.bz2 took {seconds:.1f} s"
 
 
 def test_multi_constraint_vertex_weights(shared_data: Path) -> None:
