@@ -50,7 +50,7 @@ def _cmd_partition(args: argparse.Namespace) -> int:
                 args.input, out, args.parts, format=args.format, graph=args.graph, knn=args.knn,
                 radius=args.radius, ncommon=args.ncommon, method=args.method,
                 halo_hops=args.halo_hops, imbalance=args.imbalance, seed=args.seed,
-                recursive=args.recursive, tpwgts=args.tpwgts, force=args.force,
+                recursive=args.recursive, tries=args.tries, tpwgts=args.tpwgts, force=args.force,
                 max_expansion=args.max_expansion, steps=steps)
     except (ValueError, OSError, MemoryError) as err:
         return _error("partition", args.input, err)
@@ -135,8 +135,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--imbalance", type=float, default=0.03,
                    help="allowed max/mean - 1 of the part loads (METIS ufactor / 1000)")
     p.add_argument("--seed", type=int, default=0, help="METIS random seed")
-    p.add_argument("--recursive", action="store_true",
-                   help="METIS recursive bisection instead of k-way")
+    variant = p.add_mutually_exclusive_group()
+    variant.add_argument("--recursive", action="store_const", const=True, default=None,
+                         help="METIS recursive bisection only (default: k-way and, for up to "
+                         "16 parts, recursive bisection; the smaller cut within --imbalance)")
+    variant.add_argument("--kway", dest="recursive", action="store_const", const=False,
+                         help="METIS k-way only")
+    p.add_argument("--tries", type=int, default=None,
+                   help="METIS tries (ncuts) per variant, the best kept (default: 5, fewer on "
+                   "graphs over 4M directed edges, 1 from 20M; cost grows linearly)")
     p.add_argument("--tpwgts", type=_weights, default=None,
                    help="target share of each part, comma-separated, summing to 1")
     p.add_argument("--format", default="auto",
