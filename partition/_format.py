@@ -326,8 +326,44 @@ def _is_count(value: object, low: int = 0) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= low
 
 
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_summary(meta: dict[str, Any], file: Path) -> None:
+    """Types of the entries that ``info`` and the summary print."""
+    if not _is_count(meta.get("edge_cut")):
+        raise ValueError(f"{file}: Expected 'edge_cut' to be an integer >= 0 "
+                         f"(got {meta.get('edge_cut')!r})")
+    numbers = ["imbalance", "halo_fraction", *(["load_imbalance"] if "load_imbalance" in meta
+                                               else [])]
+    for key in numbers:
+        if not _is_number(meta.get(key)):
+            raise ValueError(f"{file}: Expected {key!r} to be a number (got {meta.get(key)!r})")
+    for key in ("method", "graph"):
+        if not isinstance(meta.get(key), str) and not (key == "graph" and meta.get(key) is None):
+            raise ValueError(f"{file}: Expected {key!r} to be a string (got {meta.get(key)!r})")
+    if not isinstance(meta.get("input"), dict):
+        raise ValueError(f"{file}: Expected 'input' to be an object (got {meta.get('input')!r})")
+    shapes = {"refinement": {"edge_cut_before", "load_imbalance_before", "moved"},
+              "metis": {"variant", "seed", "ncuts", "edge_cut", "candidates"}}
+    for key, needed in shapes.items():
+        value = meta.get(key)
+        if value is not None and (not isinstance(value, dict) or needed - set(value) or not all(
+                _is_number(value[k]) for k in needed - {"variant", "candidates"})):
+            raise ValueError(f"{file}: Expected {key!r} to be null or an object with numbers "
+                             f"{sorted(needed - {'variant', 'candidates'})} (got {value!r})")
+    choice = meta.get("metis")
+    if choice is not None and not (isinstance(choice["candidates"], list) and all(
+            isinstance(c, dict) and {"variant", "edge_cut"} <= set(c)
+            for c in choice["candidates"])):
+        raise ValueError(f"{file}: Expected 'metis' to be null or an object with a list of "
+                         "candidates")
+
+
 def _check_schema(meta: dict[str, Any], file: Path) -> None:
-    """Types and ranges of every metadata entry that loading relies on."""
+    """Types and ranges of every metadata entry that loading and ``info`` rely on."""
+    _check_summary(meta, file)
     for key, low in (("num_parts", 1), ("num_nodes", 1), ("num_edges", 0)):
         if not _is_count(meta.get(key), low):
             raise ValueError(f"{file}: Expected {key!r} to be an integer >= {low} "

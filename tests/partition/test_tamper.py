@@ -149,3 +149,21 @@ def test_bad_point_files_are_one_line(tmp_path: Path, capsys) -> None:
         assert err.startswith(f"meshshard partition: error: {tmp_path / name}: "), err
         assert err.count("\n") == 1 and "Traceback" not in err, err
     assert main(["partition", str(good), "-k", "2", "-o", str(tmp_path / "o"), "-q"]) == 0
+
+
+@pytest.mark.parametrize(("change", "match"), [
+    (_set("edge_cut", "many", part=False), "Expected 'edge_cut' to be an integer"),
+    (_set("imbalance", None, part=False), "Expected 'imbalance' to be a number"),
+    (_set("halo_fraction", "x", part=False), "Expected 'halo_fraction' to be a number"),
+    (_set("method", 3, part=False), "Expected 'method' to be a string"),
+    (_set("input", "file.vtu", part=False), "Expected 'input' to be an object"),
+    (_set("refinement", {"moved": 1}, part=False), "Expected 'refinement' to be null or"),
+    (_set("metis", [], part=False), "Expected 'metis' to be null or"),
+])
+def test_edited_summary_fields_are_one_line(mesh_file: Path, tmp_path: Path, change,
+                                            match: str, capsys) -> None:
+    folder = partition_file(mesh_file, tmp_path / "p", 2)
+    rewrite_metadata(folder, change)
+    assert main(["info", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert match in err and err.count("\n") == 1, err
