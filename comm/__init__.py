@@ -32,9 +32,10 @@ from ._collectives import (
     sum_gradients,
     sum_to_replicated,
 )
-from ._context import DeviceMesh2D, DistributedContext, first_slurm_host, init_device_mesh_2d, init_distributed
+from ._context import DeviceMesh2D, DistributedContext, init_device_mesh_2d, init_distributed
 from ._counter import CollectiveCall, CollectiveLog, count_collectives
 from ._halo import HaloPlan
+from ._slurm import expand_hostlist, first_slurm_host
 
 __all__ = [
     "HaloPlan",
@@ -55,6 +56,7 @@ __all__ = [
     "init_device_mesh_2d",
     "DeviceMesh2D",
     "first_slurm_host",
+    "expand_hostlist",
     "count_collectives",
     "CollectiveLog",
     "CollectiveCall",
