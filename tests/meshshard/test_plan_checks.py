@@ -93,3 +93,26 @@ def test_bad_plans_fail_every_rank_with_the_same_error(world: int) -> None:
             assert got[what] == results[0][what], (rank, what, "every rank raises the same error")
         assert got["check calls"] == "1", (rank, "one small collective per plan")
         assert got["halo"] == "True", rank
+
+
+def test_one_halo_plan_type_and_one_exchange_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ShardSpec and BallQueryPlan hold the same HaloPlan type, and with-halo goes through
+    append_halo (ghosts only through indexed_all_to_all_v) for both, in a world of one too."""
+    import meshshard.comm._halo as halo_module
+    from meshshard.comm import HaloPlan
+    from meshshard.nn import BallQueryPlan
+
+    calls: list[str] = []
+    for name in ("append_halo", "indexed_all_to_all_v"):
+        real = getattr(halo_module, name)
+        monkeypatch.setattr(halo_module, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
+    (part,) = _parts(1, False)
+    spec = ShardSpec.from_partition(part)
+    plan = BallQueryPlan.build(torch.as_tensor(part.pos), 1.5, 4, spec)
+    assert isinstance(spec.halo, HaloPlan) and isinstance(plan.halo, HaloPlan)
+    assert calls == ["indexed_all_to_all_v"]  # the plan's one exchange of ids and coordinates
+    x = torch.randn(spec.num_owned, 2, dtype=torch.float64, requires_grad=True)
+    ShardTensor.from_local(x, spec).with_halo().sum().backward()
+    assert plan.with_halo(x).shape == x.shape and plan.exchange(x).shape == (0, 2)
+    assert calls == ["indexed_all_to_all_v", "append_halo", "append_halo", "indexed_all_to_all_v"]
+    assert torch.equal(x.grad, torch.ones_like(x))
