@@ -72,7 +72,7 @@ class HaloPlan:
     num_owned: int
     rank: int
     group: Any = None
-    _cache: dict = field(default_factory=dict)
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     # --- construction -------------------------------------------------------------------------
 
@@ -212,6 +212,8 @@ def _check_sends(send_index: Any, send_counts: Any, num_owned: int, rank: int, w
         index = send_index.detach().cpu()
     else:
         index = torch.as_tensor(np.asarray(send_index))
+    if index.dim() == 1 and index.numel() == 0:
+        index = index.to(torch.int64)  # an empty list reads as float64
     if index.dim() != 1 or index.dtype.is_floating_point or index.dtype.is_complex or index.dtype == torch.bool:
         raise ValueError(f"Expected 'send_index' to be a one-dimensional integer array (got shape {tuple(index.shape)}, dtype {index.dtype})")
     index = index.to(torch.int64)

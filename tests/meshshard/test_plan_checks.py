@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from meshshard import ShardSpec, ShardTensor
-from meshshard.comm import count_collectives, scatter_v
+from meshshard.comm import HaloPlan, count_collectives, scatter_v
 from meshshard.partition import partition_graph
 from tests._dist import run_ranks
 
@@ -65,6 +65,12 @@ def _battery(rank: int, world: int) -> dict[str, str]:
     spec = ShardSpec.from_partition(b[rank])
     full = torch.randn(37, 2) if rank == world - 1 else None
     got["scatter_tensor"] = _error(lambda: ShardTensor.scatter_tensor(full, spec, src=world - 1))
+    # comm.HaloPlan directly: a bad plan on one rank, learned receive counts, owned counts
+    me = [0] * world
+    got["from_send_counts"] = _error(lambda: HaloPlan.from_send_counts([5] if rank == 1 else [], [int(rank == 1 and q == 0) for q in range(world)], num_owned=2))
+    learned = HaloPlan.from_send_counts(torch.arange(world - 1), [int(q != rank) for q in range(world)], num_owned=world)
+    got["learned"] = str(learned.recv_counts == tuple(int(q != rank) for q in range(world)))
+    got["owned views"] = _error(lambda: HaloPlan.build([], me, me, num_owned=rank, owned_counts=[0] * world))
     # and after all that, the group still works: a good plan is checked once, at construction
     with count_collectives() as log:
         spec = ShardSpec.from_partition(b[rank])
@@ -86,6 +92,9 @@ def test_bad_plans_fail_every_rank_with_the_same_error(world: int) -> None:
         "scatter_v rows": rf"^ValueError: Expected 'x' on src to have sum\(counts\) = {world} rows along dim 0 \(got {world + 2}\) \(on rank 0\)$",
         "scatter_v type": r"^TypeError: Expected 'x' to be a torch.Tensor \(got list\) \(on rank 0\)$",
         "scatter_tensor": rf"^ValueError: Expected 'full' on rank {world - 1} to have 36 rows \(got \(37, 2\)\)",
+        "from_send_counts": r"^ValueError: Expected a valid halo plan on every rank \(got, on rank 1: Expected 'send_index' values in \[0, 2\), the owned rows \(got min 5, max 5\)\)$",
+        "learned": r"^True$",
+        "owned views": r"^ValueError: Expected the halo plans of all ranks to agree \(got: rank 0 has owned_counts \[0, 0.*\], but the ranks own \[0, 1.*\]; rank 1 has",
     }
     for rank, got in enumerate(results):
         for what, pattern in expected.items():
