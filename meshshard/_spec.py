@@ -1,7 +1,8 @@
 """``ShardSpec``: how the rows of a node-indexed tensor are laid out across the ranks of a group.
 
-A spec is frozen and built without communication: every rank's owned count comes from the
-partition metadata (or is given), and the halo plan from this rank's part file. It holds:
+A spec is frozen. Every rank's owned count comes from the partition metadata (or is given), and
+the halo plan from this rank's part file; the only communication in building one is the halo
+plan's check across ranks (below). It holds:
 
 - ``owned_counts``: ``R`` ints, the number of rows each rank owns;
 - ``global_ids``: ``(N_own,)`` int64, the global node id of each owned row on this rank
@@ -139,6 +140,8 @@ class ShardSpec:
             counts, ids = _partition_layout(partition, rank, world)
         except (TypeError, ValueError) as err:
             problem = err
+        except AttributeError as err:  # not a Partition: still fail every rank, not only this one
+            problem = TypeError(f"Expected a meshshard.partition.Partition (got {type(partition).__name__}: {err})")
         halo = HaloPlan.build(
             partition.send_index if problem is None else [], partition.send_counts if problem is None else [0] * world,
             partition.recv_counts if problem is None else [0] * world, num_owned=len(ids), group=group,

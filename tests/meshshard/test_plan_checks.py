@@ -125,3 +125,8 @@ def test_one_halo_plan_type_and_one_exchange_path(monkeypatch: pytest.MonkeyPatc
     assert plan.with_halo(x).shape == x.shape and plan.exchange(x).shape == (0, 2)
     assert calls == ["indexed_all_to_all_v", "append_halo", "append_halo", "indexed_all_to_all_v"]
     assert torch.equal(x.grad, torch.ones_like(x))
+
+
+def test_a_spec_from_something_else_than_a_partition() -> None:
+    with pytest.raises(TypeError, match=r"on rank 0: Expected a meshshard.partition.Partition \(got dict: 'dict' object has no attribute"):
+        ShardSpec.from_partition({"rank": 0})
