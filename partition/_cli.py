@@ -42,6 +42,9 @@ def _cmd_partition(args: argparse.Namespace) -> int:
         check_output_dir(out, args.force)
     except ValueError as err:
         return _error("partition", None, err)
+    if args.grid is not None or args.input is None:
+        from meshshard.partition._grid_cli import grid_command
+        return grid_command(args, _error)
     try:
         with Steps(enabled=not args.quiet) as steps:
             folder = partition_file(
@@ -115,8 +118,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``partition``, ``info``, ``verify`` and ``plot`` sub-parsers."""
     p = _add(subparsers, "partition", "split a mesh, graph or point cloud into parts, with "
              "ghosts and halo plans, into a partition folder", _cmd_partition)
-    p.add_argument("input", help="mesh (any meshio format), METIS graph (.graph[.bz2]) or "
-                   "mesh, or point cloud (.npy/.npz, N x 2 or N x 3)")
+    p.add_argument("input", nargs="?", help="mesh (any meshio format), METIS graph (.graph[.bz2]) "
+                   "or mesh, or point cloud (.npy/.npz, N x 2 or N x 3); none with --grid")
     p.add_argument("--parts", "-k", type=int, required=True, help="number of parts (ranks)")
     p.add_argument("--out", "-o", required=True, help="partition folder to create")
     p.add_argument("--method", choices=("metis", "rcb", "morton"), default="metis")
@@ -141,6 +144,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="input format (default: from the file name)")
     p.add_argument("--force", action="store_true", help="replace an existing partition folder")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars, no summary")
+    from meshshard.partition._grid_cli import add_grid_arguments
+    add_grid_arguments(p)
 
     p = _add(subparsers, "info", "print a partition folder's metadata", _cmd_info)
     p.add_argument("dir", help="partition folder")

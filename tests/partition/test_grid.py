@@ -118,3 +118,24 @@ def test_grid_graph_and_saved_partition(tmp_path):
     assert p.metadata["method"] == "grid" and p.metadata["parameters"]["splits"] == [[3, 7], [4, 4]]
     assert p.num_owned_per_part.tolist() == [12, 12, 28, 28]
     np.testing.assert_array_equal(p.pos[0], [3.0, 4.0])
+
+
+def test_partition_grid_command(tmp_path, capsys):
+    from meshshard.cli import main
+
+    out = tmp_path / "g"
+    assert main(["partition", "--grid", "12,10,3", "--parts", "4", "--proc-grid", "2,2,1",
+                 "--halo-hops", "2", "--periodic", "--out", str(out), "-q"]) == 0
+    assert verify_partition(out) == []
+    p = load_partition(out, 1)
+    expected = window_plan(lay := grid_layout((12, 10, 3), proc_grid=(2, 2, 1)), 1,
+                           *halo_windows(lay, 2), "circular")
+    np.testing.assert_array_equal(p.ghost_ids, expected.ghost_ids)
+    assert p.metadata["parameters"]["periodic"] is True
+    capsys.readouterr()
+    assert main(["partition", "--grid", "12,10", "--parts", "3", "--proc-grid", "2,2",
+                 "--out", str(tmp_path / "x")]) == 2
+    assert "Expected 'proc_grid' (2, 2) to hold --parts 3 ranks" in capsys.readouterr().err
+    assert main(["partition", "--parts", "3", "--out", str(tmp_path / "x")]) == 2
+    assert "Expected an INPUT file or --grid H,W[,D]" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
