@@ -1,0 +1,402 @@
+"""``GridTensor``: a ``(B, C, *spatial)`` tensor sharded in boxes along its spatial dims.
+
+A structured grid is a mesh, so a grid tensor uses the same halo plans (``send_index``,
+``send_counts``, ``recv_counts``, ghosts in DESIGN.md's order) and the same exchange
+(:func:`meshshard.comm.indexed_all_to_all_v`) as every sharded mesh tensor. The plan comes from
+:func:`meshshard.partition._grid.window_plan`: each rank's box of a
+:class:`~meshshard.partition._grid.GridLayout`, grown into the window of input points an operation
+reads, with the grid's padding mode applied where the window leaves the grid.
+
+One exchange fills a window: faces, edges and corners of a box come from the ranks that own
+them directly (corners through the plan, not a second phase), and points outside the grid come
+from the padding mode (``zeros``: a fill value; ``reflect``, ``replicate``: points of the grid,
+local or received; ``circular``: the first and last ranks along the axis exchange).
+
+Shapes: ``B`` batch, ``C`` channels, spatial dims ``(N_0, ..., N_{d-1})`` globally and the
+rank's box ``(n_0, ..., n_{d-1})`` locally, ``d`` in 1..3. Local tensors are ``(B, C, n_0, ...)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.autograd import Function
+
+from meshshard.comm import all_gather_v, group_rank_and_size, indexed_all_to_all_v
+from meshshard.partition._grid import GridLayout, grid_layout, halo_windows, window_plan
+
+from ._spec import ShardSpec
+from ._tensor import _ELEMENTWISE, ShardTensor
+
+__all__ = ["GridTensor", "GridLayout", "grid_layout"]
+
+
+@lru_cache(maxsize=256)
+def _plan(layout: GridLayout, rank: int, starts: bytes, stops: bytes, modes: tuple[str, ...]
+          ) -> tuple[Tensor, list[int], list[int], Tensor, tuple[int, ...], bool]:
+    """A window plan as tensors (cached: layers call it with the same windows every step), and
+    whether every rank's window lies in its own box (then no rank exchanges anything)."""
+    shape = (layout.num_parts, layout.ndim)
+    lo, hi = np.frombuffer(starts, np.int64).reshape(shape), np.frombuffer(stops, np.int64).reshape(shape)
+    p = window_plan(layout, rank, lo, hi, modes)
+    boxes = [layout.box(r) for r in range(layout.num_parts)]
+    local = all((lo[r] >= b[0]).all() and (hi[r] <= b[1]).all() for r, b in enumerate(boxes)
+                if (hi[r] > lo[r]).all())
+    return (torch.from_numpy(p.send_index), p.send_counts.tolist(), p.recv_counts.tolist(),
+            torch.from_numpy(p.source_index), p.window_shape, local)
+
+
+class _FullTensor(Function):
+    """Boxes -> the replicated whole grid. Backward: each rank keeps its own box's gradient."""
+
+    @staticmethod
+    def forward(ctx: Any, flat: Tensor, counts: list[int], ids: Tensor, own: Tensor, group: Any) -> Tensor:
+        ctx.own = own
+        with torch.no_grad():
+            rows = all_gather_v(flat, counts, dim=2, group=group)
+        return torch.empty_like(rows).index_copy_(2, ids.to(rows.device), rows)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        return grad.index_select(2, ctx.own.to(grad.device)), None, None, None, None
+
+
+class GridTensor:
+    """The owned box of a ``(B, C, *spatial)`` tensor, plus its :class:`GridLayout` and group.
+
+    Build one with :meth:`from_local` (this rank's box) or :meth:`distribute` (slice a tensor every
+    rank holds). Element-wise functions (activations, arithmetic between grid tensors of one
+    layout) and ``torch.cat`` along the batch or channel dim run on the local box and keep the
+    layout; the grid layers of :mod:`meshshard.nn` (``GridConv``, ``GridPool``, ``GridUpsample``)
+    exchange halos. Anything else raises a ``TypeError`` rather than compute a silently wrong
+    result at box borders.
+
+    Shapes:
+        local: ``(B, C, n_0, ..., n_{d-1})``, the rank's box ``layout.box_shape(rank)``.
+        full_tensor(): ``(B, C, N_0, ..., N_{d-1})``.
+    """
+
+    def __init__(self, local: Tensor, layout: GridLayout, group: Any = None) -> None:
+        rank, world = group_rank_and_size(group)
+        if layout.num_parts != world:
+            raise ValueError(f"Expected a layout of {world} ranks for a group of {world} "
+                             f"(got {layout.num_parts}, process grid {layout.proc_grid})")
+        box = layout.box_shape(rank)
+        if not isinstance(local, Tensor) or local.dim() != 2 + layout.ndim or tuple(local.shape[2:]) != box:
+            got = tuple(local.shape) if isinstance(local, Tensor) else type(local).__name__
+            raise ValueError(f"Expected a local tensor of shape (B, C, {', '.join(map(str, box))}), "
+                             f"rank {rank}'s box (got {got})")
+        self._local = local
+        self._layout = layout
+        self._group = group
+        self._rank = rank
+
+    # --- construction ----------------------------------------------------------------------
+
+    @classmethod
+    def from_local(cls, local: Tensor, layout: GridLayout, group: Any = None) -> GridTensor:
+        """Wrap this rank's box (no communication)."""
+        return cls(local, layout, group)
+
+    @classmethod
+    def distribute(cls, full: Tensor, layout: GridLayout | None = None, group: Any = None, *,
+                   proc_grid: Sequence[int] | None = None,
+                   splits: Sequence[Sequence[int] | None] | None = None) -> GridTensor:
+        """Slice this rank's box out of ``full``, held whole by every rank (differentiable).
+
+        Without ``layout``, one is made from ``full``'s spatial shape, ``proc_grid`` (default:
+        slabs along the first spatial dim) and ``splits`` (default: balanced).
+        """
+        rank, world = group_rank_and_size(group)
+        if full.dim() < 3:
+            raise ValueError(f"Expected a (B, C, *spatial) tensor (got shape {tuple(full.shape)})")
+        if layout is None:
+            layout = grid_layout(full.shape[2:], None if proc_grid else world,
+                                 proc_grid=proc_grid, splits=splits)
+        if tuple(full.shape[2:]) != layout.shape:
+            raise ValueError(f"Expected spatial shape {layout.shape} (got {tuple(full.shape[2:])})")
+        starts, stops = layout.box(rank)
+        index = (slice(None), slice(None), *(slice(a, b) for a, b in zip(starts, stops)))
+        return cls(full[index], layout, group)
+
+    # --- what it holds --------------------------------------------------------------------------
+
+    def to_local(self) -> Tensor:
+        return self._local
+
+    @property
+    def layout(self) -> GridLayout:
+        return self._layout
+
+    @property
+    def group(self) -> Any:
+        return self._group
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def shape(self) -> torch.Size:
+        """The local box's shape."""
+        return self._local.shape
+
+    @property
+    def global_shape(self) -> torch.Size:
+        return torch.Size((*self._local.shape[:2], *self._layout.shape))
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._local.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self._local.device
+
+    @property
+    def requires_grad(self) -> bool:
+        return self._local.requires_grad
+
+    def dim(self) -> int:
+        return self._local.dim()
+
+    def size(self, dim: int | None = None) -> Any:
+        return self._local.size() if dim is None else self._local.size(dim)
+
+    def detach(self) -> GridTensor:
+        return GridTensor(self._local.detach(), self._layout, self._group)
+
+    def requires_grad_(self, requires_grad: bool = True) -> GridTensor:
+        self._local.requires_grad_(requires_grad)
+        return self
+
+    def __repr__(self) -> str:
+        return (f"GridTensor(local={tuple(self._local.shape)}, global={tuple(self.global_shape)}, "
+                f"rank={self._rank}, proc_grid={self._layout.proc_grid}, dtype={self.dtype})")
+
+    def _like(self, local: Tensor, layout: GridLayout | None = None) -> GridTensor:
+        return GridTensor(local, layout or self._layout, self._group)
+
+    # --- halos ----------------------------------------------------------------------------------
+
+    def window(self, starts: np.ndarray, stops: np.ndarray, modes: str | Sequence[str] = "zeros",
+               fill: float = 0.0) -> Tensor:
+        """Every rank's window of the grid, filled by one halo exchange (differentiable).
+
+        ``starts``/``stops`` give every rank's window, ``(R, d)`` global coordinates (see
+        :func:`meshshard.partition._grid.window_plan`); ``modes`` the padding per spatial dim;
+        ``fill`` the value of points outside the grid in ``"zeros"`` mode.
+
+        Shapes:
+            result: ``(B, C, *window_shape)`` of this rank.
+
+        Communication: one ``indexed_all_to_all_v`` forward (only to ranks owning a point of
+        the window; none at all when every rank's window lies in its own box), its adjoint backward (gradients of the ghost copies return to their owners
+        and add up there, as do those of points used several times by reflect/circular padding).
+        """
+        modes = (modes,) * self._layout.ndim if isinstance(modes, str) else tuple(modes)
+        starts = np.ascontiguousarray(starts, dtype=np.int64)
+        stops = np.ascontiguousarray(stops, dtype=np.int64)
+        send_index, send_counts, recv_counts, source, shape, local = _plan(
+            self._layout, self._rank, starts.tobytes(), stops.tobytes(), modes)
+        x = self._local
+        flat = x.reshape(*x.shape[:2], -1)
+        dev = x.device
+        if local:  # every rank's window is inside its box: no exchange anywhere
+            return flat.index_select(2, source.to(dev)).reshape(*x.shape[:2], *shape)
+        ghosts = indexed_all_to_all_v(flat, send_index.to(dev), send_counts, recv_counts, dim=2,
+                                      group=self._group, check_index=False)
+        rows = torch.cat([flat, ghosts, flat.new_full((*x.shape[:2], 1), fill)], dim=2)
+        return rows.index_select(2, source.to(dev)).reshape(*x.shape[:2], *shape)
+
+    def halo(self, width: int | Sequence[int], mode: str | Sequence[str] = "zeros") -> Tensor:
+        """The local box with a halo of ``width`` points per side (per dim, or one for all).
+
+        Shapes:
+            result: ``(B, C, n_0 + 2 w_0, ...)``; an empty box stays empty.
+
+        Communication: one ``indexed_all_to_all_v`` forward, one backward (see :meth:`window`).
+        """
+        starts, stops = halo_windows(self._layout, width)
+        return self.window(starts, stops, mode)
+
+    # --- whole tensor, ShardTensor, DTensor ------------------------------------------------------
+
+    def full_tensor(self) -> Tensor:
+        """The whole ``(B, C, *spatial)`` tensor on every rank (replicated: every rank must use it
+        the same way; the backward hands each rank its own box's gradient).
+
+        Communication: one ``all_gather_v`` forward, none backward.
+        """
+        lay, x = self._layout, self._local
+        ids = torch.from_numpy(np.concatenate([lay.owned_ids(r) for r in range(lay.num_parts)]))
+        own = torch.from_numpy(lay.owned_ids(self._rank))
+        flat = _FullTensor.apply(x.reshape(*x.shape[:2], -1), list(lay.owned_counts()), ids, own,
+                                 self._group)
+        return flat.reshape(*x.shape[:2], *lay.shape)
+
+    def shard_spec(self, halo_width: int = 1) -> ShardSpec:
+        """The :class:`ShardSpec` of this layout: grid points as nodes (row-major global ids),
+        with the halo plan of a ``halo_width`` band (zeros padding), which is the plan of
+        ``meshshard partition --grid ... --halo-hops halo_width``. No communication."""
+        lay = self._layout
+        send_index, send_counts, recv_counts, _, _, _ = _plan(
+            lay, self._rank, *(np.ascontiguousarray(w).tobytes() for w in halo_windows(lay, halo_width)),
+            ("zeros",) * lay.ndim)
+        return ShardSpec(owned_counts=lay.owned_counts(), rank=self._rank,
+                         global_ids=torch.from_numpy(lay.owned_ids(self._rank)),
+                         send_index=send_index, send_counts=tuple(send_counts),
+                         recv_counts=tuple(recv_counts), group=self._group,
+                         source=f"grid:{lay.shape}:{lay.proc_grid}:{lay.splits}:{halo_width}")
+
+    def to_shard_tensor(self, halo_width: int = 1) -> ShardTensor:
+        """The same values as a node-indexed :class:`ShardTensor`: rows are the owned grid points
+        (row-major), features ``(B, C)``; its ``with_halo()`` appends the ghost band.
+
+        Shapes:
+            result local: ``(n_0 * ... * n_{d-1}, B, C)``.
+        """
+        x = self._local
+        rows = x.reshape(*x.shape[:2], -1).permute(2, 0, 1)
+        return ShardTensor.from_local(rows, self.shard_spec(halo_width))
+
+    @classmethod
+    def from_shard_tensor(cls, st: ShardTensor, layout: GridLayout) -> GridTensor:
+        """Back from :meth:`to_shard_tensor`'s layout (rows = this rank's box, row-major)."""
+        spec = st.spec
+        ids = layout.owned_ids(spec.rank)
+        if spec.num_owned != len(ids) or not torch.equal(spec.global_ids, torch.from_numpy(ids)):
+            raise ValueError("Expected a ShardTensor whose rows are this rank's grid box in row-major "
+                             "order; redistribute it to GridTensor(...).shard_spec() first")
+        local = st.to_local()
+        box = layout.box_shape(spec.rank)
+        return cls(local.permute(*range(1, local.dim()), 0).reshape(*local.shape[1:], *box), layout, spec.group)
+
+    def _slab_axis(self) -> int | None:
+        split = [k for k, p in enumerate(self._layout.proc_grid) if p > 1]
+        if len(split) > 1:
+            raise ValueError(f"DTensor interop needs slabs (one split dim); this layout is a "
+                             f"{self._layout.proc_grid} box decomposition: use full_tensor()")
+        return split[0] if split else None
+
+    def to_dtensor(self, device_mesh: Any = None) -> Any:
+        """A DTensor placed ``Shard(2 + k)`` for slabs along spatial dim ``k`` whose sizes are
+        ``torch.chunk``'s (DTensor's uneven rule), or ``Replicate()`` for one rank.
+
+        Raises:
+            ValueError: for a box decomposition or slabs of other sizes (one line, what to use).
+        """
+        from torch.distributed.tensor import DTensor, Replicate, Shard
+
+        from ._tensor import _device_mesh
+
+        axis = self._slab_axis()
+        mesh = device_mesh if device_mesh is not None else _device_mesh(self._group, self.device)
+        if axis is None:
+            return DTensor.from_local(self._local, mesh, [Replicate()], run_check=False)
+        n, p = self._layout.shape[axis], self._layout.proc_grid[axis]
+        chunk = -(-n // p)
+        expected = tuple(max(0, min(chunk, n - r * chunk)) for r in range(p))
+        if self._layout.splits[axis] != expected:
+            raise ValueError(f"Expected slabs of torch.chunk sizes {list(expected)} along spatial dim "
+                             f"{axis} for DTensor's Shard({2 + axis}) (got {list(self._layout.splits[axis])}); "
+                             "use GridTensor.distribute(x.full_tensor(), grid_layout(..., splits=...))")
+        shape = self.global_shape
+        stride = torch.empty(0).new_empty(shape, device="meta").stride()
+        return DTensor.from_local(self._local, mesh, [Shard(2 + axis)], run_check=False,
+                                  shape=shape, stride=stride)
+
+    @classmethod
+    def from_dtensor(cls, dtensor: Any, group: Any = None) -> GridTensor:
+        """From a DTensor on a 1-D mesh placed ``Shard(k)``, ``k >= 2`` (a slab layout along
+        spatial dim ``k - 2`` with ``torch.chunk`` sizes)."""
+        from torch.distributed.tensor import Shard
+
+        placements = tuple(dtensor.placements)
+        shape = tuple(dtensor.shape)
+        _, world = group_rank_and_size(group)
+        if len(placements) != 1 or not isinstance(placements[0], Shard) or placements[0].dim < 2:
+            raise ValueError(f"Expected a DTensor on a 1-D mesh placed Shard(k), k >= 2 (got {placements})")
+        axis = placements[0].dim - 2
+        n = shape[2 + axis]
+        chunk = -(-n // world)
+        splits: list[Any] = [None] * (len(shape) - 2)
+        splits[axis] = [max(0, min(chunk, n - r * chunk)) for r in range(world)]
+        proc = [1] * (len(shape) - 2)
+        proc[axis] = world
+        return cls(dtensor.to_local(), grid_layout(shape[2:], proc_grid=proc, splits=splits), group)
+
+    # --- element-wise torch functions ---------------------------------------------------------
+
+    @classmethod
+    def __torch_function__(cls, func: Callable[..., Any], types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", str(func))
+        if func in _ELEMENTWISE:
+            grids = [a for a in (*args, *kwargs.values()) if isinstance(a, GridTensor)]
+            first = grids[0]
+            for g in grids[1:]:
+                if g._layout != first._layout or g._group is not first._group:
+                    raise ValueError(f"{name}: grid tensors of different layouts "
+                                     f"({first._layout} and {g._layout})")
+            for a in (*args, *kwargs.values()):
+                if isinstance(a, Tensor) and a.dim() > 2 and not isinstance(a, GridTensor):
+                    raise TypeError(f"{name}: a plain tensor with spatial dims would not match the "
+                                    "local box; wrap it with GridTensor.distribute")
+            return first._like(func(*_unwrap(args), **_unwrap(kwargs)))
+        if func is torch.cat:
+            tensors = args[0]
+            dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+            if not all(isinstance(t, GridTensor) for t in tensors):
+                raise TypeError("torch.cat: expected only GridTensors")
+            if dim % tensors[0].dim() >= 2:
+                raise TypeError("torch.cat along a spatial dim changes the layout; concatenate "
+                                "along the batch or channel dim")
+            for t in tensors[1:]:
+                if t._layout != tensors[0]._layout:
+                    raise ValueError(f"torch.cat: grid tensors of different layouts "
+                                     f"({tensors[0]._layout} and {t._layout})")
+            return tensors[0]._like(torch.cat([t._local for t in tensors], dim))
+        raise TypeError(f"{name} would be wrong at the box borders of a GridTensor; use the grid "
+                        "layers of meshshard.nn (GridConv, GridPool, GridUpsample), "
+                        "GridTensor.halo() / window() for your own stencil, or to_local()")
+
+    def __add__(self, other: Any) -> GridTensor:
+        return torch.add(self, other)
+
+    def __radd__(self, other: Any) -> GridTensor:
+        return torch.add(other, self)
+
+    def __sub__(self, other: Any) -> GridTensor:
+        return torch.sub(self, other)
+
+    def __rsub__(self, other: Any) -> GridTensor:
+        return torch.sub(other, self)
+
+    def __mul__(self, other: Any) -> GridTensor:
+        return torch.mul(self, other)
+
+    def __rmul__(self, other: Any) -> GridTensor:
+        return torch.mul(other, self)
+
+    def __truediv__(self, other: Any) -> GridTensor:
+        return torch.div(self, other)
+
+    def __neg__(self) -> GridTensor:
+        return torch.neg(self)
+
+
+def _unwrap(x: Any) -> Any:
+    if isinstance(x, GridTensor):
+        return x._local
+    if isinstance(x, (list, tuple)):
+        return type(x)(_unwrap(a) for a in x)
+    if isinstance(x, dict):
+        return {k: _unwrap(v) for k, v in x.items()}
+    return x
