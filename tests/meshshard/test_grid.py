@@ -44,29 +44,29 @@ class SmallUNet(nn.Module):
         return self.head(self.dec(torch.cat([a, self.up(b)], dim=1)))
 
 
-def _close(name, got, want):
+def _close(name, got, want, tol=TOL):
     if got.shape != want.shape:
         raise AssertionError(f"{name}: shape {tuple(got.shape)}, expected {tuple(want.shape)}")
     if want.numel() == 0:
         return
     scale = max(want.abs().max().item(), 1e-30)
     err = (got - want).abs().max().item()
-    if err > TOL * scale:
+    if err > tol * scale:
         raise AssertionError(f"{name}: max error {err:.3e} (scale {scale:.3e})")
 
 
-def _check(name, make, x_full, layout, exchanges=None):
+def _check(name, make, x_full, layout, exchanges=None, tol=TOL):
     """Forward, input gradient and summed weight gradients of a layer on shards vs whole."""
     import torch.distributed as dist
 
     from meshshard.comm import count_collectives
 
     torch.manual_seed(1)
-    ref = nn.Sequential(make()).double()
+    ref = nn.Sequential(make()).to(x_full.dtype)
     mine = shard_grid_layers(copy.deepcopy(ref))
     xr = x_full.clone().requires_grad_(True)
     y_ref = ref(xr)
-    w_out = torch.randn(y_ref.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    w_out = torch.randn(y_ref.shape, dtype=x_full.dtype, generator=torch.Generator().manual_seed(2))
     (y_ref * w_out).sum().backward()
 
     xs = x_full.clone().requires_grad_(True)
@@ -75,13 +75,13 @@ def _check(name, make, x_full, layout, exchanges=None):
         y = mine(g)
         w_box = GridTensor.distribute(w_out, y.layout).to_local()
         (y.to_local() * w_box).sum().backward()
-    _close(f"{name}: forward", y.full_tensor().detach(), y_ref.detach())
+    _close(f"{name}: forward", y.full_tensor().detach(), y_ref.detach(), tol)
     box = GridTensor.distribute(xr.grad, layout).to_local()
-    _close(f"{name}: input gradient", GridTensor.distribute(xs.grad, layout).to_local(), box)
+    _close(f"{name}: input gradient", GridTensor.distribute(xs.grad, layout).to_local(), box, tol)
     for (pname, p_ref), p in zip(ref.named_parameters(), mine.parameters()):
         grad = p.grad if p.grad is not None else torch.zeros_like(p)
         dist.all_reduce(grad)
-        _close(f"{name}: gradient of {pname}", grad, p_ref.grad)
+        _close(f"{name}: gradient of {pname}", grad, p_ref.grad, tol)
     if exchanges is not None:
         got = (log.count("indexed_all_to_all_v", "forward"), log.count("indexed_all_to_all_v", "backward"))
         if got != (exchanges, exchanges):
@@ -120,6 +120,8 @@ def _rank_checks(rank, world):
         _check(f"Conv2d even k=4 'same' {tag}", lambda: nn.Conv2d(3, 2, 4, padding="same"), x, lay)
         _check(f"Conv2d k=2 valid {tag}", lambda: nn.Conv2d(3, 2, 2), x, lay)
         _check(f"Conv2d groups {tag}", lambda: nn.Conv2d(3, 6, 3, padding=1, groups=3, bias=False), x, lay)
+        _check(f"Conv2d float32 {tag}", lambda: nn.Conv2d(3, 4, 3, padding=1, padding_mode="circular"),
+               x.float(), lay, tol=1e-5)
         _check(f"Upsample nearest {tag}", lambda: nn.Upsample(scale_factor=2), x, lay, exchanges=0)
         _check(f"Upsample bilinear x3 {tag}", lambda: nn.Upsample(scale_factor=3, mode="bilinear"), x, lay)
 

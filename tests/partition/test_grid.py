@@ -42,6 +42,11 @@ def test_ghost_counts_by_hand():
     p = window_plan(lay, 0, *halo_windows(lay, 1))
     assert p.recv_counts.tolist() == [0, 3, 3, 1] and p.send_counts.tolist() == [0, 3, 3, 1]
     np.testing.assert_array_equal(p.ghost_ids, [3, 9, 15, 18, 19, 20, 21])
+    # slabs exchange with their face neighbours only; circular padding joins the first and last.
+    lay = grid_layout((8, 3), 4)
+    sends = [window_plan(lay, r, *halo_windows(lay, 1)).send_counts.tolist() for r in range(4)]
+    assert sends == [[0, 3, 0, 0], [3, 0, 3, 0], [0, 3, 0, 3], [0, 0, 3, 0]]
+    assert window_plan(lay, 0, *halo_windows(lay, 1), "circular").send_counts.tolist() == [0, 3, 0, 3]
     # width 2 on an uneven 3-rank slab layout of 2 + 1 + 4 rows: rank 1 sees past both neighbours.
     lay = grid_layout((7, 2), proc_grid=(3, 1), splits=[[2, 1, 4], None])
     p = window_plan(lay, 1, *halo_windows(lay, 2))
