@@ -150,30 +150,16 @@ class GridTensor:
     def global_shape(self) -> torch.Size:
         return torch.Size((*self._local.shape[:2], *self._layout.shape))
 
-    @property
-    def dtype(self) -> torch.dtype:
-        return self._local.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self._local.device
-
-    @property
-    def requires_grad(self) -> bool:
-        return self._local.requires_grad
-
-    def dim(self) -> int:
-        return self._local.dim()
-
-    def size(self, dim: int | None = None) -> Any:
-        return self._local.size() if dim is None else self._local.size(dim)
+    # Accessors shared with ShardTensor: both keep their local tensor in ``_local``.
+    dtype = ShardTensor.dtype
+    device = ShardTensor.device
+    requires_grad = ShardTensor.requires_grad
+    dim = ShardTensor.dim
+    size = ShardTensor.size
+    requires_grad_ = ShardTensor.requires_grad_
 
     def detach(self) -> GridTensor:
         return GridTensor(self._local.detach(), self._layout, self._group)
-
-    def requires_grad_(self, requires_grad: bool = True) -> GridTensor:
-        self._local.requires_grad_(requires_grad)
-        return self
 
     def __repr__(self) -> str:
         return (f"GridTensor(local={tuple(self._local.shape)}, global={tuple(self.global_shape)}, "
@@ -367,29 +353,12 @@ class GridTensor:
                         "layers of meshshard.nn (GridConv, GridPool, GridUpsample), "
                         "GridTensor.halo() / window() for your own stencil, or to_local()")
 
-    def __add__(self, other: Any) -> GridTensor:
-        return torch.add(self, other)
-
-    def __radd__(self, other: Any) -> GridTensor:
-        return torch.add(other, self)
-
-    def __sub__(self, other: Any) -> GridTensor:
-        return torch.sub(self, other)
-
-    def __rsub__(self, other: Any) -> GridTensor:
-        return torch.sub(other, self)
-
-    def __mul__(self, other: Any) -> GridTensor:
-        return torch.mul(self, other)
-
-    def __rmul__(self, other: Any) -> GridTensor:
-        return torch.mul(other, self)
-
-    def __truediv__(self, other: Any) -> GridTensor:
-        return torch.div(self, other)
-
-    def __neg__(self) -> GridTensor:
-        return torch.neg(self)
+    # Operators shared with ShardTensor: each calls the torch function, which comes back to
+    # ``__torch_function__`` above.
+    __add__, __radd__ = ShardTensor.__add__, ShardTensor.__radd__
+    __sub__, __rsub__ = ShardTensor.__sub__, ShardTensor.__rsub__
+    __mul__, __rmul__ = ShardTensor.__mul__, ShardTensor.__rmul__
+    __truediv__, __neg__ = ShardTensor.__truediv__, ShardTensor.__neg__
 
 
 def _unwrap(x: Any) -> Any:
