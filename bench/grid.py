@@ -10,7 +10,9 @@ weight gradients summed over ranks):
   (default 1: a per-core comparison that a machine shared with other jobs does not distort), every
   configuration in fresh processes so that peak RSS is its own;
 - step time: median over ``--repeats`` after a warm-up (slowest rank);
-- peak RSS per rank (``ru_maxrss``), against one process;
+- peak RSS per rank (``ru_maxrss``), against one process; and the step's own share: peak RSS
+  minus the RSS before the first step (torch, the model and the input: about 250 MiB of a
+  process's peak is the torch import alone);
 - halo bytes: what the ranks sent in one step (``count_collectives``, forward and backward,
   summed over ranks) against the theoretical minimum, computed independently of the plan: every
   layer needs, per rank and per pass, the grid points of its box grown by the kernel radius
@@ -98,6 +100,7 @@ def worker(args: argparse.Namespace) -> None:
         if sharded:
             sum_gradients(model.parameters())
 
+    rss_idle_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # torch, model, input
     step()
     with count_collectives() as log:
         step()
@@ -110,7 +113,7 @@ def worker(args: argparse.Namespace) -> None:
         times.append(time.perf_counter() - start)
     sent = log.bytes_sent("indexed_all_to_all_v")
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    row = torch.tensor([statistics.median(times), rss_mib, sent], dtype=torch.float64)
+    row = torch.tensor([statistics.median(times), rss_mib, sent, rss_idle_mib], dtype=torch.float64)
     if sharded:
         rows = [torch.zeros_like(row) for _ in range(ctx.world_size)]
         dist.all_gather(rows, row)
@@ -120,6 +123,7 @@ def worker(args: argparse.Namespace) -> None:
         Path(args.out_json).write_text(json.dumps({
             "step_s": max(r[0].item() for r in rows),
             "peak_rss_mib_per_rank": [round(r[1].item(), 1) for r in rows],
+            "step_rss_mib_per_rank": [round(r[1].item() - r[3].item(), 1) for r in rows],
             "halo_bytes_sent": int(sum(r[2].item() for r in rows)),
             "exchanges_fwd_bwd": [log.count("indexed_all_to_all_v", "forward"),
                                   log.count("indexed_all_to_all_v", "backward")],
@@ -174,6 +178,9 @@ def main() -> int:
             "one_process_peak_rss_mib": one["peak_rss_mib_per_rank"][0],
             "two_ranks_peak_rss_mib": two["peak_rss_mib_per_rank"],
             "rss_ratio": round(max(two["peak_rss_mib_per_rank"]) / one["peak_rss_mib_per_rank"][0], 3),
+            "one_process_step_rss_mib": one["step_rss_mib_per_rank"][0],
+            "two_ranks_step_rss_mib": two["step_rss_mib_per_rank"],
+            "step_rss_ratio": round(max(two["step_rss_mib_per_rank"]) / max(one["step_rss_mib_per_rank"][0], 1e-9), 3),
             "halo_bytes_sent": two["halo_bytes_sent"],
             "halo_bytes_minimum": _minimum_bytes((size, size), (2, 1), in_channels, 1),
             "exchanges_fwd_bwd": two["exchanges_fwd_bwd"],
@@ -189,12 +196,14 @@ def main() -> int:
     print(f"\n{args.layers} x Conv2d 3x3 ({args.channels}..{2 * args.channels} channels), one training step, "
           f"1 process vs 2 ranks (slabs along H), {args.threads} thread(s) per process")
     print(f"{'S x S':>11} {'input MiB':>9} {'1 proc s':>9} {'2 ranks s':>10} {'speedup':>8} "
-          f"{'1 proc RSS':>11} {'rank RSS':>15} {'RSS ratio':>10} {'halo bytes':>11} {'minimum':>9}")
+          f"{'1 proc RSS':>11} {'rank RSS':>11} {'ratio':>6} {'step MiB 1/2':>13} {'ratio':>6} "
+          f"{'halo bytes':>11} {'minimum':>9}")
     for r in results:
         print(f"{r['size']:>5} x {r['size']:<5} {r['input_mib']:>9} {r['one_process_step_s']:>9} "
               f"{r['two_ranks_step_s']:>10} {r['speedup']:>8} {r['one_process_peak_rss_mib']:>11.0f} "
-              f"{'/'.join(f'{v:.0f}' for v in r['two_ranks_peak_rss_mib']):>15} {r['rss_ratio']:>10} "
-              f"{r['halo_bytes_sent']:>11,} {r['halo_bytes_minimum']:>9,}")
+              f"{max(r['two_ranks_peak_rss_mib']):>11.0f} {r['rss_ratio']:>6} "
+              f"{r['one_process_step_rss_mib']:>6.0f}/{max(r['two_ranks_step_rss_mib']):<6.0f} "
+              f"{r['step_rss_ratio']:>6} {r['halo_bytes_sent']:>11,} {r['halo_bytes_minimum']:>9,}")
     print(f"2 x 2 boxes on 4 ranks, {boxes['size']} x {boxes['size']}: halo bytes {boxes['halo_bytes_sent']:,}, "
           f"minimum {boxes['halo_bytes_minimum']:,}, exchanges (fwd, bwd) {boxes['exchanges_fwd_bwd']}")
     return 0

@@ -51,6 +51,14 @@ def _plan(layout: GridLayout, rank: int, starts: bytes, stops: bytes, modes: tup
             torch.from_numpy(p.source_index), p.window_shape, local)
 
 
+@lru_cache(maxsize=256)
+def _plan_on(layout: GridLayout, rank: int, starts: bytes, stops: bytes, modes: tuple[str, ...],
+             device: torch.device) -> tuple[Tensor, list[int], list[int], Tensor, tuple[int, ...], bool]:
+    """:func:`_plan` with its index tensors on ``device`` (copied once, not at every call)."""
+    send_index, send_counts, recv_counts, source, shape, local = _plan(layout, rank, starts, stops, modes)
+    return send_index.to(device), send_counts, recv_counts, source.to(device), shape, local
+
+
 class _FullTensor(Function):
     """Boxes -> the replicated whole grid. Backward: each rank keeps its own box's gradient."""
 
@@ -188,17 +196,16 @@ class GridTensor:
         modes = (modes,) * self._layout.ndim if isinstance(modes, str) else tuple(modes)
         starts = np.ascontiguousarray(starts, dtype=np.int64)
         stops = np.ascontiguousarray(stops, dtype=np.int64)
-        send_index, send_counts, recv_counts, source, shape, local = _plan(
-            self._layout, self._rank, starts.tobytes(), stops.tobytes(), modes)
         x = self._local
+        send_index, send_counts, recv_counts, source, shape, local = _plan_on(
+            self._layout, self._rank, starts.tobytes(), stops.tobytes(), modes, x.device)
         flat = x.reshape(*x.shape[:2], -1)
-        dev = x.device
         if local:  # every rank's window is inside its box: no exchange anywhere
-            return flat.index_select(2, source.to(dev)).reshape(*x.shape[:2], *shape)
-        ghosts = indexed_all_to_all_v(flat, send_index.to(dev), send_counts, recv_counts, dim=2,
+            return flat.index_select(2, source).reshape(*x.shape[:2], *shape)
+        ghosts = indexed_all_to_all_v(flat, send_index, send_counts, recv_counts, dim=2,
                                       group=self._group, check_index=False)
         rows = torch.cat([flat, ghosts, flat.new_full((*x.shape[:2], 1), fill)], dim=2)
-        return rows.index_select(2, source.to(dev)).reshape(*x.shape[:2], *shape)
+        return rows.index_select(2, source).reshape(*x.shape[:2], *shape)
 
     def halo(self, width: int | Sequence[int], mode: str | Sequence[str] = "zeros") -> Tensor:
         """The local box with a halo of ``width`` points per side (per dim, or one for all).
