@@ -19,6 +19,7 @@ rank's box ``(n_0, ..., n_{d-1})`` locally, ``d`` in 1..3. Local tensors are ``(
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -36,27 +37,102 @@ from ._tensor import _ELEMENTWISE, ShardTensor
 __all__ = ["GridTensor", "GridLayout", "grid_layout"]
 
 
+@dataclass(frozen=True, eq=False)
+class _WindowPlan:
+    """A window plan as tensors: the exchange, and how the window is assembled.
+
+    The window is the box's overlap with it (a strided copy) plus a band of other positions,
+    each taking an owned point (reflect / circular padding of the rank's own points), a ghost,
+    or the fill value. ``local``: no rank has a ghost, so no rank exchanges.
+    """
+
+    send_index: Tensor
+    send_counts: list[int]
+    recv_counts: list[int]
+    window_shape: tuple[int, ...]
+    window_slices: tuple[slice, ...]  # the overlap, in window coordinates
+    box_slices: tuple[slice, ...]  # the overlap, in box coordinates
+    covers_box: bool  # the overlap is the whole box
+    owned_pos: Tensor  # band positions (flat window index) taking an owned point ...
+    owned_src: Tensor  # ... this one (flat box index)
+    ghost_pos: Tensor
+    ghost_src: Tensor  # index into the received ghost rows
+    fill_pos: Tensor
+    local: bool
+
+    def to(self, device: torch.device) -> _WindowPlan:
+        fields = {k: (v.to(device) if isinstance(v, Tensor) else v) for k, v in self.__dict__.items()}
+        return _WindowPlan(**fields)
+
+
 @lru_cache(maxsize=256)
-def _plan(layout: GridLayout, rank: int, starts: bytes, stops: bytes, modes: tuple[str, ...]
-          ) -> tuple[Tensor, list[int], list[int], Tensor, tuple[int, ...], bool]:
-    """A window plan as tensors (cached: layers call it with the same windows every step), and
-    whether every rank's window lies in its own box (then no rank exchanges anything)."""
+def _plan(layout: GridLayout, rank: int, starts: bytes, stops: bytes, modes: tuple[str, ...],
+          device: torch.device) -> _WindowPlan:
+    """The window plan of this rank (cached: layers ask for the same windows at every step)."""
     shape = (layout.num_parts, layout.ndim)
     lo, hi = np.frombuffer(starts, np.int64).reshape(shape), np.frombuffer(stops, np.int64).reshape(shape)
     p = window_plan(layout, rank, lo, hi, modes)
-    boxes = [layout.box(r) for r in range(layout.num_parts)]
-    local = all((lo[r] >= b[0]).all() and (hi[r] <= b[1]).all() for r, b in enumerate(boxes)
-                if (hi[r] > lo[r]).all())
-    return (torch.from_numpy(p.send_index), p.send_counts.tolist(), p.recv_counts.tolist(),
-            torch.from_numpy(p.source_index), p.window_shape, local)
+    b_lo, b_hi = layout.box(rank)
+    o_lo = [max(a, s) for a, s in zip(lo[rank], b_lo)]
+    o_hi = [max(min(a, s), o) for a, s, o in zip(hi[rank], b_hi, o_lo)]
+    window_slices = tuple(slice(int(a - w), int(b - w)) for a, b, w in zip(o_lo, o_hi, lo[rank]))
+    box_slices = tuple(slice(int(a - s), int(b - s)) for a, b, s in zip(o_lo, o_hi, b_lo))
+    inside = np.zeros(p.window_shape, dtype=bool)
+    inside[window_slices] = True
+    band = np.flatnonzero(~inside.reshape(-1))
+    src = p.source_index[band]
+    n_own, n_ghost = p.num_owned, len(p.ghost_ids)
+    owned, ghost = src < n_own, (src >= n_own) & (src < n_own + n_ghost)
+    t = torch.from_numpy
+    plan = _WindowPlan(
+        send_index=t(p.send_index), send_counts=p.send_counts.tolist(), recv_counts=p.recv_counts.tolist(),
+        window_shape=p.window_shape, window_slices=window_slices, box_slices=box_slices,
+        covers_box=tuple(o_hi) == tuple(b_hi) and tuple(o_lo) == tuple(b_lo),
+        owned_pos=t(band[owned]), owned_src=t(src[owned]), ghost_pos=t(band[ghost]),
+        ghost_src=t(src[ghost] - n_own), fill_pos=t(band[~owned & ~ghost]), local=not p.any_ghosts)
+    return plan.to(device)
 
 
-@lru_cache(maxsize=256)
-def _plan_on(layout: GridLayout, rank: int, starts: bytes, stops: bytes, modes: tuple[str, ...],
-             device: torch.device) -> tuple[Tensor, list[int], list[int], Tensor, tuple[int, ...], bool]:
-    """:func:`_plan` with its index tensors on ``device`` (copied once, not at every call)."""
-    send_index, send_counts, recv_counts, source, shape, local = _plan(layout, rank, starts, stops, modes)
-    return send_index.to(device), send_counts, recv_counts, source.to(device), shape, local
+class _Assemble(Function):
+    """(box, received ghost rows) -> the window: one strided copy of the overlap, plus the band.
+
+    Backward: the overlap's gradient is copied back into the box, and the band's gradients are
+    added to the owned points and ghost rows they came from (``index_add``: a point used several
+    times, by reflect or circular padding, accumulates).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, ghosts: Tensor, plan: _WindowPlan, fill: float) -> Tensor:
+        ctx.plan, ctx.box_shape, ctx.n_ghost = plan, x.shape, ghosts.shape[2]
+        B, C = x.shape[:2]
+        out = x.new_empty((B, C, *plan.window_shape))
+        out[(..., *plan.window_slices)] = x[(..., *plan.box_slices)]
+        flat = out.view(B, C, -1)
+        if plan.fill_pos.numel():
+            flat.index_fill_(2, plan.fill_pos, fill)
+        if plan.owned_pos.numel():
+            flat.index_copy_(2, plan.owned_pos, x.reshape(B, C, -1).index_select(2, plan.owned_src))
+        if plan.ghost_pos.numel():
+            flat.index_copy_(2, plan.ghost_pos, ghosts.index_select(2, plan.ghost_src))
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        plan = ctx.plan
+        B, C = grad.shape[:2]
+        grad = grad.contiguous()
+        if plan.covers_box:
+            grad_x = grad[(..., *plan.window_slices)].contiguous()
+        else:
+            grad_x = grad.new_zeros(ctx.box_shape)
+            grad_x[(..., *plan.box_slices)] = grad[(..., *plan.window_slices)]
+        flat = grad.view(B, C, -1)
+        if plan.owned_pos.numel():
+            grad_x.view(B, C, -1).index_add_(2, plan.owned_src, flat.index_select(2, plan.owned_pos))
+        grad_ghosts = grad.new_zeros((B, C, ctx.n_ghost))
+        if plan.ghost_pos.numel():
+            grad_ghosts.index_add_(2, plan.ghost_src, flat.index_select(2, plan.ghost_pos))
+        return grad_x, grad_ghosts, None, None
 
 
 class _FullTensor(Function):
@@ -190,22 +266,22 @@ class GridTensor:
             result: ``(B, C, *window_shape)`` of this rank.
 
         Communication: one ``indexed_all_to_all_v`` forward (only to ranks owning a point of
-        the window; none at all when every rank's window lies in its own box), its adjoint backward (gradients of the ghost copies return to their owners
-        and add up there, as do those of points used several times by reflect/circular padding).
+        the window; none at all when no rank's window needs another rank's point), its adjoint
+        backward (gradients of the ghost copies return to their owners and add up there, as do
+        those of points used several times by reflect/circular padding). The window is the box's
+        overlap (one strided copy) plus its band, filled from the ghost rows.
         """
         modes = (modes,) * self._layout.ndim if isinstance(modes, str) else tuple(modes)
         starts = np.ascontiguousarray(starts, dtype=np.int64)
         stops = np.ascontiguousarray(stops, dtype=np.int64)
         x = self._local
-        send_index, send_counts, recv_counts, source, shape, local = _plan_on(
-            self._layout, self._rank, starts.tobytes(), stops.tobytes(), modes, x.device)
-        flat = x.reshape(*x.shape[:2], -1)
-        if local:  # every rank's window is inside its box: no exchange anywhere
-            return flat.index_select(2, source).reshape(*x.shape[:2], *shape)
-        ghosts = indexed_all_to_all_v(flat, send_index, send_counts, recv_counts, dim=2,
-                                      group=self._group, check_index=False)
-        rows = torch.cat([flat, ghosts, flat.new_full((*x.shape[:2], 1), fill)], dim=2)
-        return rows.index_select(2, source).reshape(*x.shape[:2], *shape)
+        plan = _plan(self._layout, self._rank, starts.tobytes(), stops.tobytes(), modes, x.device)
+        if plan.local:  # no rank has a ghost (one rank, a pool inside the boxes): no exchange
+            ghosts = x.new_empty((*x.shape[:2], 0))
+        else:
+            ghosts = indexed_all_to_all_v(x.reshape(*x.shape[:2], -1), plan.send_index, plan.send_counts,
+                                          plan.recv_counts, dim=2, group=self._group, check_index=False)
+        return _Assemble.apply(x, ghosts, plan, fill)
 
     def halo(self, width: int | Sequence[int], mode: str | Sequence[str] = "zeros") -> Tensor:
         """The local box with a halo of ``width`` points per side (per dim, or one for all).
@@ -238,13 +314,12 @@ class GridTensor:
         with the halo plan of a ``halo_width`` band (zeros padding), which is the plan of
         ``meshshard partition --grid ... --halo-hops halo_width``. No communication."""
         lay = self._layout
-        send_index, send_counts, recv_counts, _, _, _ = _plan(
-            lay, self._rank, *(np.ascontiguousarray(w).tobytes() for w in halo_windows(lay, halo_width)),
-            ("zeros",) * lay.ndim)
+        plan = _plan(lay, self._rank, *(np.ascontiguousarray(w).tobytes() for w in halo_windows(lay, halo_width)),
+                     ("zeros",) * lay.ndim, torch.device("cpu"))
         return ShardSpec(owned_counts=lay.owned_counts(), rank=self._rank,
                          global_ids=torch.from_numpy(lay.owned_ids(self._rank)),
-                         send_index=send_index, send_counts=tuple(send_counts),
-                         recv_counts=tuple(recv_counts), group=self._group,
+                         send_index=plan.send_index, send_counts=tuple(plan.send_counts),
+                         recv_counts=tuple(plan.recv_counts), group=self._group,
                          source=f"grid:{lay.shape}:{lay.proc_grid}:{lay.splits}:{halo_width}")
 
     def to_shard_tensor(self, halo_width: int = 1) -> ShardTensor:

@@ -205,6 +205,7 @@ class GridPlan:
     recv_counts: np.ndarray
     source_index: np.ndarray
     num_owned: int
+    any_ghosts: bool  # some rank of the layout has ghosts (else no rank needs to exchange)
 
 
 def _map_axis(coord: np.ndarray, n: int, mode: str) -> np.ndarray:
@@ -343,7 +344,8 @@ def window_plan(
     source[other] = n_own + order[np.searchsorted(ghost_ids[order], gid[other])]
     return GridPlan(window_start=w_start, window_shape=window_shape, ghost_ids=ghost_ids,
                     ghost_owner=ghost_owner, send_index=send_index, send_counts=send_counts,
-                    recv_counts=recv_counts, source_index=source, num_owned=n_own)
+                    recv_counts=recv_counts, source_index=source, num_owned=n_own,
+                    any_ghosts=any(len(g) for g, _ in ghosts))
 
 
 def halo_windows(layout: GridLayout, width: int | Sequence[int]) -> tuple[np.ndarray, np.ndarray]:

@@ -154,9 +154,8 @@ class GridPool(nn.Module):
         x: ``(B, C, n_0, ...)``; result: ``(B, C, n_0 / s_0, ...)`` (the last box along a dim
         may differ when the global output does).
 
-    Communication: none when kernel = stride and no padding (a window that is the box itself
-    sends nothing, but the exchange is still called, with zero counts); otherwise one
-    ``indexed_all_to_all_v`` forward and its adjoint backward.
+    Communication: none when kernel = stride and no padding (no rank's window leaves its box);
+    otherwise one ``indexed_all_to_all_v`` forward and its adjoint backward.
     """
 
     def __init__(self, pool: nn.Module) -> None:
