@@ -19,7 +19,7 @@ rank's box ``(n_0, ..., n_{d-1})`` locally, ``d`` in 1..3. Local tensors are ``(
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -38,101 +38,183 @@ __all__ = ["GridTensor", "GridLayout", "grid_layout"]
 
 
 @dataclass(frozen=True, eq=False)
-class _WindowPlan:
-    """A window plan as tensors: the exchange, and how the window is assembled.
+class _Piece:
+    """How one rectangle of a rank's window is assembled: its overlap with the box (a strided
+    copy) plus the band of other positions, each taking an owned point (reflect / circular
+    padding onto the rank's own points), a received ghost row, or the fill value."""
 
-    The window is the box's overlap with it (a strided copy) plus a band of other positions,
-    each taking an owned point (reflect / circular padding of the rank's own points), a ghost,
-    or the fill value. ``local``: no rank has a ghost, so no rank exchanges.
+    shape: tuple[int, ...]
+    piece_slices: tuple[slice, ...]  # the overlap, in piece coordinates
+    box_slices: tuple[slice, ...]  # the overlap, in box coordinates
+    owned_pos: Tensor  # band positions (flat piece index) taking an owned point ...
+    owned_src: Tensor  # ... this one (flat box index)
+    ghost_pos: Tensor
+    ghost_src: Tensor  # index into the received ghost rows
+    fill_pos: Tensor
+
+    def to(self, device: torch.device) -> _Piece:
+        return replace(self, **{k: v.to(device) for k, v in self.__dict__.items() if isinstance(v, Tensor)})
+
+
+def _piece(source: np.ndarray, lo: Sequence[int], hi: Sequence[int], box_lo: Sequence[int],
+           box_hi: Sequence[int], n_own: int, n_ghost: int) -> _Piece:
+    """The piece ``[lo, hi)`` of a window whose ``source`` index (window-shaped) says where each
+    position comes from; the box is ``[box_lo, box_hi)``, all in window coordinates."""
+    o_lo = [max(a, b) for a, b in zip(lo, box_lo)]
+    o_hi = [max(min(a, b), c) for a, b, c in zip(hi, box_hi, o_lo)]
+    piece_slices = tuple(slice(a - l, b - l) for a, b, l in zip(o_lo, o_hi, lo))
+    box_slices = tuple(slice(a - l, b - l) for a, b, l in zip(o_lo, o_hi, box_lo))
+    sub = source[tuple(slice(a, b) for a, b in zip(lo, hi))]
+    inside = np.zeros(sub.shape, dtype=bool)
+    inside[piece_slices] = True
+    band = np.flatnonzero(~inside.reshape(-1))
+    src = sub.reshape(-1)[band]
+    owned, ghost = src < n_own, (src >= n_own) & (src < n_own + n_ghost)
+    t = torch.from_numpy
+    return _Piece(shape=tuple(sub.shape), piece_slices=piece_slices, box_slices=box_slices,
+                  owned_pos=t(band[owned]), owned_src=t(src[owned]), ghost_pos=t(band[ghost]),
+                  ghost_src=t(src[ghost] - n_own), fill_pos=t(band[~owned & ~ghost]))
+
+
+@dataclass(frozen=True, eq=False)
+class _WindowPlan:
+    """A rank's window plan as tensors: the exchange and the pieces the window is built from.
+
+    ``local``: no rank has a ghost, so no rank exchanges. Without a kernel extent the one piece
+    is the whole window. With one (a stride-1 convolution), ``interior`` is the rectangle of
+    the output box computable from the box alone (``out_slices``, and ``in_slices`` of the box),
+    and the pieces are the windows of the frame around it (``frames``: their output slices).
     """
 
     send_index: Tensor
     send_counts: list[int]
     recv_counts: list[int]
     window_shape: tuple[int, ...]
-    window_slices: tuple[slice, ...]  # the overlap, in window coordinates
-    box_slices: tuple[slice, ...]  # the overlap, in box coordinates
-    covers_box: bool  # the overlap is the whole box
-    owned_pos: Tensor  # band positions (flat window index) taking an owned point ...
-    owned_src: Tensor  # ... this one (flat box index)
-    ghost_pos: Tensor
-    ghost_src: Tensor  # index into the received ghost rows
-    fill_pos: Tensor
     local: bool
+    pieces: tuple[_Piece, ...]
+    interior: tuple[tuple[slice, ...], tuple[slice, ...]] | None = None
+    frames: tuple[tuple[slice, ...], ...] = ()
 
     def to(self, device: torch.device) -> _WindowPlan:
-        fields = {k: (v.to(device) if isinstance(v, Tensor) else v) for k, v in self.__dict__.items()}
-        return _WindowPlan(**fields)
+        return replace(self, send_index=self.send_index.to(device),
+                       pieces=tuple(piece.to(device) for piece in self.pieces))
+
+
+def _frames(out_shape: Sequence[int], i_lo: Sequence[int], i_hi: Sequence[int]
+            ) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """The output box minus its interior, as disjoint rectangles ``(lo, hi)``."""
+    rects = []
+    d = len(out_shape)
+    for k in range(d):
+        for a, b in ((0, i_lo[k]), (i_hi[k], out_shape[k])):
+            if b > a:
+                lo = [*i_lo[:k], a, *([0] * (d - k - 1))]
+                hi = [*i_hi[:k], b, *out_shape[k + 1:]]
+                rects.append((tuple(lo), tuple(hi)))
+    return rects
 
 
 @lru_cache(maxsize=256)
 def _plan(layout: GridLayout, rank: int, starts: bytes, stops: bytes, modes: tuple[str, ...],
-          device: torch.device) -> _WindowPlan:
+          device: torch.device, extent: tuple[int, ...] | None = None) -> _WindowPlan:
     """The window plan of this rank (cached: layers ask for the same windows at every step)."""
     shape = (layout.num_parts, layout.ndim)
     lo, hi = np.frombuffer(starts, np.int64).reshape(shape), np.frombuffer(stops, np.int64).reshape(shape)
     p = window_plan(layout, rank, lo, hi, modes)
+    w_lo = [int(v) for v in lo[rank]]
     b_lo, b_hi = layout.box(rank)
-    o_lo = [max(a, s) for a, s in zip(lo[rank], b_lo)]
-    o_hi = [max(min(a, s), o) for a, s, o in zip(hi[rank], b_hi, o_lo)]
-    window_slices = tuple(slice(int(a - w), int(b - w)) for a, b, w in zip(o_lo, o_hi, lo[rank]))
-    box_slices = tuple(slice(int(a - s), int(b - s)) for a, b, s in zip(o_lo, o_hi, b_lo))
-    inside = np.zeros(p.window_shape, dtype=bool)
-    inside[window_slices] = True
-    band = np.flatnonzero(~inside.reshape(-1))
-    src = p.source_index[band]
-    n_own, n_ghost = p.num_owned, len(p.ghost_ids)
-    owned, ghost = src < n_own, (src >= n_own) & (src < n_own + n_ghost)
-    t = torch.from_numpy
-    plan = _WindowPlan(
-        send_index=t(p.send_index), send_counts=p.send_counts.tolist(), recv_counts=p.recv_counts.tolist(),
-        window_shape=p.window_shape, window_slices=window_slices, box_slices=box_slices,
-        covers_box=tuple(o_hi) == tuple(b_hi) and tuple(o_lo) == tuple(b_lo),
-        owned_pos=t(band[owned]), owned_src=t(src[owned]), ghost_pos=t(band[ghost]),
-        ghost_src=t(src[ghost] - n_own), fill_pos=t(band[~owned & ~ghost]), local=not p.any_ghosts)
+    box_lo = [a - w for a, w in zip(b_lo, w_lo)]
+    box_hi = [a - w for a, w in zip(b_hi, w_lo)]
+    source = p.source_index.reshape(p.window_shape)
+    n = (p.num_owned, len(p.ghost_ids))
+    common = dict(send_index=torch.from_numpy(p.send_index), send_counts=p.send_counts.tolist(),
+                  recv_counts=p.recv_counts.tolist(), window_shape=p.window_shape, local=not p.any_ghosts)
+    whole = _WindowPlan(pieces=(_piece(source, [0] * len(w_lo), p.window_shape, box_lo, box_hi, *n),), **common)
+    if extent is None or min(p.window_shape, default=0) == 0:
+        return whole.to(device)
+    # Output position i (window coordinates of its first input) is interior when its input
+    # window [i, i + e) lies in the box.
+    out_shape = [w - e + 1 for w, e in zip(p.window_shape, extent)]
+    i_lo = [min(max(a, 0), m) for a, m in zip(box_lo, out_shape)]
+    i_hi = [max(min(b - e + 1, m), l) for b, e, m, l in zip(box_hi, extent, out_shape, i_lo)]
+    if any(b <= a for a, b in zip(i_lo, i_hi)):
+        return whole.to(device)
+    rects = _frames(out_shape, i_lo, i_hi)
+    pieces = tuple(_piece(source, r_lo, [b + e - 1 for b, e in zip(r_hi, extent)], box_lo, box_hi, *n)
+                   for r_lo, r_hi in rects)
+    interior = (tuple(slice(a, b) for a, b in zip(i_lo, i_hi)),
+                tuple(slice(a - bl, b + e - 1 - bl) for a, b, e, bl in zip(i_lo, i_hi, extent, box_lo)))
+    plan = _WindowPlan(pieces=pieces, interior=interior,
+                       frames=tuple(tuple(slice(a, b) for a, b in zip(*r)) for r in rects), **common)
     return plan.to(device)
 
 
 class _Assemble(Function):
-    """(box, received ghost rows) -> the window: one strided copy of the overlap, plus the band.
+    """(box, received ghost rows) -> the plan's pieces: for each, one strided copy of its
+    overlap with the box, plus its band.
 
-    Backward: the overlap's gradient is copied back into the box, and the band's gradients are
+    Backward: the overlaps' gradients are copied back into the box, and the bands' gradients
     added to the owned points and ghost rows they came from (``index_add``: a point used several
-    times, by reflect or circular padding, accumulates).
+    times, by reflect or circular padding or by two pieces, accumulates).
     """
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, ghosts: Tensor, plan: _WindowPlan, fill: float) -> Tensor:
+    def forward(ctx: Any, x: Tensor, ghosts: Tensor, plan: _WindowPlan, fill: float) -> tuple[Tensor, ...]:
         ctx.plan, ctx.box_shape, ctx.n_ghost = plan, x.shape, ghosts.shape[2]
         B, C = x.shape[:2]
-        out = x.new_empty((B, C, *plan.window_shape))
-        out[(..., *plan.window_slices)] = x[(..., *plan.box_slices)]
-        flat = out.view(B, C, -1)
-        if plan.fill_pos.numel():
-            flat.index_fill_(2, plan.fill_pos, fill)
-        if plan.owned_pos.numel():
-            flat.index_copy_(2, plan.owned_pos, x.reshape(B, C, -1).index_select(2, plan.owned_src))
-        if plan.ghost_pos.numel():
-            flat.index_copy_(2, plan.ghost_pos, ghosts.index_select(2, plan.ghost_src))
+        x_flat = x.reshape(B, C, -1)
+        outs = []
+        for piece in plan.pieces:
+            out = x.new_empty((B, C, *piece.shape))
+            out[(..., *piece.piece_slices)] = x[(..., *piece.box_slices)]
+            flat = out.view(B, C, -1)
+            if piece.fill_pos.numel():
+                flat.index_fill_(2, piece.fill_pos, fill)
+            if piece.owned_pos.numel():
+                flat.index_copy_(2, piece.owned_pos, x_flat.index_select(2, piece.owned_src))
+            if piece.ghost_pos.numel():
+                flat.index_copy_(2, piece.ghost_pos, ghosts.index_select(2, piece.ghost_src))
+            outs.append(out)
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Tensor) -> tuple[Tensor | None, ...]:
+        plan = ctx.plan
+        B, C = ctx.box_shape[:2]
+        grad_x = grads[0].new_zeros(ctx.box_shape)
+        grad_x_flat = grad_x.view(B, C, -1)
+        grad_ghosts = grads[0].new_zeros((B, C, ctx.n_ghost))
+        for piece, grad in zip(plan.pieces, grads):
+            grad = grad.contiguous()
+            grad_x[(..., *piece.box_slices)] += grad[(..., *piece.piece_slices)]
+            flat = grad.view(B, C, -1)
+            if piece.owned_pos.numel():
+                grad_x_flat.index_add_(2, piece.owned_src, flat.index_select(2, piece.owned_pos))
+            if piece.ghost_pos.numel():
+                grad_ghosts.index_add_(2, piece.ghost_src, flat.index_select(2, piece.ghost_pos))
+        return grad_x, grad_ghosts, None, None
+
+
+class _Place(Function):
+    """Pieces of the output box -> the output box (each piece copied into its slices).
+    Backward: each piece gets its slices of the gradient. ``anchor`` (the received ghost rows)
+    gets a zero gradient: it ties the result to the exchange, so that a rank whose output needs
+    no ghost (the last slab of a "valid" convolution) still joins the backward exchange."""
+
+    @staticmethod
+    def forward(ctx: Any, shape: tuple[int, ...], slices: tuple[tuple[slice, ...], ...], anchor: Tensor,
+                *pieces: Tensor) -> Tensor:
+        ctx.slices, ctx.anchor = slices, (anchor.shape, anchor.dtype, anchor.device)
+        out = pieces[0].new_empty(shape)
+        for sl, piece in zip(slices, pieces):
+            out[(..., *sl)] = piece
         return out
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        plan = ctx.plan
-        B, C = grad.shape[:2]
-        grad = grad.contiguous()
-        if plan.covers_box:
-            grad_x = grad[(..., *plan.window_slices)].contiguous()
-        else:
-            grad_x = grad.new_zeros(ctx.box_shape)
-            grad_x[(..., *plan.box_slices)] = grad[(..., *plan.window_slices)]
-        flat = grad.view(B, C, -1)
-        if plan.owned_pos.numel():
-            grad_x.view(B, C, -1).index_add_(2, plan.owned_src, flat.index_select(2, plan.owned_pos))
-        grad_ghosts = grad.new_zeros((B, C, ctx.n_ghost))
-        if plan.ghost_pos.numel():
-            grad_ghosts.index_add_(2, plan.ghost_src, flat.index_select(2, plan.ghost_pos))
-        return grad_x, grad_ghosts, None, None
+        shape, dtype, device = ctx.anchor
+        return (None, None, torch.zeros(shape, dtype=dtype, device=device),
+                *(grad[(..., *sl)] for sl in ctx.slices))
 
 
 class _FullTensor(Function):
@@ -271,17 +353,29 @@ class GridTensor:
         those of points used several times by reflect/circular padding). The window is the box's
         overlap (one strided copy) plus its band, filled from the ghost rows.
         """
+        plan = self._window_plan(starts, stops, modes)
+        return self._assemble(plan, fill)[0][0]
+
+    def _window_plan(self, starts: np.ndarray, stops: np.ndarray, modes: str | Sequence[str],
+              extent: tuple[int, ...] | None = None) -> _WindowPlan:
         modes = (modes,) * self._layout.ndim if isinstance(modes, str) else tuple(modes)
         starts = np.ascontiguousarray(starts, dtype=np.int64)
         stops = np.ascontiguousarray(stops, dtype=np.int64)
+        return _plan(self._layout, self._rank, starts.tobytes(), stops.tobytes(), modes,
+                     self._local.device, extent)
+
+    def _assemble(self, plan: _WindowPlan, fill: float = 0.0) -> tuple[tuple[Tensor, ...], Tensor]:
+        """The plan's pieces, after its exchange (none when no rank has a ghost), and the ghost
+        rows received (a result must depend on them even when no piece does, so that every rank
+        joins the backward exchange)."""
         x = self._local
-        plan = _plan(self._layout, self._rank, starts.tobytes(), stops.tobytes(), modes, x.device)
         if plan.local:  # no rank has a ghost (one rank, a pool inside the boxes): no exchange
             ghosts = x.new_empty((*x.shape[:2], 0))
         else:
             ghosts = indexed_all_to_all_v(x.reshape(*x.shape[:2], -1), plan.send_index, plan.send_counts,
                                           plan.recv_counts, dim=2, group=self._group, check_index=False)
-        return _Assemble.apply(x, ghosts, plan, fill)
+        pieces = _Assemble.apply(x, ghosts, plan, fill) if plan.pieces else ()
+        return pieces, ghosts
 
     def halo(self, width: int | Sequence[int], mode: str | Sequence[str] = "zeros") -> Tensor:
         """The local box with a halo of ``width`` points per side (per dim, or one for all).
@@ -314,8 +408,7 @@ class GridTensor:
         with the halo plan of a ``halo_width`` band (zeros padding), which is the plan of
         ``meshshard partition --grid ... --halo-hops halo_width``. No communication."""
         lay = self._layout
-        plan = _plan(lay, self._rank, *(np.ascontiguousarray(w).tobytes() for w in halo_windows(lay, halo_width)),
-                     ("zeros",) * lay.ndim, torch.device("cpu"))
+        plan = self._window_plan(*halo_windows(lay, halo_width), "zeros")
         return ShardSpec(owned_counts=lay.owned_counts(), rank=self._rank,
                          global_ids=torch.from_numpy(lay.owned_ids(self._rank)),
                          send_index=plan.send_index, send_counts=tuple(plan.send_counts),

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from meshshard._grid_tensor import GridTensor
+from meshshard._grid_tensor import GridTensor, _Place
 from meshshard.partition._grid import GridLayout
 
 __all__ = ["GridConv", "GridPool", "GridUpsample", "shard_grid_layers"]
@@ -132,9 +132,18 @@ class GridConv(nn.Module):
         hi = tuple(int(pads[2 * (d - 1 - k) + 1]) for k in range(d))
         starts, stops, out_layout = _windows(x.layout, conv.kernel_size, (1,) * d, conv.dilation,
                                              lo, hi, type(conv).__name__)
-        window = x.window(starts, stops, conv.padding_mode)
-        return _run(x, window, out_layout, conv.out_channels,
-                    lambda w: _CONV[d](w, self.weight, self.bias, 1, 0, conv.dilation, conv.groups))
+        extent = tuple(dl * (k - 1) + 1 for dl, k in zip(conv.dilation, conv.kernel_size))
+        plan = x._window_plan(starts, stops, conv.padding_mode, extent)
+        pieces, ghosts = x._assemble(plan)
+        fn = lambda w: _CONV[d](w, self.weight, self.bias, 1, 0, conv.dilation, conv.groups)  # noqa: E731
+        if plan.interior is None:  # the box is thinner than the kernel: convolve the whole window
+            return _run(x, pieces[0], out_layout, conv.out_channels, fn)
+        # The interior from the box itself (no copy of it is kept), the frame from its windows.
+        out_slices, in_slices = plan.interior
+        inner = fn(x.to_local()[(..., *in_slices)])
+        shape = (inner.shape[0], conv.out_channels, *out_layout.box_shape(x.rank))
+        out = _Place.apply(shape, (out_slices, *plan.frames), ghosts, inner, *(fn(p) for p in pieces))
+        return GridTensor(out, out_layout, x.group)
 
 
 _POOLS: dict[type, tuple[int, str]] = {
