@@ -105,6 +105,10 @@ class GridConv(nn.Module):
 
     Communication: one ``indexed_all_to_all_v`` forward (the window: a band of ``lo``/``hi``
     points per side, edges and corners included), its adjoint backward.
+
+    Memory: the interior of the output box (receptive field inside the box) is convolved on the
+    box itself, the frame around it on thin windows, so no copy of the input is kept for the
+    backward beyond those windows.
     """
 
     def __init__(self, conv: nn.Module) -> None:
