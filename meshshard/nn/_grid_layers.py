@@ -5,7 +5,8 @@ Each wrapper holds the very parameters of the layer it wraps, under the same nam
 ``state_dict`` is unchanged by :func:`shard_grid_layers`, and on a plain tensor it runs the
 wrapped layer's computation. On a :class:`~meshshard.GridTensor` it reads the window of input
 points its owned outputs need (one halo exchange, padding applied where the window leaves the
-grid), then runs the layer's function with no padding on the window. So the result and every
+grid), then runs the layer's function with no padding on the window (a convolution: on the box
+itself for the interior, on thin windows for the frame around it). So the result and every
 gradient equal the layer on the whole grid; the adjoint of the exchange returns the gradients of
 ghost copies to their owners. Replicated parameters get each rank's contribution to their
 gradient: sum them over ranks (:func:`meshshard.comm.sum_gradients`).
