@@ -24,15 +24,15 @@ from meshshard._train import TrainConfig, load_checkpoint, sample_index, train
 from meshshard.nn import MeshGraphNet
 from meshshard.partition import build_graph, partition_file, read_input
 from tests._dist import free_port, run_ranks
-from tests._meshes import data_file
+from tests._meshes import mesh_file
 
 STEPS = 4
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory) -> dict:
-    path = data_file("sfepy/big.mesh")
     root = tmp_path_factory.mktemp("train")
+    path = mesh_file("sfepy/big.mesh", root)  # a generated triangle mesh when ../shared/data is missing
     mesh = meshio.read(path)
     tri = np.concatenate([b.data for b in mesh.cells if b.type == "triangle"])
     write_dataset(simulate_heat(mesh.points[:, :2], tri, trajectories=3, steps=2, seed=1), root / "data")

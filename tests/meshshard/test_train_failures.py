@@ -129,8 +129,8 @@ def test_bad_counts_environment_and_checkpoints_are_one_line_and_exit_2(
     monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "abc")
     assert main(_cli(setup, out)) == 2
     assert capsys.readouterr().err == (
-        "meshshard train: error: Expected the environment variable SLURM_NTASKS_PER_NODE to be a count such as "
-        "'4' or '2(x3),1' (got 'abc')\n"
+        "meshshard train: error: Expected the environment variable SLURM_NTASKS_PER_NODE to be a task count such as "
+        "'2(x3),1' (got 'abc')\n"
     )
     for name in ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_NTASKS_PER_NODE"):
         monkeypatch.delenv(name)
