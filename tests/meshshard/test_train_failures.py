@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -169,3 +171,29 @@ def test_a_peer_failure_is_reported_as_such_even_beside_an_unreadable_old_checkp
     assert len(err) == 1 and err[0].startswith("meshshard train: error: rank 0: step 1 failed: a collective raised"), err
     assert err[0].endswith(f"Last checkpoint: unusable ({out / 'checkpoint.pt'}: not a readable meshshard checkpoint "
                            "(not a torch.save file: Unsupported operand 108)); rerun from the start."), err
+
+
+def test_a_stopped_rank_fails_its_peer_within_the_configured_timeout(setup: dict) -> None:  # noqa: F811
+    """SIGSTOP, not a kill: no connection closes, so only the groups' timeout can end the wait."""
+    out = setup["root"] / "stopped"
+    procs = _pair(setup, out, {"MESHSHARD_TIMEOUT": "15"}, "--steps", "100000", "--every", "100000")
+    try:
+        deadline = time.monotonic() + 120
+        while not ((out / "log.jsonl").exists() and (out / "log.jsonl").read_text().count("\n") >= 2):
+            assert procs[0].poll() is None and procs[1].poll() is None, [p.communicate() for p in procs]
+            assert time.monotonic() < deadline, "training did not start"
+            time.sleep(0.2)
+        procs[1].send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        try:
+            _, err = procs[0].communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            pytest.fail("rank 0 still waits for the stopped rank 90 s after it stopped (MESHSHARD_TIMEOUT=15)")
+        waited = time.monotonic() - stopped
+    finally:
+        for p in procs:
+            p.kill()
+            p.communicate()
+    assert procs[0].returncode == 1, err
+    assert "meshshard train: error: rank 0: step " in err and "a peer rank probably died or stopped responding" in err
+    assert waited < 60, waited
