@@ -155,6 +155,32 @@ class _FullTensor(Function):
         return grad.index_select(0, ctx.spec._on("global_ids", grad.device)), None
 
 
+class _SumOfParts(Function):
+    """Sum over the ranks of a statistic each rank then uses on its own rows (a batch norm's mean).
+
+    Unlike :func:`meshshard.comm.sum_to_replicated` (whose result every rank uses identically, as a
+    loss), each rank's gradient here is its own rows' part, so the backward sums the parts too.
+    Communication: one ``all_reduce`` forward, one backward.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, group: Any) -> Tensor:
+        ctx.group = group
+        return _all_reduce(x.clone(), group)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        return _all_reduce(grad.clone(), ctx.group), None
+
+
+def _all_reduce(x: Tensor, group: Any) -> Tensor:
+    import torch.distributed as dist
+
+    if dist.is_initialized() and dist.get_world_size(group) > 1:
+        dist.all_reduce(x, group=group)
+    return x
+
+
 def _inverse(ids: Tensor) -> Tensor:
     inv = torch.empty_like(ids)
     inv[ids] = torch.arange(ids.numel(), dtype=ids.dtype, device=ids.device)
@@ -342,6 +368,11 @@ class ShardTensor:
     def sum(self, dim: Any = None, keepdim: bool = False) -> Any:
         """Global sum. ``dim=None``: over everything (a replicated scalar); ``dim`` including 0: over
         nodes (a replicated tensor); feature dimensions only: row-wise, a ``ShardTensor``.
+
+        The backward of a sum over nodes assumes every rank uses the result identically (a loss). A
+        global statistic that each rank applies to its own rows (normalising node features) needs its
+        gradient summed over the ranks too: use ``F.batch_norm`` (``nn.BatchNorm1d``, PyG's
+        ``BatchNorm``), which does.
 
         Communication: one ``all_reduce`` forward when the nodes are summed; none backward.
         """
@@ -661,8 +692,8 @@ def _batch_norm(
 ) -> ShardTensor:
     """``F.batch_norm`` over every node of every rank; eval mode (running statistics) is row-wise.
 
-    Communication (training): two ``all_reduce`` forward (the sum, then the squared deviations), none
-    backward (the statistics are replicated, see :func:`meshshard.comm.sum_to_replicated`).
+    Communication (training): two ``all_reduce`` forward (the sum, then the squared deviations), two
+    backward (each rank's part of the statistics' gradient, summed).
     """
     if not isinstance(x, ShardTensor):
         raise TypeError("batch_norm: only the input may be a ShardTensor")
@@ -674,9 +705,9 @@ def _batch_norm(
     count = spec.num_nodes * math.prod(local.shape[2:])
     if count <= 1:
         raise ValueError(f"Expected more than 1 value per channel when training batch_norm (got {count})")
-    mean = sum_to_replicated(local.sum(dims), group=spec.group) / count
+    mean = _SumOfParts.apply(local.sum(dims), spec.group) / count
     centred = local - mean.view(shape)
-    var = sum_to_replicated(centred.square().sum(dims), group=spec.group) / count
+    var = _SumOfParts.apply(centred.square().sum(dims), spec.group) / count
     out = centred * (var + eps).rsqrt().view(shape)
     if weight is not None:
         out = out * weight.view(shape)

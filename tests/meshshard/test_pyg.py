@@ -136,11 +136,86 @@ def _whole_degree_histogram(inp: _Inputs) -> torch.Tensor:
     return torch.bincount(d)
 
 
+class _Model(nn.Module):
+    """PyG layers with BatchNorm and an MLP (batch norm, dropout 0) between them: global statistics."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = ShardConv(pyg.GINConv(pyg.MLP([F_IN, 8, 8]), train_eps=True))  # MLP with BatchNorm
+        self.norm = pyg.BatchNorm(8)
+        self.mlp = pyg.MLP([8, 8, 6], norm="batch_norm", dropout=0.0)
+        self.conv2 = ShardConv(pyg.GENConv(6, F_OUT, aggr="softmax", learn_t=True, num_layers=2, norm="batch"))
+
+    def forward(self, x, graph):
+        h = self.norm(self.conv1(x, graph)).relu()
+        return self.conv2(self.mlp(h), graph)
+
+
+def _check_model(inp: _Inputs, world: int) -> None:
+    torch.manual_seed(9)
+    ref = _Model().to(DT)
+    model = copy.deepcopy(ref)
+    for _ in range(2):  # two training steps' forward/backward: running statistics move twice
+        x = inp.x.clone().requires_grad_()
+        y_ref = ref(x, inp.edge_index)
+        (y_ref * inp.w[:, :F_OUT]).sum().backward()
+        xs = ShardTensor.from_local(inp.x[inp.own].clone().requires_grad_(), inp.graph.spec)
+        y = model(xs, inp.graph)
+        (y * ShardTensor.from_local(inp.w[inp.own, :F_OUT], inp.graph.spec)).sum().backward()
+    what = f"GIN(MLP) + BatchNorm + MLP + GEN(batch norm) R={world}"
+    _close(y.to_local().detach(), y_ref.detach()[inp.own], f"{what}: output")
+    _close(xs.grad.to_local(), x.grad[inp.own], f"{what}: input grad")
+    for (name, p), p_ref in zip(model.named_parameters(), ref.parameters()):
+        _close(_all_sum(p.grad), p_ref.grad, f"{what}: grad of {name}")
+    for (name, b), b_ref in zip(model.named_buffers(), ref.buffers()):
+        _close(b.double(), b_ref.double(), f"{what}: buffer {name}")
+    assert model.state_dict().keys() == ref.state_dict().keys()
+    model.eval(), ref.eval()
+    _close(model(xs, inp.graph).to_local().detach(), ref(inp.x, inp.edge_index).detach()[inp.own], f"{what}: eval output")
+
+
+class _GraphSAGE(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = ShardConv(pyg.SAGEConv(F_IN, 16))
+        self.conv2 = ShardConv(pyg.SAGEConv(16, F_OUT, aggr="max"))
+
+    def forward(self, x, graph):
+        return self.conv2(self.conv1(x, graph).relu(), graph)
+
+
+def _check_training(inp: _Inputs, world: int) -> None:
+    """A few Adam steps on shards (parameter gradients summed over ranks) equal one process."""
+    torch.manual_seed(13)
+    ref = _GraphSAGE().to(DT)
+    model = copy.deepcopy(ref)
+    opt_ref = torch.optim.Adam(ref.parameters(), lr=0.01)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    target = inp.w[:, :F_OUT]
+    xs = ShardTensor.from_local(inp.x[inp.own], inp.graph.spec)
+    ts = ShardTensor.from_local(target[inp.own], inp.graph.spec)
+    for step in range(4):
+        opt_ref.zero_grad()
+        loss_ref = ((ref(inp.x, inp.edge_index) - target) ** 2).mean()
+        loss_ref.backward()
+        opt_ref.step()
+        opt.zero_grad()
+        loss = ((model(xs, inp.graph) - ts) ** 2).mean()
+        loss.backward()
+        sum_gradients(model.parameters())
+        opt.step()
+        _close(loss.detach(), loss_ref.detach(), f"GraphSAGE training R={world}: loss of step {step}")
+    for (name, p), p_ref in zip(model.named_parameters(), ref.parameters()):
+        _close(p.detach(), p_ref.detach(), f"GraphSAGE training R={world}: {name} after 4 steps")
+
+
 def _battery(rank: int, world: int) -> str:
     inp = _Inputs(rank, world)
     assert torch.equal(inp.graph.degree_histogram(), _whole_degree_histogram(inp))
     for what, layer, edge, pos in _layers(inp):
         _check_layer(inp, f"{what} R={world}", layer.to(DT), edge, pos)
+    _check_model(inp, world)
+    _check_training(inp, world)
     return "ok"
 
 
