@@ -223,3 +223,61 @@ def _battery(rank: int, world: int) -> str:
 def test_pyg_layers_on_shards_equal_the_whole_graph(world: int) -> None:
     mesh_case(MESH, world)  # skips here when the data is missing
     assert run_ranks(_battery, world, timeout=240) == ["ok"] * world
+
+
+class _MyConv(pyg.MessagePassing):
+    """A user layer: sum of incoming source rows (local: no degrees, no second hop)."""
+
+    def forward(self, x, edge_index):
+        return self.propagate(edge_index, x=x)
+
+
+class _MyGCN(pyg.GCNConv):
+    pass
+
+
+def test_layers_shardconv_cannot_make_exact_are_refused_with_the_reason() -> None:
+    with pytest.raises(TypeError, match=r"ShardConv refuses _MyConv: _MyConv is not a layer ShardConv knows .* ShardConv\(layer, local=True\)"):
+        ShardConv(_MyConv())
+    with pytest.raises(TypeError, match=r"ShardConv refuses _MyGCN: _MyGCN subclasses a supported layer and may change its message"):
+        ShardConv(_MyGCN(3, 2))
+    with pytest.raises(TypeError, match=r"SAGEConv exact on shards: its aggregation LSTMAggregation depends on the order"):
+        ShardConv(pyg.SAGEConv(3, 2, aggr="lstm"))
+    with pytest.raises(TypeError, match=r"flow='target_to_source': a rank stores the edges into its nodes"):
+        ShardConv(pyg.GraphConv(3, 2, flow="target_to_source"))
+    with pytest.raises(TypeError, match=r"Expected 'layer' to be a torch_geometric.nn.MessagePassing layer \(got Linear\)"):
+        ShardConv(nn.Linear(3, 2))
+    # their own degree normalisation / a second hop: not (yet) made exact, so refused
+    for layer in (pyg.ClusterGCNConv(3, 2), pyg.LGConv(), pyg.SSGConv(3, 2, alpha=0.1), pyg.FAConv(3)):
+        with pytest.raises(TypeError, match=rf"ShardConv refuses {type(layer).__name__}: .* is not a layer ShardConv knows"):
+            ShardConv(layer)
+
+
+def test_shardconv_keeps_the_layer_state_dict_and_runs_on_a_whole_graph() -> None:
+    torch.manual_seed(0)
+    layer = pyg.SAGEConv(3, 2)
+    wrapped = ShardConv(layer)
+    assert wrapped.layer is layer and wrapped.state_dict().keys() == layer.state_dict().keys()
+    model = nn.Sequential(ShardConv(pyg.SAGEConv(3, 2)))
+    plain = nn.Sequential(pyg.SAGEConv(3, 2))
+    assert model.state_dict().keys() == plain.state_dict().keys()
+    model.load_state_dict(plain.state_dict())
+    x, ei = torch.randn(4, 3), torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
+    torch.testing.assert_close(model[0](x, ei), plain[0](x, ei))
+    ShardConv(_MyConv(), local=True)  # declared local: accepted
+
+
+def test_shardconv_argument_errors() -> None:
+    case = mesh_case(MESH, 1)
+    graph = ShardGraph.from_partition(case.parts[0], dtype=DT)
+    x = ShardTensor.from_local(torch.zeros(graph.num_owned, 3, dtype=DT), graph.spec)
+    conv = ShardConv(pyg.GATConv(3, 2, edge_dim=2)).to(DT)
+    with pytest.raises(TypeError, match=r"Expected 'x' to be a ShardTensor on a ShardGraph \(got Tensor\)"):
+        conv(x.to_local(), graph)
+    with pytest.raises(ValueError, match=r"Expected 'edge_attr' to have one row per local edge \(\d+\) or per owned edge \(\d+\) \(got shape \(3, 2\)\)"):
+        conv(x, graph, torch.zeros(3, 2, dtype=DT))
+    with pytest.raises(TypeError, match=r"return_attention_weights is not supported on shards"):
+        conv(x, graph, return_attention_weights=True)
+    edge = ShardConv(pyg.EdgeConv(nn.Sequential(nn.Linear(6, 2), nn.BatchNorm1d(2)))).to(DT)
+    with pytest.raises(TypeError, match=r"EdgeConv exact in training: its nn normalises over the batch of edges"):
+        edge(x, graph)
