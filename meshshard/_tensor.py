@@ -27,9 +27,14 @@ each rank differently (``torch.manual_seed(seed + rank)``) so that ranks do not 
 compare with one process in eval mode.
 
 Replicated results (``full_tensor()``, ``sum()``, ``mean()``) are one logical value held by every
-rank. Every rank must use them the same way (as a loss computed identically everywhere is): the
-backward then hands each rank the gradient of its own rows, and the gradients equal those of the
-single-process computation on the whole tensor.
+rank. Used the same way on every rank (as a loss computed identically everywhere is), the backward
+hands each rank the gradient of its own rows. Used on each rank's own rows (``x - x.mean(0)``, PyG's
+``PairNorm``), each rank's gradient is only its rows' part: a row-wise operation that mixes a
+``ShardTensor`` with a plain tensor computed from a global reduction sums those parts over the ranks
+in the backward (one ``all_reduce``), so both uses, and their mixtures, give the gradients of the
+single-process computation on the whole tensor. (Trainable parameters used only in replicated
+computations, such as a head on globally pooled features, receive the whole gradient on every rank:
+:func:`meshshard.comm.sum_gradients` would count it once per rank.)
 
 Shapes: ``N`` global nodes, ``N_own`` owned rows, ``N_ghost`` ghost rows, ``...`` any trailing
 (feature, batch) dimensions. The node dimension is always dimension 0.
@@ -171,6 +176,50 @@ class _SumOfParts(Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         return _all_reduce(grad.clone(), ctx.group), None
+
+
+class _RowsUseReplicated(Function):
+    """A replicated value (from a global reduction) used on each rank's own rows.
+
+    The gradient that reaches it on each rank is that rank's part; the backward sums the parts, so
+    that what flows on into the reduction is the whole gradient, as every rank's copy expects (see
+    :func:`meshshard.comm.sum_to_replicated`). Communication: one ``all_reduce`` backward.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, group: Any) -> Tensor:
+        ctx.group = group
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        return _all_reduce(grad.clone(), ctx.group), None
+
+
+_REPLICATING = frozenset({"_SumToReplicatedBackward", "_FullTensorBackward"})
+
+
+def _from_replicated(t: Tensor) -> bool:
+    """Whether ``t`` is computed from a global reduction (its autograd graph holds one)."""
+    stack, seen = [t.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        if type(node).__name__ in _REPLICATING:
+            return True
+        seen.add(node)
+        stack.extend(n for n, _ in node.next_functions)
+    return False
+
+
+def _partial_to_whole(args: Any, spec: ShardSpec) -> Any:
+    """Wrap the plain operands computed from global reductions (see :class:`_RowsUseReplicated`)."""
+    if isinstance(args, (list, tuple)):
+        return type(args)(_partial_to_whole(a, spec) for a in args)
+    if isinstance(args, Tensor) and args.grad_fn is not None and _from_replicated(args):
+        return _RowsUseReplicated.apply(args, spec.group)
+    return args
 
 
 def _all_reduce(x: Tensor, group: Any) -> Tensor:
@@ -369,10 +418,8 @@ class ShardTensor:
         """Global sum. ``dim=None``: over everything (a replicated scalar); ``dim`` including 0: over
         nodes (a replicated tensor); feature dimensions only: row-wise, a ``ShardTensor``.
 
-        The backward of a sum over nodes assumes every rank uses the result identically (a loss). A
-        global statistic that each rank applies to its own rows (normalising node features) needs its
-        gradient summed over the ranks too: use ``F.batch_norm`` (``nn.BatchNorm1d``, PyG's
-        ``BatchNorm``), which does.
+        The result may be used identically on every rank (a loss) or on each rank's rows
+        (``x - x.mean(0)``): see the module docstring.
 
         Communication: one ``all_reduce`` forward when the nodes are summed; none backward.
         """
@@ -456,6 +503,8 @@ class ShardTensor:
         if func in _ELEMENTWISE or func in _USER_ROWWISE:
             spec = _common_spec(name, args, kwargs)
             _check_plain_operands(name, spec, args, kwargs)
+            if torch.is_grad_enabled():
+                args, kwargs = _partial_to_whole(args, spec), {k: _partial_to_whole(v, spec) for k, v in kwargs.items()}
             return _wrap(func(*_unwrap(args), **_unwrap(kwargs)), spec)
         if func in _FEATURE_WISE:
             if not isinstance(args[0], ShardTensor) or any(isinstance(a, ShardTensor) for a in (*args[1:], *kwargs.values())):

@@ -211,6 +211,8 @@ _ROWWISE = {
     "permute": lambda t: t.view(t.shape[0], 2, 3).transpose(1, 2).permute(0, 2, 1).reshape(t.shape[0], 6),
     "methods": lambda t: t.relu() + t.clone().sigmoid() + t.tanh() + t.exp() / 10 + t.to(torch.float64) + t.float().double() + t.clamp(-1, 1),
     "register_rowwise": lambda t: _swish(t) + torch.erf(t),
+    # global statistics used on each rank's rows: the gradient parts are summed over the ranks
+    "global statistics": lambda t: (t - t.mean(0, keepdim=True)) * t.square().sum().rsqrt() + t.sum(0) * t.mean() / 1000,
 }
 
 
@@ -239,8 +241,10 @@ def _check_rowwise_ops(case, rank):
     assert int((x > 0).sum()) == int((x_full > 0).sum())
     assert int(((x > 0) & (x < 1)).sum(0).sum()) == int(((x_full > 0) & (x_full < 1)).sum())
     loss = x.sum() * (x ** 2).mean() + x.mean(0).sum() + (x.relu().sum(dim=1) > 1).sum() * x.norm(dim=-1).mean()
+    loss = loss + ((x - x.mean(0)) ** 2).mean() * x.mean(0).square().sum()  # both uses of one statistic
     xr = x_full.clone().requires_grad_()
     loss_ref = xr.sum() * (xr ** 2).mean() + xr.mean(0).sum() + (xr.relu().sum(dim=1) > 1).sum() * xr.norm(dim=-1).mean()
+    loss_ref = loss_ref + ((xr - xr.mean(0)) ** 2).mean() * xr.mean(0).square().sum()
     loss.backward()
     loss_ref.backward()
     _close(loss.detach(), loss_ref.detach(), dt, "consecutive reductions")
