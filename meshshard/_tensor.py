@@ -32,9 +32,10 @@ hands each rank the gradient of its own rows. Used on each rank's own rows (``x 
 ``PairNorm``), each rank's gradient is only its rows' part: a row-wise operation that mixes a
 ``ShardTensor`` with a plain tensor computed from a global reduction sums those parts over the ranks
 in the backward (one ``all_reduce``), so both uses, and their mixtures, give the gradients of the
-single-process computation on the whole tensor. (Trainable parameters used only in replicated
-computations, such as a head on globally pooled features, receive the whole gradient on every rank:
-:func:`meshshard.comm.sum_gradients` would count it once per rank.)
+single-process computation on the whole tensor. (Trainable parameters used in replicated
+computations, such as a head on globally pooled features or a scale applied to a global mean
+before it meets the rows, receive the whole gradient on every rank: :func:`meshshard.comm.sum_gradients`
+would count it once per rank. Let the statistic meet the rows first: ``(x * 0 + x.mean(0)) * scale``.)
 
 Shapes: ``N`` global nodes, ``N_own`` owned rows, ``N_ghost`` ghost rows, ``...`` any trailing
 (feature, batch) dimensions. The node dimension is always dimension 0.

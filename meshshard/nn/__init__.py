@@ -3,7 +3,8 @@
 - :class:`MeshGraphNet` (with :class:`MLP`, :class:`ProcessorBlock`): message passing on meshes;
 - :func:`ball_query`, :class:`BallQueryPlan`, :class:`BallQueryAttention`: point-cloud attention
   over deterministic radius neighbourhoods, with geometric halos on shards;
-- :class:`ShardConv`: a PyTorch Geometric message-passing layer, exact on a ``ShardGraph``.
+- :class:`ShardConv`, :class:`ShardNorm`: PyTorch Geometric message-passing layers and per-graph
+  normalisations, exact on a ``ShardGraph``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,6 @@ from ._attention import BallQueryAttention
 from ._ball_halo import BallQueryPlan
 from ._ball_query import BallQueryResult, ball_query
 from ._meshgraphnet import MLP, MeshGraphNet, ProcessorBlock
-from ._pyg import ShardConv
+from ._pyg import ShardConv, ShardNorm
 
-__all__ = ["MLP", "MeshGraphNet", "ProcessorBlock", "ball_query", "BallQueryResult", "BallQueryPlan", "BallQueryAttention", "ShardConv"]
+__all__ = ["MLP", "MeshGraphNet", "ProcessorBlock", "ball_query", "BallQueryResult", "BallQueryPlan", "BallQueryAttention", "ShardConv", "ShardNorm"]

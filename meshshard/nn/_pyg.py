@@ -52,7 +52,7 @@ from torch import Tensor, nn
 from meshshard._graph import ShardGraph
 from meshshard._tensor import ShardTensor
 
-__all__ = ["ShardConv", "SUPPORTED"]
+__all__ = ["ShardConv", "ShardNorm", "SUPPORTED"]
 
 # aggregations whose result does not depend on the order of a node's incoming edges
 _ORDER_FREE = {
@@ -136,6 +136,59 @@ class ShardConv(nn.Module):
         return f"mode={self.mode!r}"
 
 
+class ShardNorm(nn.Module):
+    """PyG's per-graph normalisations (``GraphNorm``, ``InstanceNorm``, ``LayerNorm(mode="graph")``)
+    on a ``ShardTensor``: their statistics over every node of every rank, exactly.
+
+    On one graph (no ``batch``), each normalises over all nodes; PyG builds a batch vector and
+    scatters over it, which a ``ShardTensor`` refuses. ``ShardNorm`` computes the same formulas with
+    global reductions (``InstanceNorm`` through the global ``F.batch_norm``, running statistics
+    included). On a plain tensor it calls the module unchanged; its ``state_dict`` is the module's.
+    ``BatchNorm`` and ``PairNorm`` need no wrapper.
+
+    Shapes: x: ``ShardTensor`` ``(N_own, F)``; result: the same.
+
+    Communication: two or three small ``all_reduce`` forward, as many backward.
+    """
+
+    _KINDS = ("GraphNorm", "InstanceNorm", "LayerNorm", "BatchNorm")
+
+    def __init__(self, norm: nn.Module) -> None:
+        super().__init__()
+        kind = type(norm).__name__
+        if kind not in self._KINDS or not type(norm).__module__.startswith("torch_geometric."):
+            raise TypeError(f"Expected 'norm' to be torch_geometric.nn GraphNorm, InstanceNorm, LayerNorm or BatchNorm (got {kind})")
+        if kind == "LayerNorm" and norm.mode != "graph":
+            kind = "BatchNorm"  # mode="node" is row-wise: F.layer_norm runs on a ShardTensor as it is
+        self.kind = kind
+        self.norm = norm
+        self._register_state_dict_hook(_drop_prefix)
+        self.register_load_state_dict_pre_hook(_add_prefix)
+
+    @property
+    def layer(self) -> nn.Module:  # the wrapped module, for the state_dict hooks
+        return self.norm
+
+    def forward(self, x: Any, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(x, ShardTensor) or self.kind == "BatchNorm":
+            return self.norm(x, *args, **kwargs)
+        if args or kwargs.get("batch") is not None:
+            raise TypeError("ShardNorm: 'batch' (several graphs in one shard) is not supported on shards")
+        m = self.norm
+        if self.kind == "GraphNorm":
+            # the mean meets the rows before the parameter does, so mean_scale's gradient stays each
+            # rank's part (summed with the other parameters'), see ShardTensor on global statistics
+            out = x - (x * 0.0 + x.mean(0, keepdim=True)) * m.mean_scale
+            std = ((out * out).mean(0, keepdim=True) + m.eps).sqrt()
+            return m.weight * out / std + m.bias
+        if self.kind == "InstanceNorm":
+            train = m.training or not m.track_running_stats
+            return torch.nn.functional.batch_norm(x, m.running_mean, m.running_var, m.weight, m.bias, train, m.momentum, m.eps)
+        centred = x - x.mean()
+        out = centred / ((centred * centred).mean().sqrt() + m.eps)
+        return out if m.weight is None or m.bias is None else out * m.weight + m.bias
+
+
 # --- refusals --------------------------------------------------------------------------------------
 
 
@@ -188,14 +241,16 @@ def _check_aggregation(name: str, aggr: Any) -> None:
 
 
 def _drop_prefix(module: nn.Module, state: dict, prefix: str, local_metadata: Any) -> None:
-    for key in [k for k in state if k.startswith(prefix + "layer.")]:
-        state[prefix + key[len(prefix) + len("layer."):]] = state.pop(key)
+    inner = "norm." if isinstance(module, ShardNorm) else "layer."
+    for key in [k for k in state if k.startswith(prefix + inner)]:
+        state[prefix + key[len(prefix) + len(inner):]] = state.pop(key)
 
 
 def _add_prefix(module: nn.Module, state: dict, prefix: str, *args: Any) -> None:
+    inner = "norm." if isinstance(module, ShardNorm) else "layer."
     names = {prefix + k for k in module.layer.state_dict()}
     for key in [k for k in state if k in names]:
-        state[prefix + "layer." + key[len(prefix):]] = state.pop(key)
+        state[prefix + inner + key[len(prefix):]] = state.pop(key)
 
 
 # --- inputs ----------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from torch import nn
 
 from meshshard import ShardGraph, ShardTensor, edge_features
 from meshshard.comm import count_collectives, sum_gradients
-from meshshard.nn import ShardConv
+from meshshard.nn import ShardConv, ShardNorm
 from tests._dist import run_ranks
 from tests._meshes import mesh_case
 
@@ -183,6 +183,33 @@ def _check_model(inp: _Inputs, world: int) -> None:
     _close(model(xs, inp.graph).to_local().detach(), ref(inp.x, inp.edge_index).detach()[inp.own], f"{what}: eval output")
 
 
+def _check_norms(inp: _Inputs, world: int) -> None:
+    """PyG's per-graph normalisations through ShardNorm: two training passes, then eval."""
+    torch.manual_seed(17)
+    for ref in (pyg.GraphNorm(F_IN), pyg.InstanceNorm(F_IN, affine=True, track_running_stats=True), pyg.LayerNorm(F_IN, mode="graph")):
+        ref = ref.to(DT)
+        with torch.no_grad():
+            for p in ref.parameters():
+                p.add_(torch.randn_like(p) * 0.3)
+        norm = ShardNorm(copy.deepcopy(ref))
+        assert norm.state_dict().keys() == ref.state_dict().keys()
+        what = f"ShardNorm({type(ref).__name__}) R={world}"
+        for mode in ("train", "train", "eval"):
+            ref.train(mode == "train"), norm.train(mode == "train")
+            x = inp.x.clone().requires_grad_()
+            y_ref = ref(x)
+            (y_ref * inp.w[:, :F_IN]).sum().backward()
+            xs = ShardTensor.from_local(inp.x[inp.own].clone().requires_grad_(), inp.graph.spec)
+            y = norm(xs)
+            (y * ShardTensor.from_local(inp.w[inp.own, :F_IN], inp.graph.spec)).sum().backward()
+            _close(y.to_local().detach(), y_ref.detach()[inp.own], f"{what} {mode}: output")
+            _close(_grad(xs.to_local()) if xs.grad is None else xs.grad.to_local(), x.grad[inp.own], f"{what} {mode}: input grad")
+        for (name, p), p_ref in zip(norm.norm.named_parameters(), ref.parameters()):
+            _close(_all_sum(p.grad), p_ref.grad, f"{what}: grad of {name}")
+        for (name, b), b_ref in zip(norm.norm.named_buffers(), ref.buffers()):
+            _close(b.double(), b_ref.double(), f"{what}: buffer {name}")
+
+
 class _GraphSAGE(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -224,6 +251,7 @@ def _battery(rank: int, world: int, layout: str) -> str:
     for what, layer, edge, pos in _layers(inp):
         _check_layer(inp, f"{what} R={world}", layer.to(DT), edge, pos)
     _check_model(inp, world)
+    _check_norms(inp, world)
     _check_training(inp, world)
     return "ok"
 
