@@ -2,7 +2,9 @@
 
 - :class:`MeshGraphNet` (with :class:`MLP`, :class:`ProcessorBlock`): message passing on meshes;
 - :func:`ball_query`, :class:`BallQueryPlan`, :class:`BallQueryAttention`: point-cloud attention
-  over deterministic radius neighbourhoods, with geometric halos on shards.
+  over deterministic radius neighbourhoods, with geometric halos on shards;
+- :class:`DomainParallel`: replicated-parameter gradients reduced during backward (domain sum, data
+  mean), and the DDP / FSDP2 recipes (:func:`ddp_comm_hook`, :func:`fully_shard_data_parallel`).
 """
 
 from __future__ import annotations
@@ -11,5 +13,7 @@ from ._attention import BallQueryAttention
 from ._ball_halo import BallQueryPlan
 from ._ball_query import BallQueryResult, ball_query
 from ._meshgraphnet import MLP, MeshGraphNet, ProcessorBlock
+from ._parallel import DomainParallel, ddp_comm_hook, fsdp_device_mesh, fully_shard_data_parallel
 
-__all__ = ["MLP", "MeshGraphNet", "ProcessorBlock", "ball_query", "BallQueryResult", "BallQueryPlan", "BallQueryAttention"]
+__all__ = ["MLP", "MeshGraphNet", "ProcessorBlock", "ball_query", "BallQueryResult", "BallQueryPlan", "BallQueryAttention",
+           "DomainParallel", "ddp_comm_hook", "fsdp_device_mesh", "fully_shard_data_parallel"]
