@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from ..comm import DeviceMesh2D
+from ..comm import DeviceMesh2D, communication_device
 from ..comm import _collectives as _comm_state
 from ..comm._counter import CollectiveCall, record
 
@@ -334,11 +334,11 @@ class DomainParallel(nn.Module):
         self._needs_check = False
         if self._world == 1:
             return
-        mine = torch.tensor([_fingerprint(p) for p in self._params], dtype=torch.int64)
+        mine = torch.tensor([_fingerprint(p) for p in self._params], dtype=torch.int64, device=communication_device())
         record(CollectiveCall("DomainParallel.check_parameters", "forward", 0, 0, self._world))
         everyone = [torch.empty_like(mine) for _ in range(self._world)]
         dist.all_gather(everyone, mine)
-        table = torch.stack(everyone)  # (R, P)
+        table = torch.stack(everyone).cpu()  # (R, P)
         differs = (table != table[0]).any(dim=0).nonzero().flatten()
         if len(differs):
             k = int(differs[0])

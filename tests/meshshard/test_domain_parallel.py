@@ -104,6 +104,8 @@ def _train_sharded(rank: int, world: int, domain: int, how: str, layout: str = "
         if how == "wrapper":
             reductions.append(log.count("DomainParallel", "backward"))
         opt.step()
+        if how == "wrapper":
+            model.check_parameters()  # every rank applied bit-identical updates
         batch = loss.detach().reshape(1).clone()
         dist.all_reduce(batch)
         losses.append(float(batch) / world)
@@ -208,7 +210,12 @@ def _pure_domain(rank: int, world: int) -> dict:
     set_debug(True)
     try:
         model = DomainParallel(_Branches())
-        model(torch.ones(1, 4, dtype=torch.float64), rank)  # first forward: the check passes
+        opt = torch.optim.Adam(model.parameters())
+        for _ in range(2):  # real steps: the checks at the next forwards pass
+            with count_collectives() as log:
+                model(torch.ones(1, 4, dtype=torch.float64), rank).sum().backward()
+            opt.step()
+            out.setdefault("debug_checks", []).append(log.count("DomainParallel.check_parameters"))
         with torch.no_grad():
             if rank == 2:
                 model.module.b.bias[1] += 1e-12
@@ -228,6 +235,7 @@ def test_pure_domain_unused_parameters_no_sync_empty_rank_and_debug_check() -> N
     for r in results:
         assert r["buckets"] == 8 and r["reductions"] == 8  # one bucket per parameter, all sent
         assert r["no_sync_reductions"] == 0
+        assert r["debug_checks"] == [1, 1]
     _assert_equal_training(results[0]["training"], _reference(1), "1 data x 3 domain, empty rank, wrapper")
     messages = {r.get("debug_error") for r in results}
     assert len(messages) == 1, messages
