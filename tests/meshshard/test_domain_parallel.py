@@ -206,7 +206,13 @@ def _pure_domain(rank: int, world: int) -> dict:
     # 3. the sharded MeshGraphNet with an empty rank (1) and a rank without ghosts (0): one step
     out["training"] = _train_sharded(rank, world, world, "wrapper", "special")
 
-    # 4. MESHSHARD_DEBUG: parameters that drifted apart are named by every rank, with the same error
+    # 4. different models on different ranks: the same error on every rank, before any bucket exists
+    try:
+        DomainParallel(nn.Sequential(nn.Linear(4, 5 if rank == 2 else 4), nn.Linear(4, 1)))
+    except ValueError as err:
+        out["layout_error"] = str(err)
+
+    # 5. MESHSHARD_DEBUG: parameters that drifted apart are named by every rank, with the same error
     set_debug(True)
     try:
         model = DomainParallel(_Branches())
@@ -237,6 +243,9 @@ def test_pure_domain_unused_parameters_no_sync_empty_rank_and_debug_check() -> N
         assert r["no_sync_reductions"] == 0
         assert r["debug_checks"] == [1, 1]
     _assert_equal_training(results[0]["training"], _reference(1), "1 data x 3 domain, empty rank, wrapper")
+    layout = {r.get("layout_error") for r in results}
+    assert layout == {"Expected the same parameters on every rank (rank 2 has ('0.weight', (5, 4), 'torch.float32'), "
+                      "rank 0 has ('0.weight', (4, 4), 'torch.float32'))"}, layout
     messages = {r.get("debug_error") for r in results}
     assert len(messages) == 1, messages
     message = messages.pop()
