@@ -135,9 +135,14 @@ class DomainParallel(nn.Module):
     must run a backward through the model (through at least one parameter) whenever the others
     do, as it must run the forward's halo exchanges.
 
+    Reentrant activation checkpointing (``use_reentrant=True``) would end a nested backward, and
+    reduce, before the outer one is done: a gradient arriving in a backward other than the one that
+    started at the wrapper's output raises ``RuntimeError`` (use ``use_reentrant=False``).
+
     Args:
-        module: the model; its parameters must be the same on every rank (they are broadcast from
-            rank 0 at construction unless ``broadcast_parameters=False``).
+        module: the model, already on its device and in its dtype (the buckets are allocated here);
+            its parameters must be the same on every rank (they are broadcast from rank 0 at
+            construction unless ``broadcast_parameters=False``).
         mesh: a :class:`~meshshard.comm.DeviceMesh2D` (``data x domain``) covering the world, or
             ``None``: the whole world is one domain group (pure domain parallelism). A world of one
             needs no process group and reduces nothing.
@@ -180,6 +185,7 @@ class DomainParallel(nn.Module):
         self._params = [p for _, p in named]
         self._require_sync = True
         self._queued = False
+        self._task: int | None = None  # the graph task (backward) this reduction belongs to
         self._next_bucket = 0
         self._needs_check = True
         self._buckets: list[_Bucket] = []
@@ -203,7 +209,10 @@ class DomainParallel(nn.Module):
             self._abandon()
         if self._needs_check and self._world > 1 and _debug_enabled():
             self.check_parameters()
-        return self.module(*args, **kwargs)
+        out = self.module(*args, **kwargs)
+        if self._world > 1 and torch.is_grad_enabled():
+            out = _mark_backward_start(out, self)
+        return out
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -242,6 +251,14 @@ class DomainParallel(nn.Module):
     def _on_gradient(self, b: int, i: int, param: Tensor) -> None:
         if not self._require_sync:
             return
+        task = _graph_task_id()
+        if self._task is None:
+            self._task = task
+        elif task != self._task:
+            raise RuntimeError(
+                f"DomainParallel: parameter {self._name_of(param)!r} got its gradient in a nested backward (reentrant "
+                "activation checkpointing?), which would reduce it twice; use checkpoint(..., use_reentrant=False)"
+            )
         if not self._queued:
             torch.autograd.Variable._execution_engine.queue_callback(self._finalize)
             self._queued = True
@@ -249,7 +266,7 @@ class DomainParallel(nn.Module):
         if bucket.work is not None:
             raise RuntimeError(
                 f"DomainParallel: parameter {self._name_of(param)!r} received a second gradient in one backward after "
-                "its bucket was sent (reentrant activation checkpointing?); use checkpoint(..., use_reentrant=False)"
+                "its bucket was sent; every parameter must get its gradient once per backward"
             )
         grad = param.grad
         if grad is None:  # the hook runs after accumulation, so this does not happen; be safe
@@ -300,6 +317,9 @@ class DomainParallel(nn.Module):
             self._reset()
         self._needs_check = True
 
+    def _forget_task(self) -> None:
+        self._task = None
+
     def _abandon(self) -> None:
         for bucket in self._buckets:
             if bucket.work is not None:
@@ -311,6 +331,7 @@ class DomainParallel(nn.Module):
             bucket.reset()
         self._next_bucket = 0
         self._queued = False
+        self._task = None
 
     def _name_of(self, param: Tensor) -> str:
         for name, p in zip(self._names, self._params):
@@ -348,6 +369,69 @@ class DomainParallel(nn.Module):
                 f"than rank 0 ({len(differs)} of {len(self._names)} parameters differ); were gradients reduced on every "
                 "rank, and does every rank run the same optimizer steps?"
             )
+
+
+def _graph_task_id() -> int:
+    """The running backward's id (-1 outside one; 0 when torch does not expose it)."""
+    current = getattr(torch._C, "_current_graph_task_id", None)
+    return int(current()) if current is not None else 0
+
+
+class _BackwardStart(torch.autograd.Function):
+    """Identity on the model's outputs; its backward tells the wrapper which backward is the outer one."""
+
+    @staticmethod
+    def forward(ctx: Any, owner: DomainParallel, *tensors: Tensor) -> tuple[Tensor, ...]:
+        ctx.owner = owner
+        return tuple(t.view_as(t) for t in tensors)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Tensor) -> tuple[Any, ...]:
+        owner = ctx.owner
+        owner._task = _graph_task_id()  # the outer backward: parameter gradients must arrive in it
+        torch.autograd.Variable._execution_engine.queue_callback(owner._forget_task)
+        return (None, *grads)
+
+
+def _mark_backward_start(out: Any, owner: DomainParallel) -> Any:
+    """Pass the output's tensors (plain, or a ShardTensor's local rows; in tuples, lists, dicts) through
+    :class:`_BackwardStart`, so that a gradient arriving in a nested backward can be recognised."""
+    from .._tensor import ShardTensor
+
+    found: list[Tensor] = []
+
+    def collect(value: Any) -> None:
+        if isinstance(value, Tensor) and value.requires_grad:
+            found.append(value)
+        elif isinstance(value, ShardTensor) and value.to_local().requires_grad:
+            found.append(value.to_local())
+        elif isinstance(value, (tuple, list)):
+            for v in value:
+                collect(v)
+        elif isinstance(value, dict):
+            for v in value.values():
+                collect(v)
+
+    collect(out)
+    if not found:
+        return out
+    marked = dict(zip(map(id, found), _BackwardStart.apply(owner, *found)))
+
+    def rebuild(value: Any) -> Any:
+        if isinstance(value, Tensor):
+            return marked.get(id(value), value)
+        if isinstance(value, ShardTensor):
+            local = value.to_local()
+            return ShardTensor(marked[id(local)], value.spec) if id(local) in marked else value
+        if isinstance(value, tuple) and not hasattr(value, "_fields"):
+            return tuple(rebuild(v) for v in value)
+        if isinstance(value, list):
+            return [rebuild(v) for v in value]
+        if isinstance(value, dict):
+            return type(value)((k, rebuild(v)) for k, v in value.items())
+        return value
+
+    return rebuild(out)
 
 
 def _unique_parameters(module: nn.Module) -> list[tuple[str, nn.Parameter]]:

@@ -5,8 +5,9 @@ METIS into uneven shards (and the "special" layout of tests/_meshes.py: a rank w
 an empty rank). A MeshGraphNet trains for a few Adam steps in float64 on a batch of one random
 sample per data group; its losses and final parameters equal single-process training on the
 whole mesh with the same batches to 1e-10. Spawns: 4 ranks (2 data x 2 domain: DomainParallel,
-DDP, FSDP2), 3 ranks (pure domain with an empty rank; unused parameters, bucket order, no_sync, the
-debug check), 2 ranks (2 data x 1 domain: DomainParallel, DDP, FSDP2; 1 x 2 DomainParallel).
+DDP, FSDP2), 3 ranks (pure domain with an empty rank; unused parameters, bucket order, no_sync,
+different models, reentrant checkpointing refused, the debug check), 2 ranks (2 data x 1 domain:
+DomainParallel, DDP, FSDP2; 1 x 2 DomainParallel with activation checkpointing).
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def _singleton_group(world: int, rank: int):
     return groups[rank]
 
 
-def _train_sharded(rank: int, world: int, domain: int, how: str, layout: str = "metis") -> dict:
+def _train_sharded(rank: int, world: int, domain: int, how: str, layout: str = "metis", checkpoint: bool = False) -> dict:
     """Train on a (world // domain) x domain mesh with ``how`` in {"wrapper", "ddp", "fsdp"}."""
     mesh = init_device_mesh_2d(domain)
     domain_group = mesh.domain_group if domain > 1 else _singleton_group(world, rank)
@@ -94,6 +95,7 @@ def _train_sharded(rank: int, world: int, domain: int, how: str, layout: str = "
         own = own % (case.num_nodes // 2)
     ea = edge_features(graph.pos, graph.edge_index)
     model = _model()
+    model.checkpoint_steps = checkpoint  # activation checkpointing (non-reentrant): recomputed in backward
     started_before_end: list[int] = []
     if how == "wrapper":
         model = DomainParallel(model, mesh, bucket_cap_mb=0.002)
@@ -138,8 +140,8 @@ def _train_sharded(rank: int, world: int, domain: int, how: str, layout: str = "
             "buckets": len(model._buckets) if how == "wrapper" else None, "started_before_end": started_before_end}
 
 
-def _data_x_domain(rank: int, world: int, configs: list[tuple[int, str, str]]) -> list[dict]:
-    return [_train_sharded(rank, world, domain, how, layout) for domain, how, layout in configs]
+def _data_x_domain(rank: int, world: int, configs: list[tuple]) -> list[dict]:
+    return [_train_sharded(rank, world, *config) for config in configs]
 
 
 def _assert_equal_training(result: dict, reference: tuple[list[float], dict], what: str) -> None:
@@ -153,7 +155,7 @@ def test_two_by_two_wrapper_ddp_and_fsdp2_equal_single_process_training() -> Non
     configs = [(2, "wrapper", "metis"), (2, "ddp", "metis"), (2, "fsdp", "metis")]
     results = run_ranks(_data_x_domain, 4, configs, timeout=240)[0]
     reference = _reference(2)
-    for (_, how, _), result in zip(configs, results):
+    for (_, how, *_), result in zip(configs, results):
         _assert_equal_training(result, reference, f"2 data x 2 domain, {how}")
     wrapper = results[0]
     assert wrapper["buckets"] > 1 and wrapper["reductions"] == [wrapper["buckets"]] * STEPS
@@ -162,12 +164,12 @@ def test_two_by_two_wrapper_ddp_and_fsdp2_equal_single_process_training() -> Non
 
 
 def test_two_by_one_and_one_by_two_equal_single_process_training() -> None:
-    configs = [(1, "wrapper", "metis"), (1, "ddp", "metis"), (1, "fsdp", "metis"), (2, "wrapper", "metis")]
+    configs = [(1, "wrapper", "metis"), (1, "ddp", "metis"), (1, "fsdp", "metis"), (2, "wrapper", "metis", True)]
     results = run_ranks(_data_x_domain, 2, configs, timeout=240)[0]
     two_samples = _reference(2)
-    for (_, how, _), result in zip(configs[:3], results):
+    for (_, how, *_), result in zip(configs[:3], results):
         _assert_equal_training(result, two_samples, f"2 data x 1 domain, {how}")
-    _assert_equal_training(results[3], _reference(1), "1 data x 2 domain, wrapper")
+    _assert_equal_training(results[3], _reference(1), "1 data x 2 domain, wrapper, activation checkpointing")
 
 
 # --- 3 ranks, pure domain parallelism: empty rank, unused parameters, no_sync, debug check ---------
@@ -186,6 +188,21 @@ class _Branches(nn.Module):
         for layer in layers:
             x = torch.tanh(layer(x))
         return x
+
+
+class _Reentrant(nn.Module):
+    """``b(a(x))`` with ``a`` (or everything) under reentrant activation checkpointing."""
+
+    def __init__(self, whole: bool) -> None:
+        super().__init__()
+        self.a, self.b, self.whole = nn.Linear(4, 4).double(), nn.Linear(4, 4).double(), whole
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        if self.whole:
+            return checkpoint(lambda v: self.b(self.a(v)), x, use_reentrant=True)
+        return self.b(checkpoint(self.a, x, use_reentrant=True))
 
 
 def _local_grads(model: nn.Module, rank: int, seed: int) -> dict[str, torch.Tensor]:
@@ -232,7 +249,21 @@ def _pure_domain(rank: int, world: int) -> dict:
     except ValueError as err:
         out["layout_error"] = str(err)
 
-    # 5. MESHSHARD_DEBUG: parameters that drifted apart are named by every rank, with the same error
+    # 5. reentrant activation checkpointing would reduce twice: refused on every rank, and the wrapper recovers
+    for whole in (False, True):
+        torch.manual_seed(0)
+        model = DomainParallel(_Reentrant(whole))
+        try:
+            model(torch.ones(2, 4, dtype=torch.float64, requires_grad=True)).sum().backward()
+        except RuntimeError as err:
+            out.setdefault("reentrant_errors", []).append(str(err))
+    model.module.whole = False
+    model.module.a = nn.Identity()  # nothing checkpointed holds parameters now: works again
+    model.zero_grad(set_to_none=True)
+    model(torch.full((2, 4), float(rank), dtype=torch.float64, requires_grad=True)).sum().backward()
+    out["after_reentrant"] = model.module.b.weight.grad.clone().numpy()
+
+    # 6. MESHSHARD_DEBUG: parameters that drifted apart are named by every rank, with the same error
     set_debug(True)
     try:
         model = DomainParallel(_Branches())
@@ -263,6 +294,12 @@ def test_pure_domain_unused_parameters_no_sync_empty_rank_and_debug_check() -> N
         assert r["no_sync_reductions"] == 0
         assert r["debug_checks"] == [1, 1]
     _assert_equal_training(results[0]["training"], _reference(1), "1 data x 3 domain, empty rank, wrapper")
+    for r in results:
+        assert len(r["reentrant_errors"]) == 2, r["reentrant_errors"]
+        for message in r["reentrant_errors"]:
+            assert "got its gradient in a nested backward (reentrant activation checkpointing?)" in message, message
+        # d(sum b(x))/d b.weight = sum over rows of x = 2 rows of `rank` on each rank: 2 * (0 + 1 + 2) in total
+        assert (r["after_reentrant"] == 6.0).all(), r["after_reentrant"]
     layout = {r.get("layout_error") for r in results}
     assert layout == {"Expected the same parameters on every rank (rank 2 has ('0.weight', (5, 4), 'torch.float32'), "
                       "rank 0 has ('0.weight', (4, 4), 'torch.float32'))"}, layout
