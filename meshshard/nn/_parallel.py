@@ -383,7 +383,7 @@ class _BackwardStart(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, owner: DomainParallel, *tensors: Tensor) -> tuple[Tensor, ...]:
         ctx.owner = owner
-        return tuple(t.view_as(t) for t in tensors)
+        return tuple(t.clone() for t in tensors)  # not views: the caller may modify them in place
 
     @staticmethod
     def backward(ctx: Any, *grads: Tensor) -> tuple[Any, ...]:
