@@ -197,3 +197,20 @@ def test_a_stopped_rank_fails_its_peer_within_the_configured_timeout(setup: dict
     assert procs[0].returncode == 1, err
     assert "meshshard train: error: rank 0: step " in err and "a peer rank probably died or stopped responding" in err
     assert waited < 60, waited
+
+
+def test_an_os_error_is_one_line_and_its_traceback_only_with_meshshard_debug(
+    setup: dict, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    from meshshard.cli import main
+
+    for name in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "MESHSHARD_DEBUG"):
+        monkeypatch.delenv(name, raising=False)
+    out = Path("/dev/null/run")  # its parent is not a folder: the run folder cannot be made
+    assert main(_cli(setup, out)) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("meshshard train: error: ") and "/dev/null/run" in err and err.count("\n") == 1, err
+    monkeypatch.setenv("MESHSHARD_DEBUG", "1")
+    assert main(_cli(setup, out)) == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and err.splitlines()[-1].startswith("meshshard train: error: ")
