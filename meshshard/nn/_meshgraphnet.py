@@ -148,19 +148,23 @@ class ProcessorBlock(nn.Module):
     def _message(self, e: Tensor, src_proj: Tensor, dst_proj: Tensor, src: Tensor, dst: Tensor) -> Tensor:
         first = self.edge_mlp[0]
         z = F.linear(e, first.weight[:, : self.latent], first.bias)
-        z = z + src_proj.index_select(0, src)
-        z = z + dst_proj.index_select(0, dst)
-        for layer in list(self.edge_mlp)[1:]:
-            z = layer(z)
-        return z
+        z = z.add_(src_proj.index_select(0, src)).add_(dst_proj.index_select(0, dst))
+        return _rest(self.edge_mlp, z)
 
     def _node(self, h: Tensor, aggregate: Tensor) -> Tensor:
         first = self.node_mlp[0]
         z = F.linear(h, first.weight[:, : self.latent], first.bias)
-        z = z + F.linear(aggregate.to(z.dtype), first.weight[:, self.latent :])
-        for layer in list(self.node_mlp)[1:]:
-            z = layer(z)
-        return z
+        z = z.add_(F.linear(aggregate.to(z.dtype), first.weight[:, self.latent :]))
+        return _rest(self.node_mlp, z)
+
+
+def _rest(mlp: MLP, z: Tensor) -> Tensor:
+    """The layers of ``mlp`` after the first, on the first layer's output ``z`` (a fresh tensor that
+    nothing saved, so ReLU may overwrite it: the ReLU keeps its output for the backward, which the
+    next linear layer keeps anyway)."""
+    for layer in list(mlp)[1:]:
+        z = torch.relu_(z) if type(layer) is nn.ReLU else layer(z)
+    return z
 
 
 class MeshGraphNet(nn.Module):
