@@ -44,6 +44,7 @@ __all__ = [
     "MAX_EXPANSION",
     "check_destination",
     "decompress",
+    "interrupted_hint",
     "read_inside",
     "read_npy",
     "read_npz",
@@ -83,6 +84,20 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def interrupted_hint(out: str | os.PathLike[str]) -> str:
+    """For a missing ``out``: where an interrupted replace left the old folder (``""`` when
+    nothing was left), to append to a "no such folder" error."""
+    out = Path(out)
+    if not out.parent.is_dir():
+        return ""
+    for entry in sorted(out.parent.iterdir()):
+        m = _TEMP.match(entry.name)
+        if m and m["name"] == out.name and m["tag"] == _OLD:
+            return (f"; an interrupted --force left the old partition in {entry.name} (the next "
+                    "meshshard partition into this folder restores it)")
+    return ""
 
 
 def recover_interrupted(out: str | os.PathLike[str]) -> list[str]:
