@@ -39,11 +39,14 @@ def _cmd_partition(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     try:
-        notes = check_output_dir(out, args.force, inputs=[args.input])
+        notes = check_output_dir(out, args.force, inputs=[args.input] if args.input else [])
     except (ValueError, OSError) as err:
         return _error("partition", None, err)
     for note in notes:
         print(f"meshshard partition: note: {note}", file=sys.stderr)
+    if args.grid is not None or args.input is None:
+        from meshshard.partition._grid_cli import grid_command
+        return grid_command(args, _error)
     try:
         with Steps(enabled=not args.quiet) as steps:
             folder = partition_file(
@@ -118,8 +121,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``partition``, ``info``, ``verify`` and ``plot`` sub-parsers."""
     p = _add(subparsers, "partition", "split a mesh, graph or point cloud into parts, with "
              "ghosts and halo plans, into a partition folder", _cmd_partition)
-    p.add_argument("input", help="mesh (any meshio format), METIS graph (.graph[.bz2]) or "
-                   "mesh, or point cloud (.npy/.npz, N x 2 or N x 3)")
+    p.add_argument("input", nargs="?", help="mesh (any meshio format), METIS graph (.graph[.bz2]) "
+                   "or mesh, or point cloud (.npy/.npz, N x 2 or N x 3); none with --grid")
     p.add_argument("--parts", "-k", type=int, required=True, help="number of parts (ranks)")
     p.add_argument("--out", "-o", required=True, help="partition folder to create")
     p.add_argument("--method", choices=("metis", "rcb", "morton"), default="metis")
@@ -156,6 +159,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="replace an existing partition folder (only one holding nothing but a "
                    "partition's files; never the current folder or its parents)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars, no summary")
+    from meshshard.partition._grid_cli import add_grid_arguments
+    add_grid_arguments(p)
 
     p = _add(subparsers, "info", "print a partition folder's metadata", _cmd_info)
     p.add_argument("dir", help="partition folder")
