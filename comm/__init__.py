@@ -13,6 +13,10 @@ gloo (CPU) and NCCL (GPU):
 - :func:`sum_gradients`: the gradients of replicated parameters, summed over a group;
 - :func:`count_collectives`: record what a block of code sends, forward and backward.
 
+Groups: ``group=None`` means the default (world) group, everywhere. A group of one rank inside a
+larger world is a real single-rank group (``init_device_mesh_2d`` makes one for pure data or pure
+domain parallelism), on which every collective returns at once without communicating.
+
 This layer never imports :mod:`meshshard.partition` nor the top-level layer.
 """
 

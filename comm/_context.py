@@ -195,7 +195,11 @@ class DeviceMesh2D:
     Global rank ``g = data_rank * domain_parallel_size + domain_rank``: the ranks sharing one sample
     (a domain group) are consecutive, so with as many ranks per node as the domain size they share a
     node and the halo exchanges stay on it; gradients are averaged across the data group.
-    ``None`` groups mean a group of one (nothing to communicate).
+
+    ``None`` means one thing everywhere in meshshard: the default (world) group. So a group is
+    ``None`` only when it is the whole world (no process group, or a world of one); a group of
+    one rank inside a larger world is a real single-rank process group, on which every collective
+    returns at once without communicating.
     """
 
     data_parallel_size: int
@@ -233,14 +237,13 @@ def init_device_mesh_2d(domain_parallel_size: int, *, world_size: int | None = N
     domain_group = data_group = None
     if initialised and world > 1:
         # new_group is collective over the default group: every rank creates every group, in order.
+        # A group of one is a real group too: None would mean the whole world (see the class docstring).
         for d in range(data_size):
-            ranks = list(range(d * domain_parallel_size, (d + 1) * domain_parallel_size))
-            group = dist.new_group(ranks) if domain_parallel_size > 1 else None
+            group = dist.new_group(list(range(d * domain_parallel_size, (d + 1) * domain_parallel_size)))
             if d == data_rank:
                 domain_group = group
         for k in range(domain_parallel_size):
-            ranks = list(range(k, world, domain_parallel_size))
-            group = dist.new_group(ranks) if data_size > 1 else None
+            group = dist.new_group(list(range(k, world, domain_parallel_size)))
             if k == domain_rank:
                 data_group = group
     return DeviceMesh2D(data_size, domain_parallel_size, data_rank, domain_rank, data_group, domain_group)
