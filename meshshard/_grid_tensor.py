@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 from torch.autograd import Function
 
-from meshshard.comm import HaloPlan, all_gather_v, group_rank_and_size, indexed_all_to_all_v
+from meshshard.comm import all_gather_v, group_rank_and_size, indexed_all_to_all_v
 from meshshard.partition._grid import GridLayout, grid_layout, halo_windows, window_plan
 
 from ._spec import ShardSpec
@@ -409,9 +409,10 @@ class GridTensor:
         ``meshshard partition --grid ... --halo-hops halo_width``. No communication."""
         lay = self._layout
         plan = self._window_plan(*halo_windows(lay, halo_width), "zeros")
-        ids = torch.from_numpy(lay.owned_ids(self._rank))
-        halo = HaloPlan.from_layout(plan.send_index, plan.send_counts, plan.recv_counts, num_owned=len(ids), group=self._group)
-        return ShardSpec(owned_counts=lay.owned_counts(), rank=self._rank, global_ids=ids, halo=halo, group=self._group,
+        return ShardSpec(owned_counts=lay.owned_counts(), rank=self._rank,
+                         global_ids=torch.from_numpy(lay.owned_ids(self._rank)),
+                         send_index=plan.send_index, send_counts=tuple(plan.send_counts),
+                         recv_counts=tuple(plan.recv_counts), group=self._group,
                          source=f"grid:{lay.shape}:{lay.proc_grid}:{lay.splits}:{halo_width}")
 
     def to_shard_tensor(self, halo_width: int = 1) -> ShardTensor:
