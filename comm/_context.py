@@ -12,7 +12,8 @@
 
 The backend is NCCL when CUDA is available, else gloo; ``backend=`` or ``MESHSHARD_BACKEND``
 override it. With NCCL the CUDA device is set from the local rank. ``MESHSHARD_TIMEOUT`` (seconds,
-default 300) bounds how long a collective waits for a rank that died.
+default 300) bounds how long a collective waits for a rank that died or stopped, in the default
+group and in every group ``init_device_mesh_2d`` makes.
 
 Every variable is checked before any network set-up: a value that is not an integer, or a rank
 outside ``[0, world size)``, is a one-line ``ValueError`` at once (not a rendezvous timeout).
@@ -216,10 +217,26 @@ class DeviceMesh2D:
         )
 
 
-def init_device_mesh_2d(domain_parallel_size: int, *, world_size: int | None = None, rank: int | None = None) -> DeviceMesh2D:
+def _default_group_timeout() -> timedelta:
+    """The default group's timeout (as ``init_distributed`` or the caller set it); else ``MESHSHARD_TIMEOUT``."""
+    try:
+        device = torch.device("cuda" if dist.get_backend() == "nccl" else "cpu")
+        timeout = dist.distributed_c10d._get_default_group()._get_backend(device).options._timeout
+        if isinstance(timeout, timedelta) and timeout.total_seconds() > 0:
+            return timeout
+    except (AttributeError, RuntimeError, ValueError):  # private API: fall back to the configured value
+        pass
+    return timedelta(seconds=_timeout_s(os.environ))
+
+
+def init_device_mesh_2d(
+    domain_parallel_size: int, *, world_size: int | None = None, rank: int | None = None, timeout_s: float | None = None
+) -> DeviceMesh2D:
     """Split the default group into data-parallel and domain-parallel groups.
 
-    Every rank must call this (``new_group`` is collective). Returns this rank's groups.
+    Every rank must call this (``new_group`` is collective). Returns this rank's groups. Every group
+    gets ``timeout_s``, by default the default group's timeout (``MESHSHARD_TIMEOUT``), not gloo's
+    30-minute default for new groups: a stopped rank fails its peers within the configured time.
 
     Raises:
         ValueError: if the world size is not a multiple of ``domain_parallel_size``.
@@ -236,14 +253,15 @@ def init_device_mesh_2d(domain_parallel_size: int, *, world_size: int | None = N
     data_rank, domain_rank = divmod(me, domain_parallel_size)
     domain_group = data_group = None
     if initialised and world > 1:
+        timeout = timedelta(seconds=timeout_s) if timeout_s is not None else _default_group_timeout()
         # new_group is collective over the default group: every rank creates every group, in order.
         # A group of one is a real group too: None would mean the whole world (see the class docstring).
         for d in range(data_size):
-            group = dist.new_group(list(range(d * domain_parallel_size, (d + 1) * domain_parallel_size)))
+            group = dist.new_group(list(range(d * domain_parallel_size, (d + 1) * domain_parallel_size)), timeout=timeout)
             if d == data_rank:
                 domain_group = group
         for k in range(domain_parallel_size):
-            group = dist.new_group(list(range(k, world, domain_parallel_size)))
+            group = dist.new_group(list(range(k, world, domain_parallel_size)), timeout=timeout)
             if k == domain_rank:
                 data_group = group
     return DeviceMesh2D(data_size, domain_parallel_size, data_rank, domain_rank, data_group, domain_group)

@@ -171,8 +171,12 @@ def save_checkpoint(path: str | os.PathLike[str], state: Mapping[str, Any]) -> N
 
 def _one_line(err: BaseException) -> str:
     text = " ".join(str(err).split())
-    if "weights_only" in text or "Unsupported global" in text or "Unpickler" in type(err).__name__:
-        return "it holds something other than tensors and plain values, which is never unpickled"
+    if "WeightsUnpickler error:" in text:  # torch's restricted unpickler: keep its reason, drop its advice
+        detail = text.split("WeightsUnpickler error:", 1)[1].split(" Check the documentation")[0].strip()
+        if detail.startswith("Unsupported global"):
+            return (f"it holds something other than tensors and plain values ({detail.removeprefix('Unsupported global: ')}), "
+                    "which is never unpickled")
+        return f"not a torch.save file: {detail}"
     return f"{type(err).__name__}: {text[:200]}" if text else type(err).__name__
 
 

@@ -24,6 +24,7 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -139,7 +140,9 @@ def launch_local(fn: Callable[..., Any], nprocs: int, *args: Any, grace_s: float
     def on_signal(signum: int, frame: Any) -> None:
         received.append(signum)
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    # Python runs signal handlers in the main thread only; elsewhere the caller keeps its own.
+    main = threading.current_thread() is threading.main_thread()
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
     with tempfile.TemporaryDirectory(prefix="meshshard-launch-") as report:
         port = free_port()
         procs = [ctx.Process(target=_entry, args=(r, fn, nprocs, port, args, report)) for r in range(nprocs)]

@@ -35,6 +35,7 @@ import json
 import os
 import sys
 import time
+import traceback
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,16 @@ def sample_index(seed: int, step: int, data_rank: int, data_parallel: int, num_s
 
 class PeerFailure(RuntimeError):
     """A collective failed during training: a peer rank died or stopped responding."""
+
+
+def _describe_checkpoint(path: Path) -> str:
+    """What a failed run leaves to resume from; never raises (the failure being reported comes first)."""
+    if not path.exists():
+        return "none yet; rerun with --resume."
+    try:
+        return f"{path} (step {load_checkpoint(path)['step']}); rerun with --resume."
+    except ValueError as err:
+        return f"unusable ({err}); rerun from the start."
 
 
 def _maybe_fail(rank: int, step: int) -> None:
@@ -239,11 +250,10 @@ def train(cfg: TrainConfig) -> list[float]:
             if dist.is_initialized():
                 dist.all_reduce(flags)  # each domain rank holds its sample's loss; and every rank's finite checks
         except (RuntimeError, OSError) as err:
-            last = f"{ckpt_path} (step {load_checkpoint(ckpt_path)['step']})" if ckpt_path.exists() else "none yet"
             raise PeerFailure(
                 f"rank {ctx.rank}: step {step} failed: a collective raised, so a peer rank probably died or "
                 f"stopped responding ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}). "
-                f"Last checkpoint: {last}; rerun with --resume."
+                f"Last checkpoint: {_describe_checkpoint(ckpt_path)}"
             ) from err
         batch = [sample_index(cfg.seed, step, d, cfg.data_parallel, inputs.shape[0]) for d in range(cfg.data_parallel)]
         batch_loss = _check_finite(flags, step=step, samples=batch, data=cfg.data, last=last_saved)
@@ -325,7 +335,28 @@ def _train_worker(cfg_dict: dict[str, Any]) -> None:
         dist.destroy_process_group()
 
 
+def _check_counts(args: Any) -> str | None:
+    """The first count or rate on the command line that cannot work, as a one-line error; else None."""
+    for flag, value in (("--steps", args.steps), ("--every", args.every), ("--log-every", args.log_every),
+                        ("--latent", args.latent), ("--mp-steps", args.mp_steps), ("--data-parallel", args.data_parallel)):
+        if value < 1:
+            return f"Expected {flag} to be a positive integer (got {value})"
+    if args.hidden_layers < 0:
+        return f"Expected --hidden-layers to be 0 or more (got {args.hidden_layers})"
+    if args.eval_every < 0:
+        return f"Expected --eval-every to be 0 (off) or a positive integer (got {args.eval_every})"
+    if args.nproc < 0:
+        return f"Expected --nproc to be 0 (not launching) or a positive integer (got {args.nproc})"
+    if not (np.isfinite(args.lr) and args.lr > 0):
+        return f"Expected --lr to be a positive number (got {args.lr})"
+    return None
+
+
 def _run(args: Any) -> int:
+    problem = _check_counts(args)
+    if problem:
+        print(f"meshshard train: error: {problem}", file=sys.stderr)
+        return 2
     cfg = TrainConfig(
         partition=args.partition, data=args.data, out=args.out, steps=args.steps, lr=args.lr,
         latent_size=args.latent, hidden_layers=args.hidden_layers, message_passing_steps=args.mp_steps,
@@ -339,15 +370,17 @@ def _run(args: Any) -> int:
             print(f"meshshard train: error: {path}: no such {what}", file=sys.stderr)
             return 2
     launched = "RANK" in os.environ or "SLURM_PROCID" in os.environ
-    from ._launch import Terminated, launch_local
+    from ._launch import RankFailed, Terminated, launch_local
 
     try:
         if args.nproc and not launched:
             launch_local(_train_worker, args.nproc, asdict(cfg))
         else:
             _train_worker(asdict(cfg))
-    except (ValueError, PeerFailure, RuntimeError) as err:
-        print(f"meshshard train: error: {err}", file=sys.stderr)
+    except (ValueError, RuntimeError, OSError) as err:  # PeerFailure and RankFailed are RuntimeErrors
+        if os.environ.get("MESHSHARD_DEBUG", "") not in ("", "0") and not isinstance(err, RankFailed):
+            traceback.print_exc()  # a rank under --nproc printed its own
+        print(f"meshshard train: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2 if isinstance(err, ValueError) or getattr(err, "user_error", False) else 1
     except Terminated:
         print("meshshard train: terminated (SIGTERM); every local rank was stopped", file=sys.stderr)

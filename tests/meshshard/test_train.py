@@ -23,7 +23,7 @@ from meshshard._simulate import simulate_heat, write_dataset
 from meshshard._train import TrainConfig, load_checkpoint, sample_index, train
 from meshshard.nn import MeshGraphNet
 from meshshard.partition import build_graph, partition_file, read_input
-from tests._dist import free_port, run_ranks
+from tests._dist import RankFailure, free_port, run_ranks
 from tests._meshes import mesh_file
 
 STEPS = 4
@@ -174,5 +174,7 @@ def test_a_rank_dying_mid_step_stops_the_others_with_a_clear_error(setup: dict) 
 
 def test_partition_and_world_size_must_agree(setup: dict) -> None:
     cfg = asdict(setup["cfg"]) | {"out": str(setup["root"] / "bad"), "data_parallel": 1}
-    with pytest.raises(Exception, match=r"Expected a partition into 4 parts \(4 ranks / 1 data-parallel\) \(got 2 parts"):
+    with pytest.raises(RankFailure, match=r"\nValueError: Expected a partition into 4 parts \(4 ranks / 1 data-parallel\) "
+                                          r"\(got 2 parts in .*partition\)\n$") as err:
         run_ranks(_train_rank, 4, cfg, timeout=60)
+    assert "in train\n" in err.value.details  # raised by train() itself, before any training step

@@ -6,7 +6,12 @@ trainings in a row, so the ranks start once.
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -16,7 +21,7 @@ import torch
 
 from meshshard._train import TrainConfig, load_checkpoint, sample_index, train
 from meshshard.partition import load_partition
-from tests._dist import run_ranks
+from tests._dist import free_port, run_ranks
 from tests.meshshard.test_train import setup  # noqa: F401 - the shared module fixture
 
 
@@ -91,3 +96,116 @@ def test_a_non_finite_gradient_is_reported_with_the_step_and_samples() -> None:
     with pytest.raises(ValueError, match=r"^Expected finite training data \(got -inf in the targets of sample 4 at "
                                          r"node 17, read by rank 1 at step 5\); fix the dataset DATA$"):
         _check_finite(flags, step=5, samples=[3], data="DATA", last="none yet")
+
+
+def _cli(setup: dict, out: Path, *extra: str) -> list[str]:  # noqa: F811
+    cfg = setup["cfg"]
+    return ["train", str(setup["root"] / "partition1"), "--data", cfg.data, "--out", str(out), "--latent", "8",
+            "--hidden-layers", "1", "--mp-steps", "2", "--quiet", "--steps", "2", *extra]
+
+
+def test_bad_counts_environment_and_checkpoints_are_one_line_and_exit_2(
+    setup: dict, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    from meshshard._checkpoint import FORMAT, FORMAT_VERSION, _digest
+    from meshshard.cli import main
+
+    for name in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "MESHSHARD_DEBUG"):
+        monkeypatch.delenv(name, raising=False)
+    out = setup["root"] / "counts"
+    cases = {
+        ("--every", "0"): "Expected --every to be a positive integer (got 0)",
+        ("--steps", "-1"): "Expected --steps to be a positive integer (got -1)",
+        ("--log-every", "0"): "Expected --log-every to be a positive integer (got 0)",
+        ("--eval-every", "-2"): "Expected --eval-every to be 0 (off) or a positive integer (got -2)",
+        ("--nproc", "-1"): "Expected --nproc to be 0 (not launching) or a positive integer (got -1)",
+        ("--lr", "nan"): "Expected --lr to be a positive number (got nan)",
+    }
+    for extra, message in cases.items():
+        assert main(_cli(setup, out, *extra)) == 2, extra
+        assert capsys.readouterr().err == f"meshshard train: error: {message}\n"
+    assert not out.exists()
+
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    monkeypatch.setenv("SLURM_NTASKS", "1")
+    monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "abc")
+    assert main(_cli(setup, out)) == 2
+    assert capsys.readouterr().err == (
+        "meshshard train: error: Expected the environment variable SLURM_NTASKS_PER_NODE to be a task count such as "
+        "'2(x3),1' (got 'abc')\n"
+    )
+    for name in ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_NTASKS_PER_NODE"):
+        monkeypatch.delenv(name)
+
+    # a checkpoint with a valid checksum but no optimizer state: refused on --resume, one line
+    run = setup["root"] / "no-optimizer"
+    run.mkdir()
+    body = {"format": FORMAT, "format_version": FORMAT_VERSION, "step": 0, "model": {}, "losses": [],
+            "rng": torch.get_rng_state(), "config": {}, "world_size": 1}
+    torch.save(body | {"sha256": _digest(body)}, run / "checkpoint.pt")
+    assert main(_cli(setup, run, "--resume")) == 2
+    assert capsys.readouterr().err == (
+        f"meshshard train: error: {run / 'checkpoint.pt'}: incomplete meshshard checkpoint (no 'optimizer' entry)\n"
+    )
+
+
+def _pair(setup: dict, out: Path, env: dict, *extra: str) -> list[subprocess.Popen]:  # noqa: F811
+    port = str(free_port())
+    cmd = [sys.executable, "-m", "meshshard", *_cli(setup, out, *extra)]
+    cmd[cmd.index("--data") - 1] = setup["cfg"].partition  # the 2-part partition
+    return [subprocess.Popen(cmd, env=os.environ | env | {"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
+                                                          "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for rank in (0, 1)]
+
+
+def test_a_stopped_rank_fails_its_peer_within_the_configured_timeout(setup: dict) -> None:  # noqa: F811
+    """SIGSTOP, not a kill: no connection closes, so only the groups' timeout can end the wait.
+
+    While rank 0 waits, an unreadable checkpoint.pt appears in RUN: rank 0 must still report the
+    peer failure (naming the checkpoint as unusable), not fail on the checkpoint instead.
+    """
+    out = setup["root"] / "stopped"
+    procs = _pair(setup, out, {"MESHSHARD_TIMEOUT": "15"}, "--steps", "100000", "--every", "100000")
+    try:
+        deadline = time.monotonic() + 120
+        while not ((out / "log.jsonl").exists() and (out / "log.jsonl").read_text().count("\n") >= 2):
+            assert procs[0].poll() is None and procs[1].poll() is None, [p.communicate() for p in procs]
+            assert time.monotonic() < deadline, "training did not start"
+            time.sleep(0.2)
+        procs[1].send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        (out / "checkpoint.pt").write_bytes(b"left over from something else")
+        try:
+            _, err = procs[0].communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            pytest.fail("rank 0 still waits for the stopped rank 90 s after it stopped (MESHSHARD_TIMEOUT=15)")
+        waited = time.monotonic() - stopped
+    finally:
+        for p in procs:
+            p.kill()
+            p.communicate()
+    assert procs[0].returncode == 1, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("meshshard train: error: rank 0: step "), err
+    assert "a peer rank probably died or stopped responding" in err, err
+    assert lines[0].endswith(f"Last checkpoint: unusable ({out / 'checkpoint.pt'}: not a readable meshshard checkpoint "
+                             "(not a torch.save file: Unsupported operand 108)); rerun from the start."), err
+    assert waited < 60, waited
+
+
+def test_an_os_error_is_one_line_and_its_traceback_only_with_meshshard_debug(
+    setup: dict, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    from meshshard.cli import main
+
+    for name in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "MESHSHARD_DEBUG"):
+        monkeypatch.delenv(name, raising=False)
+    out = Path("/dev/null/run")  # its parent is not a folder: the run folder cannot be made
+    assert main(_cli(setup, out)) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("meshshard train: error: ") and "/dev/null/run" in err and err.count("\n") == 1, err
+    monkeypatch.setenv("MESHSHARD_DEBUG", "1")
+    assert main(_cli(setup, out)) == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and err.splitlines()[-1].startswith("meshshard train: error: ")
