@@ -78,9 +78,13 @@ def _check_layer(inp: _Inputs, what: str, layer: nn.Module, edge: str | None = N
     # the shard
     xs = ShardTensor.from_local(inp.x[inp.own].clone().requires_grad_(), graph.spec)
     es = None if e_full is None else e_full[graph.global_edge_ids].clone().requires_grad_()
-    y = shard(xs, graph, es)
-    assert isinstance(y, ShardTensor) and y.spec == graph.spec, what
-    (y * ShardTensor.from_local(inp.w[inp.own, : y.shape[1]], graph.spec)).sum().backward()
+    with count_collectives() as log:
+        y = shard(xs, graph, es)
+        assert isinstance(y, ShardTensor) and y.spec == graph.spec, what
+        (y * ShardTensor.from_local(inp.w[inp.own, : y.shape[1]], graph.spec)).sum().backward()
+    if shard.mode in ("bipartite", "pointnet", "halo"):  # one halo exchange each way, nothing else
+        exchanges = (log.count("indexed_all_to_all_v", "forward"), log.count("indexed_all_to_all_v", "backward"))
+        assert exchanges == (1, 1), f"{what}: {log}"
 
     _close(y.to_local().detach(), y_ref.detach()[inp.own], f"{what}: output")
     _close(_grad(xs.to_local()) if xs.grad is None else xs.grad.to_local(), x.grad[inp.own], f"{what}: input grad")
