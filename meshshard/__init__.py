@@ -26,6 +26,9 @@ _LAZY: dict[str, str] = {
     "register_rowwise": "meshshard._tensor",
     "ShardGraph": "meshshard._graph",
     "edge_features": "meshshard._graph",
+    "GridTensor": "meshshard._grid_tensor",
+    "GridLayout": "meshshard._grid_tensor",
+    "grid_layout": "meshshard._grid_tensor",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -53,7 +53,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd import Function
 
-from meshshard.comm import all_gather_v, append_halo, gather_v, indexed_all_to_all_v, scatter_v, sum_to_replicated
+from meshshard.comm import all_gather_v, gather_v, indexed_all_to_all_v, scatter_v, sum_to_replicated
 
 from ._spec import ShardSpec
 
@@ -351,10 +351,7 @@ class ShardTensor:
         spec = self._spec
         if not spec.has_halo:
             raise ValueError(f"{spec!r} has no halo plan; build the spec with ShardSpec.from_partition(...)")
-        return append_halo(
-            self._local, spec._on("send_index", self.device), spec.send_counts, spec.recv_counts,
-            group=spec.group, check_index=False,
-        )
+        return spec.halo.append(self._local)
 
     def full_tensor(self) -> Tensor:
         """The whole tensor ``(N, ...)`` in global id order, on every rank (replicated).
@@ -389,13 +386,14 @@ class ShardTensor:
         backward: the gradient is gathered to ``src``.
         """
         ids = spec.all_global_ids()
-        ordered = None
-        if spec.rank == src:
+        ordered = error = None
+        if spec.rank == src:  # a check only src can make: scatter_v raises it on every rank
             if not isinstance(full, Tensor) or full.dim() == 0 or full.shape[0] != spec.num_nodes:
                 got = tuple(full.shape) if isinstance(full, Tensor) else type(full).__name__
-                raise ValueError(f"Expected 'full' on rank {src} to have {spec.num_nodes} rows (got {got})")
-            ordered = full.index_select(0, ids.to(full.device))
-        local = scatter_v(ordered, list(spec.owned_counts), src=src, group=spec.group)
+                error = ValueError(f"Expected 'full' on rank {src} to have {spec.num_nodes} rows (got {got})")
+            else:
+                ordered = full.index_select(0, ids.to(full.device))
+        local = scatter_v(ordered, list(spec.owned_counts), src=src, group=spec.group, error=error)
         return cls(local, spec)
 
     def redistribute(self, spec: ShardSpec) -> ShardTensor:

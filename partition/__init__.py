@@ -11,7 +11,8 @@ Pipeline, one function per step::
 
 or in one call: ``partition_file(...)`` (the ``meshshard partition`` command), or in memory:
 ``partition_graph(edge_index | Data | Graph, R)``, ``partition_mesh(points, cells, R)``,
-``partition_points(pos, R)``. ``verify_partition(DIR)`` checks every invariant of a folder.
+``partition_points(pos, R)``, ``partition_grid(shape, R, proc_grid=...)`` (a structured grid's
+box decomposition, see ``_grid.py``). ``verify_partition(DIR)`` checks every invariant of a folder.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from meshshard.partition._assign import (METHODS, assign_parts, edge_cut, imbala
 from meshshard.partition._format import (FORMAT_NAME, FORMAT_VERSION, load_partition,
                                          read_metadata, save_partition)
 from meshshard.partition._graph import Graph
+from meshshard.partition._grid import GridLayout, grid_layout, partition_grid
 from meshshard.partition._io import InputData, read_input
 from meshshard.partition._partition import Partition
 from meshshard.partition._plan import build_partitions
@@ -34,6 +36,7 @@ __all__ = [
     "GRAPHS",
     "METHODS",
     "Graph",
+    "GridLayout",
     "InputData",
     "Partition",
     "assign_parts",
@@ -41,10 +44,12 @@ __all__ = [
     "build_partitions",
     "check_partitions",
     "edge_cut",
+    "grid_layout",
     "imbalance",
     "load_partition",
     "partition_file",
     "partition_graph",
+    "partition_grid",
     "partition_mesh",
     "partition_points",
     "read_input",
