@@ -225,28 +225,33 @@ class _GraphSAGE(nn.Module):
 
 
 def _check_training(inp: _Inputs, world: int) -> None:
-    """A few Adam steps on shards (parameter gradients summed over ranks) equal one process."""
+    """A few Adam steps on shards equal one process: parameter gradients summed over the ranks by
+    ``sum_gradients`` after the backward, or by ``DomainParallel`` during it."""
+    from meshshard.nn import DomainParallel
+
     torch.manual_seed(13)
     ref = _GraphSAGE().to(DT)
-    model = copy.deepcopy(ref)
-    opt_ref = torch.optim.Adam(ref.parameters(), lr=0.01)
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    by_hand, wrapped = copy.deepcopy(ref), DomainParallel(copy.deepcopy(ref))
+    opts = [torch.optim.Adam(m.parameters(), lr=0.01) for m in (ref, by_hand, wrapped)]
     target = inp.w[:, :F_OUT]
     xs = ShardTensor.from_local(inp.x[inp.own], inp.graph.spec)
     ts = ShardTensor.from_local(target[inp.own], inp.graph.spec)
     for step in range(4):
-        opt_ref.zero_grad()
+        for opt in opts:
+            opt.zero_grad()
         loss_ref = ((ref(inp.x, inp.edge_index) - target) ** 2).mean()
         loss_ref.backward()
-        opt_ref.step()
-        opt.zero_grad()
-        loss = ((model(xs, inp.graph) - ts) ** 2).mean()
-        loss.backward()
-        sum_gradients(model.parameters())
-        opt.step()
-        _close(loss.detach(), loss_ref.detach(), f"GraphSAGE training R={world}: loss of step {step}")
-    for (name, p), p_ref in zip(model.named_parameters(), ref.parameters()):
-        _close(p.detach(), p_ref.detach(), f"GraphSAGE training R={world}: {name} after 4 steps")
+        for model, opt in zip((by_hand, wrapped), opts[1:]):
+            loss = ((model(xs, inp.graph) - ts) ** 2).mean()
+            loss.backward()
+            if model is by_hand:
+                sum_gradients(model.parameters())
+            _close(loss.detach(), loss_ref.detach(), f"GraphSAGE training R={world}: loss of step {step}")
+        for opt in opts:
+            opt.step()
+    for model in (by_hand, wrapped):
+        for (name, p), p_ref in zip(model.named_parameters(), ref.parameters()):
+            _close(p.detach(), p_ref.detach(), f"GraphSAGE training R={world}: {name} after 4 steps")
 
 
 def _battery(rank: int, world: int, layout: str) -> str:
