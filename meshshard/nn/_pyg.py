@@ -79,6 +79,7 @@ SUPPORTED: dict[str, str] = {
     "PNAConv": "halo",
 }
 
+
 class ShardConv(nn.Module):
     """A PyG ``MessagePassing`` layer that runs exactly on shards (and unchanged on a whole graph).
 
@@ -98,8 +99,8 @@ class ShardConv(nn.Module):
     Shapes:
         x: ``ShardTensor`` ``(N_own, F_in)`` laid out by ``graph.spec``.
         edge_attr: ``(E_local, F_e)`` or ``(E_own, F_e)`` rows for ``graph.edge_index`` (the owned
-            edges come first; only they are used); for GCNConv, GraphConv and the ``khop`` layers the
-            edge weight ``(E_local,)``.
+            edges come first; only they are used); for GCNConv, GraphConv, LEConv and the ``khop``
+            layers the edge weight ``(E_local,)``.
         result: ``ShardTensor`` ``(N_own, F_out)``.
 
     Communication: one halo exchange forward and one backward per call (``khop`` layers: one per hop);
