@@ -179,6 +179,9 @@ def init_distributed(backend: str | None = None, *, timeout_s: float | None = No
     if launcher == "slurm":
         os.environ.setdefault("MASTER_ADDR", first_slurm_host(env.get("SLURM_JOB_NODELIST", "127.0.0.1")))
         os.environ.setdefault("MASTER_PORT", _slurm_port(env))
+    port = os.environ.get("MASTER_PORT", "")
+    if port and not (port.isdigit() and 0 < int(port) < 65536):
+        raise ValueError(f"Expected the environment variable MASTER_PORT to be a port number in [1, 65535] (got {port!r})")
     device = _device_for(chosen, local)
     dist.init_process_group(
         chosen, init_method="env://", rank=rank, world_size=world, timeout=timedelta(seconds=seconds)

@@ -52,8 +52,9 @@ _MAX_LISTED = 4  # disagreements named in one error message
 class HaloPlan:
     """Which owned rows go to which rank so that every rank receives its ghost rows in local order.
 
-    Build it with :meth:`build` (all three arrays known, checked across ranks) or
-    :meth:`from_send_counts` (receive counts learned from the other ranks).
+    Build it with :meth:`build` (all three arrays known, checked across ranks),
+    :meth:`from_send_counts` (receive counts learned from the other ranks) or :meth:`from_layout`
+    (every rank derived its plan from the same global layout: checked locally only).
 
     Attributes:
         send_index: owned rows to send, grouped by destination rank (CPU; see :meth:`index_on`).
@@ -110,11 +111,7 @@ class HaloPlan:
         plan = None
         if problem is None:
             try:
-                index, sc = _check_sends(send_index, send_counts, num_owned, rank, world)
-                rc = as_counts("recv_counts", recv_counts, world)
-                if rc[rank]:
-                    raise ValueError(f"Expected recv_counts[{rank}] = 0 on rank {rank}: a halo plan receives nothing from itself (got {rc[rank]})")
-                plan = cls(index, tuple(sc), tuple(rc), int(num_owned), rank, group)
+                plan = cls.from_layout(send_index, send_counts, recv_counts, num_owned=num_owned, group=group)
             except (TypeError, ValueError) as err:
                 problem = err
         _agree_across_ranks(plan, problem, owned_counts, world, group)
@@ -144,6 +141,21 @@ class HaloPlan:
             if found is not None:
                 raise type(found)(f"Expected a valid halo plan on every rank (got, on rank {q}: {found})")
         return cls(index, tuple(sc), tuple(got[:, 0].tolist()), int(num_owned), rank, group)
+
+    @classmethod
+    def from_layout(cls, send_index: Any, send_counts: Any, recv_counts: Any, *, num_owned: int, group: Any = None) -> HaloPlan:
+        """A plan every rank derived from the same global description (a grid layout, say), so
+        consistent across ranks by construction: checked on this rank only, no communication.
+
+        Raises:
+            ValueError, TypeError: on this rank, for the local problems :meth:`build` names.
+        """
+        rank, world = group_rank_and_size(group)
+        index, sc = _check_sends(send_index, send_counts, num_owned, rank, world)
+        rc = as_counts("recv_counts", recv_counts, world)
+        if rc[rank]:
+            raise ValueError(f"Expected recv_counts[{rank}] = 0 on rank {rank}: a halo plan receives nothing from itself (got {rc[rank]})")
+        return cls(index, tuple(sc), tuple(rc), int(num_owned), rank, group)
 
     # --- what it says ---------------------------------------------------------------------------
 

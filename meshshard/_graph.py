@@ -113,13 +113,8 @@ class ShardGraph:
 
     def _exchange_ghosts(self, own: Tensor) -> Tensor:
         """``(N_own, ...)`` owned rows -> ``(N_local, ...)`` owned plus ghost rows (one exchange)."""
-        from meshshard.comm import append_halo
-
         spec = self.spec
-        if not spec.has_halo:
-            return own
-        return append_halo(own, spec._on("send_index", own.device), spec.send_counts, spec.recv_counts,
-                           group=spec.group, check_index=False)
+        return spec.halo.append(own) if spec.halo is not None else own
 
     def to(self, device: Any) -> ShardGraph:
         return ShardGraph(

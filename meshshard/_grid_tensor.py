@@ -1,8 +1,9 @@
 """``GridTensor``: a ``(B, C, *spatial)`` tensor sharded in boxes along its spatial dims.
 
-A structured grid is a mesh, so a grid tensor uses the same halo plans (``send_index``,
-``send_counts``, ``recv_counts``, ghosts in DESIGN.md's order) and the same exchange
-(:func:`meshshard.comm.indexed_all_to_all_v`) as every sharded mesh tensor. The plan comes from
+A structured grid is a mesh, so a grid tensor uses the same halo plans (a
+:class:`meshshard.comm.HaloPlan`: ``send_index``, ``send_counts``, ``recv_counts``, ghosts in
+DESIGN.md's order) and the same exchange (``HaloPlan.exchange``, that is
+:func:`meshshard.comm.indexed_all_to_all_v`) as every sharded mesh tensor. The plan comes from
 :func:`meshshard.partition._grid.window_plan`: each rank's box of a
 :class:`~meshshard.partition._grid.GridLayout`, grown into the window of input points an operation
 reads, with the grid's padding mode applied where the window leaves the grid.
@@ -28,7 +29,7 @@ import torch
 from torch import Tensor
 from torch.autograd import Function
 
-from meshshard.comm import all_gather_v, group_rank_and_size, indexed_all_to_all_v
+from meshshard.comm import HaloPlan, all_gather_v, group_rank_and_size
 from meshshard.partition._grid import GridLayout, grid_layout, halo_windows, window_plan
 
 from ._spec import ShardSpec
@@ -86,9 +87,7 @@ class _WindowPlan:
     and the pieces are the windows of the frame around it (``frames``: their output slices).
     """
 
-    send_index: Tensor
-    send_counts: list[int]
-    recv_counts: list[int]
+    halo: HaloPlan
     window_shape: tuple[int, ...]
     local: bool
     pieces: tuple[_Piece, ...]
@@ -96,8 +95,7 @@ class _WindowPlan:
     frames: tuple[tuple[slice, ...], ...] = ()
 
     def to(self, device: torch.device) -> _WindowPlan:
-        return replace(self, send_index=self.send_index.to(device),
-                       pieces=tuple(piece.to(device) for piece in self.pieces))
+        return replace(self, pieces=tuple(piece.to(device) for piece in self.pieces))
 
 
 def _frames(out_shape: Sequence[int], i_lo: Sequence[int], i_hi: Sequence[int]
@@ -116,8 +114,13 @@ def _frames(out_shape: Sequence[int], i_lo: Sequence[int], i_hi: Sequence[int]
 
 @lru_cache(maxsize=256)
 def _plan(layout: GridLayout, rank: int, starts: bytes, stops: bytes, modes: tuple[str, ...],
-          device: torch.device, extent: tuple[int, ...] | None = None) -> _WindowPlan:
-    """The window plan of this rank (cached: layers ask for the same windows at every step)."""
+          device: torch.device, group: Any, extent: tuple[int, ...] | None = None) -> _WindowPlan:
+    """The window plan of this rank (cached: layers ask for the same windows at every step).
+
+    Its :class:`~meshshard.comm.HaloPlan` is made without the cross-rank check of
+    ``HaloPlan.build``: every rank derives every rank's plan from the same layout and windows,
+    so the counts agree by construction (and tests compare them with the stencil partition's).
+    """
     shape = (layout.num_parts, layout.ndim)
     lo, hi = np.frombuffer(starts, np.int64).reshape(shape), np.frombuffer(stops, np.int64).reshape(shape)
     p = window_plan(layout, rank, lo, hi, modes)
@@ -127,8 +130,9 @@ def _plan(layout: GridLayout, rank: int, starts: bytes, stops: bytes, modes: tup
     box_hi = [a - w for a, w in zip(b_hi, w_lo)]
     source = p.source_index.reshape(p.window_shape)
     n = (p.num_owned, len(p.ghost_ids))
-    common = dict(send_index=torch.from_numpy(p.send_index), send_counts=p.send_counts.tolist(),
-                  recv_counts=p.recv_counts.tolist(), window_shape=p.window_shape, local=not p.any_ghosts)
+    halo = HaloPlan(torch.from_numpy(p.send_index), tuple(p.send_counts.tolist()), tuple(p.recv_counts.tolist()),
+                    p.num_owned, rank, group)
+    common = dict(halo=halo, window_shape=p.window_shape, local=not p.any_ghosts)
     whole = _WindowPlan(pieces=(_piece(source, [0] * len(w_lo), p.window_shape, box_lo, box_hi, *n),), **common)
     if extent is None or min(p.window_shape, default=0) == 0:
         return whole.to(device)
@@ -362,7 +366,7 @@ class GridTensor:
         starts = np.ascontiguousarray(starts, dtype=np.int64)
         stops = np.ascontiguousarray(stops, dtype=np.int64)
         return _plan(self._layout, self._rank, starts.tobytes(), stops.tobytes(), modes,
-                     self._local.device, extent)
+                     self._local.device, self._group, extent)
 
     def _assemble(self, plan: _WindowPlan, fill: float = 0.0) -> tuple[tuple[Tensor, ...], Tensor]:
         """The plan's pieces, after its exchange (none when no rank has a ghost), and the ghost
@@ -372,8 +376,7 @@ class GridTensor:
         if plan.local:  # no rank has a ghost (one rank, a pool inside the boxes): no exchange
             ghosts = x.new_empty((*x.shape[:2], 0))
         else:
-            ghosts = indexed_all_to_all_v(x.reshape(*x.shape[:2], -1), plan.send_index, plan.send_counts,
-                                          plan.recv_counts, dim=2, group=self._group, check_index=False)
+            ghosts = plan.halo.exchange(x.reshape(*x.shape[:2], -1).movedim(2, 0)).movedim(0, 2)
         pieces = _Assemble.apply(x, ghosts, plan, fill) if plan.pieces else ()
         return pieces, ghosts
 
@@ -410,9 +413,8 @@ class GridTensor:
         lay = self._layout
         plan = self._window_plan(*halo_windows(lay, halo_width), "zeros")
         return ShardSpec(owned_counts=lay.owned_counts(), rank=self._rank,
-                         global_ids=torch.from_numpy(lay.owned_ids(self._rank)),
-                         send_index=plan.send_index, send_counts=tuple(plan.send_counts),
-                         recv_counts=tuple(plan.recv_counts), group=self._group,
+                         global_ids=torch.from_numpy(lay.owned_ids(self._rank)), halo=plan.halo,
+                         group=self._group,
                          source=f"grid:{lay.shape}:{lay.proc_grid}:{lay.splits}:{halo_width}")
 
     def to_shard_tensor(self, halo_width: int = 1) -> ShardTensor:

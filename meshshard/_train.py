@@ -8,7 +8,7 @@ of the partition) trains on one sample at a time; the data groups train on diffe
 Per step, for data rank ``d``: sample ``schedule(seed, step, d)``; each domain rank reads only its
 owned rows of that sample; forward and backward of the sharded model; the loss is the mean over all
 nodes of the mesh (not the mean of per-rank means); gradients are summed over the domain group and
-averaged over the data group (one ``all_reduce``), so every rank applies the gradient of the
+averaged over the data group (``DomainParallel``, during the backward), so every rank applies the gradient of the
 batch loss, equal to single-process training on the same batch.
 
 The run folder::
@@ -169,8 +169,8 @@ def train(cfg: TrainConfig) -> list[float]:
     import torch.distributed as dist
 
     from meshshard import ShardGraph, ShardTensor, edge_features
-    from meshshard.comm import init_device_mesh_2d, init_distributed, sum_gradients
-    from meshshard.nn import MeshGraphNet
+    from meshshard.comm import init_device_mesh_2d, init_distributed
+    from meshshard.nn import DomainParallel, MeshGraphNet
     from meshshard.partition import load_partition, read_metadata
 
     ctx = init_distributed()
@@ -198,11 +198,11 @@ def train(cfg: TrainConfig) -> list[float]:
     owned = np.asarray(part.owned_ids)
 
     torch.manual_seed(cfg.seed)
-    model = MeshGraphNet(
+    model = DomainParallel(MeshGraphNet(  # gradients: sum over the domain, mean over the data groups, in backward
         inputs.shape[2], edge_attr.shape[1], targets.shape[2], latent_size=cfg.latent_size,
         hidden_layers=cfg.hidden_layers, message_passing_steps=cfg.message_passing_steps,
         activation=cfg.activation, checkpoint_steps=cfg.checkpoint_steps,
-    ).to(ctx.device, dtype)
+    ).to(ctx.device, dtype), mesh)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     out = Path(cfg.out)
     ckpt_path = out / "checkpoint.pt"
@@ -245,7 +245,6 @@ def train(cfg: TrainConfig) -> list[float]:
             _maybe_fail(ctx.rank, step)
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            sum_gradients(model.parameters(), scale=1.0 / cfg.data_parallel)
             flags = _local_flags(loss, bad_row, model.parameters(), rank=ctx.rank, world=ctx.world_size)
             if dist.is_initialized():
                 dist.all_reduce(flags)  # each domain rank holds its sample's loss; and every rank's finite checks

@@ -7,7 +7,8 @@ Pipeline, one function per step::
     parts = assign_parts(graph, 8, "metis")            # owning rank of every node
     partitions = build_partitions(graph, parts, 8)     # every rank's Partition (halo plan included)
     save_partition(partitions, "out/")                 # the folder format of _format.py
-    p = load_partition("out/", rank)                   # one rank's Partition, checksum checked
+    p = load_partition("out/", rank)                   # one rank's Partition, checksums and
+                                                       # the shard's own invariants checked
 
 or in one call: ``partition_file(...)`` (the ``meshshard partition`` command), or in memory:
 ``partition_graph(edge_index | Data | Graph, R)``, ``partition_mesh(points, cells, R)``,

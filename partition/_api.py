@@ -94,7 +94,7 @@ def _run(
         params = {"seed": seed, "imbalance": imbalance, "tpwgts": tpwgts}
         if method == "metis":
             params.update(recursive=recursive, tries=tries)
-            extra["metis"] = choice
+            extra["metis"] = choice or None
         before = load_imbalance(graph, parts, num_parts, tpwgts)
         if before > 1.0 + imbalance + 1e-12:
             with steps.step("refine"):

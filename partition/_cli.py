@@ -145,8 +145,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     variant.add_argument("--kway", dest="recursive", action="store_const", const=False,
                          help="METIS k-way only")
     p.add_argument("--tries", type=int, default=None,
-                   help="METIS tries (ncuts) per variant, the best kept (default: 5, fewer on "
-                   "graphs over 4M directed edges, 1 from 20M; cost grows linearly)")
+                   help="METIS tries (ncuts) per variant, the best kept (default: "
+                   "min(5, 20M / directed edges), at least 1; the cost grows linearly)")
     p.add_argument("--tpwgts", type=_weights, default=None,
                    help="target share of each part, comma-separated, summing to 1")
     p.add_argument("--format", default="auto",

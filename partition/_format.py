@@ -148,8 +148,8 @@ import numpy as np
 
 from meshshard.partition._invariants import part_problems
 from meshshard.partition._partition import PART_ARRAYS, Partition
-from meshshard.partition._safe_io import (check_destination, read_inside, read_npz,
-                                          write_folder)
+from meshshard.partition._safe_io import (check_destination, interrupted_hint, read_inside,
+                                          read_npz, write_folder)
 
 __all__ = [
     "FORMAT_NAME",
@@ -414,7 +414,7 @@ def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
     """
     folder = Path(path)
     if not folder.is_dir():
-        raise ValueError(f"{folder}: no such folder")
+        raise ValueError(f"{folder}: no such folder{interrupted_hint(folder)}")
     file = folder / METADATA_FILE
     if not os.path.lexists(file):
         raise ValueError(f"{folder}: not a partition folder (no {METADATA_FILE})")

@@ -33,6 +33,7 @@ import re
 import shutil
 import stat
 import zipfile
+import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -43,6 +44,7 @@ __all__ = [
     "MAX_EXPANSION",
     "check_destination",
     "decompress",
+    "interrupted_hint",
     "read_inside",
     "read_npy",
     "read_npz",
@@ -82,6 +84,20 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def interrupted_hint(out: str | os.PathLike[str]) -> str:
+    """For a missing ``out``: where an interrupted replace left the old folder (``""`` when
+    nothing was left), to append to a "no such folder" error."""
+    out = Path(out)
+    if not out.parent.is_dir():
+        return ""
+    for entry in sorted(out.parent.iterdir()):
+        m = _TEMP.match(entry.name)
+        if m and m["name"] == out.name and m["tag"] == _OLD:
+            return (f"; an interrupted --force left the old partition in {entry.name} (the next "
+                    "meshshard partition into this folder restores it)")
+    return ""
 
 
 def recover_interrupted(out: str | os.PathLike[str]) -> list[str]:
@@ -285,30 +301,27 @@ def _prefix(label: object) -> str:
     return f"{label}: " if label not in (None, "") else ""
 
 
-def _read_array(file: io.BufferedIOBase | zipfile.ZipExtFile, available: int,
-                label: object) -> np.ndarray:
-    """One ``.npy`` stream whose size is ``available`` bytes: header, checks, then data."""
+def _parse_npy(buf: memoryview, label: object) -> np.ndarray:
+    """One ``.npy`` held in ``buf``: header, size check, then a copy of the data."""
     at = _prefix(label)
     fmt = np.lib.format
+    head = io.BytesIO(buf[:1 << 16])
     try:
-        version = fmt.read_magic(file)
+        version = fmt.read_magic(head)
         if version == (1, 0):
-            shape, fortran, dtype = fmt.read_array_header_1_0(file)
+            shape, fortran, dtype = fmt.read_array_header_1_0(head)
         else:
-            shape, fortran, dtype = fmt.read_array_header_2_0(file)
+            shape, fortran, dtype = fmt.read_array_header_2_0(head)
     except (ValueError, EOFError, OSError, SyntaxError) as err:
         raise ValueError(f"{at}not a valid .npy array ({err})") from None
     if dtype.hasobject:
         raise ValueError(f"{at}holds Python objects (pickled data), refused")
-    need = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    left = available - file.tell()
-    if need != left:
-        raise ValueError(f"{at}declares a {'x'.join(map(str, shape)) or 'scalar'} "
-                         f"{dtype} array of {need:,} bytes but holds {max(left, 0):,}")
-    buf = bytearray(need)
-    if file.readinto(memoryview(buf)) != need:
-        raise ValueError(f"{at}truncated")
-    array = np.frombuffer(buf, dtype=dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    left = len(buf) - head.tell()
+    if count * dtype.itemsize != left:
+        raise ValueError(f"{at}declares a {'x'.join(map(str, shape)) or 'scalar'} {dtype} "
+                         f"array of {count * dtype.itemsize:,} bytes but holds {max(left, 0):,}")
+    array = np.frombuffer(buf, dtype=dtype, count=count, offset=head.tell()).copy()
     return array.reshape(shape[::-1]).T if fortran else array.reshape(shape)
 
 
@@ -317,7 +330,28 @@ def read_npy(data: bytes, label: object = None) -> np.ndarray:
     Errors start with ``label:`` when one is given."""
     if not data:
         raise ValueError(f"{_prefix(label)}empty file, expected a .npy array")
-    return _read_array(io.BytesIO(data), len(data), label)
+    return _parse_npy(memoryview(data), label)
+
+
+def _member_bytes(archive: zipfile.ZipFile, info: zipfile.ZipInfo, data: bytes,
+                  where: str) -> memoryview:
+    """A member's uncompressed bytes: a view into ``data`` when stored (CRC checked), else
+    inflated by zipfile (its size already capped)."""
+    if info.compress_type != zipfile.ZIP_STORED:
+        try:
+            with archive.open(info) as member:
+                return memoryview(member.read())
+        except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, ValueError) as err:
+            raise ValueError(f"{where}: cannot be read ({err})") from None
+    local = data[info.header_offset:info.header_offset + 30]
+    if len(local) < 30 or local[:4] != b"PK\x03\x04":
+        raise ValueError(f"{where}: truncated or damaged archive")
+    start = info.header_offset + 30 + int.from_bytes(local[26:28], "little") + \
+        int.from_bytes(local[28:30], "little")
+    view = memoryview(data)[start:start + info.file_size]
+    if len(view) != info.file_size or zlib.crc32(view) != info.CRC:
+        raise ValueError(f"{where}: truncated or damaged (CRC mismatch)")
+    return view
 
 
 def read_npz(data: bytes, label: object = None, *, expansion: float | None = None
@@ -343,9 +377,5 @@ def read_npz(data: bytes, label: object = None, *, expansion: float | None = Non
                                  f"{info.compress_size:,}; raise --max-expansion if genuine")
             if info.compress_type == zipfile.ZIP_STORED and info.file_size > len(data):
                 raise ValueError(f"{where}: larger than the archive (truncated?)")
-            try:
-                with archive.open(info) as member:
-                    arrays[name] = _read_array(member, info.file_size, where)
-            except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError) as err:
-                raise ValueError(f"{where}: cannot be read ({err})") from None
+            arrays[name] = _parse_npy(_member_bytes(archive, info, data, where), where)
     return arrays

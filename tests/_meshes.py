@@ -67,11 +67,19 @@ def data_file(relative: str) -> Path:
 
 def synthetic_mesh(relative: str) -> InputData:
     """A generated stand-in for the real mesh ``relative``: a lattice of jittered points (seeded,
-    identical on every rank), each square cut into 2 triangles, or each cube into 6 tetrahedra."""
+    identical on every rank), each square cut into 2 triangles, or each cube into 6 tetrahedra.
+
+    In 3-D the lattice is graded like a real mesh, fine in the middle and coarse outside (spacing
+    ratio 28), so that ball queries with radii set from the extent find many neighbours there and
+    truncate, as they do on the real meshes. No element is inverted by the grading.
+    """
     dims, shape = _STAND_INS.get(relative, (3, (8, 7, 6)))
     axes = [np.arange(n, dtype=np.float64) for n in shape]
     grid = np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, dims)
-    pos = grid + np.random.default_rng(len(relative)).uniform(-0.25, 0.25, grid.shape)
+    pos = grid + np.random.default_rng(len(relative)).uniform(-0.2, 0.2, grid.shape)
+    if dims == 3:
+        u = pos / (np.array(shape) - 1) * 2 - 1  # [-1, 1] per axis, then u * (0.1 + 0.9 u^2)
+        pos = u * (0.1 + 0.9 * u * u)
     ids = np.arange(len(pos)).reshape(shape)
     if dims == 2:
         a, b, c, d = ids[:-1, :-1], ids[1:, :-1], ids[:-1, 1:], ids[1:, 1:]

@@ -21,8 +21,8 @@ from torch import nn
 from torch_geometric.nn import BatchNorm, SAGEConv
 
 from meshshard import ShardGraph, ShardTensor
-from meshshard.comm import init_distributed, sum_gradients
-from meshshard.nn import ShardConv
+from meshshard.comm import init_distributed
+from meshshard.nn import DomainParallel, ShardConv
 from meshshard.partition import build_graph, load_partition, read_input
 
 
@@ -49,15 +49,13 @@ def features(pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return x, y
 
 
-def train(model: nn.Module, x, graph, target, steps: int, on_shards: bool) -> list[float]:
+def train(model: nn.Module, x, graph, target, steps: int) -> list[float]:
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     losses = []
     for _ in range(steps):
         opt.zero_grad()
         loss = ((model(x, graph) - target) ** 2).mean()  # a global mean on shards
-        loss.backward()
-        if on_shards:
-            sum_gradients(model.parameters())  # replicated parameters: add up every rank's part
+        loss.backward()  # under DomainParallel, also adds up every rank's part of the gradients
         opt.step()
         losses.append(float(loss.detach()))
     return losses
@@ -79,14 +77,14 @@ def worker(parts: str, steps: int, check: str | None) -> None:
     torch.manual_seed(0)  # the same initial weights on every rank
     model = GraphSAGE(3, 32, 2).double()
     reference = copy.deepcopy(model)
-    losses = train(model, x, graph, target, steps, on_shards=True)
+    losses = train(DomainParallel(model), x, graph, target, steps)
     if ctx.rank != 0:
         return
     print(f"sharded on {ctx.world_size} ranks: loss {losses[0]:.6f} -> {losses[-1]:.6f} in {steps} steps")
     if check:
         pos, edge_index = whole_mesh(check)
         xf, yf = features(pos)
-        whole = train(reference, xf, edge_index, yf, steps, on_shards=False)
+        whole = train(reference, xf, edge_index, yf, steps)
         gap = max(abs(a - b) / max(abs(b), 1e-300) for a, b in zip(losses, whole))
         print(f"one process:        loss {whole[0]:.6f} -> {whole[-1]:.6f}; largest relative difference {gap:.1e}")
         if gap > 1e-10:

@@ -549,7 +549,13 @@ def fsdp_device_mesh(mesh: DeviceMesh2D | None, device_type: str = "cpu") -> Any
 
 
 def fully_shard_data_parallel(
-    model: nn.Module, mesh: DeviceMesh2D | None, *, modules: Iterable[nn.Module] = (), device_type: str = "cpu", **kwargs: Any
+    model: nn.Module,
+    mesh: DeviceMesh2D | None,
+    *,
+    modules: Iterable[nn.Module] = (),
+    forward_methods: Iterable[str] = (),
+    device_type: str = "cpu",
+    **kwargs: Any,
 ) -> nn.Module:
     """Apply FSDP2 (``fully_shard``) over the data-parallel dimension, domain parallelism inside.
 
@@ -559,13 +565,23 @@ def fully_shard_data_parallel(
     all-reduce over the domain group) gives the domain sum of the data mean. Returns ``model``
     (now an ``FSDPModule``; its parameters are ``DTensor`` shards). ``kwargs`` go to
     ``fully_shard`` (e.g. ``reshard_after_forward``). Do not also wrap it in :class:`DomainParallel`.
+
+    FSDP2 gathers a unit's parameters when the unit's ``forward`` runs. A module whose parameters
+    are used through other methods needs them named in ``forward_methods`` (registered with
+    ``torch.distributed.fsdp.register_fsdp_forward_method`` on each of ``modules`` that has them):
+    MeshGraphNet's processor blocks are run through ``node_projections`` and ``update``, so
+    ``modules=model.processor, forward_methods=("node_projections", "update")``.
     """
-    from torch.distributed.fsdp import FSDPModule, fully_shard
+    from torch.distributed.fsdp import FSDPModule, fully_shard, register_fsdp_forward_method
 
     dp = _data_size(mesh)
     device_mesh = fsdp_device_mesh(mesh, device_type)
+    methods = list(forward_methods)
     for sub in modules:
         fully_shard(sub, mesh=device_mesh, **kwargs)
+        for name in methods:
+            if callable(getattr(sub, name, None)):
+                register_fsdp_forward_method(sub, name)
     fully_shard(model, mesh=device_mesh, **kwargs)
     for sub in model.modules():
         if isinstance(sub, FSDPModule):

@@ -1,4 +1,4 @@
-"""``ShardConv``: a PyTorch Geometric message-passing layer, exact on a :class:`ShardGraph`.
+"""``ShardConv`` and ``ShardNorm``: PyTorch Geometric layers, exact on a :class:`ShardGraph`.
 
 ``ShardConv(layer)(x, graph, edge_attr)`` runs ``layer`` (the same object, the same parameters and
 ``state_dict``) on one rank's shard and returns the owned rows of ``layer(x_full, edge_index,
@@ -15,8 +15,10 @@ beyond its incoming edges is supplied, exactly:
   incoming edges (GAT, GATv2, Transformer, GENConv's softmax aggregation) is local to the owner of
   the destination; self-loops added by the layer are added for the owned destinations only
   (PyG adds them for ``min(size)`` nodes, and local ids ``0..N_own-1`` are the owned nodes on both
-  sides). Node-wise modules a layer applies after aggregation (GENConv's ``mlp``, which holds a
-  BatchNorm) see a :class:`ShardTensor`, so their batch statistics are global.
+  sides). Node-wise modules a layer applies after aggregation (GINConv's and GINEConv's ``nn``,
+  GENConv's ``mlp``, PointNetConv's ``global_nn``) see a :class:`ShardTensor`, so a BatchNorm in
+  them uses global statistics; batch statistics over edges (a BatchNorm in EdgeConv's ``nn`` or
+  PointNetConv's ``local_nn``) are refused in training.
 - ``"gcn"`` (GCNConv): the symmetric normalisation needs the degree of every source, including
   ghosts. The adapter computes it (self-loops for owned destinations, owned degrees from the owned
   edges, ghost degrees by one exchange, cached on the graph when there are no edge weights) and calls
@@ -32,7 +34,10 @@ Refused, with a one-line reason: a MessagePassing class not in :data:`SUPPORTED`
 ``local=True``: its output at a node depends only on that node's row, its incoming edges and their
 source rows), subclasses of supported classes (they may override the message), ``flow =
 "target_to_source"``, order-dependent aggregations (LSTM, GRU, sort, set transformer),
-``return_attention_weights``, and the options listed in :data:`REFUSED`.
+and ``return_attention_weights``.
+
+:class:`ShardNorm` does the same for PyG's per-graph normalisations (``GraphNorm``,
+``InstanceNorm``, ``LayerNorm(mode="graph")``): statistics over every node of every rank.
 
 Dropout inside a layer (GAT attention dropout, APPNP edge dropout) draws each rank's own mask: the
 same distribution as one process, not the same numbers (see ``ShardTensor`` on dropout).
@@ -63,21 +68,16 @@ _ORDER_FREE = {
 
 _BIPARTITE = (
     "GraphConv", "SAGEConv", "GINConv", "GINEConv", "GATConv", "GATv2Conv", "TransformerConv",
-    "EdgeConv", "GENConv", "ResGatedGraphConv", "LEConv", "GeneralConv", "CuGraphSAGEConv",
+    "EdgeConv", "GENConv", "ResGatedGraphConv", "LEConv", "GeneralConv",
 )
 #: layer class name -> how ShardConv makes it exact (see the module docstring).
 SUPPORTED: dict[str, str] = {
-    **{name: "bipartite" for name in _BIPARTITE if name != "CuGraphSAGEConv"},
+    **{name: "bipartite" for name in _BIPARTITE},
     "PointNetConv": "pointnet",
     "GCNConv": "gcn",
     "ChebConv": "khop", "TAGConv": "khop", "SGConv": "khop", "APPNP": "khop",
     "PNAConv": "halo",
 }
-
-#: (class name, attribute, refused value, why): options a supported layer cannot have on shards.
-REFUSED: tuple[tuple[str, str, Any, str], ...] = (
-    ("SAGEConv", "aggr", "lstm", "the LSTM aggregation depends on the order of each node's incoming edges"),
-)
 
 
 class ShardConv(nn.Module):
@@ -99,8 +99,8 @@ class ShardConv(nn.Module):
     Shapes:
         x: ``ShardTensor`` ``(N_own, F_in)`` laid out by ``graph.spec``.
         edge_attr: ``(E_local, F_e)`` or ``(E_own, F_e)`` rows for ``graph.edge_index`` (the owned
-            edges come first; only they are used); for GCNConv, GraphConv and the ``khop`` layers the
-            edge weight ``(E_local,)``.
+            edges come first; only they are used); for GCNConv, GraphConv, LEConv and the ``khop``
+            layers the edge weight ``(E_local,)``.
         result: ``ShardTensor`` ``(N_own, F_out)``.
 
     Communication: one halo exchange forward and one backward per call (``khop`` layers: one per hop);
@@ -203,19 +203,14 @@ def _mode_of(layer: nn.Module, local: bool) -> str:
     if getattr(layer, "flow", "source_to_target") != "source_to_target":
         raise TypeError(f"ShardConv cannot run {name} with flow='target_to_source': a rank stores the edges into its nodes, not out of them")
     _check_aggregation(name, getattr(layer, "aggr_module", None))
-    for cls, attr, value, why in REFUSED:
-        if name == cls and getattr(layer, attr, None) == value:
-            raise TypeError(f"ShardConv cannot make {name}({attr}={value!r}) exact on shards: {why}")
     known = name in SUPPORTED and type(layer).__module__.startswith("torch_geometric.")
     if known:
         return SUPPORTED[name]
     if local:
         return "halo"
-    why = (
-        f"{name} subclasses a supported layer and may change its message" if name not in SUPPORTED and
-        any(type(layer).__mro__[i].__name__ in SUPPORTED for i in range(1, len(type(layer).__mro__)))
-        else f"{name} is not a layer ShardConv knows to be exact on shards"
-    )
+    subclass = any(base.__name__ in SUPPORTED for base in type(layer).__mro__[1:])
+    why = f"{name} subclasses a supported layer and may change its message" if subclass else (
+        f"{name} is not a layer ShardConv knows to be exact on shards")
     raise TypeError(
         f"ShardConv refuses {name}: {why}; if each node's output depends only on its own row, its "
         "incoming edges and their source rows, declare it with ShardConv(layer, local=True)"

@@ -110,3 +110,31 @@ def test_launcher_variables_are_checked_at_once(env: dict[str, str], message: st
 def test_good_launcher_variables() -> None:
     assert _launch_from_env({"RANK": "1", "WORLD_SIZE": "2"}) == ("torchrun", 1, 2, 1, 2)
     assert _launch_from_env({"SLURM_PROCID": "2", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0", "SLURM_NTASKS_PER_NODE": "2(x2)"}) == ("slurm", 2, 4, 0, 2)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"RANK": "2", "WORLD_SIZE": "2"}, r"^Expected the environment variable RANK in \[0, 2\), WORLD_SIZE = 2 \(got 2\)$"),
+        ({"RANK": "0", "WORLD_SIZE": "2", "MESHSHARD_TIMEOUT": "soon"},
+         r"^Expected the environment variable MESHSHARD_TIMEOUT to be a positive number of seconds \(got 'soon'\)$"),
+        ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "http"},
+         r"^Expected the environment variable MASTER_PORT to be a port number in \[1, 65535\] \(got 'http'\)$"),
+        ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "node[01-04", "MASTER_PORT": "1234"},
+         r"^Expected a SLURM host list such as .* \(got 'node\[01-04': a '\[' without its '\]'\)$"),
+        ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "n1", "SLURM_JOB_ID": "x1"},
+         r"^Expected the environment variable SLURM_JOB_ID to be an integer \(got 'x1'\)$"),
+    ],
+)
+def test_init_distributed_refuses_bad_variables_before_any_rendezvous(env: dict[str, str], message: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from meshshard.comm import init_distributed
+
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
+                 "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_JOB_NODELIST", "SLURM_JOB_ID", "MASTER_ADDR",
+                 "MASTER_PORT", "MESHSHARD_TIMEOUT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PATH", "")  # no scontrol
+    with pytest.raises(ValueError, match=message):
+        init_distributed("gloo", timeout_s=5 if "MESHSHARD_TIMEOUT" not in env else None)

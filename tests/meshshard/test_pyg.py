@@ -78,9 +78,13 @@ def _check_layer(inp: _Inputs, what: str, layer: nn.Module, edge: str | None = N
     # the shard
     xs = ShardTensor.from_local(inp.x[inp.own].clone().requires_grad_(), graph.spec)
     es = None if e_full is None else e_full[graph.global_edge_ids].clone().requires_grad_()
-    y = shard(xs, graph, es)
-    assert isinstance(y, ShardTensor) and y.spec == graph.spec, what
-    (y * ShardTensor.from_local(inp.w[inp.own, : y.shape[1]], graph.spec)).sum().backward()
+    with count_collectives() as log:
+        y = shard(xs, graph, es)
+        assert isinstance(y, ShardTensor) and y.spec == graph.spec, what
+        (y * ShardTensor.from_local(inp.w[inp.own, : y.shape[1]], graph.spec)).sum().backward()
+    if shard.mode in ("bipartite", "pointnet", "halo"):  # one halo exchange each way, nothing else
+        exchanges = (log.count("indexed_all_to_all_v", "forward"), log.count("indexed_all_to_all_v", "backward"))
+        assert exchanges == (1, 1), f"{what}: {log}"
 
     _close(y.to_local().detach(), y_ref.detach()[inp.own], f"{what}: output")
     _close(_grad(xs.to_local()) if xs.grad is None else xs.grad.to_local(), x.grad[inp.own], f"{what}: input grad")
@@ -221,28 +225,33 @@ class _GraphSAGE(nn.Module):
 
 
 def _check_training(inp: _Inputs, world: int) -> None:
-    """A few Adam steps on shards (parameter gradients summed over ranks) equal one process."""
+    """A few Adam steps on shards equal one process: parameter gradients summed over the ranks by
+    ``sum_gradients`` after the backward, or by ``DomainParallel`` during it."""
+    from meshshard.nn import DomainParallel
+
     torch.manual_seed(13)
     ref = _GraphSAGE().to(DT)
-    model = copy.deepcopy(ref)
-    opt_ref = torch.optim.Adam(ref.parameters(), lr=0.01)
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    by_hand, wrapped = copy.deepcopy(ref), DomainParallel(copy.deepcopy(ref))
+    opts = [torch.optim.Adam(m.parameters(), lr=0.01) for m in (ref, by_hand, wrapped)]
     target = inp.w[:, :F_OUT]
     xs = ShardTensor.from_local(inp.x[inp.own], inp.graph.spec)
     ts = ShardTensor.from_local(target[inp.own], inp.graph.spec)
     for step in range(4):
-        opt_ref.zero_grad()
+        for opt in opts:
+            opt.zero_grad()
         loss_ref = ((ref(inp.x, inp.edge_index) - target) ** 2).mean()
         loss_ref.backward()
-        opt_ref.step()
-        opt.zero_grad()
-        loss = ((model(xs, inp.graph) - ts) ** 2).mean()
-        loss.backward()
-        sum_gradients(model.parameters())
-        opt.step()
-        _close(loss.detach(), loss_ref.detach(), f"GraphSAGE training R={world}: loss of step {step}")
-    for (name, p), p_ref in zip(model.named_parameters(), ref.parameters()):
-        _close(p.detach(), p_ref.detach(), f"GraphSAGE training R={world}: {name} after 4 steps")
+        for model, opt in zip((by_hand, wrapped), opts[1:]):
+            loss = ((model(xs, inp.graph) - ts) ** 2).mean()
+            loss.backward()
+            if model is by_hand:
+                sum_gradients(model.parameters())
+            _close(loss.detach(), loss_ref.detach(), f"GraphSAGE training R={world}: loss of step {step}")
+        for opt in opts:
+            opt.step()
+    for model in (by_hand, wrapped):
+        for (name, p), p_ref in zip(model.named_parameters(), ref.parameters()):
+            _close(p.detach(), p_ref.detach(), f"GraphSAGE training R={world}: {name} after 4 steps")
 
 
 def _battery(rank: int, world: int, layout: str) -> str:

@@ -87,6 +87,10 @@ def test_a_crash_leaves_the_old_or_the_new_partition_whole(
     whole = out if out.exists() else tmp_path / next(n for n in leftovers if "-old-" in n)
     assert verify_partition(whole) == []
     assert read_metadata(whole)["num_parts"] == (3 if step == "in" else 2)
+    if step == "aside":  # what a reader of the missing folder is told
+        with pytest.raises(ValueError, match=f"no such folder; an interrupted --force left the "
+                                             f"old partition in {whole.name}"):
+            read_metadata(out)
 
     # the next run puts things right and says what it did
     assert main(_partition(mesh_file, out, 4, "--force")) == 0
