@@ -852,7 +852,7 @@ class Dataset:
             conn = np.load(folder / f"cells-{cell_type}.npy", allow_pickle=False)
             cells.append((cell_type, conn))
         edge_index = None if cells else np.load(folder / "edge_index.npy", allow_pickle=False)
-        return Mesh(np.asarray(points), cells, edge_index, entry["sha256"])
+        return Mesh(np.array(points), cells, edge_index, entry["sha256"])
 
     def __repr__(self) -> str:
         return (f"Dataset({str(self.path)!r}, kind={self.kind!r}, samples={self.num_samples} "
