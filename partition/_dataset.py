@@ -107,12 +107,19 @@ Public names (stable; ``meshshard.partition`` re-exports them):
 
 - :func:`write_dataset` (numpy arrays), :func:`write_dataset_from_pyg` (PyG ``Data`` list), and
   :func:`write_samples` (any iterable of :class:`Sample`, used by ``meshshard dataset``);
-- :func:`open_dataset` -> :class:`Dataset` (metadata, split, :class:`Normalisation`, the rows of
-  one sample for given node ids, the mesh of a sample);
+- :func:`open_dataset` -> :class:`Dataset`: ``meta`` (the JSON above), ``kind``, ``train`` /
+  ``val``, ``input_channels`` / ``target_channels`` / ``edge_channels``, ``normalisation``,
+  ``sample_mesh(s)``, ``num_nodes(s)``, ``rows(s, node_ids)`` (unnormalised, float64),
+  ``sample_arrays(s)`` (the memory maps), ``mesh(m)`` -> :class:`Mesh` (``points``, ``cells`` by
+  type, ``edge_index``, ``sha256``, ``graph()``: for partitioning and for writing predictions);
 - :class:`ChannelStats`, :class:`Normalisation` (``to_dict`` / ``from_dict``: what a checkpoint
   stores);
-- :func:`mesh_checksum`, :func:`is_dataset`, :func:`check_partition_matches`,
-  :func:`dataset_partition_folder`.
+- :func:`mesh_checksum`, :func:`is_dataset`, :func:`check_partition_matches` (PARTS belongs to
+  DATA, else one line), :func:`dataset_partition_folder` (the partition folder of mesh ``m``),
+  :func:`read_partitions_metadata`.
+
+The torch side (normalised owned rows as tensors, de-normalisation of predictions) is
+``meshshard._data``.
 """
 
 from __future__ import annotations
@@ -139,6 +146,7 @@ __all__ = [
     "PARTITIONS_FORMAT",
     "PARTITIONS_FILE",
     "Sample",
+    "Mesh",
     "ChannelStats",
     "Normalisation",
     "Dataset",
@@ -146,6 +154,9 @@ __all__ = [
     "write_dataset_from_pyg",
     "write_samples",
     "open_dataset",
+    "read_dataset_metadata",
+    "read_partitions_metadata",
+    "dump_metadata",
     "is_dataset",
     "mesh_checksum",
     "channel_names",
