@@ -287,6 +287,13 @@ def test_force_replaces_only_a_dataset_folder(sources, tmp_path: Path, capsys) -
     assert "not a meshshard dataset folder (no readable dataset.json)" in capsys.readouterr().err
     assert main(["dataset", str(sources["one"]), "--inputs", "T", "--targets", "u", "--out", str(sources["root"]), "--force", "-q"]) == 2
     assert "holding the source" in capsys.readouterr().err
+    out.joinpath("notes.txt").unlink()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(out / "samples")
+        for where in (".", "..", str(out.parent)):
+            assert main(["dataset", str(sources["one"]), "--inputs", "T", "--targets", "u", "--out", where, "--force", "-q"]) == 2
+            assert "refusing to write a dataset over the current folder or a parent of it" in capsys.readouterr().err
+    assert open_dataset(out).num_samples == 5
 
 
 def test_info_shows_a_dataset(sources, tmp_path: Path, capsys) -> None:
