@@ -12,8 +12,10 @@ peak is that of one sample (its mesh, fields and nodal graph for the edge statis
 all samples; the time is dominated by meshio's reading of the files.
 
     python bench/dataset.py [--side 100] [--samples 20] [--format vtu|vtk] [--cache DIR] [--json FILE]
+    python bench/dataset.py --generate-only     # write the sources only (slow, not timed)
 
-Prints a table, then one JSON object. Run it under ``flock /tmp/meshshard-heavy.lock``.
+Prints a table, then one JSON object. Run the timed part under ``flock /tmp/meshshard-heavy.lock``
+(generate the sources first, outside the lock).
 """
 
 from __future__ import annotations
@@ -62,11 +64,14 @@ def main() -> None:
     parser.add_argument("--format", choices=("vtu", "vtk"), default="vtu")
     parser.add_argument("--cache", default="/tmp/meshshard-bench", help="folder for the sources and the dataset")
     parser.add_argument("--json", default=None, help="also write the JSON result to this file")
+    parser.add_argument("--generate-only", action="store_true", help="write the source files and stop")
     args = parser.parse_args()
 
     cache = Path(args.cache)
     src = cache / f"dataset-src-{args.side}-{args.samples}-{args.format}"
     generated = make_sources(src, args.side, args.samples, args.format)
+    if args.generate_only:
+        return
     out = cache / f"dataset-{args.side}-{args.samples}-{args.format}"
     shutil.rmtree(out, ignore_errors=True)
     start = time.perf_counter()
