@@ -343,3 +343,16 @@ def test_info_of_a_datasets_partitions(sources, tmp_path: Path, capsys) -> None:
     (tmp_path / "p" / "stray.txt").write_text("x")
     assert main(["partition", str(data), "--parts", "2", "--out", str(tmp_path / "p"), "--force", "-q"]) == 2
     assert "holds stray.txt, which meshshard did not write" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 17, 10**6])
+def test_edge_statistics_in_chunks_equal_numpy(chunk: int) -> None:
+    from meshshard.partition._graph import nodal_graph
+
+    pts, tri = grid_triangles(13, 7)
+    graph = nodal_graph([("triangle", tri)], len(pts))
+    run = _dataset._edge_moments(graph, pts, chunk=chunk)
+    values = _edge_values(pts, tri)
+    assert run.n == len(values)
+    np.testing.assert_allclose(run.mean, values.mean(0), rtol=0, atol=1e-14)
+    np.testing.assert_allclose(np.sqrt(run.m2 / run.n), values.std(0), rtol=1e-13)
