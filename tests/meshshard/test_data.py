@@ -1,8 +1,8 @@
 """The rank-local dataset reader and training on a dataset of many meshes.
 
 Three small triangle meshes of different sizes, six samples (sample s on mesh s % 3), the last
-for validation. On 1, 2 and 3 ranks (3: uneven METIS shards), and on 2 x 2 ranks (two data-parallel groups
-drawing samples on different meshes in the same step), every rank's rows and edge features equal the
+for validation. On 1 and 3 ranks (3: uneven METIS shards), and on 2 x 1 and 2 x 2 ranks (two data-parallel
+groups drawing samples on different meshes in the same step), every rank's rows and edge features equal the
 whole-mesh ones, and training (float64) equals single-process training on the whole meshes, the
 validation losses in log.jsonl included.
 """
@@ -130,10 +130,9 @@ def _reference(cfg: TrainConfig) -> tuple[list[float], list[float], dict]:
     return losses, vals, model.state_dict()
 
 
-# (4, 2): two data-parallel groups of two ranks draw samples on different meshes in one step.
-# Pure data parallelism (a domain group of one rank under --data-parallel > 1) is left out: the
-# current init_device_mesh_2d gives such groups the whole world (being fixed separately).
-@pytest.mark.parametrize(("world", "data_parallel"), [(1, 1), (2, 1), (3, 1), (4, 2)])
+# (2, 2) and (4, 2): data-parallel groups (of one and of two ranks) draw samples on different
+# meshes in one step.
+@pytest.mark.parametrize(("world", "data_parallel"), [(1, 1), (2, 2), (3, 1), (4, 2)])
 def test_training_on_many_meshes_equals_one_process(setup: dict, world: int, data_parallel: int) -> None:
     cfg = _cfg(setup, f"run-{world}-{data_parallel}", world // data_parallel, data_parallel)
     losses = run_ranks(_train_rank, world, asdict(cfg), timeout=120)[0]
