@@ -91,9 +91,14 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
+    from meshshard.partition._dataset import PARTITIONS_FILE
     from meshshard.partition._format import read_metadata
     from meshshard.partition._verify import verify_partition
 
+    if (Path(args.dir) / PARTITIONS_FILE).is_file():
+        from meshshard.partition._dataset_cli import run_verify
+
+        return run_verify(args.dir, _cmd_verify)
     try:
         meta = read_metadata(args.dir)
         problems = verify_partition(args.dir)

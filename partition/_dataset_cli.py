@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["register", "describe_dataset", "run_partition_dataset", "run_info"]
+__all__ = ["register", "describe_dataset", "run_partition_dataset", "run_info", "run_verify"]
 
 
 def _error(command: str, err: BaseException) -> int:
@@ -80,6 +80,31 @@ def run_info(folder: str, as_json: bool) -> int:
         return _error("info", err)
     sys.stdout.write(dump_metadata(meta) if as_json else describe_dataset(folder, meta) + "\n")
     return 0
+
+
+def run_verify(folder: str, verify_one: Callable[[argparse.Namespace], int]) -> int:
+    """``meshshard verify PARTS`` for a dataset's partitions: every mesh's partition folder, and
+    that each was made from the mesh ``partitions.json`` names (exit 1 when anything fails)."""
+    from meshshard.partition._dataset import PARTITIONS_FILE, read_partitions_metadata
+    from meshshard.partition._format import read_metadata
+
+    try:
+        meta = read_partitions_metadata(folder)
+    except ValueError as err:
+        return _error("verify", err)
+    code = 0
+    for entry in meta["meshes"]:
+        sub = Path(folder) / entry["folder"]
+        code = max(code, verify_one(argparse.Namespace(dir=str(sub))))
+        try:
+            recorded = read_metadata(sub).get("input", {}).get("sha256")
+        except ValueError:
+            continue  # already reported by verify_one
+        if recorded != entry["sha256"]:
+            print(f"FAIL {sub}: made from another mesh than {PARTITIONS_FILE} says (checksum "
+                  f"{str(recorded)[:12]} vs {entry['sha256'][:12]})")
+            code = 1
+    return code
 
 
 def run_partition_dataset(args: argparse.Namespace) -> int:

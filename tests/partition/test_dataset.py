@@ -340,6 +340,17 @@ def test_info_of_a_datasets_partitions(sources, tmp_path: Path, capsys) -> None:
     assert [m["sha256"] for m in meta["meshes"]] == [m["sha256"] for m in open_dataset(data).meta["meshes"]]
     assert main(["info", str(tmp_path / "p")]) == 0
     assert "3 partitions into 2 parts" in capsys.readouterr().out
+    assert main(["verify", str(tmp_path / "p")]) == 0
+    assert capsys.readouterr().out.count(": OK (2 parts") == 3
+    for name in ("partition.json", "part-00000.npz", "part-00001.npz"):  # mesh 1's partition where mesh 0's belongs
+        (tmp_path / "p" / "mesh-00000" / name).write_bytes((tmp_path / "p" / "mesh-00001" / name).read_bytes())
+    assert main(["verify", str(tmp_path / "p")]) == 1
+    assert "FAIL " in capsys.readouterr().out
+    pytest.importorskip("torch")
+    from meshshard._data import DatasetReader  # training's reader checks each mesh's partition as it loads it
+
+    with pytest.raises(ValueError, match=r"mesh-00000: partition made for another dataset \(its mesh checksum differs"):
+        DatasetReader(data, tmp_path / "p", 0).sample(0)
     (tmp_path / "p" / "stray.txt").write_text("x")
     assert main(["partition", str(data), "--parts", "2", "--out", str(tmp_path / "p"), "--force", "-q"]) == 2
     assert "holds stray.txt, which meshshard did not write" in capsys.readouterr().err
@@ -356,3 +367,18 @@ def test_edge_statistics_in_chunks_equal_numpy(chunk: int) -> None:
     assert run.n == len(values)
     np.testing.assert_allclose(run.mean, values.mean(0), rtol=0, atol=1e-14)
     np.testing.assert_allclose(np.sqrt(run.m2 / run.n), values.std(0), rtol=1e-13)
+
+
+def test_the_dataset_command_never_imports_torch(sources, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; from meshshard.cli import main; "
+            f"rc = main(['dataset', {str(sources['one'])!r}, '--out', {str(tmp_path / 'd')!r}, '--inputs', 'T', "
+            "'--targets', 'u', '-q']); "
+            f"rc = rc or main(['partition', {str(tmp_path / 'd')!r}, '--parts', '2', '--out', {str(tmp_path / 'p')!r}, '-q']); "
+            f"rc = rc or main(['info', {str(tmp_path / 'd')!r}]); "
+            "print('torch' in sys.modules); sys.exit(rc)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "False"
