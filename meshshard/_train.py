@@ -213,6 +213,9 @@ def train(cfg: TrainConfig) -> list[float]:
         return float(total) / (domain * len(reader.val))
 
     validating = cfg.val_every > 0 and len(reader.val) > 0
+    if cfg.val_every > 0 and not validating and ctx.rank == 0 and not cfg.quiet:
+        print(f"note: {cfg.data} has no validation samples (meshshard dataset --val-fraction / --val-samples); "
+              "no validation loss is logged", file=sys.stderr)
     for step in range(start, cfg.steps):
         if validating and step % cfg.val_every == 0:
             log.eval(step, validate())
