@@ -120,9 +120,26 @@ class ProcessorBlock(nn.Module):
         latent = self.latent
         return F.linear(h, weight[:, latent : 2 * latent]), F.linear(h, weight[:, 2 * latent :])
 
-    def forward(self, h: Tensor, e: Tensor, edge_index: Tensor, num_dst: int) -> tuple[Tensor, Tensor]:
+    def forward(
+        self,
+        h: Tensor,
+        e: Tensor,
+        edge_index: Tensor,
+        num_dst: int,
+        halo: Callable[[Tensor], Tensor] | None = None,
+        checkpoint_update: bool = False,
+    ) -> tuple[Tensor, Tensor]:
+        """One step. ``halo``, on a 1-hop shard, appends the ghost rows to the source products
+        (``(N_own, H) -> (N_own + N_ghost, H)``, the step's one exchange); ``checkpoint_update``
+        recomputes everything after the exchange in the backward. The whole step runs inside this
+        call, so wrappers that act around ``forward`` (FSDP2 units) see every parameter use."""
         src_proj, dst_proj = self.node_projections(h)
-        return self.update(h[:num_dst], e, src_proj, dst_proj[:num_dst], edge_index)
+        if halo is not None:
+            src_proj = halo(src_proj)
+        args = (h[:num_dst], e, src_proj, dst_proj[:num_dst], edge_index)
+        if checkpoint_update and torch.is_grad_enabled():
+            return checkpoint(self.update, *args, use_reentrant=False)
+        return self.update(*args)
 
     def update(self, h_dst: Tensor, e: Tensor, src_proj: Tensor, dst_proj: Tensor, edge_index: Tensor) -> tuple[Tensor, Tensor]:
         """The step from the node products: messages, their sum at each destination, the node update.
@@ -225,18 +242,12 @@ class MeshGraphNet(nn.Module):
             return checkpoint(mlp, x, use_reentrant=False, preserve_rng_state=False)
         return mlp(x)
 
-    def _step(self, block: ProcessorBlock, h_dst: Tensor, e: Tensor, src_proj: Tensor, dst_proj: Tensor, edge_index: Tensor) -> tuple[Tensor, Tensor]:
-        if self.checkpoint_steps and torch.is_grad_enabled():
-            return checkpoint(block.update, h_dst, e, src_proj, dst_proj, edge_index, use_reentrant=False)
-        return block.update(h_dst, e, src_proj, dst_proj, edge_index)
-
     def _forward_whole(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor) -> Tensor:
         _check_inputs(x, edge_index, edge_attr, x.shape[0] if isinstance(x, Tensor) else None)
         h = self._mlp(self.node_encoder, x)
         e = self._mlp(self.edge_encoder, edge_attr)
         for block in self.processor:
-            src_proj, dst_proj = block.node_projections(h)
-            h, e = self._step(block, h, e, src_proj, dst_proj, edge_index)
+            h, e = block(h, e, edge_index, h.shape[0], checkpoint_update=self.checkpoint_steps)
         return self._mlp(self.decoder, h)
 
     def _forward_shard(self, x: ShardTensor, graph: ShardGraph, edge_attr: Tensor) -> ShardTensor:
@@ -252,10 +263,12 @@ class MeshGraphNet(nn.Module):
             # Only the source products W_s h cross ranks (as many values as h itself): the node
             # MLP and W_d h need owned rows only, so h is never exchanged.
             h = self._mlp(self.node_encoder, x.to_local())
+
+            def halo(rows: Tensor) -> Tensor:
+                return ShardTensor(rows, spec).with_halo()
+
             for block in self.processor:
-                src_proj, dst_proj = block.node_projections(h)
-                src_proj = ShardTensor(src_proj, spec).with_halo()
-                h, e = self._step(block, h, e, src_proj, dst_proj, graph.edge_index)
+                h, e = block(h, e, graph.edge_index, graph.num_owned, halo, self.checkpoint_steps)
             return ShardTensor(self._mlp(self.decoder, h), spec)
         if graph.halo_hops < steps:
             raise ValueError(
@@ -266,8 +279,7 @@ class MeshGraphNet(nn.Module):
         # the one exchange: every local row, owned and ghost; then every step updates them all
         h = ShardTensor(self._mlp(self.node_encoder, x.to_local()), spec).with_halo()
         for block in self.processor:
-            src_proj, dst_proj = block.node_projections(h)
-            h, e = self._step(block, h, e, src_proj, dst_proj, graph.edge_index)
+            h, e = block(h, e, graph.edge_index, graph.num_local, checkpoint_update=self.checkpoint_steps)
         return ShardTensor(self._mlp(self.decoder, h[: graph.num_owned]), spec)
 
 
