@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m meshshard demo
+	$(PY) examples/heat_diffusion/demo.py
 
 test: $(STAMP)
 	$(PY) -m pytest -q

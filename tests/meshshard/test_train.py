@@ -19,11 +19,11 @@ import pytest
 import torch
 
 from meshshard import edge_features
-from meshshard._simulate import simulate_heat, write_dataset
 from meshshard._train import TrainConfig, load_checkpoint, sample_index, train
 from meshshard.nn import MeshGraphNet
 from meshshard.partition import build_graph, partition_file, read_input
 from tests._dist import free_port, run_ranks
+from tests._examples import example_module
 from tests._meshes import data_file
 
 STEPS = 4
@@ -35,7 +35,8 @@ def setup(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("train")
     mesh = meshio.read(path)
     tri = np.concatenate([b.data for b in mesh.cells if b.type == "triangle"])
-    write_dataset(simulate_heat(mesh.points[:, :2], tri, trajectories=3, steps=2, seed=1), root / "data")
+    heat = example_module("heat_diffusion", "simulate")
+    heat.write_dataset(heat.simulate_heat(mesh.points[:, :2], tri, trajectories=3, steps=2, seed=1), root / "data")
     partition_file(path, root / "partition", 2)
     base = TrainConfig(partition=str(root / "partition"), data=str(root / "data"), out="", steps=STEPS, lr=1e-2,
                        latent_size=8, hidden_layers=1, message_passing_steps=2, checkpoint_every=2,
