@@ -31,10 +31,6 @@ from simulate import make_plate_mesh, simulate_heat, write_dataset  # noqa: E402
 __all__ = ["run_demo"]
 
 
-#: Start the run folder afresh on every demo run (``--force`` once ``train`` refuses an existing RUN).
-_FRESH_RUN: list[str] = []
-
-
 def _say(msg: str) -> None:
     print(f"[demo] {msg}", flush=True)
 
@@ -119,7 +115,7 @@ def run_demo(out: Path, steps: int, nodes: int, ranks: int) -> int:
     train = ["train", cfg.partition, "--data", cfg.data, "--out", cfg.out, "--nproc", str(ranks), "--steps", str(steps),
              "--lr", str(cfg.lr), "--latent", str(cfg.latent_size), "--hidden-layers", str(cfg.hidden_layers),
              "--mp-steps", str(cfg.message_passing_steps), "--every", str(cfg.checkpoint_every),
-             "--log-every", str(cfg.log_every), "--eval-every", str(cfg.eval_every), *_FRESH_RUN]
+             "--log-every", str(cfg.log_every), "--eval-every", str(cfg.eval_every), "--force"]
     _say(f"4/6 meshshard {' '.join(train)}")
     if code := cli(train):
         return code
