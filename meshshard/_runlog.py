@@ -40,6 +40,7 @@ __all__ = [
     "gather_peak_memory",
     "write_loss_plot",
     "read_log",
+    "partition_counts",
     "data_summary",
     "delete_run_files",
 ]
@@ -78,20 +79,19 @@ def delete_run_files(paths: Sequence[Path]) -> None:
 
 
 def run_identity(partition_meta: Mapping[str, Any], data_path: str | os.PathLike[str]) -> dict[str, Any]:
-    """What the run's data and partition are, for :func:`check_resume`: the partition's mesh
-    (node count and input checksum) and the dataset's meshes and channels."""
+    """What the run's data and partition are, for :func:`check_resume`: the partition's meshes
+    (node counts and checksums, from ``check_partition_matches``) and the dataset's meshes,
+    samples and channels."""
     identity: dict[str, Any] = {
-        "partition_num_nodes": int(partition_meta.get("num_nodes", 0)),
-        "partition_mesh_sha256": (partition_meta.get("input") or {}).get("sha256"),
+        "partition_meshes": [[int(m.get("num_nodes", 0)), m.get("sha256")] for m in partition_meta.get("meshes", [])],
     }
-    meta_file = Path(data_path) / "dataset.json"
     try:
-        meta = json.loads(meta_file.read_text())
+        meta = json.loads((Path(data_path) / "dataset.json").read_text())
     except (OSError, ValueError):
         meta = {}
     identity["dataset"] = {
         "num_samples": meta.get("num_samples"),
-        "meshes": [m.get("sha256") for m in meta.get("meshes", [])] or meta.get("num_nodes"),
+        "meshes": [m.get("sha256") for m in meta.get("meshes", [])],
         "input_channels": meta.get("input_channels"),
         "target_channels": meta.get("target_channels"),
     }
@@ -106,10 +106,8 @@ def check_resume(saved_config: Mapping[str, Any], saved_identity: Mapping[str, A
     if saved_identity:
         if saved_identity.get("dataset") != identity.get("dataset"):
             changed.append(f"the dataset ({config.get('data')} is not the one the run trained on)")
-        for key, what in (("partition_mesh_sha256", "mesh checksum"), ("partition_num_nodes", "node count")):
-            if saved_identity.get(key) != identity.get(key):
-                changed.append(f"the partition's mesh ({what} differs)")
-                break
+        if saved_identity.get("partition_meshes") != identity.get("partition_meshes"):
+            changed.append(f"the partition's mesh ({config.get('partition')} was made for another mesh)")
     if changed:
         raise ValueError(
             f"{config.get('out')}: cannot resume with changed settings: {'; '.join(changed)} "
@@ -123,22 +121,34 @@ def lr_change(saved_config: Mapping[str, Any], lr: float) -> float | None:
     return float(old) if old is not None and float(old) != float(lr) else None
 
 
+def partition_counts(parts: str | os.PathLike[str], partition_meta: Mapping[str, Any]) -> tuple[int, list[int], list[int]]:
+    """(nodes of the largest mesh, owned counts, ghost counts) over every part of every mesh's
+    partition, from the partitions' metadata files (no communication, no part file read)."""
+    from meshshard.partition import dataset_partition_folder, read_metadata
+
+    nodes, owned, ghost = 0, [], []
+    for entry in partition_meta.get("meshes", []):
+        meta = read_metadata(dataset_partition_folder(parts, int(entry["mesh"])))
+        nodes = max(nodes, int(meta["num_nodes"]))
+        owned += [int(p["num_owned"]) for p in meta["parts"]]
+        ghost += [int(p["num_ghost"]) for p in meta["parts"]]
+    return nodes, owned or [0], ghost or [0]
+
+
 def banner(*, world_size: int, data_parallel: int, device: Any, backend: str, parameters: int,
-           partition: str, partition_meta: Mapping[str, Any], data: str, data_summary: str,
-           steps: int, start: int) -> str:
-    """The lines rank 0 prints before the first step (no communication: counts come from the
-    partition's metadata)."""
-    parts = partition_meta.get("parts", [])
-    owned = [int(p["num_owned"]) for p in parts] or [0]
-    ghost = [int(p["num_ghost"]) for p in parts] or [0]
+           partition: str, partition_meta: Mapping[str, Any], data: str, steps: int, start: int) -> str:
+    """The lines rank 0 prints before the first step (from metadata files: no communication)."""
+    nodes, owned, ghost = partition_counts(partition, partition_meta)
+    meshes = len(partition_meta.get("meshes", []))
     domain = world_size // max(data_parallel, 1)
+    where = f"{nodes:,} nodes" if meshes <= 1 else f"{meshes} meshes of up to {nodes:,} nodes"
     lines = [
         f"meshshard train: {world_size} rank(s) = {data_parallel} data-parallel x {domain} domain-parallel; "
         f"device {device} ({backend}) on each rank",
         f"  model: MeshGraphNet, {parameters:,} parameters",
-        f"  partition: {partition}: {partition_meta.get('num_nodes', 0):,} nodes in {len(parts)} parts, "
-        f"owned per rank {min(owned):,}..{max(owned):,}, ghosts per rank {min(ghost):,}..{max(ghost):,}",
-        f"  dataset: {data}: {data_summary}",
+        f"  partition: {partition}: {where} in {partition_meta.get('num_parts')} parts; per rank "
+        f"owned {min(owned):,}..{max(owned):,}, ghosts {min(ghost):,}..{max(ghost):,}",
+        f"  dataset: {data}: {data_summary(data)}",
         f"  steps {start}..{steps}" + (f" (resuming from step {start})" if start else ""),
     ]
     return "\n".join(lines)

@@ -5,8 +5,10 @@
 ``data_parallel x domain_parallel`` mesh: each domain group (``domain_parallel`` ranks, one per part
 of the partition) trains on one sample at a time; the data groups train on different samples.
 
-Per step, for data rank ``d``: sample ``schedule(seed, step, d)``; each domain rank reads only its
-owned rows of that sample; forward and backward of the sharded model; the loss is the mean over all
+Per step, for data rank ``d``: training sample ``schedule(seed, step, d)`` (of the dataset's
+training split); each domain rank reads only its owned rows of that sample, normalised with the
+dataset's statistics (``meshshard._data.DatasetReader``; a many-meshes dataset loads the
+partition of the sample's mesh when a sample on it is first drawn); forward and backward of the sharded model; the loss is the mean over all
 nodes of the mesh (not the mean of per-rank means); gradients are summed over the domain group and
 averaged over the data group (one ``all_reduce``), so every rank applies the gradient of the
 batch loss, equal to single-process training on the same batch.
@@ -17,9 +19,8 @@ The run folder::
       checkpoint.pt   model, optimizer, completed steps, loss history, RNG state, config;
                       written by rank 0 to a temporary file and renamed, so it is always whole
       log.jsonl       one line per step: step, loss, seconds, nodes per second; with
-                      --eval-every K, a line {"step", "eval_loss"} every K steps: the mean loss
-                      over a fixed set of samples (forward only), a smoother curve than the
-                      per-sample training loss
+                      --val-every K, a line {"step", "val_loss"} every K steps and at the end:
+                      the mean loss over the dataset's validation split (forward only)
       first_step.pt   the batch-0 loss and the synced gradients of the first step (for checks)
 
 A resumed run (``--resume``) continues from the checkpoint and its loss trajectory equals the
@@ -65,8 +66,7 @@ class TrainConfig:
     force: bool = False
     seed: int = 0
     log_every: int = 10
-    eval_every: int = 0
-    eval_samples: int = 8
+    val_every: int = 0
     quiet: bool = False
     checkpoint_steps: bool = False
     dtype: str = "float32"
@@ -120,24 +120,21 @@ def train(cfg: TrainConfig) -> list[float]:
     """Run (or resume) training; returns the loss of every step so far (on every rank)."""
     import torch.distributed as dist
 
-    from meshshard import ShardGraph, ShardTensor, edge_features
+    from meshshard._data import DatasetReader
     from meshshard.comm import init_device_mesh_2d, init_distributed, sum_gradients
     from meshshard.nn import MeshGraphNet
-    from meshshard.partition import load_partition, read_metadata
+    from meshshard.partition import check_partition_matches
 
     ctx = init_distributed()
     if cfg.data_parallel < 1 or ctx.world_size % cfg.data_parallel:
         raise ValueError(f"Expected --data-parallel to divide the world size {ctx.world_size} (got {cfg.data_parallel})")
     domain = ctx.world_size // cfg.data_parallel
-    meta = read_metadata(cfg.partition)
+    meta = check_partition_matches(cfg.data, cfg.partition)
     if meta["num_parts"] != domain:
         raise ValueError(
             f"Expected a partition into {domain} parts ({ctx.world_size} ranks / {cfg.data_parallel} data-parallel) "
             f"(got {meta['num_parts']} parts in {cfg.partition})"
         )
-    data_meta = json.loads((Path(cfg.data) / "dataset.json").read_text())
-    if data_meta["num_nodes"] != meta["num_nodes"]:
-        raise ValueError(f"Expected data for {meta['num_nodes']} nodes (got {data_meta['num_nodes']} in {cfg.data})")
     if cfg.dtype not in ("float32", "float64"):
         raise ValueError(f"Expected --dtype float32 or float64 (got {cfg.dtype!r})")
     dtype = getattr(torch, cfg.dtype)
@@ -148,16 +145,11 @@ def train(cfg: TrainConfig) -> list[float]:
     if saved is not None:
         _runlog.check_resume(saved.get("config", {}), saved.get("identity"), asdict(cfg), identity)
     mesh = init_device_mesh_2d(domain)
-    part = load_partition(cfg.partition, mesh.domain_rank)
-    graph = ShardGraph.from_partition(part, mesh.domain_group, device=ctx.device, dtype=dtype)
-    edge_attr = edge_features(graph.pos, graph.edge_index) / float(data_meta.get("edge_scale", 1.0))
-    inputs = np.load(Path(cfg.data) / "inputs.npy", mmap_mode="r")
-    targets = np.load(Path(cfg.data) / "targets.npy", mmap_mode="r")
-    owned = np.asarray(part.owned_ids)
+    reader = DatasetReader(cfg.data, cfg.partition, mesh.domain_rank, mesh.domain_group, device=ctx.device, dtype=dtype)
 
     torch.manual_seed(cfg.seed)
     model = MeshGraphNet(
-        inputs.shape[2], edge_attr.shape[1], targets.shape[2], latent_size=cfg.latent_size,
+        reader.num_inputs, reader.num_edge_features, reader.num_targets, latent_size=cfg.latent_size,
         hidden_layers=cfg.hidden_layers, message_passing_steps=cfg.message_passing_steps,
         activation=cfg.activation, checkpoint_steps=cfg.checkpoint_steps,
     ).to(ctx.device, dtype)
@@ -183,36 +175,35 @@ def train(cfg: TrainConfig) -> list[float]:
             print(_runlog.banner(world_size=ctx.world_size, data_parallel=cfg.data_parallel, device=ctx.device,
                                  backend=dist.get_backend() if dist.is_initialized() else "single process",
                                  parameters=sum(p.numel() for p in model.parameters()), partition=cfg.partition,
-                                 partition_meta=meta, data=cfg.data, data_summary=_runlog.data_summary(cfg.data),
-                                 steps=cfg.steps, start=start), flush=True)
-    log = _Logger(ctx.rank == 0, cfg, start, meta["num_nodes"] * cfg.data_parallel)
+                                 partition_meta=meta, data=cfg.data, steps=cfg.steps, start=start), flush=True)
+    log = _Logger(ctx.rank == 0, cfg, start, round(reader.mean_nodes()) * cfg.data_parallel)
     if saved is not None:
         log.event(None, f"resuming from step {start}")
     if old_lr is not None:
         log.event({"step": start, "event": "lr", "from": old_lr, "to": cfg.lr},
                   f"learning rate changed on resume: {old_lr:g} -> {cfg.lr:g} (applied from step {start})")
 
-    def rows(array: np.ndarray, s: int) -> ShardTensor:
-        local = torch.from_numpy(np.ascontiguousarray(array[s][owned])).to(ctx.device, dtype)
-        return ShardTensor.from_local(local, graph.spec)
-
-    def evaluate() -> float:
-        picks = np.linspace(0, inputs.shape[0] - 1, min(cfg.eval_samples, inputs.shape[0])).round().astype(int)
-        total = 0.0
+    def validate() -> float:
+        """Mean loss over the validation split; data rank d takes every dp-th sample."""
+        total = torch.zeros(1, dtype=torch.float64, device=ctx.device)
         with torch.no_grad():
-            for s in picks:
-                total += float(((model(rows(inputs, s), graph, edge_attr) - rows(targets, s)) ** 2).mean())
-        return total / len(picks)
+            for s in reader.val[mesh.data_rank::cfg.data_parallel]:
+                b = reader.sample(int(s))
+                total += float(((model(b.x, b.graph, b.edge_attr) - b.y) ** 2).mean())
+        if dist.is_initialized():
+            dist.all_reduce(total)  # every domain rank of a data group holds that group's sum
+        return float(total) / (domain * len(reader.val))
 
+    validating = cfg.val_every > 0 and len(reader.val) > 0
     for step in range(start, cfg.steps):
-        if cfg.eval_every and step % cfg.eval_every == 0:
-            log.eval(step, evaluate())
+        if validating and step % cfg.val_every == 0:
+            log.eval(step, validate())
         t0 = time.perf_counter()
-        s = sample_index(cfg.seed, step, mesh.data_rank, cfg.data_parallel, inputs.shape[0])
-        x, y = rows(inputs, s), rows(targets, s)
+        s = int(reader.train[sample_index(cfg.seed, step, mesh.data_rank, cfg.data_parallel, len(reader.train))])
+        b = reader.sample(s)
         try:
-            pred = model(x, graph, edge_attr)
-            loss = ((pred - y) ** 2).mean()
+            pred = model(b.x, b.graph, b.edge_attr)
+            loss = ((pred - b.y) ** 2).mean()
             _maybe_fail(ctx.rank, step)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -243,10 +234,11 @@ def train(cfg: TrainConfig) -> list[float]:
             _atomic_save({
                 "format": CHECKPOINT_FORMAT, "format_version": 1, "step": done, "model": model.state_dict(),
                 "optimizer": opt.state_dict(), "losses": losses, "rng": torch.get_rng_state(),
-                "config": asdict(cfg), "world_size": ctx.world_size, "identity": identity,
+                "config": {**asdict(cfg), "normalisation": reader.normaliser.to_dict()}, "world_size": ctx.world_size,
+                "identity": identity,
             }, ckpt_path)
-    if cfg.eval_every and cfg.steps > start:
-        log.eval(cfg.steps, evaluate())
+    if validating and cfg.steps > start:
+        log.eval(cfg.steps, validate())
     log.plot()
     log.close()
     if dist.is_initialized():
@@ -297,10 +289,10 @@ class _Logger:
 
     def eval(self, step: int, loss: float) -> None:
         if self.file is not None:
-            self.file.write(json.dumps({"step": step, "eval_loss": loss}) + "\n")
+            self.file.write(json.dumps({"step": step, "val_loss": loss}) + "\n")
             self.file.flush()
         if self.enabled and self.bar is None:
-            print(f"step {step:>5}  eval loss {loss:.5f} (mean over {self.cfg.eval_samples} fixed samples)", flush=True)
+            print(f"step {step:>5}  validation loss {loss:.5f}", flush=True)
 
     def event(self, record: dict[str, Any] | None, message: str) -> None:
         """A line in log.jsonl (a learning-rate change) and, unless quiet, on the terminal."""
@@ -342,7 +334,7 @@ def _run(args: Any) -> int:
         latent_size=args.latent, hidden_layers=args.hidden_layers, message_passing_steps=args.mp_steps,
         activation=args.activation, data_parallel=args.data_parallel, checkpoint_every=args.every,
         resume=args.resume, force=args.force, seed=args.seed, log_every=args.log_every, quiet=args.quiet,
-        eval_every=args.eval_every, dtype=args.dtype,
+        val_every=args.val_every, dtype=args.dtype,
         checkpoint_steps=args.checkpoint_steps,
     )
     for path, what in ((cfg.partition, "partition folder"), (cfg.data, "dataset folder")):
@@ -352,11 +344,11 @@ def _run(args: Any) -> int:
     try:  # the RUN checks again here, so that a refusal is one line before any rank starts
         _runlog.check_run_folder(cfg.out, cfg.resume, cfg.force)
         if cfg.resume:
-            from meshshard.partition import read_metadata
+            from meshshard.partition import check_partition_matches
 
             saved = load_checkpoint(Path(cfg.out) / "checkpoint.pt")
             _runlog.check_resume(saved.get("config", {}), saved.get("identity"), asdict(cfg),
-                                 _runlog.run_identity(read_metadata(cfg.partition), cfg.data))
+                                 _runlog.run_identity(check_partition_matches(cfg.data, cfg.partition), cfg.data))
     except ValueError as err:
         print(f"meshshard train: error: {err}", file=sys.stderr)
         return 2
@@ -381,7 +373,7 @@ def register(subparsers: Any) -> None:
         "(torchrun --nproc-per-node R -m meshshard train ...) or start R local ranks with --nproc R.",
     )
     p.add_argument("partition", help="partition folder (meshshard partition)")
-    p.add_argument("--data", required=True, help="dataset folder (inputs.npy, targets.npy, dataset.json)")
+    p.add_argument("--data", required=True, help="dataset folder (meshshard dataset)")
     p.add_argument("--out", required=True, help="run folder: checkpoint.pt, log.jsonl")
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--lr", type=float, default=1e-3)
@@ -395,7 +387,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--force", action="store_true", help="start RUN over (deletes only the files train writes in it)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=10)
-    p.add_argument("--eval-every", type=int, default=0, help="mean loss over fixed samples every K steps (0: off)")
+    p.add_argument("--val-every", "--eval-every", dest="val_every", type=int, default=0,
+                   help="mean loss over the validation split every K steps and at the end (0: off)")
     p.add_argument("--checkpoint-steps", action="store_true", help="activation checkpointing per processor step")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.add_argument("--nproc", type=int, default=0, help="start this many local ranks (when not under torchrun)")

@@ -22,6 +22,7 @@ from meshshard import __version__
 #: Modules that contribute subcommands, in the order ``--help`` lists them.
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "meshshard.partition._cli",
+    "meshshard.partition._dataset_cli",
     "meshshard._train",
     "meshshard._demo",
     "meshshard._selftest",

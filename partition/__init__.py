@@ -12,12 +12,21 @@ Pipeline, one function per step::
 or in one call: ``partition_file(...)`` (the ``meshshard partition`` command), or in memory:
 ``partition_graph(edge_index | Data | Graph, R)``, ``partition_mesh(points, cells, R)``,
 ``partition_points(pos, R)``. ``verify_partition(DIR)`` checks every invariant of a folder.
+
+Datasets (format: :mod:`meshshard.partition._dataset`): ``build_dataset(files, DATA, inputs=...,
+targets=...)`` (``meshshard dataset``), ``write_dataset`` / ``write_dataset_from_pyg``,
+``open_dataset(DATA)``, ``partition_dataset(DATA, PARTS, R)`` and
+``check_partition_matches(DATA, PARTS)``.
 """
 
 from __future__ import annotations
 
 from meshshard.partition._api import (GRAPHS, build_graph, partition_file, partition_graph,
                                       partition_mesh, partition_points)
+from meshshard.partition._dataset import (Dataset, Normalisation, check_partition_matches,
+                                          dataset_partition_folder, open_dataset, write_dataset,
+                                          write_dataset_from_pyg)
+from meshshard.partition._dataset_build import build_dataset, partition_dataset
 from meshshard.partition._assign import (METHODS, assign_parts, edge_cut, imbalance,
                                          refine_balance)
 from meshshard.partition._format import (FORMAT_NAME, FORMAT_VERSION, load_partition,
@@ -33,16 +42,23 @@ __all__ = [
     "FORMAT_VERSION",
     "GRAPHS",
     "METHODS",
+    "Dataset",
     "Graph",
+    "Normalisation",
     "InputData",
     "Partition",
     "assign_parts",
+    "build_dataset",
     "build_graph",
     "build_partitions",
+    "check_partition_matches",
     "check_partitions",
+    "dataset_partition_folder",
     "edge_cut",
     "imbalance",
     "load_partition",
+    "open_dataset",
+    "partition_dataset",
     "partition_file",
     "partition_graph",
     "partition_mesh",
@@ -52,4 +68,6 @@ __all__ = [
     "refine_balance",
     "save_partition",
     "verify_partition",
+    "write_dataset",
+    "write_dataset_from_pyg",
 ]

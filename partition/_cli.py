@@ -37,6 +37,12 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     from meshshard.partition._progress import Steps
     from meshshard.partition._report import print_summary
 
+    from meshshard.partition._dataset import is_dataset
+
+    if is_dataset(args.input):
+        from meshshard.partition._dataset_cli import run_partition_dataset
+
+        return run_partition_dataset(args)
     out = Path(args.out)
     try:
         check_output_dir(out, args.force)
@@ -57,9 +63,14 @@ def _cmd_partition(args: argparse.Namespace) -> int:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
+    from meshshard.partition._dataset import PARTITIONS_FILE, is_dataset
     from meshshard.partition._format import dump_metadata, read_metadata
     from meshshard.partition._report import print_summary
 
+    if is_dataset(args.dir) or (Path(args.dir) / PARTITIONS_FILE).is_file():
+        from meshshard.partition._dataset_cli import run_info
+
+        return run_info(args.dir, args.json)
     try:
         meta = read_metadata(args.dir)
     except ValueError as err:
@@ -116,7 +127,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = _add(subparsers, "partition", "split a mesh, graph or point cloud into parts, with "
              "ghosts and halo plans, into a partition folder", _cmd_partition)
     p.add_argument("input", help="mesh (any meshio format), METIS graph (.graph[.bz2]) or "
-                   "mesh, or point cloud (.npy/.npz, N x 2 or N x 3)")
+                   "mesh, point cloud (.npy/.npz, N x 2 or N x 3), or a dataset folder "
+                   "(meshshard dataset: its mesh, or one partition per distinct mesh)")
     p.add_argument("--parts", "-k", type=int, required=True, help="number of parts (ranks)")
     p.add_argument("--out", "-o", required=True, help="partition folder to create")
     p.add_argument("--method", choices=("metis", "rcb", "morton"), default="metis")
@@ -142,8 +154,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="replace an existing partition folder")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars, no summary")
 
-    p = _add(subparsers, "info", "print a partition folder's metadata", _cmd_info)
-    p.add_argument("dir", help="partition folder")
+    p = _add(subparsers, "info", "print a partition or dataset folder's metadata", _cmd_info)
+    p.add_argument("dir", help="partition folder or dataset folder")
     p.add_argument("--json", action="store_true", help="print the metadata as JSON")
 
     p = _add(subparsers, "verify", "check every invariant and checksum of a partition folder "

@@ -22,8 +22,6 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # simulate.py beside this file
 
 from simulate import make_plate_mesh, simulate_heat, write_dataset  # noqa: E402
@@ -39,20 +37,11 @@ def _single_process_first_step(cfg: Any, sample: int) -> tuple[float, Any]:
     """Loss and gradients of the first step, computed by one process on the whole mesh."""
     import torch
 
-    from meshshard import edge_features
+    from meshshard._data import whole_sample
     from meshshard.nn import MeshGraphNet
-    from meshshard.partition import build_graph, read_input
 
-    graph = build_graph(read_input(Path(cfg.out).parent / "mesh.vtu"), "nodal")
-    n = graph.num_nodes
-    dst = np.repeat(np.arange(n), np.diff(graph.indptr))
-    edge_index = torch.as_tensor(np.stack([graph.indices, dst]))
-    pos = torch.as_tensor(graph.pos, dtype=torch.float32)
-    x = torch.from_numpy(np.load(Path(cfg.data) / "inputs.npy", mmap_mode="r")[sample].copy())
-    y = torch.from_numpy(np.load(Path(cfg.data) / "targets.npy", mmap_mode="r")[sample].copy())
+    x, y, edge_index, ea = whole_sample(cfg.data, sample)
     torch.manual_seed(cfg.seed)
-    edge_scale = json.loads((Path(cfg.data) / "dataset.json").read_text()).get("edge_scale", 1.0)
-    ea = edge_features(pos, edge_index) / float(edge_scale)
     model = MeshGraphNet(x.shape[1], ea.shape[1], y.shape[1], latent_size=cfg.latent_size,
                          hidden_layers=cfg.hidden_layers, message_passing_steps=cfg.message_passing_steps)
     loss = ((model(x, edge_index, ea) - y) ** 2).mean()
@@ -71,7 +60,7 @@ def _loss_plot(losses: list[float], evals: list[tuple[int, float]], path: Path) 
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
     ax.semilogy(range(len(losses)), losses, lw=0.8, alpha=0.5, label="training loss (one sample per step)")
     if evals:
-        ax.semilogy([s for s, _ in evals], [v for _, v in evals], "o-", lw=2, label="loss over 8 fixed samples")
+        ax.semilogy([s for s, _ in evals], [v for _, v in evals], "o-", lw=2, label="validation loss")
     ax.legend()
     ax.set_xlabel("step")
     ax.set_ylabel("training loss (MSE, normalised)")
@@ -101,27 +90,27 @@ def run_demo(out: Path, steps: int, nodes: int, ranks: int) -> int:
 
     _say("2/6 simulating heat diffusion (P1 FEM, implicit Euler; 8 trajectories x 5 steps)")
     data = simulate_heat(points, triangles, trajectories=8, steps=5, seed=0)
-    write_dataset(data, out / "data")
+    write_dataset(data, out / "data", force=True)
     _say(f"    {data.inputs.shape[0]} samples of {data.inputs.shape[1]:,} nodes -> {out / 'data'}")
 
-    _say(f"3/6 meshshard partition {out / 'mesh.vtu'} --parts {ranks} --out {out / 'partition'} --force")
-    code = cli(["partition", str(out / "mesh.vtu"), "--parts", str(ranks), "--out", str(out / "partition"), "--force"])
+    _say(f"3/6 meshshard partition {out / 'data'} --parts {ranks} --out {out / 'partition'} --force")
+    code = cli(["partition", str(out / "data"), "--parts", str(ranks), "--out", str(out / "partition"), "--force"])
     if code:
         return code
 
     cfg = TrainConfig(partition=str(out / "partition"), data=str(out / "data"), out=str(out / "run"), steps=steps,
                       lr=3e-3, latent_size=32, hidden_layers=1, message_passing_steps=4, checkpoint_every=max(1, steps // 3),
-                      log_every=max(1, steps // 10), eval_every=max(1, steps // 10))
+                      log_every=max(1, steps // 10), val_every=max(1, steps // 10))
     train = ["train", cfg.partition, "--data", cfg.data, "--out", cfg.out, "--nproc", str(ranks), "--steps", str(steps),
              "--lr", str(cfg.lr), "--latent", str(cfg.latent_size), "--hidden-layers", str(cfg.hidden_layers),
              "--mp-steps", str(cfg.message_passing_steps), "--every", str(cfg.checkpoint_every),
-             "--log-every", str(cfg.log_every), "--eval-every", str(cfg.eval_every), "--force"]
+             "--log-every", str(cfg.log_every), "--val-every", str(cfg.val_every), "--force"]
     _say(f"4/6 meshshard {' '.join(train)}")
     if code := cli(train):
         return code
     records = [json.loads(line) for line in (out / "run" / "log.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in records if "loss" in r]
-    evals = [(r["step"], r["eval_loss"]) for r in records if "eval_loss" in r]
+    evals = [(r["step"], r["val_loss"]) for r in records if "val_loss" in r]
 
     _say("5/6 verifying the first step against the single-process model on the whole mesh")
     first = torch.load(out / "run" / "first_step.pt", weights_only=False)
@@ -137,7 +126,7 @@ def run_demo(out: Path, steps: int, nodes: int, ranks: int) -> int:
     if _loss_plot(losses, evals, out / "loss.png"):
         _say(f"    wrote {out / 'loss.png'}")
     first_eval, last_eval = evals[0][1], evals[-1][1]
-    _say(f"done in {time.perf_counter() - started:.0f} s: loss over 8 fixed samples {first_eval:.4f} -> {last_eval:.4f} "
+    _say(f"done in {time.perf_counter() - started:.0f} s: validation loss {first_eval:.4f} -> {last_eval:.4f} "
          f"(x{first_eval / max(last_eval, 1e-12):.1f} lower) in {len(losses)} steps; first step {'verified' if ok else 'MISMATCH'}")
     return 0 if ok else 1
 

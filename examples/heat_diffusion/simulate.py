@@ -7,13 +7,10 @@ implicit Euler, insulated boundary), over trajectories that vary the initial con
 blobs) and the conductivity field ``kappa`` (a smooth random field), and returns (state, next
 state) pairs as MeshGraphNet training samples.
 
-The dataset folder (``write_dataset``), readable a rank's rows at a time (numpy memory maps)::
-
-    data/
-      dataset.json      {"format": "meshshard-dataset", "num_samples": S, "num_nodes": N,
-                         "edge_scale": mean edge length (divides the edge features), ...}
-      inputs.npy        (S, N, 3) float32: u_t, kappa, boundary flag (normalised)
-      targets.npy       (S, N, 1) float32: (u_{t+1} - u_t) / delta_scale
+``write_dataset`` writes the samples as a dataset folder (the format of
+:mod:`meshshard.partition._dataset`): inputs ``u`` (the state), ``kappa`` (the conductivity)
+and ``boundary`` (1 on the boundary, 0 inside), target ``du`` (``u_{t+1} - u_t``), all in
+physical units; the dataset's statistics normalise them, nothing else does.
 
 This is application code (it sees the whole mesh, offline, like partitioning); the library
 keeps none. ``demo.py`` beside it runs the whole example.
@@ -21,7 +18,6 @@ keeps none. ``demo.py`` beside it runs the whole example.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +28,6 @@ import scipy.sparse.linalg as spla
 from scipy.spatial import Delaunay
 
 __all__ = ["make_plate_mesh", "simulate_heat", "write_dataset", "HeatDataset"]
-
-DATASET_FORMAT = "meshshard-dataset"
 
 
 def make_plate_mesh(num_points: int = 20000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -89,9 +83,11 @@ def _p1_matrices(points: np.ndarray, cells: np.ndarray, kappa_cell: np.ndarray) 
 
 @dataclass(frozen=True)
 class HeatDataset:
-    inputs: np.ndarray  # (S, N, 3) float32
-    targets: np.ndarray  # (S, N, 1) float32
+    inputs: np.ndarray  # (S, N, 3) float64: u, kappa, boundary
+    targets: np.ndarray  # (S, N, 1) float64: u_next - u
     info: dict
+    points: np.ndarray | None = None  # (N, D)
+    cells: np.ndarray | None = None  # (C, D + 1) simplices
 
 
 def _smooth_field(points: np.ndarray, rng: np.random.Generator, modes: int = 4) -> np.ndarray:
@@ -128,8 +124,8 @@ def simulate_heat(
     rng = np.random.default_rng(seed)
     span = (points.max(0) - points.min(0)).max()
     edges = np.concatenate([cells[:, [i, j]] for i in range(cells.shape[1]) for j in range(i + 1, cells.shape[1])])
-    edge_scale = float(np.linalg.norm(points[edges[:, 0]] - points[edges[:, 1]], axis=1).mean())
-    dt = edge_scale**2 if dt is None else dt
+    mean_edge = float(np.linalg.norm(points[edges[:, 0]] - points[edges[:, 1]], axis=1).mean())
+    dt = mean_edge**2 if dt is None else dt
     boundary = _boundary_nodes(cells, len(points)).astype(np.float64)
     states, nexts, kappas = [], [], []
     for _ in range(trajectories):
@@ -149,12 +145,10 @@ def simulate_heat(
             u = u_next
     u_t = np.stack(states)
     delta = np.stack(nexts) - u_t
-    scale = float(delta.std()) or 1.0
-    k = np.stack(kappas)
-    inputs = np.stack([u_t, (k - k.mean()) / (k.std() or 1.0), np.broadcast_to(boundary, u_t.shape)], -1)
-    info = {"delta_scale": scale, "edge_scale": edge_scale, "dt": dt, "trajectories": trajectories, "steps": steps, "seed": seed,
-            "features": ["u", "kappa (normalised)", "boundary"], "targets": ["(u_next - u) / delta_scale"]}
-    return HeatDataset(inputs.astype(np.float32), (delta / scale)[..., None].astype(np.float32), info)
+    inputs = np.stack([u_t, np.stack(kappas), np.broadcast_to(boundary, u_t.shape)], -1)
+    info = {"dt": dt, "trajectories": trajectories, "steps": steps, "seed": seed,
+            "features": ["u", "kappa", "boundary"], "targets": ["du = u_next - u"]}
+    return HeatDataset(inputs, delta[..., None], info, points, cells)
 
 
 def _boundary_nodes(cells: np.ndarray, n: int) -> np.ndarray:
@@ -167,16 +161,13 @@ def _boundary_nodes(cells: np.ndarray, n: int) -> np.ndarray:
     return flag
 
 
-def write_dataset(data: HeatDataset, out: str | os.PathLike[str]) -> Path:
-    """Write the dataset folder (see the module docstring), atomically per file."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, array in (("inputs", data.inputs), ("targets", data.targets)):
-        tmp = out / f".{name}.npy.tmp"
-        with open(tmp, "wb") as f:
-            np.save(f, array)
-        os.replace(tmp, out / f"{name}.npy")
-    meta = {"format": DATASET_FORMAT, "format_version": 1, "num_samples": int(data.inputs.shape[0]),
-            "num_nodes": int(data.inputs.shape[1]), **data.info}
-    (out / "dataset.json").write_text(json.dumps(meta, indent=2) + "\n")
-    return out
+def write_dataset(data: HeatDataset, out: str | os.PathLike[str], **options: object) -> Path:
+    """Write the samples as a dataset folder (:func:`meshshard.partition.write_dataset`; the
+    ``options`` go to it, e.g. ``val_fraction``, ``dtype``, ``force``)."""
+    from meshshard.partition import write_dataset as write
+
+    if data.points is None or data.cells is None:
+        raise ValueError("Expected a HeatDataset from simulate_heat (with its points and cells)")
+    cell_type = "triangle" if data.cells.shape[1] == 3 else "tetra"
+    return write(out, data.inputs, data.targets, pos=data.points, cells=[(cell_type, data.cells)],
+                 input_names=["u", "kappa", "boundary"], target_names=["du"], **options)  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from meshshard import _runlog
-from meshshard.partition import partition_mesh, save_partition
+from meshshard.partition import partition_dataset
 from tests._examples import example_module
 
 
@@ -39,13 +39,13 @@ def test_an_existing_run_is_refused_and_force_deletes_only_our_files(tmp_path: P
 def test_resume_refuses_changes_that_break_exactness_and_reports_an_lr_change() -> None:
     saved = {"latent_size": 8, "hidden_layers": 1, "message_passing_steps": 2, "activation": "relu",
              "dtype": "float64", "seed": 0, "data_parallel": 1, "lr": 0.01, "out": "run"}
-    ident = {"partition_num_nodes": 10, "partition_mesh_sha256": "a", "dataset": {"meshes": ["m"]}}
+    ident = {"partition_meshes": [[10, "a"]], "dataset": {"meshes": ["m"]}}
     _runlog.check_resume(saved, ident, saved | {"lr": 0.5, "steps": 99}, ident)
     assert _runlog.lr_change(saved, 0.5) == 0.01 and _runlog.lr_change(saved, 0.01) is None
     with pytest.raises(ValueError, match=r"run: cannot resume with changed settings: latent_size 8 -> 16; dtype 'float64' -> 'float32'"):
         _runlog.check_resume(saved, ident, saved | {"latent_size": 16, "dtype": "float32"}, ident)
-    with pytest.raises(ValueError, match=r"the partition's mesh \(mesh checksum differs\)"):
-        _runlog.check_resume(saved, ident, saved, ident | {"partition_mesh_sha256": "b"})
+    with pytest.raises(ValueError, match=r"the partition's mesh \(parts/ was made for another mesh\)"):
+        _runlog.check_resume(saved, ident, saved | {"partition": "parts/"}, ident | {"partition_meshes": [[10, "b"]]})
     with pytest.raises(ValueError, match=r"the dataset \(.* is not the one the run trained on\)"):
         _runlog.check_resume(saved, ident, saved, ident | {"dataset": {"meshes": ["other"]}})
 
@@ -69,13 +69,14 @@ def small_case(tmp_path_factory) -> dict:
     tri = np.concatenate([np.stack([idx, idx + side, idx + side + 1], 1), np.stack([idx, idx + side + 1, idx + 1], 1)])
     heat = example_module("heat_diffusion", "simulate")
     heat.write_dataset(heat.simulate_heat(points, tri, trajectories=2, steps=2, seed=0), root / "data")
-    save_partition(partition_mesh(points, [("triangle", tri)], 2), root / "parts")
-    return {"root": root, "data": str(root / "data"), "parts": str(root / "parts")}
+    partition_dataset(root / "data", root / "parts", 2)
+    partition_dataset(root / "data", root / "parts1", 1)
+    return {"root": root, "data": str(root / "data"), "parts": str(root / "parts"), "parts1": str(root / "parts1")}
 
 
-def _train(case: dict, run: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "meshshard", "train", case["parts"], "--data", case["data"], "--out", str(run),
-           "--nproc", "2", "--latent", "8", "--hidden-layers", "1", "--mp-steps", "2", "--log-every", "2",
+def _train(case: dict, run: Path, *extra: str, parts: str = "parts") -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "meshshard", "train", case[parts], "--data", case["data"], "--out", str(run),
+           "--nproc", "2" if parts == "parts" else "0", "--latent", "8", "--hidden-layers", "1", "--mp-steps", "2", "--log-every", "2",
            "--dtype", "float64", *extra]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=240)
 
@@ -86,7 +87,7 @@ def test_train_banner_log_plot_refusal_force_and_resume(small_case: dict) -> Non
     first = _train(small_case, run, "--steps", "3", "--lr", "0.01")
     assert first.returncode == 0, first.stderr
     assert "2 rank(s) = 1 data-parallel x 2 domain-parallel" in first.stdout, first.stdout
-    assert "parameters" in first.stdout and "owned per rank" in first.stdout and "ghosts per rank" in first.stdout
+    assert "parameters" in first.stdout and "per rank owned " in first.stdout and ", ghosts " in first.stdout
     records = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [0, 1, 2]
     for r in (records[0], records[2]):  # the logged steps carry every rank's peak memory
@@ -110,7 +111,7 @@ def test_train_banner_log_plot_refusal_force_and_resume(small_case: dict) -> Non
     assert [r["step"] for r in records if "loss" in r] == [0, 1, 2, 3, 4]
 
     (run / "mine.txt").write_text("keep")
-    forced = _train(small_case, run, "--steps", "1", "--force", "--quiet", "--nproc", "0", "--data-parallel", "1")
+    forced = _train(small_case, run, "--steps", "1", "--force", "--quiet", parts="parts1")  # one process
     assert forced.returncode == 0, forced.stderr
     assert [json.loads(line)["step"] for line in (run / "log.jsonl").read_text().splitlines()] == [0]
     assert (run / "mine.txt").read_text() == "keep"

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 import torch
 
-from meshshard import edge_features
+from meshshard._data import whole_sample
 from meshshard._train import TrainConfig, load_checkpoint, sample_index, train
 from meshshard.nn import MeshGraphNet
-from meshshard.partition import build_graph, partition_file, read_input
+from meshshard.partition import open_dataset, partition_dataset
 from tests._dist import free_port, run_ranks
 from tests._examples import example_module
 from tests._meshes import data_file
@@ -37,7 +37,7 @@ def setup(tmp_path_factory) -> dict:
     tri = np.concatenate([b.data for b in mesh.cells if b.type == "triangle"])
     heat = example_module("heat_diffusion", "simulate")
     heat.write_dataset(heat.simulate_heat(mesh.points[:, :2], tri, trajectories=3, steps=2, seed=1), root / "data")
-    partition_file(path, root / "partition", 2)
+    partition_dataset(root / "data", root / "partition", 2)
     base = TrainConfig(partition=str(root / "partition"), data=str(root / "data"), out="", steps=STEPS, lr=1e-2,
                        latent_size=8, hidden_layers=1, message_passing_steps=2, checkpoint_every=2,
                        quiet=True, dtype="float64", data_parallel=2)
@@ -57,21 +57,17 @@ def _run(setup: dict, name: str, **changes) -> tuple[list[float], dict]:
 def _reference(setup: dict) -> tuple[list[float], dict]:
     """Single-process training on the whole mesh with the same batches (2 samples per step)."""
     cfg = setup["cfg"]
-    graph = build_graph(read_input(setup["mesh"]), "nodal")
-    dst = np.repeat(np.arange(graph.num_nodes), np.diff(graph.indptr))
-    ei = torch.as_tensor(np.stack([graph.indices, dst]))
-    meta = __import__("json").loads((Path(cfg.data) / "dataset.json").read_text())
-    ea = edge_features(torch.as_tensor(graph.pos, dtype=torch.float64), ei) / meta["edge_scale"]
-    inputs = torch.from_numpy(np.load(Path(cfg.data) / "inputs.npy")).double()
-    targets = torch.from_numpy(np.load(Path(cfg.data) / "targets.npy")).double()
+    train_ids = open_dataset(cfg.data).train
+    samples = {int(s): whole_sample(cfg.data, int(s), dtype=torch.float64) for s in train_ids}
     torch.manual_seed(cfg.seed)
-    model = MeshGraphNet(3, ea.shape[1], 1, latent_size=cfg.latent_size, hidden_layers=cfg.hidden_layers,
+    model = MeshGraphNet(3, 3, 1, latent_size=cfg.latent_size, hidden_layers=cfg.hidden_layers,
                          message_passing_steps=cfg.message_passing_steps).to(torch.float64)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     losses = []
     for step in range(STEPS):
-        batch = [sample_index(cfg.seed, step, d, cfg.data_parallel, len(inputs)) for d in range(cfg.data_parallel)]
-        loss = sum(((model(inputs[s], ei, ea) - targets[s]) ** 2).mean() for s in batch) / len(batch)
+        batch = [int(train_ids[sample_index(cfg.seed, step, d, cfg.data_parallel, len(train_ids))])
+                 for d in range(cfg.data_parallel)]
+        loss = sum(((model(x, ei, ea) - y) ** 2).mean() for x, y, ei, ea in (samples[s] for s in batch)) / len(batch)
         opt.zero_grad()
         loss.backward()
         opt.step()

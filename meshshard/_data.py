@@ -1,0 +1,204 @@
+"""Reading a dataset (:mod:`meshshard.partition._dataset`) on one rank, as training and
+prediction need it: owned rows only, normalised, as tensors.
+
+Public names (stable):
+
+- :class:`DatasetReader`: for a dataset folder, its partitions (``meshshard partition DATA``) and
+  this rank's domain rank, ``reader.sample(s)`` returns a :class:`LocalSample`: the
+  :class:`~meshshard.ShardGraph` of the sample's mesh (loaded when a sample on that mesh is first
+  drawn, then cached), the normalised inputs and targets of this rank's owned nodes as
+  :class:`~meshshard.ShardTensor`, and the normalised edge features of the local edges.
+  Construction checks that the partitions belong to the dataset (one line, ``ValueError``).
+- :class:`Normaliser`: the statistics as tensors, with ``normalise_inputs``,
+  ``normalise_targets``, ``normalise_edges`` and ``denormalise_targets``; built from a dataset's
+  :class:`~meshshard.partition.Normalisation` or from ``checkpoint["config"]["normalisation"]``
+  (:meth:`Normaliser.from_dict`), which training stores, so prediction de-normalises with the
+  statistics the model was trained with.
+- :func:`whole_sample`: one sample on the whole mesh, normalised (single-process prediction and
+  the reference computations of the tests).
+
+Memory per rank is O(shard + halo): the sample files are memory maps and only the rows of
+``owned_ids`` are read; the mesh is read through the partition's part file, never whole.
+
+Shapes: ``N_own`` owned nodes, ``E_local`` local edges, ``F_in`` / ``F_out`` input / target
+channels, ``F_e = D + 1`` edge channels.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from meshshard._graph import ShardGraph, edge_features
+from meshshard._tensor import ShardTensor
+from meshshard.partition import Dataset, Normalisation, load_partition, open_dataset
+from meshshard.partition._dataset import check_partition_matches, dataset_partition_folder
+
+__all__ = ["DatasetReader", "LocalSample", "Normaliser", "whole_sample"]
+
+
+class Normaliser:
+    """``(value - mean) / scale`` for inputs, targets and edge features, and its inverse for
+    predicted targets, as tensors on one device and dtype.
+
+    Shapes:
+        inputs ``(..., F_in)``, targets ``(..., F_out)``, edges ``(..., F_e)``.
+    """
+
+    def __init__(self, normalisation: Normalisation, device: Any = None, dtype: torch.dtype = torch.float32) -> None:
+        self.normalisation = normalisation
+
+        def t(a: np.ndarray) -> Tensor:
+            return torch.as_tensor(np.asarray(a, dtype=np.float64), device=device).to(dtype)
+
+        n = normalisation
+        self._in = (t(n.inputs.mean), t(n.inputs.scale))
+        self._out = (t(n.targets.mean), t(n.targets.scale))
+        self._edge = (t(n.edges.mean), t(n.edges.scale))
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], device: Any = None, dtype: torch.dtype = torch.float32) -> Normaliser:
+        """From ``Normalisation.to_dict()`` (what a checkpoint's config stores)."""
+        return cls(Normalisation.from_dict(values), device, dtype)
+
+    def normalise_inputs(self, x: Tensor) -> Tensor:
+        return (x - self._in[0]) / self._in[1]
+
+    def normalise_targets(self, y: Tensor) -> Tensor:
+        return (y - self._out[0]) / self._out[1]
+
+    def normalise_edges(self, e: Tensor) -> Tensor:
+        return (e - self._edge[0]) / self._edge[1]
+
+    def denormalise_targets(self, y: Any) -> Any:
+        """Model output to physical units: ``y * scale + mean`` (a Tensor or a ShardTensor)."""
+        if isinstance(y, ShardTensor):
+            return ShardTensor.from_local(self.denormalise_targets(y.to_local()), y.spec)
+        return y * self._out[1] + self._out[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.normalisation.to_dict()
+
+
+@dataclass(frozen=True, eq=False)
+class LocalSample:
+    """One sample on this rank. x, y: owned rows ``(N_own, F_in)`` / ``(N_own, F_out)``,
+    normalised; edge_attr ``(E_local, F_e)``, normalised; owned_ids ``(N_own,)`` global ids."""
+
+    sample: int
+    mesh: int
+    graph: ShardGraph
+    x: ShardTensor
+    y: ShardTensor
+    edge_attr: Tensor
+    owned_ids: np.ndarray
+
+
+class DatasetReader:
+    """This rank's view of a dataset and its partitions (see the module docstring).
+
+    Args:
+        data: Dataset folder (or an open :class:`~meshshard.partition.Dataset`).
+        partition: ``meshshard partition DATA`` output: a partition folder (one-mesh dataset)
+            or a folder of them (many meshes).
+        domain_rank: This rank's part.
+        group: The domain process group (``None``: the default group, or none at all).
+        device, dtype: Of every tensor returned.
+        cache_size: Meshes whose shard stays loaded (least recently used dropped first).
+
+    Raises:
+        ValueError: the partitions were made for another dataset, or for another number of parts
+            than ``num_parts`` when it is given.
+    """
+
+    def __init__(self, data: str | os.PathLike[str] | Dataset, partition: str | os.PathLike[str], domain_rank: int,
+                 group: Any = None, *, device: Any = None, dtype: torch.dtype = torch.float32,
+                 cache_size: int = 8) -> None:
+        self.dataset = data if isinstance(data, Dataset) else open_dataset(data)
+        self.partition = partition
+        self.parts_meta = check_partition_matches(self.dataset, partition)
+        self.num_parts: int = int(self.parts_meta["num_parts"])
+        self.domain_rank, self.group, self.device, self.dtype = domain_rank, group, device, dtype
+        self.normaliser = Normaliser(self.dataset.normalisation, device, dtype)
+        self.cache_size = max(1, cache_size)
+        self._shards: OrderedDict[int, tuple[ShardGraph, Tensor, np.ndarray]] = OrderedDict()
+
+    @property
+    def train(self) -> np.ndarray:
+        return self.dataset.train
+
+    @property
+    def val(self) -> np.ndarray:
+        return self.dataset.val
+
+    @property
+    def num_inputs(self) -> int:
+        return len(self.dataset.input_channels)
+
+    @property
+    def num_targets(self) -> int:
+        return len(self.dataset.target_channels)
+
+    @property
+    def num_edge_features(self) -> int:
+        return len(self.dataset.edge_channels)
+
+    def shard(self, mesh: int) -> tuple[ShardGraph, Tensor, np.ndarray]:
+        """(graph, normalised edge features, owned global ids) of mesh ``mesh`` on this rank."""
+        if mesh in self._shards:
+            self._shards.move_to_end(mesh)
+            return self._shards[mesh]
+        folder = dataset_partition_folder(self.partition, mesh)
+        part = load_partition(folder, self.domain_rank)
+        expected = self.dataset.meta["meshes"][mesh]["sha256"]
+        if part.metadata.get("input", {}).get("sha256") != expected:
+            raise ValueError(f"{folder}: partition made for another dataset (its mesh checksum differs from "
+                             f"mesh {mesh} of {self.dataset.path}); re-run meshshard partition")
+        graph = ShardGraph.from_partition(part, self.group, device=self.device, dtype=self.dtype)
+        if graph.pos is None:
+            raise ValueError(f"{folder}: Expected coordinates in the partition (got none)")
+        edge_attr = self.normaliser.normalise_edges(edge_features(graph.pos, graph.edge_index))
+        entry = (graph, edge_attr, np.asarray(part.owned_ids))
+        self._shards[mesh] = entry
+        while len(self._shards) > self.cache_size:
+            self._shards.popitem(last=False)
+        return entry
+
+    def sample(self, s: int) -> LocalSample:
+        """Sample ``s`` on this rank: its mesh's shard and the owned rows, normalised."""
+        mesh = self.dataset.sample_mesh(s)
+        graph, edge_attr, owned = self.shard(mesh)
+        x, y = self.dataset.rows(s, owned)
+        x_t = self.normaliser.normalise_inputs(torch.from_numpy(x).to(self.device, self.dtype))
+        y_t = self.normaliser.normalise_targets(torch.from_numpy(y).to(self.device, self.dtype))
+        return LocalSample(int(s), mesh, graph, ShardTensor.from_local(x_t, graph.spec),
+                           ShardTensor.from_local(y_t, graph.spec), edge_attr, owned)
+
+    def mean_nodes(self, samples: np.ndarray | None = None) -> float:
+        """Mean node count over ``samples`` (default: the training split)."""
+        ids = self.train if samples is None else samples
+        return float(np.mean([self.dataset.num_nodes(int(s)) for s in ids])) if len(ids) else 0.0
+
+
+def whole_sample(data: str | os.PathLike[str] | Dataset, s: int, *, device: Any = None,
+                 dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Sample ``s`` on its whole mesh, normalised, in one process.
+
+    Returns:
+        ``(x, y, edge_index, edge_attr)``: ``(N, F_in)``, ``(N, F_out)``, ``(2, E)`` global
+        directed edges in global edge id order, ``(E, F_e)``.
+    """
+    dataset = data if isinstance(data, Dataset) else open_dataset(data)
+    normaliser = Normaliser(dataset.normalisation, device, dtype)
+    graph = dataset.mesh(dataset.sample_mesh(s)).graph()
+    edge_index = torch.as_tensor(graph.edge_index(), device=device)
+    pos = torch.as_tensor(graph.pos, device=device).to(dtype)
+    x, y = (torch.from_numpy(np.asarray(a, dtype=np.float64)).to(device, dtype) for a in dataset.sample_arrays(s))
+    return (normaliser.normalise_inputs(x), normaliser.normalise_targets(y), edge_index,
+            normaliser.normalise_edges(edge_features(pos, edge_index)))

@@ -1,0 +1,958 @@
+"""The on-disk dataset format, version 2 (``FORMAT_VERSION``), and its reader and writer.
+
+A dataset is what training and prediction read: per sample, input and target fields at the
+nodes of a mesh, plus the mesh itself (so that predictions can be written back onto it) and the
+normalisation statistics of the training split. numpy ``.npy`` files and one JSON file, nothing
+pickled. Two kinds, detected when the dataset is written:
+
+- ``"one-mesh"``: every sample has the same points and cells (one graph, one partition);
+- ``"many-meshes"``: samples have their own meshes (one partition per distinct mesh; samples
+  whose meshes are identical share one).
+
+Folder layout::
+
+    DATA/
+    ├── dataset.json                 format, kind, fields, split, normalisation, meshes, samples
+    ├── meshes/
+    │   └── 00000/                   one folder per distinct mesh, meshes/{m:05d}/
+    │       ├── points.npy           (N_m, D) float64 coordinates
+    │       ├── cells-triangle.npy   (C, k) int64, one file per meshio cell type ...
+    │       └── edge_index.npy       ... or (2, E) int64 edges, for a graph given without cells
+    └── samples/
+        ├── 00000/                   one folder per sample, samples/{s:05d}/
+        │   ├── inputs.npy           (N_m, F_in) float32 (or float64: ``dtype``), unnormalised
+        │   └── targets.npy          (N_m, F_out), unnormalised
+        └── ...
+
+Every ``.npy`` is read with ``np.load(mmap_mode="r", allow_pickle=False)``: a rank reads only its
+own rows of a sample (``inputs[owned_ids]``), so memory per rank is O(shard + halo), never O(N).
+Paths are never read from the JSON: ``meshes/{m:05d}`` and ``samples/{s:05d}`` follow from the
+indices (the ``folder`` entries are checked against them), so no entry can point outside DATA.
+
+Fields and channels. ``inputs`` and ``targets`` list fields in channel order, each with its
+component count: a scalar field is one channel named after it, a vector field ``u`` with 3
+components is the channels ``u[0]``, ``u[1]``, ``u[2]``, a single component selected as ``u[1]``
+is one channel ``u[1]``. The reserved name ``pos`` is the node coordinates (``D`` channels
+``pos[0]``...). Edge channels are those of ``meshshard.edge_features``: ``dpos[i]`` the
+components of ``pos[src] - pos[dst]``, then ``|dpos|`` its length, over every directed edge of
+the mesh's nodal graph (both directions of every cell edge).
+
+Normalisation. ``normalisation.inputs`` / ``targets`` / ``edges`` hold, per channel, the
+``mean`` and population ``std`` over every node (every directed edge) of every **training**
+sample, and ``scale``: ``std``, or ``1.0`` where ``std`` is 0. What training applies is
+``(value - mean) / scale`` and nothing else; prediction applies ``value * scale + mean`` to the
+model's output. ``count`` is the number of rows the statistics were taken over. They are
+computed streaming, one sample at a time (Chan et al.'s pairwise update, float64).
+
+Mesh checksum. ``meshes[m].sha256`` is the SHA-256 of the mesh as stored (:func:`mesh_checksum`:
+the points as float64, then every cell block's type and int64 connectivity, or the edge_index,
+each preceded by its shape). A partition of the dataset records it as its ``input.sha256``
+(``input.kind == "dataset"``); :func:`check_partition_matches` compares it and the node count.
+
+``dataset.json`` of the example below: the six-node triangle mesh ::
+
+    3 --- 4 --- 5
+    | \\   | \\   |
+    0 --- 1 --- 2       triangles (0, 1, 4), (0, 4, 3), (1, 2, 5), (1, 5, 4)
+
+with points ``(x, y) = (i % 3, i // 3)`` and three samples, one input ``T`` (``T = s * x`` for
+sample ``s``) and one 2-component target ``u`` (``u = (y, s)``), the last sample for
+validation, written by ``write_dataset(DIR, inputs, targets, pos=points, cells=[("triangle",
+triangles)], input_names=["T"], target_names=[("u", 2)], sample_names=["a", "b", "c"],
+val_samples=[2])``::
+
+    {
+      "format": "meshshard-dataset",
+      "format_version": 2,
+      "kind": "one-mesh",
+      "num_samples": 3,
+      "dtype": "float32",
+      "inputs": [{"name": "T", "components": 1}],
+      "targets": [{"name": "u", "components": 2}],
+      "input_channels": ["T"],
+      "target_channels": ["u[0]", "u[1]"],
+      "edge_channels": ["dpos[0]", "dpos[1]", "|dpos|"],
+      "split": {"train": [0, 1], "val": [2]},
+      "normalisation": {
+        "rule": "(value - mean) / scale, scale = std or 1 where std == 0",
+        "inputs": {"mean": [0.5], "std": [0.7637626158259734], "scale": [0.7637626158259734], "count": 12},
+        "targets": {"mean": [0.5, 0.5], "std": [0.5, 0.5], "scale": [0.5, 0.5], "count": 12},
+        "edges": {"mean": [0.0, 0.0, 1.0920474583051323], "std": [0.816496580927726, 0.7453559924999299, 0.17220502615058225], "scale": [0.816496580927726, 0.7453559924999299, 0.17220502615058225], "count": 36}
+      },
+      "meshes": [
+        {"folder": "meshes/00000", "num_nodes": 6, "pos_dim": 2, "num_edges": 18, "cells": {"triangle": 4}, "sha256": "9333b48d40f2189652b07a391c52195193be1435eb1462481f6ab53c8d3e5c63"}
+      ],
+      "samples": [
+        {"name": "a", "mesh": 0, "folder": "samples/00000", "source": null},
+        {"name": "b", "mesh": 0, "folder": "samples/00001", "source": null},
+        {"name": "c", "mesh": 0, "folder": "samples/00002", "source": null}
+      ]
+    }
+
+``source`` is the file a sample was read from (by ``meshshard dataset``), relative to nothing:
+just its name as given, for the user's information.
+
+Partitions of a dataset (``meshshard partition DATA --parts K --out PARTS``): for a one-mesh
+dataset, PARTS is an ordinary partition folder (:mod:`meshshard.partition._format`); for a
+many-meshes dataset it is a folder of them::
+
+    PARTS/
+    ├── partitions.json      {"format": "meshshard-dataset-partitions", "format_version": 1,
+    │                         "num_parts": K, "meshes": [{"mesh": 0, "folder": "mesh-00000",
+    │                         "num_nodes": N_0, "sha256": <mesh checksum>}, ...]}
+    ├── mesh-00000/          the partition of meshes/00000 (partition.json, part-*.npz)
+    └── ...
+
+Public names (stable; ``meshshard.partition`` re-exports them):
+
+- :func:`write_dataset` (numpy arrays), :func:`write_dataset_from_pyg` (PyG ``Data`` list), and
+  :func:`write_samples` (any iterable of :class:`Sample`, used by ``meshshard dataset``);
+- :func:`open_dataset` -> :class:`Dataset` (metadata, split, :class:`Normalisation`, the rows of
+  one sample for given node ids, the mesh of a sample);
+- :class:`ChannelStats`, :class:`Normalisation` (``to_dict`` / ``from_dict``: what a checkpoint
+  stores);
+- :func:`mesh_checksum`, :func:`is_dataset`, :func:`check_partition_matches`,
+  :func:`dataset_partition_folder`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from meshshard.partition._graph import Cells, Graph, nodal_graph
+
+__all__ = [
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "METADATA_FILE",
+    "KINDS",
+    "PARTITIONS_FORMAT",
+    "PARTITIONS_FILE",
+    "Sample",
+    "ChannelStats",
+    "Normalisation",
+    "Dataset",
+    "write_dataset",
+    "write_dataset_from_pyg",
+    "write_samples",
+    "open_dataset",
+    "is_dataset",
+    "mesh_checksum",
+    "channel_names",
+    "split_samples",
+    "check_dataset_output",
+    "check_partition_matches",
+    "dataset_partition_folder",
+]
+
+FORMAT_NAME = "meshshard-dataset"
+FORMAT_VERSION = 2
+METADATA_FILE = "dataset.json"
+KINDS = ("one-mesh", "many-meshes")
+PARTITIONS_FORMAT = "meshshard-dataset-partitions"
+PARTITIONS_FILE = "partitions.json"
+NORMALISATION_RULE = "(value - mean) / scale, scale = std or 1 where std == 0"
+
+_CELL_TYPE = re.compile(r"^[A-Za-z0-9_]+$")
+_OUR_FILE = re.compile(
+    r"^(dataset\.json|meshes/\d{5}/(points|edge_index|cells-[A-Za-z0-9_]+)\.npy|"
+    r"samples/\d{5}/(inputs|targets)\.npy)$")
+_OUR_DIR = re.compile(r"^(meshes|samples)(/\d{5})?$")
+
+FieldSpec = "str | tuple[str, int]"
+
+
+# ---------------------------------------------------------------------------------------------
+# Fields, channels, checksums
+
+
+def channel_names(fields: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``[{"name": "T", "components": 1}, {"name": "u", "components": 2}]`` -> ``T, u[0], u[1]``."""
+    out: list[str] = []
+    for f in fields:
+        k = int(f["components"])
+        out.extend([f["name"]] if k == 1 else [f"{f['name']}[{i}]" for i in range(k)])
+    return out
+
+
+def _fields(names: Sequence[Any] | None, width: int, default: str, what: str) -> list[dict[str, Any]]:
+    """Field records from names (``"T"`` one channel, ``("u", 3)`` three) for ``width`` channels."""
+    if names is None:
+        return [{"name": default, "components": width}]
+    fields = []
+    for item in names:
+        name, k = (item, 1) if isinstance(item, str) else (str(item[0]), int(item[1]))
+        if not name or k < 1:
+            raise ValueError(f"Expected '{what}' entries of a name or (name, components >= 1) (got {item!r})")
+        fields.append({"name": name, "components": k})
+    total = sum(f["components"] for f in fields)
+    if total != width:
+        raise ValueError(f"Expected '{what}' to name {width} channels (got {total}: {channel_names(fields)})")
+    return fields
+
+
+def mesh_checksum(points: np.ndarray, cells: Cells = (), edge_index: np.ndarray | None = None) -> str:
+    """SHA-256 of a mesh as the dataset stores it (points float64, connectivity int64)."""
+    digest = hashlib.sha256(b"meshshard-mesh-v1")
+
+    def add(tag: bytes, array: np.ndarray) -> None:
+        digest.update(tag + b"\0" + np.asarray(array.shape, dtype=np.int64).tobytes())
+        digest.update(np.ascontiguousarray(array).tobytes())
+
+    add(b"points", np.asarray(points, dtype=np.float64))
+    for cell_type, conn in cells:
+        add(b"cells:" + cell_type.encode(), np.asarray(conn, dtype=np.int64))
+    if edge_index is not None:
+        add(b"edge_index", np.asarray(edge_index, dtype=np.int64))
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics
+
+
+class _Running:
+    """Per-channel count, mean and sum of squared deviations (float64), merged pairwise."""
+
+    def __init__(self, width: int) -> None:
+        self.n = 0
+        self.mean = np.zeros(width)
+        self.m2 = np.zeros(width)
+
+    def add(self, x: np.ndarray, times: int = 1) -> None:
+        """Merge the rows of ``x`` (``(n, width)``), counted ``times`` times."""
+        if len(x) == 0 or times == 0:
+            return
+        x = np.asarray(x, dtype=np.float64)
+        n_b = len(x) * times
+        mean_b = x.mean(axis=0)
+        m2_b = ((x - mean_b) ** 2).sum(axis=0) * times
+        self.merge(n_b, mean_b, m2_b)
+
+    def merge(self, n_b: int, mean_b: np.ndarray, m2_b: np.ndarray) -> None:
+        n = self.n + n_b
+        delta = mean_b - self.mean
+        self.mean = self.mean + delta * (n_b / n)
+        self.m2 = self.m2 + m2_b + delta**2 * (self.n * n_b / n)
+        self.n = n
+
+    def stats(self, channels: Sequence[str]) -> ChannelStats:
+        std = np.sqrt(self.m2 / self.n) if self.n else np.zeros_like(self.mean)
+        mean = self.mean if self.n else np.zeros_like(self.mean)
+        return ChannelStats(tuple(channels), mean, std, int(self.n))
+
+
+@dataclass(frozen=True, eq=False)
+class ChannelStats:
+    """Per-channel mean and population std over ``count`` rows; ``scale`` is what divides.
+
+    Shapes:
+        mean, std, scale: ``(F,)`` float64.
+    """
+
+    channels: tuple[str, ...]
+    mean: np.ndarray
+    std: np.ndarray
+    count: int
+
+    @property
+    def scale(self) -> np.ndarray:
+        return np.where(self.std > 0, self.std, 1.0)
+
+    def normalise(self, x: np.ndarray) -> np.ndarray:
+        return (x - self.mean) / self.scale
+
+    def denormalise(self, x: np.ndarray) -> np.ndarray:
+        return x * self.scale + self.mean
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mean": self.mean.tolist(), "std": self.std.tolist(), "scale": self.scale.tolist(),
+                "count": self.count}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], channels: Sequence[str]) -> ChannelStats:
+        mean, std = np.asarray(d["mean"], dtype=np.float64), np.asarray(d["std"], dtype=np.float64)
+        if mean.shape != (len(channels),) or std.shape != mean.shape:
+            raise ValueError(f"Expected {len(channels)} means and stds (got {mean.shape}, {std.shape})")
+        return cls(tuple(channels), mean, std, int(d["count"]))
+
+
+@dataclass(frozen=True, eq=False)
+class Normalisation:
+    """The statistics training applies: inputs, targets and edge features."""
+
+    inputs: ChannelStats
+    targets: ChannelStats
+    edges: ChannelStats
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything needed to normalise and de-normalise, JSON-ready (stored in checkpoints)."""
+        return {"rule": NORMALISATION_RULE,
+                "input_channels": list(self.inputs.channels),
+                "target_channels": list(self.targets.channels),
+                "edge_channels": list(self.edges.channels),
+                "inputs": self.inputs.to_dict(), "targets": self.targets.to_dict(),
+                "edges": self.edges.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], input_channels: Sequence[str] | None = None,
+                  target_channels: Sequence[str] | None = None,
+                  edge_channels: Sequence[str] | None = None) -> Normalisation:
+        """From :meth:`to_dict`'s output, or a dataset's ``normalisation`` plus its channels."""
+        ic = input_channels if input_channels is not None else d["input_channels"]
+        tc = target_channels if target_channels is not None else d["target_channels"]
+        ec = edge_channels if edge_channels is not None else d["edge_channels"]
+        return cls(ChannelStats.from_dict(d["inputs"], ic), ChannelStats.from_dict(d["targets"], tc),
+                   ChannelStats.from_dict(d["edges"], ec))
+
+
+def edge_channel_names(pos_dim: int) -> list[str]:
+    return [f"dpos[{i}]" for i in range(pos_dim)] + ["|dpos|"]
+
+
+def _edge_moments(graph: Graph, pos: np.ndarray, chunk: int = 1 << 21) -> _Running:
+    """Moments of ``[pos[src] - pos[dst], |.|]`` over the graph's directed edges, in chunks."""
+    run = _Running(pos.shape[1] + 1)
+    indptr, indices = graph.indptr, graph.indices
+    n = graph.num_nodes
+    start = 0
+    while start < n:
+        stop = int(np.searchsorted(indptr, indptr[start] + chunk, side="right"))
+        stop = min(max(stop - 1, start + 1), n)
+        lo, hi = int(indptr[start]), int(indptr[stop])
+        dst = np.repeat(np.arange(start, stop), np.diff(indptr[start:stop + 1]))
+        rel = pos[indices[lo:hi]] - pos[dst]
+        run.add(np.concatenate([rel, np.linalg.norm(rel, axis=1, keepdims=True)], axis=1))
+        start = stop
+    return run
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+
+
+@dataclass(frozen=True, eq=False)
+class Sample:
+    """One sample to write: its mesh and its fields (unnormalised).
+
+    Shapes:
+        pos: ``(N, D)``. cells: blocks ``(C_b, k_b)``. edge_index: ``(2, E)``.
+        inputs: ``(N, F_in)``. targets: ``(N, F_out)``.
+    """
+
+    name: str
+    pos: np.ndarray
+    inputs: np.ndarray
+    targets: np.ndarray
+    cells: Cells = ()
+    edge_index: np.ndarray | None = None
+    source: str | None = None
+
+
+def split_samples(names: Sequence[str], val_fraction: float | None = None,
+                  val_samples: Sequence[int | str] | None = None) -> tuple[list[int], list[int]]:
+    """(train, val) sample indices: the given ``val_samples`` (indices or names), or
+    ``round(val_fraction * S)`` samples (at least one when the fraction is positive and S >= 2)
+    drawn by a fixed permutation (seed 0); at least one sample is always left for training."""
+    s = len(names)
+    if val_samples is not None and val_fraction is not None:
+        raise ValueError("Expected --val-fraction or --val-samples, not both")
+    if val_samples is not None:
+        by_name = {n: i for i, n in enumerate(names)}
+        val = set()
+        for item in val_samples:
+            text = str(item).strip()
+            if text in by_name:
+                val.add(by_name[text])
+            elif text.lstrip("-").isdigit() and 0 <= int(text) < s:
+                val.add(int(text))
+            else:
+                raise ValueError(f"Expected --val-samples to name samples (indices 0..{s - 1} or names "
+                                 f"such as {', '.join(list(names)[:3])}) (got {text!r})")
+    else:
+        f = 0.2 if val_fraction is None else float(val_fraction)
+        if not 0.0 <= f < 1.0:
+            raise ValueError(f"Expected --val-fraction in [0, 1) (got {f})")
+        k = int(round(f * s))
+        if f > 0 and s >= 2:
+            k = max(k, 1)
+        k = min(k, s - 1)
+        val = set(np.random.default_rng(0).permutation(s)[:k].tolist()) if k > 0 else set()
+    train = [i for i in range(s) if i not in val]
+    if not train:
+        raise ValueError(f"Expected at least one training sample (all {s} are validation samples)")
+    return train, sorted(val)
+
+
+def _is_ours(out: Path) -> str | None:
+    """None when ``out`` holds a dataset and only our files; otherwise why not."""
+    meta = out / METADATA_FILE
+    try:
+        if json.loads(meta.read_text()).get("format") != FORMAT_NAME:
+            return f"{METADATA_FILE} is not a {FORMAT_NAME} file"
+    except (OSError, ValueError, AttributeError):
+        return f"no readable {METADATA_FILE}"
+    for path in out.rglob("*"):
+        rel = path.relative_to(out).as_posix()
+        if path.is_symlink():
+            return f"it holds a link ({rel})"
+        if path.is_dir() and not _OUR_DIR.match(rel) or path.is_file() and not _OUR_FILE.match(rel):
+            return f"it holds {rel}, which meshshard did not write"
+    return None
+
+
+def check_dataset_output(out: str | os.PathLike[str], force: bool,
+                         sources: Sequence[str | os.PathLike[str]] = ()) -> Path:
+    """Raise unless ``out`` may be written: absent, an empty folder, or with ``force`` a dataset
+    folder holding only our files; never ``.``, a parent of the current folder, or a folder that
+    is or contains a source."""
+    out = Path(out)
+    resolved = out.resolve()
+    if resolved == Path.cwd().resolve() or resolved in Path.cwd().resolve().parents:
+        raise ValueError(f"{out}: refusing to write a dataset over the current folder or a parent of it")
+    for src in sources:
+        s = Path(src).resolve()
+        if s == resolved or resolved in s.parents:
+            raise ValueError(f"{out}: refusing to write a dataset over a folder holding the source {src}")
+    if not out.exists():
+        return out
+    if not out.is_dir() or out.is_symlink():
+        raise ValueError(f"{out}: exists and is not a folder")
+    if not any(out.iterdir()):
+        return out
+    if not force:
+        raise ValueError(f"{out}: exists and is not empty (pass --force to replace a dataset folder)")
+    why = _is_ours(out)
+    if why is not None:
+        raise ValueError(f"{out}: is not a meshshard dataset folder ({why}); refusing to replace it, even with --force")
+    return out
+
+
+def _save_npy(path: Path, array: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        np.lib.format.write_array(f, np.ascontiguousarray(array), allow_pickle=False)
+
+
+def _check_sample(sample: Sample, index: int, in_width: int | None, out_width: int | None) -> tuple[np.ndarray, list[tuple[str, np.ndarray]]]:
+    """Shapes, ids and finiteness of one sample; returns its float64 points and merged cells."""
+    where = sample.source or f"sample {index} ({sample.name!r})"
+    pos = np.asarray(sample.pos, dtype=np.float64)
+    if pos.ndim != 2 or pos.shape[1] not in (1, 2, 3) or len(pos) == 0:
+        raise ValueError(f"{where}: Expected points of shape (N, 2) or (N, 3), N >= 1 (got {pos.shape})")
+    n = len(pos)
+    bad = ~np.isfinite(pos).all(axis=1)
+    if bad.any():
+        raise ValueError(f"{where}: Expected finite coordinates (got NaN or inf at node {int(np.flatnonzero(bad)[0])})")
+    for what, array, width in (("inputs", sample.inputs, in_width), ("targets", sample.targets, out_width)):
+        a = np.asarray(array)
+        if a.ndim != 2 or a.shape[0] != n or (width is not None and a.shape[1] != width):
+            want = f"({n}, {width if width is not None else 'F'})"
+            raise ValueError(f"{where}: Expected {what} of shape {want}, one row per node (got {a.shape})")
+    merged: dict[str, list[np.ndarray]] = {}
+    for cell_type, conn in sample.cells:
+        conn = np.asarray(conn)
+        if not _CELL_TYPE.match(str(cell_type)):
+            raise ValueError(f"{where}: Expected a cell type of letters, digits and '_' (got {cell_type!r})")
+        if conn.ndim != 2 or not np.issubdtype(conn.dtype, np.integer) or (
+                conn.size and (conn.min() < 0 or conn.max() >= n)):
+            raise ValueError(f"{where}: Expected {cell_type} cells of shape (C, k) with node ids in [0, {n}) "
+                             f"(got shape {conn.shape}, dtype {conn.dtype})")
+        merged.setdefault(str(cell_type), []).append(conn.astype(np.int64))
+    cells = [(t, np.concatenate(c) if len(c) > 1 else c[0]) for t, c in merged.items()]
+    if not cells and sample.edge_index is None:
+        raise ValueError(f"{where}: Expected cells or an edge_index (got neither)")
+    return pos, cells
+
+
+def _check_finite(array: np.ndarray, channels: Sequence[str], where: str, name: str) -> None:
+    bad = ~np.isfinite(array)
+    if bad.any():
+        node, ch = (int(v[0]) for v in np.nonzero(bad))
+        value = array[node, ch]
+        raise ValueError(f"{where}: Expected finite values in field {channels[ch]!r} of sample {name!r} "
+                         f"(got {value} at node {node}; {int(bad.sum())} non-finite values in all)")
+
+
+def write_samples(
+    out: str | os.PathLike[str],
+    samples: Iterable[Sample],
+    names: Sequence[str],
+    *,
+    input_fields: Sequence[Mapping[str, Any]],
+    target_fields: Sequence[Mapping[str, Any]],
+    val_fraction: float | None = None,
+    val_samples: Sequence[int | str] | None = None,
+    dtype: str = "float32",
+    force: bool = False,
+    sources: Sequence[str | os.PathLike[str]] = (),
+    progress: Callable[[int], None] | None = None,
+) -> Path:
+    """Write a dataset folder from ``samples``, consumed one at a time (never all in memory).
+
+    Args:
+        out: The folder to create (written to a temporary folder beside it, renamed at the end;
+            nothing is left behind on error).
+        samples: The samples, in order; ``names[i]`` must be ``samples[i].name``.
+        names: Every sample's name, known up front (the split is drawn from them).
+        input_fields, target_fields: ``[{"name", "components"}]`` in channel order.
+        val_fraction, val_samples: The validation split, see :func:`split_samples`.
+        dtype: ``"float32"`` or ``"float64"`` for the stored fields.
+        force: Replace an existing dataset folder (only one, see :func:`check_dataset_output`).
+        sources: Input paths ``out`` must not contain.
+        progress: Called with 1 after each sample.
+
+    Returns:
+        The dataset folder.
+    """
+    out = check_dataset_output(out, force, sources)
+    if dtype not in ("float32", "float64"):
+        raise ValueError(f"Expected dtype float32 or float64 (got {dtype!r})")
+    if not names:
+        raise ValueError("Expected at least one sample (got none)")
+    if len(set(names)) != len(names):
+        raise ValueError("Expected distinct sample names")
+    train, val = split_samples(names, val_fraction, val_samples)
+    train_set = set(train)
+    in_ch, out_ch = channel_names(input_fields), channel_names(target_fields)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        meta = _write_all(tmp, samples, names, train_set, in_ch, out_ch, np.dtype(dtype), progress)
+        meta = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "kind": meta.pop("kind"),
+                "num_samples": len(names), "dtype": dtype,
+                "inputs": [dict(f) for f in input_fields], "targets": [dict(f) for f in target_fields],
+                "input_channels": in_ch, "target_channels": out_ch,
+                "edge_channels": meta.pop("edge_channels"),
+                "split": {"train": train, "val": val}, **meta}
+        (tmp / METADATA_FILE).write_text(dump_metadata(meta))
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _write_all(tmp: Path, samples: Iterable[Sample], names: Sequence[str], train: set[int],
+               in_ch: list[str], out_ch: list[str], dtype: np.dtype,
+               progress: Callable[[int], None] | None) -> dict[str, Any]:
+    """Stream the samples into ``tmp``; return the metadata entries that depend on them."""
+    meshes: list[dict[str, Any]] = []
+    mesh_of: dict[str, int] = {}
+    edge_runs: list[_Running] = []
+    train_uses: list[int] = []
+    run_in, run_out = _Running(len(in_ch)), _Running(len(out_ch))
+    entries = []
+    count = 0
+    for i, sample in enumerate(samples):
+        if i >= len(names) or sample.name != names[i]:
+            raise ValueError(f"Expected sample {i} to be named {names[i] if i < len(names) else None!r} "
+                             f"(got {sample.name!r})")
+        pos, cells = _check_sample(sample, i, len(in_ch), len(out_ch))
+        where = sample.source or f"sample {i}"
+        inputs = np.asarray(sample.inputs, dtype=np.float64)
+        targets = np.asarray(sample.targets, dtype=np.float64)
+        _check_finite(inputs, in_ch, where, sample.name)
+        _check_finite(targets, out_ch, where, sample.name)
+        ei = None if sample.edge_index is None else np.asarray(sample.edge_index, dtype=np.int64)
+        digest = mesh_checksum(pos, cells, None if cells else ei)
+        if digest not in mesh_of:
+            if meshes and meshes[0]["pos_dim"] != pos.shape[1]:
+                raise ValueError(f"{where}: Expected {meshes[0]['pos_dim']}-D points like the first sample "
+                                 f"(got {pos.shape[1]}-D)")
+            mesh_of[digest] = len(meshes)
+            graph = nodal_graph(cells, len(pos)) if cells else Graph.from_edge_index(ei, len(pos))
+            folder = tmp / "meshes" / f"{len(meshes):05d}"
+            _save_npy(folder / "points.npy", pos)
+            for cell_type, conn in cells:
+                _save_npy(folder / f"cells-{cell_type}.npy", conn)
+            if not cells:
+                _save_npy(folder / "edge_index.npy", ei)
+            meshes.append({"folder": f"meshes/{len(meshes):05d}", "num_nodes": len(pos),
+                           "pos_dim": pos.shape[1], "num_edges": graph.num_edges,
+                           "cells": {t: len(c) for t, c in cells}, "sha256": digest})
+            edge_runs.append(_edge_moments(graph, pos))
+            train_uses.append(0)
+        m = mesh_of[digest]
+        folder = tmp / "samples" / f"{i:05d}"
+        _save_npy(folder / "inputs.npy", inputs.astype(dtype))
+        _save_npy(folder / "targets.npy", targets.astype(dtype))
+        if i in train:
+            run_in.add(inputs)
+            run_out.add(targets)
+            train_uses[m] += 1
+        entries.append({"name": sample.name, "mesh": m, "folder": f"samples/{i:05d}", "source": sample.source})
+        count += 1
+        if progress is not None:
+            progress(1)
+    if count != len(names):
+        raise ValueError(f"Expected {len(names)} samples (got {count})")
+    edge_ch = edge_channel_names(meshes[0]["pos_dim"])
+    run_edges = _Running(len(edge_ch))
+    for run, uses in zip(edge_runs, train_uses):
+        if uses:
+            run_edges.merge(run.n * uses, run.mean, run.m2 * uses)
+    norm = {"rule": NORMALISATION_RULE, "inputs": run_in.stats(in_ch).to_dict(),
+            "targets": run_out.stats(out_ch).to_dict(), "edges": run_edges.stats(edge_ch).to_dict()}
+    return {"kind": KINDS[0] if len(meshes) == 1 else KINDS[1], "edge_channels": edge_ch,
+            "normalisation": norm, "meshes": meshes, "samples": entries}
+
+
+def dump_metadata(meta: Mapping[str, Any]) -> str:
+    """``dataset.json``'s text: two-space indent, one line per field, statistic, mesh and sample."""
+    def block(key: str, items: Sequence[Any], indent: str = "  ") -> str:
+        lines = ",\n".join(f"{indent}  {json.dumps(v)}" for v in items)
+        return f'{indent}"{key}": [\n{lines}\n{indent}]'
+
+    parts = []
+    for key, value in meta.items():
+        if key in ("meshes", "samples"):
+            parts.append(block(key, value))
+        elif key == "normalisation":
+            inner = ",\n".join(f'    "{k}": {json.dumps(v)}' for k, v in value.items())
+            parts.append(f'  "normalisation": {{\n{inner}\n  }}')
+        else:
+            parts.append(f'  "{key}": {json.dumps(value)}')
+    return "{\n" + ",\n".join(parts) + "\n}\n"
+
+
+def _as_numpy(x: Any) -> np.ndarray:
+    """numpy from numpy, lists or torch tensors (duck-typed: this layer never imports torch)."""
+    if hasattr(x, "detach") and hasattr(x, "cpu"):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def write_dataset(
+    out: str | os.PathLike[str],
+    inputs: Any,
+    targets: Any,
+    *,
+    pos: Any,
+    cells: Any = None,
+    edge_index: Any = None,
+    input_names: Sequence[Any] | None = None,
+    target_names: Sequence[Any] | None = None,
+    sample_names: Sequence[str] | None = None,
+    val_fraction: float | None = None,
+    val_samples: Sequence[int | str] | None = None,
+    dtype: str = "float32",
+    force: bool = False,
+) -> Path:
+    """Write a dataset folder from numpy arrays (or torch tensors; see the module docstring).
+
+    One mesh: ``pos`` an ``(N, D)`` array, ``cells`` (``[(type, conn)]`` or ``{type: conn}``) or
+    ``edge_index``, and ``inputs`` / ``targets`` ``(S, N, F)`` arrays (or lists of ``(N, F)``).
+    Many meshes: ``pos``, ``cells`` / ``edge_index``, ``inputs`` and ``targets`` all lists with
+    one entry per sample.
+
+    Args:
+        input_names, target_names: Fields in channel order, each a name (one channel) or
+            ``(name, components)``; default one field ``x`` / ``y`` with every channel.
+        sample_names: Default ``"00000"``, ``"00001"``, ...
+        val_fraction, val_samples: See :func:`split_samples` (default: 20 % for validation).
+        dtype: Stored precision of the fields.
+
+    Shapes:
+        pos: ``(N, D)``. inputs: ``(S, N, F_in)``. targets: ``(S, N, F_out)``.
+        cells: ``(C_b, k_b)`` per type. edge_index: ``(2, E)``.
+    """
+    ins, outs = [_as_numpy(a) for a in inputs], [_as_numpy(a) for a in targets]
+    s = len(ins)
+    if len(outs) != s:
+        raise ValueError(f"Expected as many targets as inputs (got {len(outs)} and {s})")
+    many = isinstance(pos, (list, tuple))
+    if many and len(pos) != s:
+        raise ValueError(f"Expected one 'pos' per sample (got {len(pos)} for {s} samples)")
+
+    def per_sample(value: Any, i: int) -> Any:
+        return value[i] if many and value is not None else value
+
+    def cell_list(value: Any) -> list[tuple[str, np.ndarray]]:
+        if value is None:
+            return []
+        items = value.items() if isinstance(value, Mapping) else value
+        return [(str(t), _as_numpy(c)) for t, c in items]
+
+    names = list(sample_names) if sample_names is not None else [f"{i:05d}" for i in range(s)]
+    if len(names) != s:
+        raise ValueError(f"Expected {s} sample names (got {len(names)})")
+    f_in = ins[0].shape[1] if s and ins[0].ndim == 2 else 0
+    f_out = outs[0].shape[1] if s and outs[0].ndim == 2 else 0
+    samples = (Sample(names[i], _as_numpy(per_sample(pos, i)), ins[i], outs[i],
+                      cells=cell_list(per_sample(cells, i)),
+                      edge_index=None if per_sample(edge_index, i) is None else _as_numpy(per_sample(edge_index, i)))
+               for i in range(s))
+    return write_samples(out, samples, names, input_fields=_fields(input_names, f_in, "x", "input_names"),
+                         target_fields=_fields(target_names, f_out, "y", "target_names"),
+                         val_fraction=val_fraction, val_samples=val_samples, dtype=dtype, force=force)
+
+
+def write_dataset_from_pyg(
+    out: str | os.PathLike[str],
+    data_list: Sequence[Any],
+    *,
+    input_names: Sequence[Any] | None = None,
+    target_names: Sequence[Any] | None = None,
+    **options: Any,
+) -> Path:
+    """Write a dataset folder from PyG ``Data`` objects (read by duck typing: no torch import).
+
+    Each ``Data`` needs ``x`` ``(N, F_in)``, ``y`` ``(N, F_out)``, ``pos`` ``(N, D)`` and either
+    ``edge_index`` ``(2, E)``, ``face`` ``(3 or 4, C)`` (triangles or tetrahedra) or ``cells``
+    (``[(type, conn)]``). ``options`` as for :func:`write_dataset`.
+    """
+    pos, cells, edges, xs, ys = [], [], [], [], []
+    for i, data in enumerate(data_list):
+        for attr in ("x", "y", "pos"):
+            if getattr(data, attr, None) is None:
+                raise ValueError(f"Expected data_list[{i}] to have '{attr}' (got none)")
+        pos.append(_as_numpy(data.pos))
+        xs.append(_as_numpy(data.x).reshape(len(pos[-1]), -1))
+        ys.append(_as_numpy(data.y).reshape(len(pos[-1]), -1))
+        face = getattr(data, "face", None)
+        own = getattr(data, "cells", None)
+        if own is not None:
+            cells.append([(str(t), _as_numpy(c)) for t, c in own])
+            edges.append(None)
+        elif face is not None:
+            face = _as_numpy(face)
+            cells.append([({3: "triangle", 4: "tetra"}.get(face.shape[0], "face"), face.T)])
+            edges.append(None)
+        elif getattr(data, "edge_index", None) is not None:
+            cells.append(None)
+            edges.append(_as_numpy(data.edge_index))
+        else:
+            raise ValueError(f"Expected data_list[{i}] to have 'edge_index', 'face' or 'cells' (got none)")
+    return write_dataset(out, xs, ys, pos=pos, cells=cells, edge_index=edges,
+                         input_names=input_names, target_names=target_names, **options)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+def is_dataset(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a folder with a ``dataset.json`` (of any format: read to be sure)."""
+    return (Path(path) / METADATA_FILE).is_file()
+
+
+@dataclass(frozen=True, eq=False)
+class Mesh:
+    """One stored mesh. Shapes: points ``(N, D)``; cells ``(C_b, k_b)`` per type; edge_index ``(2, E)``."""
+
+    points: np.ndarray
+    cells: list[tuple[str, np.ndarray]]
+    edge_index: np.ndarray | None
+    sha256: str
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.points)
+
+    def graph(self) -> Graph:
+        """The nodal graph training uses (edges of the cells, or the stored edge_index)."""
+        if self.cells:
+            return nodal_graph(self.cells, self.num_nodes, pos=self.points)
+        return Graph.from_edge_index(self.edge_index, self.num_nodes, pos=self.points)
+
+
+class Dataset:
+    """A dataset folder opened for reading; only ``dataset.json`` is read up front.
+
+    Attributes:
+        path: The folder. meta: ``dataset.json``. kind: ``"one-mesh"`` or ``"many-meshes"``.
+        num_samples, train, val: ``train`` / ``val`` sample indices (int64 arrays).
+        input_channels, target_channels, edge_channels: channel names.
+        normalisation: The :class:`Normalisation` of the training split.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.meta = read_dataset_metadata(self.path)
+        m = self.meta
+        self.kind: str = m["kind"]
+        self.num_samples: int = m["num_samples"]
+        self.train = np.asarray(m["split"]["train"], dtype=np.int64)
+        self.val = np.asarray(m["split"]["val"], dtype=np.int64)
+        self.input_channels: list[str] = m["input_channels"]
+        self.target_channels: list[str] = m["target_channels"]
+        self.edge_channels: list[str] = m["edge_channels"]
+        self.normalisation = Normalisation.from_dict(m["normalisation"], self.input_channels,
+                                                     self.target_channels, self.edge_channels)
+
+    @property
+    def num_meshes(self) -> int:
+        return len(self.meta["meshes"])
+
+    def sample_mesh(self, sample: int) -> int:
+        """Index of the mesh sample ``sample`` lives on."""
+        return int(self.meta["samples"][self._sample(sample)]["mesh"])
+
+    def num_nodes(self, sample: int) -> int:
+        return int(self.meta["meshes"][self.sample_mesh(sample)]["num_nodes"])
+
+    def _sample(self, sample: int) -> int:
+        if not 0 <= int(sample) < self.num_samples:
+            raise ValueError(f"Expected a sample in [0, {self.num_samples}) (got {sample})")
+        return int(sample)
+
+    def _array(self, file: Path, rows: int, width: int | None) -> np.ndarray:
+        try:
+            a = np.load(file, mmap_mode="r", allow_pickle=False)
+        except FileNotFoundError:
+            raise ValueError(f"{file}: missing (the dataset folder is incomplete)") from None
+        except (ValueError, OSError) as err:
+            raise ValueError(f"{file}: not a readable .npy file ({err})") from None
+        if a.ndim != 2 or a.shape[0] != rows or (width is not None and a.shape[1] != width) or a.dtype.kind != "f":
+            raise ValueError(f"{file}: Expected a float array of shape ({rows}, {width}) (got {a.dtype} {a.shape})")
+        return a
+
+    def sample_arrays(self, sample: int) -> tuple[np.ndarray, np.ndarray]:
+        """Memory maps of a sample's inputs ``(N, F_in)`` and targets ``(N, F_out)`` (nothing read yet)."""
+        s = self._sample(sample)
+        folder = self.path / "samples" / f"{s:05d}"
+        n = self.num_nodes(s)
+        return (self._array(folder / "inputs.npy", n, len(self.input_channels)),
+                self._array(folder / "targets.npy", n, len(self.target_channels)))
+
+    def rows(self, sample: int, node_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Unnormalised inputs and targets of ``node_ids`` (global ids) only, float64.
+
+        Shapes:
+            node_ids: ``(n,)``. Returns ``(n, F_in)`` and ``(n, F_out)``.
+        """
+        inputs, targets = self.sample_arrays(sample)
+        ids = np.asarray(node_ids, dtype=np.int64)
+        return np.asarray(inputs[ids], dtype=np.float64), np.asarray(targets[ids], dtype=np.float64)
+
+    def mesh(self, index: int) -> Mesh:
+        """The stored mesh ``index`` (whole: for partitioning and for writing predictions)."""
+        if not 0 <= index < self.num_meshes:
+            raise ValueError(f"Expected a mesh in [0, {self.num_meshes}) (got {index})")
+        entry = self.meta["meshes"][index]
+        folder = self.path / "meshes" / f"{index:05d}"
+        points = self._array(folder / "points.npy", entry["num_nodes"], entry["pos_dim"])
+        cells = []
+        for cell_type in entry["cells"]:
+            conn = np.load(folder / f"cells-{cell_type}.npy", allow_pickle=False)
+            cells.append((cell_type, conn))
+        edge_index = None if cells else np.load(folder / "edge_index.npy", allow_pickle=False)
+        return Mesh(np.array(points), cells, edge_index, entry["sha256"])
+
+    def __repr__(self) -> str:
+        return (f"Dataset({str(self.path)!r}, kind={self.kind!r}, samples={self.num_samples} "
+                f"(train {len(self.train)}, val {len(self.val)}), inputs={self.input_channels}, "
+                f"targets={self.target_channels})")
+
+
+def read_dataset_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``dataset.json`` of a folder, after checking the format name, version and structure."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise ValueError(f"{folder}: no such folder")
+    file = folder / METADATA_FILE
+    if not file.is_file():
+        raise ValueError(f"{folder}: not a dataset folder (no {METADATA_FILE}; make one with meshshard dataset)")
+    try:
+        meta = json.loads(file.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"{file}: not valid JSON ({err})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+        raise ValueError(f"{file}: Expected format {FORMAT_NAME!r}")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{file}: Expected dataset format version {FORMAT_VERSION} (got "
+                         f"{meta.get('format_version')!r}); re-create it with meshshard dataset")
+    try:
+        samples, meshes = meta["samples"], meta["meshes"]
+        ok = (meta["kind"] in KINDS and len(samples) == meta["num_samples"] and meshes
+              and all(s["folder"] == f"samples/{i:05d}" and 0 <= s["mesh"] < len(meshes) for i, s in enumerate(samples))
+              and all(m["folder"] == f"meshes/{i:05d}" and all(_CELL_TYPE.match(t) for t in m["cells"])
+                      for i, m in enumerate(meshes))
+              and sorted(meta["split"]["train"] + meta["split"]["val"]) == list(range(len(samples))))
+    except (KeyError, TypeError) as err:
+        raise ValueError(f"{file}: Expected the keys of the dataset format (missing or malformed {err})") from None
+    if not ok:
+        raise ValueError(f"{file}: inconsistent dataset metadata (kind, samples, meshes or split)")
+    return meta
+
+
+def open_dataset(path: str | os.PathLike[str]) -> Dataset:
+    """Open a dataset folder (reads ``dataset.json`` only; arrays are memory-mapped on use)."""
+    return Dataset(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Partitions of a dataset
+
+
+def dataset_partition_folder(parts: str | os.PathLike[str], mesh: int) -> Path:
+    """The partition folder of mesh ``mesh`` inside PARTS (PARTS itself for a one-mesh dataset)."""
+    parts = Path(parts)
+    if (parts / PARTITIONS_FILE).is_file():
+        return parts / f"mesh-{mesh:05d}"
+    return parts
+
+
+def read_partitions_metadata(parts: str | os.PathLike[str]) -> dict[str, Any]:
+    """The partitions of a dataset, as ``{"num_parts", "meshes": [{"mesh", "num_nodes", "sha256"}]}``,
+    from a ``partitions.json`` folder or a single partition folder."""
+    from meshshard.partition._format import read_metadata
+
+    parts = Path(parts)
+    file = parts / PARTITIONS_FILE
+    if file.is_file():
+        try:
+            meta = json.loads(file.read_text())
+        except (ValueError, UnicodeDecodeError) as err:
+            raise ValueError(f"{file}: not valid JSON ({err})") from None
+        if not isinstance(meta, dict) or meta.get("format") != PARTITIONS_FORMAT or meta.get("format_version") != 1:
+            raise ValueError(f"{file}: Expected format {PARTITIONS_FORMAT!r} version 1")
+        for i, m in enumerate(meta.get("meshes", [])):
+            if m.get("mesh") != i or m.get("folder") != f"mesh-{i:05d}":
+                raise ValueError(f"{file}: Expected meshes in order with folders mesh-00000, ...")
+        return meta
+    meta = read_metadata(parts)
+    source = meta.get("input", {})
+    return {"format": None, "num_parts": meta["num_parts"],
+            "meshes": [{"mesh": 0, "folder": ".", "num_nodes": meta["num_nodes"],
+                        "sha256": source.get("sha256") if source.get("kind") == "dataset" else None}]}
+
+
+def check_partition_matches(dataset: Dataset | str | os.PathLike[str], parts: str | os.PathLike[str]) -> dict[str, Any]:
+    """Raise a one-line ``ValueError`` unless PARTS was made from this dataset's meshes (node
+    counts and mesh checksums); return PARTS' metadata (see :func:`read_partitions_metadata`)."""
+    data = dataset if isinstance(dataset, Dataset) else open_dataset(dataset)
+    meta = read_partitions_metadata(parts)
+    mine = data.meta["meshes"]
+    theirs = meta["meshes"]
+    hint = f"re-run: meshshard partition {data.path} --parts {meta['num_parts']} --out {parts} --force"
+    if len(theirs) != len(mine):
+        raise ValueError(f"{parts}: partition made for another dataset ({len(theirs)} meshes; "
+                         f"{data.path} has {len(mine)}); {hint}")
+    for i, (a, b) in enumerate(zip(theirs, mine)):
+        if a["num_nodes"] != b["num_nodes"] or a["sha256"] != b["sha256"]:
+            why = (f"{a['num_nodes']} nodes vs {b['num_nodes']}" if a["num_nodes"] != b["num_nodes"] else
+                   "not made from a dataset" if a["sha256"] is None else
+                   f"mesh checksum {str(a['sha256'])[:12]} vs {b['sha256'][:12]}")
+            raise ValueError(f"{parts}: partition made for another dataset (mesh {i}: {why} in {data.path}); {hint}")
+    return meta
+
+
+def iter_meshes(data: Dataset) -> Iterator[tuple[int, Mesh]]:
+    for m in range(data.num_meshes):
+        yield m, data.mesh(m)

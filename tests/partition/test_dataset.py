@@ -1,0 +1,299 @@
+"""Datasets: the documented example, both kinds from .vtu files, statistics, partitions, bad input."""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from pathlib import Path
+
+import meshio
+import numpy as np
+import pytest
+
+from meshshard.cli import main
+from meshshard.partition import (build_dataset, check_partition_matches, dataset_partition_folder,
+                                 load_partition, open_dataset, partition_dataset, read_metadata,
+                                 verify_partition, write_dataset, write_dataset_from_pyg)
+from meshshard.partition import _dataset
+
+from .conftest import grid_triangles
+
+SFEPY = Path(__file__).resolve().parents[3] / "shared" / "data" / "sfepy" / "big.mesh"
+
+
+def _doc_example(folder: Path) -> Path:
+    points = np.array([[i % 3, i // 3] for i in range(6)], dtype=np.float64)
+    triangles = np.array([[0, 1, 4], [0, 4, 3], [1, 2, 5], [1, 5, 4]])
+    inputs = [(s * points[:, 0])[:, None] for s in range(3)]
+    targets = [np.stack([points[:, 1], np.full(6, s)], 1) for s in range(3)]
+    return write_dataset(folder, inputs, targets, pos=points, cells=[("triangle", triangles)],
+                         input_names=["T"], target_names=[("u", 2)], sample_names=["a", "b", "c"],
+                         val_samples=[2])
+
+
+def test_documented_example_is_what_is_written(tmp_path: Path) -> None:
+    folder = _doc_example(tmp_path / "example")
+    documented = json.loads(re.search(r"val_samples=\[2\]\)``::\n\n(    \{\n.*?\n    \})\n", _dataset.__doc__,
+                                      flags=re.S).group(1))
+    assert json.loads((folder / "dataset.json").read_text()) == documented
+    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    assert files == ["dataset.json", "meshes/00000/cells-triangle.npy", "meshes/00000/points.npy",
+                     *[f"samples/0000{s}/{n}.npy" for s in range(3) for n in ("inputs", "targets")]]
+    data = open_dataset(folder)
+    assert data.kind == "one-mesh" and data.train.tolist() == [0, 1] and data.val.tolist() == [2]
+    x, y = data.rows(1, np.array([2, 0]))
+    np.testing.assert_array_equal(x, [[2.0], [0.0]])
+    np.testing.assert_array_equal(y, [[0.0, 1.0], [0.0, 1.0]])
+    mesh = data.mesh(0)
+    assert mesh.sha256 == _dataset.mesh_checksum(mesh.points, mesh.cells) == documented["meshes"][0]["sha256"]
+    assert _dataset.FORMAT_VERSION == 2
+
+
+@pytest.fixture(scope="module")
+def mesh() -> tuple[np.ndarray, np.ndarray]:
+    """A real 2-D triangle mesh (SfePy's big.mesh) when present, a generated grid otherwise."""
+    if SFEPY.exists():
+        m = meshio.read(SFEPY)
+        return m.points[:, :2].astype(np.float64), np.concatenate([b.data for b in m.cells if b.type == "triangle"])
+    pts, tri = grid_triangles(30, 20)
+    return pts, tri
+
+
+def _write_vtu(path: Path, pts: np.ndarray, tri: np.ndarray, **fields: np.ndarray) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        meshio.write(path, meshio.Mesh(pts, [("triangle", tri)], point_data=fields))
+
+
+def _fields(pts: np.ndarray, s: int) -> dict[str, np.ndarray]:
+    return {"T": np.sin(pts[:, 0] * (s + 1)) + s, "u": np.stack([pts[:, 1] * s, pts[:, 0] - s, pts[:, 0] * pts[:, 1]], 1)}
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory, mesh) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("sources")
+    pts, tri = mesh
+    (root / "one").mkdir()
+    (root / "many").mkdir()
+    for s in range(5):
+        _write_vtu(root / "one" / f"s{s}.vtu", pts, tri, **_fields(pts, s))
+        scaled = pts * (1 + 0.1 * (s % 3))  # samples 0 and 3 share a mesh, so do 1 and 4
+        _write_vtu(root / "many" / f"s{s}.vtu", scaled, tri, **_fields(scaled, s))
+    return {"root": root, "one": root / "one", "many": root / "many"}
+
+
+def _stacked_stats(values: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    stacked = np.concatenate(values)
+    return stacked.mean(0), stacked.std(0)
+
+
+def _edge_values(pts: np.ndarray, tri: np.ndarray) -> np.ndarray:
+    pairs = np.concatenate([tri[:, [0, 1]], tri[:, [1, 2]], tri[:, [2, 0]]])
+    pairs = np.unique(np.sort(pairs, axis=1), axis=0)
+    both = np.concatenate([pairs, pairs[:, ::-1]])
+    rel = pts[both[:, 0]] - pts[both[:, 1]]
+    return np.concatenate([rel, np.linalg.norm(rel, axis=1, keepdims=True)], 1)
+
+
+@pytest.mark.parametrize("kind", ["one", "many"])
+def test_both_kinds_from_vtu_files_with_statistics_equal_to_numpy(sources, mesh, tmp_path: Path, kind: str) -> None:
+    out = tmp_path / "data"
+    assert main(["dataset", str(sources[kind]), "--out", str(out), "--inputs", "T,pos", "--targets", "u",
+                 "--val-samples", "s2", "--dtype", "float64", "--quiet"]) == 0
+    data = open_dataset(out)
+    assert data.kind == ("one-mesh" if kind == "one" else "many-meshes")
+    assert data.num_meshes == (1 if kind == "one" else 3)
+    assert [data.sample_mesh(s) for s in range(5)] == ([0] * 5 if kind == "one" else [0, 1, 2, 0, 1])
+    assert data.input_channels == ["T", "pos[0]", "pos[1]", "pos[2]"]
+    assert data.target_channels == ["u[0]", "u[1]", "u[2]"]
+    assert data.meta["targets"] == [{"name": "u", "components": 3}]
+    assert data.train.tolist() == [0, 1, 3, 4] and data.val.tolist() == [2]
+    pts, tri = mesh
+    xs, ys, es = [], [], []
+    for s in data.train:
+        p = np.column_stack([pts * (1 + 0.1 * (s % 3)) if kind == "many" else pts, np.zeros(len(pts))])
+        f = _fields(p[:, :2], int(s))
+        xs.append(np.column_stack([f["T"], p]))
+        ys.append(f["u"])
+        es.append(_edge_values(p, tri))
+        x, y = data.rows(int(s), np.arange(len(pts)))
+        np.testing.assert_allclose(x, xs[-1], rtol=1e-12, atol=1e-12)
+    norm = data.normalisation
+    for stats, values in ((norm.inputs, xs), (norm.targets, ys), (norm.edges, es)):
+        mean, std = _stacked_stats(values)
+        np.testing.assert_allclose(stats.mean, mean, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(stats.std, std, rtol=1e-10, atol=1e-12)
+        assert stats.count == sum(len(v) for v in values)
+    assert norm.inputs.std[3] == 0 and norm.inputs.scale[3] == 1.0  # z is flat: divided by 1, said so
+
+
+def test_reader_touches_only_the_rows_asked_for(tmp_path: Path) -> None:
+    """The sample arrays are memory maps: rows are read by fancy indexing, never the whole file."""
+    pts, tri = grid_triangles(4, 3)
+    write_dataset(tmp_path / "d", np.ones((2, len(pts), 2)), np.ones((2, len(pts), 1)), pos=pts,
+                  cells=[("triangle", tri)], val_fraction=0.0)
+    data = open_dataset(tmp_path / "d")
+    inputs, targets = data.sample_arrays(1)
+    assert isinstance(inputs, np.memmap) and isinstance(targets, np.memmap)
+    # Damage every row but 0 and 5 on disk: reading those rows still works and sees no damage.
+    file = tmp_path / "d" / "samples" / "00001" / "inputs.npy"
+    raw = np.load(file, mmap_mode="r+")
+    raw[[1, 2, 3, 4] + list(range(6, len(pts)))] = np.nan
+    raw.flush()
+    x, _ = data.rows(1, np.array([5, 0]))
+    np.testing.assert_array_equal(x, np.ones((2, 2)))
+
+
+def test_partition_a_dataset_of_each_kind(sources, tmp_path: Path) -> None:
+    for kind, meshes in (("one", 1), ("many", 3)):
+        data = build_dataset([sources[kind]], tmp_path / f"d-{kind}", inputs="T", targets="u[0]")
+        parts = tmp_path / f"p-{kind}"
+        assert main(["partition", str(data), "--parts", "3", "--out", str(parts), "--quiet"]) == 0
+        check_partition_matches(data, parts)
+        dataset = open_dataset(data)
+        for m in range(meshes):
+            folder = dataset_partition_folder(parts, m)
+            assert folder == (parts if kind == "one" else parts / f"mesh-{m:05d}")
+            meta = read_metadata(folder)
+            assert meta["input"] == {"kind": "dataset", "name": f"d-{kind}/meshes/{m:05d}",
+                                     "sha256": dataset.meta["meshes"][m]["sha256"]}
+            assert meta["num_nodes"] == dataset.meta["meshes"][m]["num_nodes"] and meta["num_parts"] == 3
+            assert verify_partition(folder) == []
+            assert load_partition(folder, 2).num_nodes == meta["num_nodes"]
+        # --force replaces our folder; a re-run gives the same partition.
+        assert main(["partition", str(data), "--parts", "3", "--out", str(parts), "--quiet", "--force"]) == 0
+
+
+def test_a_partition_of_another_dataset_is_refused(sources, mesh, tmp_path: Path) -> None:
+    one = build_dataset([sources["one"]], tmp_path / "one", inputs="T", targets="u")
+    many = build_dataset([sources["many"]], tmp_path / "many", inputs="T", targets="u")
+    partition_dataset(one, tmp_path / "p-one", 2)
+    partition_dataset(many, tmp_path / "p-many", 2)
+    with pytest.raises(ValueError, match=r"p-one: partition made for another dataset \(1 meshes; .*many has 3\)"):
+        check_partition_matches(many, tmp_path / "p-one")
+    pts, tri = mesh
+    other = write_dataset(tmp_path / "other", [np.ones((len(pts), 1))], [np.ones((len(pts), 1))],
+                          pos=pts + 1.0, cells=[("triangle", tri)])
+    with pytest.raises(ValueError, match=r"partition made for another dataset \(mesh 0: mesh checksum \w+ vs \w+ in"):
+        check_partition_matches(other, tmp_path / "p-one")
+    from meshshard.partition import partition_file
+    _write_vtu(tmp_path / "m.vtu", pts, tri)
+    partition_file(tmp_path / "m.vtu", tmp_path / "p-file", 2)
+    with pytest.raises(ValueError, match=r"mesh 0: not made from a dataset"):
+        check_partition_matches(one, tmp_path / "p-file")
+
+
+def test_numpy_and_pyg_writers_agree(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    from torch_geometric.data import Data
+
+    pts, tri = grid_triangles(5, 4)
+    rng = np.random.default_rng(0)
+    xs = [rng.normal(size=(len(pts), 2)) for _ in range(3)]
+    ys = [rng.normal(size=(len(pts), 1)) for _ in range(3)]
+    a = write_dataset(tmp_path / "a", xs, ys, pos=pts, cells={"triangle": tri}, val_samples=[1], dtype="float64")
+    data = [Data(x=torch.tensor(x), y=torch.tensor(y), pos=torch.tensor(pts), face=torch.tensor(tri.T)) for x, y in zip(xs, ys)]
+    b = write_dataset_from_pyg(tmp_path / "b", data, val_samples=[1], dtype="float64")
+    assert json.loads((a / "dataset.json").read_text()) == json.loads((b / "dataset.json").read_text())
+    # edge_index only (a graph, no cells): stored as such, same edge statistics as the cells' graph.
+    pairs = np.concatenate([tri[:, [0, 1]], tri[:, [1, 2]], tri[:, [2, 0]]]).T
+    data = [Data(x=torch.tensor(x), y=torch.tensor(y), pos=torch.tensor(pts), edge_index=torch.tensor(pairs)) for x, y in zip(xs, ys)]
+    c = write_dataset_from_pyg(tmp_path / "c", data, val_samples=[1], input_names=["p", "q"], target_names=["r"])
+    dc = open_dataset(c)
+    assert dc.input_channels == ["p", "q"] and dc.mesh(0).cells == [] and dc.mesh(0).edge_index.shape == pairs.shape
+    np.testing.assert_allclose(dc.normalisation.edges.std, open_dataset(a).normalisation.edges.std, rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input: one line naming the file and the problem, exit 2, nothing left behind.
+
+
+def _fails(args: list[str], capsys, out: Path, pattern: str) -> None:
+    capsys.readouterr()
+    assert main(["dataset", *args, "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.search(pattern, err), err
+    assert not out.exists()
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.tmp")]
+
+
+def test_unknown_field_lists_the_available_ones(sources, tmp_path: Path, capsys) -> None:
+    _fails([str(sources["one"]), "--inputs", "Tx", "--targets", "u"], capsys, tmp_path / "d",
+           r"meshshard dataset: error: .*s0\.vtu: Expected field 'Tx' in point_data \(available: T, u \(3 components\); "
+           r"and pos for the coordinates\)")
+
+
+def test_field_of_the_wrong_length(tmp_path: Path, capsys) -> None:
+    pts, tri = grid_triangles(4, 3)
+    _write_vtu(tmp_path / "a.vtu", pts, tri, T=np.ones(len(pts)))
+    # A legacy VTK file (written by hand: meshio refuses to write it) whose field is one value short.
+    lines = ["# vtk DataFile Version 4.2", "bad", "ASCII", "DATASET UNSTRUCTURED_GRID",
+             f"POINTS {len(pts)} double", *[f"{x} {y} 0" for x, y in pts],
+             f"CELLS {len(tri)} {4 * len(tri)}", *[f"3 {a} {b} {c}" for a, b, c in tri],
+             f"CELL_TYPES {len(tri)}", *["5"] * len(tri),
+             f"POINT_DATA {len(pts)}", "SCALARS T double 1", "LOOKUP_TABLE default", *["1.0"] * (len(pts) - 1)]
+    (tmp_path / "b.vtk").write_text("\n".join(lines) + "\n")
+    _fails([str(tmp_path / "a.vtu"), str(tmp_path / "b.vtk"), "--inputs", "T", "--targets", "T"], capsys,
+           tmp_path / "d", r"b\.vtk: (Expected point_data field 'T' to have one value per node, 12 \(got shape \(11,\)\)"
+           r"|meshio cannot read it \(.*)")
+    with pytest.raises(ValueError, match=r"sample 1 \('00001'\): Expected inputs of shape \(12, 1\), one row per node \(got \(11, 1\)\)"):
+        write_dataset(tmp_path / "e", [np.ones((12, 1)), np.ones((11, 1))], [np.ones((12, 1))] * 2, pos=pts,
+                      cells=[("triangle", tri)])
+    assert not (tmp_path / "e").exists()
+
+
+def test_nan_or_inf_names_the_sample_and_node(tmp_path: Path, capsys) -> None:
+    pts, tri = grid_triangles(4, 3)
+    t = np.ones(len(pts))
+    _write_vtu(tmp_path / "a.vtu", pts, tri, T=t)
+    t = t.copy()
+    t[7] = np.inf
+    _write_vtu(tmp_path / "b.vtu", pts, tri, T=t)
+    _fails([str(tmp_path), "--inputs", "pos", "--targets", "T"], capsys, tmp_path / "d",
+           r"b\.vtu: Expected finite values in field 'T' of sample 'b' \(got inf at node 7; 1 non-finite values in all\)")
+
+
+def test_samples_with_different_field_sets(tmp_path: Path, capsys) -> None:
+    pts, tri = grid_triangles(4, 3)
+    _write_vtu(tmp_path / "a.vtu", pts, tri, T=np.ones(len(pts)), v=np.ones((len(pts), 2)))
+    _write_vtu(tmp_path / "b.vtu", pts, tri, T=np.ones(len(pts)))
+    _fails([str(tmp_path), "--inputs", "T", "--targets", "T"], capsys, tmp_path / "d",
+           r"b\.vtu: Expected the same point_data fields in every sample \(got T; .*a\.vtu has T \(1\), v \(2\)\)")
+
+
+def test_empty_source_list(tmp_path: Path, capsys) -> None:
+    _fails(["--inputs", "T", "--targets", "T"], capsys, tmp_path / "d",
+           r"Expected at least one mesh file or folder in SOURCES \(got none\)")
+    (tmp_path / "empty").mkdir()
+    _fails([str(tmp_path / "empty"), "--inputs", "T", "--targets", "T"], capsys, tmp_path / "d",
+           r"empty: Expected mesh files in the folder \(got none")
+
+
+def test_force_replaces_only_a_dataset_folder(sources, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "d"
+    args = [str(sources["one"]), "--inputs", "T", "--targets", "u", "--out", str(out), "--quiet"]
+    assert main(["dataset", *args]) == 0
+    assert main(["dataset", *args]) == 2 and "pass --force" in capsys.readouterr().err
+    assert main(["dataset", *args, "--force"]) == 0
+    (out / "notes.txt").write_text("mine")
+    assert main(["dataset", *args, "--force"]) == 2
+    assert "holds notes.txt, which meshshard did not write" in capsys.readouterr().err
+    assert (out / "notes.txt").read_text() == "mine"
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "x").write_text("x")
+    assert main(["dataset", str(sources["one"]), "--inputs", "T", "--targets", "u", "--out", str(other), "--force", "-q"]) == 2
+    assert "not a meshshard dataset folder (no readable dataset.json)" in capsys.readouterr().err
+    assert main(["dataset", str(sources["one"]), "--inputs", "T", "--targets", "u", "--out", str(sources["root"]), "--force", "-q"]) == 2
+    assert "holding the source" in capsys.readouterr().err
+
+
+def test_info_shows_a_dataset(sources, tmp_path: Path, capsys) -> None:
+    out = build_dataset([sources["many"]], tmp_path / "d", inputs="T", targets="u", val_fraction=0.4)
+    assert main(["info", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "kind many-meshes (3 distinct meshes" in text and "samples  5 (train 3, val 2" in text
+    assert re.search(r"edges +channel", text) and "|dpos|" in text
+    assert main(["info", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads((out / "dataset.json").read_text())
