@@ -24,6 +24,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "meshshard.partition._cli",
     "meshshard.partition._dataset_cli",
     "meshshard._train",
+    "meshshard._predict",
     "meshshard._demo",
     "meshshard._selftest",
 )
