@@ -7,6 +7,7 @@ README command that stops working fails here.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -14,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import meshio
 import pytest
 
 from tests._examples import EXAMPLES
@@ -60,3 +62,19 @@ def test_heat_diffusion_example_runs_as_its_readme_says(tmp_path: Path) -> None:
     outputs = run_example("heat_diffusion", {"--nodes": "1500", "--steps": "3"}, tmp_path, timeout=240)
     assert "first step verified" in outputs[-1], outputs[-1]
     assert (tmp_path / "meshshard-demo" / "run" / "checkpoint.pt").is_file()
+
+
+@pytest.mark.slow
+def test_bring_your_own_mesh_example_runs_as_its_readme_says(tmp_path: Path) -> None:
+    pytest.importorskip("gmsh", reason="the example's mesher (pip install gmsh, or meshshard[examples])")
+    pytest.importorskip("skfem", reason="the example's solver (pip install scikit-fem, or meshshard[examples])")
+    sizes = {"--size": "0.2", "--samples": "4", "--steps": "2", "--val-every": "1"}
+    outputs = run_example("bring_your_own_mesh", sizes, tmp_path, timeout=300)
+    assert len(outputs) == 6
+    pred = tmp_path / "byo" / "pred"
+    metrics = json.loads((pred / "metrics.json").read_text())
+    [sample] = metrics["samples"]  # 4 cases, a quarter held out for validation
+    assert sample["split"] == "val" and sample["fields"]["T"]["rmse"] > 0
+    assert (pred / sample["file"]).is_file() and (pred / sample["picture"]).is_file()
+    assert "T_pred" in meshio.read(pred / sample["file"]).point_data
+    assert "T rel L2" in outputs[-1]
