@@ -199,6 +199,6 @@ def whole_sample(data: str | os.PathLike[str] | Dataset, s: int, *, device: Any 
     graph = dataset.mesh(dataset.sample_mesh(s)).graph()
     edge_index = torch.as_tensor(graph.edge_index(), device=device)
     pos = torch.as_tensor(graph.pos, device=device).to(dtype)
-    x, y = (torch.from_numpy(np.asarray(a, dtype=np.float64)).to(device, dtype) for a in dataset.sample_arrays(s))
+    x, y = (torch.from_numpy(np.array(a, dtype=np.float64)).to(device, dtype) for a in dataset.sample_arrays(s))
     return (normaliser.normalise_inputs(x), normaliser.normalise_targets(y), edge_index,
             normaliser.normalise_edges(edge_features(pos, edge_index)))

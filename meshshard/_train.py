@@ -372,7 +372,7 @@ def register(subparsers: Any) -> None:
         description="Train MeshGraphNet on a partitioned mesh. Run under torchrun "
         "(torchrun --nproc-per-node R -m meshshard train ...) or start R local ranks with --nproc R.",
     )
-    p.add_argument("partition", help="partition folder (meshshard partition)")
+    p.add_argument("partition", help="partitions of the dataset (meshshard partition DATA)")
     p.add_argument("--data", required=True, help="dataset folder (meshshard dataset)")
     p.add_argument("--out", required=True, help="run folder: checkpoint.pt, log.jsonl")
     p.add_argument("--steps", type=int, default=100)

@@ -107,12 +107,19 @@ Public names (stable; ``meshshard.partition`` re-exports them):
 
 - :func:`write_dataset` (numpy arrays), :func:`write_dataset_from_pyg` (PyG ``Data`` list), and
   :func:`write_samples` (any iterable of :class:`Sample`, used by ``meshshard dataset``);
-- :func:`open_dataset` -> :class:`Dataset` (metadata, split, :class:`Normalisation`, the rows of
-  one sample for given node ids, the mesh of a sample);
+- :func:`open_dataset` -> :class:`Dataset`: ``meta`` (the JSON above), ``kind``, ``train`` /
+  ``val``, ``input_channels`` / ``target_channels`` / ``edge_channels``, ``normalisation``,
+  ``sample_mesh(s)``, ``num_nodes(s)``, ``rows(s, node_ids)`` (unnormalised, float64),
+  ``sample_arrays(s)`` (the memory maps), ``mesh(m)`` -> :class:`Mesh` (``points``, ``cells`` by
+  type, ``edge_index``, ``sha256``, ``graph()``: for partitioning and for writing predictions);
 - :class:`ChannelStats`, :class:`Normalisation` (``to_dict`` / ``from_dict``: what a checkpoint
   stores);
-- :func:`mesh_checksum`, :func:`is_dataset`, :func:`check_partition_matches`,
-  :func:`dataset_partition_folder`.
+- :func:`mesh_checksum`, :func:`is_dataset`, :func:`check_partition_matches` (PARTS belongs to
+  DATA, else one line), :func:`dataset_partition_folder` (the partition folder of mesh ``m``),
+  :func:`read_partitions_metadata`.
+
+The torch side (normalised owned rows as tensors, de-normalisation of predictions) is
+``meshshard._data``.
 """
 
 from __future__ import annotations
@@ -123,6 +130,7 @@ import os
 import re
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -139,6 +147,7 @@ __all__ = [
     "PARTITIONS_FORMAT",
     "PARTITIONS_FILE",
     "Sample",
+    "Mesh",
     "ChannelStats",
     "Normalisation",
     "Dataset",
@@ -146,6 +155,9 @@ __all__ = [
     "write_dataset_from_pyg",
     "write_samples",
     "open_dataset",
+    "read_dataset_metadata",
+    "read_partitions_metadata",
+    "dump_metadata",
     "is_dataset",
     "mesh_checksum",
     "channel_names",
@@ -525,11 +537,8 @@ def write_samples(
     train, val = split_samples(names, val_fraction, val_samples)
     train_set = set(train)
     in_ch, out_ch = channel_names(input_fields), channel_names(target_fields)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    with atomic_folder(out) as tmp:
+        tmp.mkdir()
         meta = _write_all(tmp, samples, names, train_set, in_ch, out_ch, np.dtype(dtype), progress)
         meta = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "kind": meta.pop("kind"),
                 "num_samples": len(names), "dtype": dtype,
@@ -538,13 +547,31 @@ def write_samples(
                 "edge_channels": meta.pop("edge_channels"),
                 "split": {"train": train, "val": val}, **meta}
         (tmp / METADATA_FILE).write_text(dump_metadata(meta))
+    return out
+
+
+@contextmanager
+def atomic_folder(out: Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``out`` (not created) to fill; on success it replaces
+    ``out`` (whose safety the caller checked), on any error it is removed."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        yield tmp
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return out
+
+
+def _read_json(file: Path) -> Any:
+    try:
+        return json.loads(file.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"{file}: not valid JSON ({err})") from None
 
 
 def _write_all(tmp: Path, samples: Iterable[Sample], names: Sequence[str], train: set[int],
@@ -868,10 +895,7 @@ def read_dataset_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
     file = folder / METADATA_FILE
     if not file.is_file():
         raise ValueError(f"{folder}: not a dataset folder (no {METADATA_FILE}; make one with meshshard dataset)")
-    try:
-        meta = json.loads(file.read_text())
-    except (ValueError, UnicodeDecodeError) as err:
-        raise ValueError(f"{file}: not valid JSON ({err})") from None
+    meta = _read_json(file)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         raise ValueError(f"{file}: Expected format {FORMAT_NAME!r}")
     if meta.get("format_version") != FORMAT_VERSION:
@@ -916,10 +940,7 @@ def read_partitions_metadata(parts: str | os.PathLike[str]) -> dict[str, Any]:
     parts = Path(parts)
     file = parts / PARTITIONS_FILE
     if file.is_file():
-        try:
-            meta = json.loads(file.read_text())
-        except (ValueError, UnicodeDecodeError) as err:
-            raise ValueError(f"{file}: not valid JSON ({err})") from None
+        meta = _read_json(file)
         if not isinstance(meta, dict) or meta.get("format") != PARTITIONS_FORMAT or meta.get("format_version") != 1:
             raise ValueError(f"{file}: Expected format {PARTITIONS_FORMAT!r} version 1")
         for i, m in enumerate(meta.get("meshes", [])):

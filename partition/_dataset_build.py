@@ -13,7 +13,6 @@ import io
 import json
 import os
 import re
-import shutil
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import redirect_stderr, redirect_stdout
@@ -23,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from meshshard.partition._dataset import (PARTITIONS_FILE, PARTITIONS_FORMAT, Sample, check_dataset_output,
-                                          open_dataset, write_samples)
+from meshshard.partition._dataset import (PARTITIONS_FILE, PARTITIONS_FORMAT, Sample, atomic_folder,
+                                          check_dataset_output, open_dataset, write_samples)
 
 __all__ = ["list_sources", "build_dataset", "partition_dataset", "parse_field_names"]
 
@@ -228,10 +227,7 @@ def partition_dataset(
         if progress is not None:
             progress(1)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    with atomic_folder(out) as tmp:
         if dataset.kind == "one-mesh":
             one(0, tmp)
         else:
@@ -244,12 +240,6 @@ def partition_dataset(
             meta = {"format": PARTITIONS_FORMAT, "format_version": 1, "num_parts": num_parts,
                     "dataset": dataset.path.name, "num_meshes": len(meshes), "meshes": meshes}
             (tmp / PARTITIONS_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

@@ -88,6 +88,12 @@ def run_partition_dataset(args: argparse.Namespace) -> int:
     from meshshard.partition._dataset_build import partition_dataset
     from meshshard.partition._progress import Steps
 
+    ignored = [flag for flag, value in (("--graph", args.graph), ("--tpwgts", args.tpwgts)) if value is not None]
+    ignored += [flag for flag, on in (("--recursive", args.recursive),) if on]
+    if ignored or args.format != "auto":
+        return _error("partition", ValueError(
+            f"{args.input}: {', '.join(ignored) or '--format'} does not apply to a dataset folder "
+            "(its meshes' nodal graphs, or stored edges, are partitioned)"))
     try:
         dataset = open_dataset(args.input)
         with Steps(enabled=not args.quiet) as steps, steps.step("meshes", total=dataset.num_meshes) as advance:

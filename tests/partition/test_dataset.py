@@ -287,6 +287,13 @@ def test_force_replaces_only_a_dataset_folder(sources, tmp_path: Path, capsys) -
     assert "not a meshshard dataset folder (no readable dataset.json)" in capsys.readouterr().err
     assert main(["dataset", str(sources["one"]), "--inputs", "T", "--targets", "u", "--out", str(sources["root"]), "--force", "-q"]) == 2
     assert "holding the source" in capsys.readouterr().err
+    out.joinpath("notes.txt").unlink()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(out / "samples")
+        for where in (".", "..", str(out.parent)):
+            assert main(["dataset", str(sources["one"]), "--inputs", "T", "--targets", "u", "--out", where, "--force", "-q"]) == 2
+            assert "refusing to write a dataset over the current folder or a parent of it" in capsys.readouterr().err
+    assert open_dataset(out).num_samples == 5
 
 
 def test_info_shows_a_dataset(sources, tmp_path: Path, capsys) -> None:
@@ -297,3 +304,55 @@ def test_info_shows_a_dataset(sources, tmp_path: Path, capsys) -> None:
     assert re.search(r"edges +channel", text) and "|dpos|" in text
     assert main(["info", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == json.loads((out / "dataset.json").read_text())
+
+
+def test_samples_are_written_one_at_a_time(tmp_path: Path) -> None:
+    """write_samples consumes its samples lazily: when sample i is made, samples 0..i-1 are on disk
+    already (it never collects them all in memory first)."""
+    pts, tri = grid_triangles(4, 3)
+    seen = []
+
+    def samples():
+        for i in range(4):
+            tmp = next(tmp_path.glob(".d.tmp-*"))
+            seen.append(sorted(p.name for p in (tmp / "samples").glob("*")) if (tmp / "samples").exists() else [])
+            yield _dataset.Sample(f"s{i}", pts, np.full((len(pts), 1), float(i)), np.ones((len(pts), 1)),
+                                  cells=[("triangle", tri)])
+
+    _dataset.write_samples(tmp_path / "d", samples(), [f"s{i}" for i in range(4)],
+                           input_fields=[{"name": "T", "components": 1}],
+                           target_fields=[{"name": "u", "components": 1}], val_samples=[3])
+    assert seen == [[], ["00000"], ["00000", "00001"], ["00000", "00001", "00002"]]
+    stats = open_dataset(tmp_path / "d").normalisation.inputs
+    np.testing.assert_allclose(stats.mean, [1.0])
+    np.testing.assert_allclose(stats.std, [np.sqrt(2 / 3)])
+
+
+def test_info_of_a_datasets_partitions(sources, tmp_path: Path, capsys) -> None:
+    data = build_dataset([sources["many"]], tmp_path / "d", inputs="T", targets="u")
+    partition_dataset(data, tmp_path / "p", 2)
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == [
+        "mesh-00000", "mesh-00001", "mesh-00002", "partitions.json"]
+    capsys.readouterr()
+    assert main(["info", str(tmp_path / "p"), "--json"]) == 0
+    meta = json.loads(capsys.readouterr().out)
+    assert meta["format"] == "meshshard-dataset-partitions" and meta["num_parts"] == 2
+    assert [m["sha256"] for m in meta["meshes"]] == [m["sha256"] for m in open_dataset(data).meta["meshes"]]
+    assert main(["info", str(tmp_path / "p")]) == 0
+    assert "3 partitions into 2 parts" in capsys.readouterr().out
+    (tmp_path / "p" / "stray.txt").write_text("x")
+    assert main(["partition", str(data), "--parts", "2", "--out", str(tmp_path / "p"), "--force", "-q"]) == 2
+    assert "holds stray.txt, which meshshard did not write" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 17, 10**6])
+def test_edge_statistics_in_chunks_equal_numpy(chunk: int) -> None:
+    from meshshard.partition._graph import nodal_graph
+
+    pts, tri = grid_triangles(13, 7)
+    graph = nodal_graph([("triangle", tri)], len(pts))
+    run = _dataset._edge_moments(graph, pts, chunk=chunk)
+    values = _edge_values(pts, tri)
+    assert run.n == len(values)
+    np.testing.assert_allclose(run.mean, values.mean(0), rtol=0, atol=1e-14)
+    np.testing.assert_allclose(np.sqrt(run.m2 / run.n), values.std(0), rtol=1e-13)
