@@ -9,8 +9,12 @@ Cases:
 2. ``walshaw/wave.graph.bz2`` (156,317 nodes, 1,059,331 edges) from ``../shared/data``;
 3. ``load_partition`` of one rank's shard of a ~200k-node mesh split 8 ways (target < 0.1 s).
 
-For 1 and 2 the same METIS call (same graph, options, seed) is also made bare, in the same
-run, so ``total / bare METIS`` is the pipeline's overhead (target <= 2).
+The wall-time targets live here, not in the tests (which never assert on time): the read time
+of ``wave.graph.bz2`` (the ``read`` column of case 2) and the load time of case 3.
+
+For 1 and 2 one METIS k-way call (same graph, seed 0, ncuts 1) is also made bare, in the same
+run; ``total / bare METIS`` is the pipeline's cost over that call, its METIS search included
+(``--tries`` x up to two variants; 1 try per variant from 20M directed edges).
 
     python bench/partition.py [--side 100] [--parts 8] [--cache DIR] [--json FILE]
 
@@ -58,7 +62,9 @@ def cached_mesh(side: int, cache: Path) -> Path:
 
 
 def bare_metis(path: Path, parts: int) -> float:
-    """The same METIS call as the pipeline's (k-way, seed 0, ufactor 30), timed alone."""
+    """One METIS call (k-way, seed 0, ufactor 30, ncuts 1), timed alone. The pipeline's default
+    search makes up to two calls (k-way and recursive) of ``ncuts`` tries each (recorded as
+    ``metis`` in the result), so ``total / bare METIS`` includes that search."""
     import pymetis
 
     graph = build_graph(read_input(path))
@@ -79,7 +85,8 @@ def run_case(name: str, path: Path, parts: int, out: Path) -> dict[str, object]:
     return {
         "case": name, "nodes": meta["num_nodes"], "directed_edges": meta["num_edges"],
         "parts": parts, "edge_cut": meta["edge_cut"], "imbalance": meta["imbalance"],
-        "refinement": meta["refinement"], "seconds": {**steps.seconds, "total": total},
+        "refinement": meta["refinement"], "metis": meta.get("metis"),
+        "seconds": {**steps.seconds, "total": total},
         "bare_metis_seconds": metis, "total_over_bare_metis": total / metis,
         "peak_rss_mb_after": peak_rss_mb(),
     }

@@ -5,12 +5,17 @@ Everything that talks between ranks lives here: set-up from torchrun or SLURM
 collectives, all autograd-aware, any dtype, any ``dim``, zero counts and empty ranks allowed, on
 gloo (CPU) and NCCL (GPU):
 
+- :class:`HaloPlan`: the halo plan (what to send to whom), checked across ranks once, when built;
 - :func:`indexed_all_to_all_v`: the halo exchange (select rows, send them, return what arrives);
 - :func:`append_halo`: the same, fused with appending the ghost rows to the owned rows;
 - :func:`all_to_all_v`, :func:`all_gather_v`, :func:`gather_v`, :func:`scatter_v`;
 - :func:`sum_to_replicated`: a global sum held by every rank as one logical value;
 - :func:`sum_gradients`: the gradients of replicated parameters, summed over a group;
 - :func:`count_collectives`: record what a block of code sends, forward and backward.
+
+Groups: ``group=None`` means the default (world) group, everywhere. A group of one rank inside a
+larger world is a real single-rank group (``init_device_mesh_2d`` makes one for pure data or pure
+domain parallelism), on which every collective returns at once without communicating.
 
 This layer never imports :mod:`meshshard.partition` nor the top-level layer.
 """
@@ -31,10 +36,13 @@ from ._collectives import (
     sum_gradients,
     sum_to_replicated,
 )
-from ._context import DeviceMesh2D, DistributedContext, first_slurm_host, init_device_mesh_2d, init_distributed
+from ._context import DeviceMesh2D, DistributedContext, init_device_mesh_2d, init_distributed
 from ._counter import CollectiveCall, CollectiveLog, count_collectives
+from ._halo import HaloPlan
+from ._slurm import expand_hostlist, first_slurm_host
 
 __all__ = [
+    "HaloPlan",
     "indexed_all_to_all_v",
     "append_halo",
     "all_to_all_v",
@@ -52,6 +60,7 @@ __all__ = [
     "init_device_mesh_2d",
     "DeviceMesh2D",
     "first_slurm_host",
+    "expand_hostlist",
     "count_collectives",
     "CollectiveLog",
     "CollectiveCall",

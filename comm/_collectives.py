@@ -37,6 +37,9 @@ from ._validate import (
     check_rank,
     check_self_counts,
     check_tensor,
+    decode_problem,
+    encode_problem,
+    MESSAGE_WORDS,
 )
 
 __all__ = [
@@ -569,56 +572,83 @@ _DTYPES = (
 _MAX_DIMS = 8
 
 
-def _scatter_metadata(x: Tensor | None, src: int, rank: int, world: int, group: Any) -> tuple[torch.Size, torch.dtype, bool]:
-    """Tell every rank the shape, dtype and requires_grad of ``x`` on ``src`` (one small exchange)."""
+def _scatter_metadata(
+    x: Tensor | None, problem: Exception | None, src: int, rank: int, world: int, group: Any
+) -> tuple[torch.Size, torch.dtype, bool]:
+    """Tell every rank the shape, dtype and requires_grad of ``x`` on ``src`` (one small exchange),
+    or the problem ``src`` found with its arguments, which every rank then raises."""
     recv_counts = [0] * world
     recv_counts[src] = 1
     if rank == src:
-        assert x is not None
-        padding = [0] * (_MAX_DIMS - x.dim())
-        meta = torch.tensor(
-            [x.dim(), _DTYPES.index(x.dtype), int(x.requires_grad), *x.shape, *padding],
-            dtype=torch.int64,
-            device=x.device,
-        )[None]
+        if problem is None:
+            assert x is not None
+            fields = [x.dim(), _DTYPES.index(x.dtype), int(x.requires_grad), *x.shape, *[0] * (_MAX_DIMS - x.dim())]
+        else:
+            fields = [0] * (3 + _MAX_DIMS)
+        meta = torch.tensor([fields + encode_problem(problem)], dtype=torch.int64, device=communication_device(group))
         send, keep, send_counts = meta.expand(world - 1, -1).contiguous(), meta, [1] * world
     else:
-        send = torch.empty(0, 3 + _MAX_DIMS, dtype=torch.int64, device=communication_device(group))
+        send = torch.empty(0, 5 + _MAX_DIMS + MESSAGE_WORDS, dtype=torch.int64, device=communication_device(group))
         keep, send_counts = None, [0] * world
     row = _exchange(send, keep, send_counts, recv_counts, rank, group, "scatter_v_metadata", "forward")[0].tolist()
+    shared = decode_problem(row[3 + _MAX_DIMS :])
+    if shared is not None:
+        raise shared
     return torch.Size(row[3 : 3 + row[0]]), _DTYPES[row[1]], bool(row[2])
 
 
-def scatter_v(x: Tensor | None, counts: Counts, *, src: int = 0, dim: int = 0, group: Any = None) -> Tensor:
+def _scatter_source_problem(x: object, counts: list[int], src: int, dim: int) -> Exception | None:
+    """What is wrong with ``x`` on ``src`` (a check only ``src`` can make), or ``None``."""
+    try:
+        x = check_tensor("x", x)
+        dim = check_dim(dim, x.dim())
+        if x.shape[dim] != sum(counts):
+            raise ValueError(f"Expected 'x' on src to have sum(counts) = {sum(counts)} rows along dim {dim} (got {x.shape[dim]})")
+        if x.dim() > _MAX_DIMS or x.dtype not in _DTYPES:
+            raise ValueError(f"scatter_v supports up to {_MAX_DIMS} dims and dtypes {_DTYPES} (got {x.dim()}, {x.dtype})")
+    except (TypeError, ValueError) as err:
+        return type(err)(f"{err} (on rank {src})")
+    return None
+
+
+def scatter_v(
+    x: Tensor | None, counts: Counts, *, src: int = 0, dim: int = 0, group: Any = None, error: Exception | None = None
+) -> Tensor:
     """Split ``x`` (needed on ``src`` only) along ``dim``: rank ``r`` gets ``counts[r]`` rows.
 
     Other ranks may pass ``None``; they learn the dtype and row shape from ``src`` through one small
     exchange. If ``x`` requires grad on ``src``, every rank's result does, and the backward gathers
     the gradient back to ``src`` (so every rank must backpropagate through its result).
 
+    Checks that only ``src`` can make (``x``'s type and size) fail every rank: ``src`` sends the
+    problem instead of the metadata, and every rank raises the same error, so none is left
+    waiting. A caller with a check of its own passes ``error`` on ``src`` (an exception to raise
+    on every rank instead of scattering).
+
     Shapes:
         x on src: ``sum(counts)`` rows along ``dim``; result: ``counts[rank]`` rows.
 
     Communication: two ``all_to_all_single`` forward (metadata, rows) in a world of more than one;
     one backward.
+
+    Raises:
+        ValueError, TypeError: on every rank, when ``x`` on ``src`` is not a tensor of
+            ``sum(counts)`` rows along ``dim``, or ``error`` was given on ``src``.
     """
     rank, world = group_rank_and_size(group)
     c = as_counts("counts", counts, world)
     check_rank("src", src, world)
-    if rank == src:
-        x = check_tensor("x", x)
-        dim = check_dim(dim, x.dim())
-        if x.shape[dim] != sum(c):
-            raise ValueError(f"Expected 'x' on src to have sum(counts) = {sum(c)} rows along dim {dim} (got {x.shape[dim]})")
-        if x.dim() > _MAX_DIMS or x.dtype not in _DTYPES:
-            raise ValueError(f"scatter_v supports up to {_MAX_DIMS} dims and dtypes {_DTYPES} (got {x.dim()}, {x.dtype})")
+    problem = (error or _scatter_source_problem(x, c, src, dim)) if rank == src else None
     if world == 1:
-        assert x is not None
+        if problem is not None:
+            raise problem
+        assert isinstance(x, Tensor)
+        dim = check_dim(dim, x.dim())
         return _ScatterV.apply(x.movedim(dim, 0), c, src, rank, group).movedim(0, dim)
-    shape, dtype, requires_grad = _scatter_metadata(x if rank == src else None, src, rank, world, group)
+    shape, dtype, requires_grad = _scatter_metadata(x if rank == src else None, problem, src, rank, world, group)
     dim = check_dim(dim, len(shape))
     if rank == src:
-        assert x is not None
+        assert isinstance(x, Tensor)
         x0 = x.movedim(dim, 0)
     else:
         rest = tuple(s for i, s in enumerate(shape) if i != dim)

@@ -6,12 +6,16 @@
    ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``;
 2. SLURM (``srun``): ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``, ``SLURM_NTASKS_PER_NODE``
    and the first host of ``SLURM_JOB_NODELIST`` as the rendezvous address (``MASTER_ADDR`` /
-   ``MASTER_PORT`` override it; the default port is derived from ``SLURM_JOB_ID``);
+   ``MASTER_PORT`` override it; the default port is derived from ``SLURM_JOB_ID``; the host list
+   is expanded by ``scontrol`` or by :func:`meshshard.comm.expand_hostlist`);
 3. neither: a world of one, with no process group (every collective then runs locally).
 
 The backend is NCCL when CUDA is available, else gloo; ``backend=`` or ``MESHSHARD_BACKEND``
 override it. With NCCL the CUDA device is set from the local rank. ``MESHSHARD_TIMEOUT`` (seconds,
 default 300) bounds how long a collective waits for a rank that died.
+
+Every variable is checked before any network set-up: a value that is not an integer, or a rank
+outside ``[0, world size)``, is a one-line ``ValueError`` at once (not a rendezvous timeout).
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-__all__ = ["DistributedContext", "init_distributed", "DeviceMesh2D", "init_device_mesh_2d", "first_slurm_host"]
+from ._slurm import first_slurm_host
+
+__all__ = ["DistributedContext", "init_distributed", "DeviceMesh2D", "init_device_mesh_2d"]
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -58,17 +64,6 @@ class DistributedContext:
         )
 
 
-def first_slurm_host(nodelist: str) -> str:
-    """The first host name of a SLURM node list: ``"gpu[07-09,12],cpu3"`` -> ``"gpu07"``."""
-    match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
-    if match is None or not match.group(1):
-        raise ValueError(f"Expected a SLURM node list such as 'node[01-04]' (got {nodelist!r})")
-    prefix, ranges = match.group(1), match.group(2)
-    if ranges is None:
-        return prefix
-    return prefix + ranges.split(",")[0].split("-")[0]
-
-
 def _int(env: Mapping[str, str], name: str) -> int:
     try:
         return int(env[name])
@@ -76,24 +71,66 @@ def _int(env: Mapping[str, str], name: str) -> int:
         raise ValueError(f"Expected the environment variable {name} to be an integer (got {env[name]!r})") from None
 
 
-def _slurm_tasks_on_node(env: Mapping[str, str]) -> int:
-    # "2(x3),1" -> tasks per node for each node; SLURM_LOCALID < that of our node. Take the first.
-    value = env.get("SLURM_NTASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE") or "1"
-    return int(re.match(r"\d+", value).group(0))  # type: ignore[union-attr]
+def _in_range(name: str, value: int, bound_name: str, bound: int) -> int:
+    if not 0 <= value < bound:
+        raise ValueError(f"Expected the environment variable {name} in [0, {bound}), {bound_name} = {bound} (got {value})")
+    return value
+
+
+def _world(env: Mapping[str, str], name: str) -> int:
+    value = _int(env, name)
+    if value < 1:
+        raise ValueError(f"Expected the environment variable {name} to be at least 1 (got {value})")
+    return value
+
+
+def _slurm_tasks_per_node(env: Mapping[str, str]) -> tuple[str, list[int]]:
+    """``"2(x3),1"`` -> the tasks on each kind of node, ``[2, 1]`` (and the variable's name)."""
+    name = "SLURM_NTASKS_PER_NODE" if env.get("SLURM_NTASKS_PER_NODE") else "SLURM_TASKS_PER_NODE"
+    value = env.get(name) or "1"
+    entry = r"(\d+)(?:\(x\d+\))?"
+    counts = [int(c) for c in re.findall(entry, value)] if re.fullmatch(f"{entry}(?:,{entry})*", value.strip()) else []
+    if not counts or min(counts) < 1:
+        raise ValueError(f"Expected the environment variable {name} to be a task count such as '2(x3),1' (got {value!r})")
+    return name, counts
 
 
 def _launch_from_env(env: Mapping[str, str]) -> tuple[str, int, int, int, int]:
-    """(launcher, rank, world_size, local_rank, local_world_size); sets MASTER_* for SLURM."""
+    """(launcher, rank, world_size, local_rank, local_world_size), every value checked: a rank
+    outside its world is refused here, at once, not after a rendezvous timeout."""
     if "RANK" in env and "WORLD_SIZE" in env:
-        rank, world = _int(env, "RANK"), _int(env, "WORLD_SIZE")
+        world = _world(env, "WORLD_SIZE")
+        rank = _in_range("RANK", _int(env, "RANK"), "WORLD_SIZE", world)
+        local_world = _world(env, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in env else world
         local = _int(env, "LOCAL_RANK") if "LOCAL_RANK" in env else rank
-        local_world = _int(env, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in env else world
+        _in_range("LOCAL_RANK", local, "LOCAL_WORLD_SIZE", local_world)
         return "torchrun", rank, world, local, local_world
     if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
-        rank, world = _int(env, "SLURM_PROCID"), _int(env, "SLURM_NTASKS")
+        world = _world(env, "SLURM_NTASKS")
+        rank = _in_range("SLURM_PROCID", _int(env, "SLURM_PROCID"), "SLURM_NTASKS", world)
         local = _int(env, "SLURM_LOCALID") if "SLURM_LOCALID" in env else 0
-        return "slurm", rank, world, local, _slurm_tasks_on_node(env)
+        name, per_node = _slurm_tasks_per_node(env)
+        _in_range("SLURM_LOCALID", local, name, max(per_node))  # nodes may run different task counts
+        return "slurm", rank, world, local, per_node[0]
     return "single", 0, 1, 0, 1
+
+
+def _timeout_s(env: Mapping[str, str]) -> float:
+    value = env.get("MESHSHARD_TIMEOUT", "")
+    try:
+        seconds = float(value) if value else DEFAULT_TIMEOUT_S
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < float("inf"):
+        raise ValueError(f"Expected the environment variable MESHSHARD_TIMEOUT to be a positive number of seconds (got {value!r})")
+    return seconds
+
+
+def _slurm_port(env: Mapping[str, str]) -> str:
+    job = env.get("SLURM_JOB_ID", "0")
+    if not job.isdigit():
+        raise ValueError(f"Expected the environment variable SLURM_JOB_ID to be an integer (got {job!r})")
+    return str(20000 + int(job) % 20000)
 
 
 def _choose_backend(backend: str | None) -> str:
@@ -126,6 +163,7 @@ def init_distributed(backend: str | None = None, *, timeout_s: float | None = No
     """
     env = os.environ
     launcher, rank, world, local, local_world = _launch_from_env(env)
+    seconds = timeout_s if timeout_s is not None else _timeout_s(env)
     if dist.is_available() and dist.is_initialized():
         existing = dist.get_backend()
         return DistributedContext(
@@ -139,9 +177,8 @@ def init_distributed(backend: str | None = None, *, timeout_s: float | None = No
     chosen = _choose_backend(backend)
     if launcher == "slurm":
         os.environ.setdefault("MASTER_ADDR", first_slurm_host(env.get("SLURM_JOB_NODELIST", "127.0.0.1")))
-        os.environ.setdefault("MASTER_PORT", str(20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000))
+        os.environ.setdefault("MASTER_PORT", _slurm_port(env))
     device = _device_for(chosen, local)
-    seconds = timeout_s if timeout_s is not None else float(env.get("MESHSHARD_TIMEOUT", DEFAULT_TIMEOUT_S))
     dist.init_process_group(
         chosen, init_method="env://", rank=rank, world_size=world, timeout=timedelta(seconds=seconds)
     )
@@ -155,7 +192,11 @@ class DeviceMesh2D:
     Global rank ``g = data_rank * domain_parallel_size + domain_rank``: the ranks sharing one sample
     (a domain group) are consecutive, so with as many ranks per node as the domain size they share a
     node and the halo exchanges stay on it; gradients are averaged across the data group.
-    ``None`` groups mean a group of one (nothing to communicate).
+
+    ``None`` means one thing everywhere in meshshard: the default (world) group. So a group is
+    ``None`` only when it is the whole world (no process group, or a world of one); a group of
+    one rank inside a larger world is a real single-rank process group, on which every collective
+    returns at once without communicating.
     """
 
     data_parallel_size: int
@@ -193,14 +234,13 @@ def init_device_mesh_2d(domain_parallel_size: int, *, world_size: int | None = N
     domain_group = data_group = None
     if initialised and world > 1:
         # new_group is collective over the default group: every rank creates every group, in order.
+        # A group of one is a real group too: None would mean the whole world (see the class docstring).
         for d in range(data_size):
-            ranks = list(range(d * domain_parallel_size, (d + 1) * domain_parallel_size))
-            group = dist.new_group(ranks) if domain_parallel_size > 1 else None
+            group = dist.new_group(list(range(d * domain_parallel_size, (d + 1) * domain_parallel_size)))
             if d == data_rank:
                 domain_group = group
         for k in range(domain_parallel_size):
-            ranks = list(range(k, world, domain_parallel_size))
-            group = dist.new_group(ranks) if data_size > 1 else None
+            group = dist.new_group(list(range(k, world, domain_parallel_size)))
             if k == domain_rank:
                 data_group = group
     return DeviceMesh2D(data_size, domain_parallel_size, data_rank, domain_rank, data_group, domain_group)

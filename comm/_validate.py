@@ -96,3 +96,28 @@ def check_self_counts(send_counts: list[int], recv_counts: list[int], rank: int)
             f"Expected send_counts[{rank}] == recv_counts[{rank}] on rank {rank}, the part it keeps "
             f"(got {send_counts[rank]} and {recv_counts[rank]})"
         )
+
+
+# --- a check that only one rank can make, shared with every rank -------------------------------
+
+MESSAGE_WORDS = 48  # an error message travels as up to 8 * MESSAGE_WORDS UTF-8 bytes in int64 words
+_KINDS = (ValueError, TypeError)
+
+
+def encode_problem(problem: Exception | None) -> list[int]:
+    """``[kind, byte length, words...]`` (``1 + 1 + MESSAGE_WORDS`` ints); ``kind`` 0 means no problem."""
+    if problem is None:
+        return [0] * (2 + MESSAGE_WORDS)
+    data = str(problem).encode()[: 8 * MESSAGE_WORDS]
+    kind = 1 + next((i for i, k in enumerate(_KINDS) if isinstance(problem, k)), 0)
+    words = torch.frombuffer(bytearray(data.ljust(8 * MESSAGE_WORDS, b"\0")), dtype=torch.int64).tolist()
+    return [kind, len(data), *words]
+
+
+def decode_problem(row: Sequence[int]) -> Exception | None:
+    """The exception :func:`encode_problem` encoded, or ``None``."""
+    kind, length = int(row[0]), int(row[1])
+    if kind == 0:
+        return None
+    data = torch.tensor([int(v) for v in row[2 : 2 + MESSAGE_WORDS]], dtype=torch.int64).numpy().tobytes()
+    return _KINDS[kind - 1](data[:length].decode(errors="replace"))

@@ -23,8 +23,12 @@ __version__ = "0.1.0"
 _LAZY: dict[str, str] = {
     "ShardSpec": "meshshard._spec",
     "ShardTensor": "meshshard._tensor",
+    "register_rowwise": "meshshard._tensor",
     "ShardGraph": "meshshard._graph",
     "edge_features": "meshshard._graph",
+    "GridTensor": "meshshard._grid_tensor",
+    "GridLayout": "meshshard._grid_tensor",
+    "grid_layout": "meshshard._grid_tensor",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -10,7 +10,7 @@ coordinates.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -36,6 +36,9 @@ class ShardGraph:
         node_hops: ``(N_local,)`` hop distance of each local node to the owned set (0 = owned).
         pos: ``(N_local, D)`` coordinates of owned and ghost nodes, when known.
         global_edge_ids: ``(E_local,)`` global id of each local edge.
+
+    Global degrees (:meth:`in_degree`, :meth:`degree_histogram`) are computed on first use, with
+    one exchange, and cached: every rank must ask for them together.
     """
 
     spec: ShardSpec
@@ -45,6 +48,7 @@ class ShardGraph:
     node_hops: Tensor
     pos: Tensor | None
     global_edge_ids: Tensor
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_partition(cls, partition: Any, group: Any = None, *, device: Any = None, dtype: torch.dtype = torch.float32) -> ShardGraph:
@@ -71,6 +75,51 @@ class ShardGraph:
     @property
     def num_local(self) -> int:
         return self.spec.num_owned + self.spec.num_ghost
+
+    @property
+    def owned_edge_index(self) -> Tensor:
+        """``(2, E_own)`` the edges that end at owned nodes (each global edge on exactly one rank)."""
+        return self.edge_index[:, : self.num_owned_edges]
+
+    def in_degree(self) -> Tensor:
+        """``(N_local,)`` int64: the global in-degree of every owned and ghost node.
+
+        An owned node's incoming edges are all stored on its rank, so its in-degree is local; the
+        ghosts' come from their owners. Communication: one halo exchange, the first time only.
+        """
+        if "in_degree" not in self._cache:
+            dst = self.owned_edge_index[1]
+            own = torch.bincount(dst, minlength=self.num_owned).to(torch.float64)[:, None]
+            self._cache["in_degree"] = self._exchange_ghosts(own)[:, 0].round().to(torch.int64)
+        return self._cache["in_degree"]
+
+    def degree_histogram(self) -> Tensor:
+        """``(D_max + 1,)`` int64, replicated: how many nodes of the whole graph have in-degree 0, 1, ...
+
+        What ``torch_geometric.nn.PNAConv`` takes as ``deg`` (its ``get_degree_histogram`` on the
+        whole graph). Communication: two small ``all_reduce`` (plus :meth:`in_degree`'s exchange).
+        """
+        import torch.distributed as dist
+
+        deg = self.in_degree()[: self.num_owned]
+        top = torch.tensor([int(deg.max()) + 1 if deg.numel() else 0])
+        grouped = dist.is_initialized() and self.spec.world_size > 1
+        if grouped:
+            dist.all_reduce(top, op=dist.ReduceOp.MAX, group=self.spec.group)
+        hist = torch.bincount(deg.cpu(), minlength=int(top)).to(torch.int64)
+        if grouped:
+            dist.all_reduce(hist, group=self.spec.group)
+        return hist
+
+    def _exchange_ghosts(self, own: Tensor) -> Tensor:
+        """``(N_own, ...)`` owned rows -> ``(N_local, ...)`` owned plus ghost rows (one exchange)."""
+        from meshshard.comm import append_halo
+
+        spec = self.spec
+        if not spec.has_halo:
+            return own
+        return append_halo(own, spec._on("send_index", own.device), spec.send_counts, spec.recv_counts,
+                           group=spec.group, check_index=False)
 
     def to(self, device: Any) -> ShardGraph:
         return ShardGraph(

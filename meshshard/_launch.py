@@ -2,17 +2,54 @@
 
 Each worker gets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and
 ``MASTER_PORT``, exactly as under ``torchrun``, so the code path (``init_distributed``) is the one
-used in production. If one worker fails, the others are stopped and the failure is reported.
+used in production.
+
+The launcher owns its ranks:
+
+- if one fails, the others are stopped (SIGTERM, then SIGKILL after a grace period) and
+  :class:`RankFailed` reports the first failing rank's error on one line (a rank that died names
+  its exit code or signal). The full traceback is printed by the rank only with ``MESHSHARD_DEBUG``;
+- SIGINT (Ctrl-C) or SIGTERM sent to the launcher stops every rank the same way, then raises
+  ``KeyboardInterrupt`` (exit 130 from the command line) or :class:`Terminated` (exit 143);
+- the ranks ignore SIGINT themselves (a terminal's Ctrl-C reaches them too; the launcher decides)
+  and, on Linux, receive SIGTERM if the launcher itself is killed.
 """
 
 from __future__ import annotations
 
+import json
+import multiprocessing
 import os
+import signal
 import socket
+import sys
+import tempfile
+import time
+import traceback
 from collections.abc import Callable
+from multiprocessing.connection import wait
+from pathlib import Path
 from typing import Any
 
-__all__ = ["launch_local", "free_port"]
+__all__ = ["RankFailed", "Terminated", "launch_local", "free_port"]
+
+GRACE_S = 5.0
+
+
+class Terminated(SystemExit):
+    """SIGTERM reached the launcher; every rank has been stopped. Exit code 143 if not caught."""
+
+    def __init__(self) -> None:
+        super().__init__(143)
+
+
+class RankFailed(RuntimeError):
+    """A local rank failed; ``str()`` is its one-line error, ``user_error`` says it was a ``ValueError``."""
+
+    def __init__(self, rank: int, message: str, user_error: bool = False) -> None:
+        super().__init__(message if message.startswith(f"rank {rank}") else f"rank {rank}: {message}")
+        self.rank = rank
+        self.user_error = user_error
 
 
 def free_port() -> int:
@@ -21,29 +58,108 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _entry(local_rank: int, fn: Callable[..., Any], world: int, port: int, args: tuple) -> None:
+def _debug() -> bool:
+    return os.environ.get("MESHSHARD_DEBUG", "") not in ("", "0")
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGTERM this process when the launcher dies (so no rank outlives a SIGKILLed launcher)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _entry(local_rank: int, fn: Callable[..., Any], world: int, port: int, args: tuple, report: str) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
     os.environ.update(
         RANK=str(local_rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local_rank),
         LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
     )
     os.environ.setdefault("MESHSHARD_TIMEOUT", "120")
-    import torch
+    try:
+        import torch
 
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
-    fn(*args)
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+        fn(*args)
+    except BaseException as err:  # noqa: BLE001 - every failure is reported to the launcher, on one line
+        if _debug():
+            traceback.print_exc()
+        message = " ".join(str(err).split()) or type(err).__name__
+        if not isinstance(err, ValueError | RuntimeError | OSError):
+            message = f"{type(err).__name__}: {message}"
+        tmp = Path(report) / f".rank-{local_rank}.json"
+        tmp.write_text(json.dumps({"message": message, "user_error": isinstance(err, ValueError),
+                                   "peer": type(err).__name__ == "PeerFailure"}))
+        os.replace(tmp, Path(report) / f"rank-{local_rank}.json")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(2 if isinstance(err, ValueError) else 1)
 
 
-def launch_local(fn: Callable[..., Any], nprocs: int, *args: Any) -> None:
+def _stop(procs: list[Any], grace_s: float) -> None:
+    for p in procs:
+        if p.exitcode is None:
+            p.terminate()
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.exitcode is None:
+            p.kill()
+            p.join(5)
+
+
+def _failure(rank: int, exitcode: int, report: Path) -> tuple[int, RankFailed]:
+    """The failure of a rank that exited, and its priority (its own error first, a peer's echo last)."""
+    try:
+        info = json.loads((report / f"rank-{rank}.json").read_text())
+    except (OSError, ValueError):
+        how = f"was killed by {signal.Signals(-exitcode).name}" if exitcode < 0 else f"exited with code {exitcode}"
+        return 1, RankFailed(rank, f"rank {rank} {how}")
+    return (2 if info["peer"] else 0), RankFailed(rank, info["message"], info["user_error"])
+
+
+def launch_local(fn: Callable[..., Any], nprocs: int, *args: Any, grace_s: float = GRACE_S) -> None:
     """Run ``fn(*args)`` on ``nprocs`` local processes (spawned) as ranks of one gloo/NCCL world.
 
     Raises:
-        RuntimeError: naming the first rank that failed, with its error.
+        RankFailed: (a ``RuntimeError``) the first rank that failed, with its error on one line.
+        KeyboardInterrupt: on SIGINT, after every rank has stopped.
+        Terminated: (a ``SystemExit`` with code 143) on SIGTERM, after every rank has stopped.
     """
-    import torch.multiprocessing as mp
-
     if nprocs < 1:
         raise ValueError(f"Expected at least one rank (got {nprocs})")
-    try:
-        mp.start_processes(_entry, args=(fn, nprocs, free_port(), args), nprocs=nprocs, start_method="spawn")
-    except (mp.ProcessExitedException, mp.ProcessRaisedException) as err:
-        raise RuntimeError(f"a local rank failed: {err}") from None
+    ctx = multiprocessing.get_context("spawn")
+    received: list[int] = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        received.append(signum)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    with tempfile.TemporaryDirectory(prefix="meshshard-launch-") as report:
+        port = free_port()
+        procs = [ctx.Process(target=_entry, args=(r, fn, nprocs, port, args, report)) for r in range(nprocs)]
+        try:
+            for p in procs:
+                if not received:
+                    p.start()
+            while not received:
+                running = [p for p in procs if p.exitcode is None and p.pid is not None]
+                failed = [(*_failure(r, p.exitcode, Path(report)), r) for r, p in enumerate(procs)
+                          if p.exitcode not in (None, 0)]
+                if failed:
+                    raise min(failed, key=lambda f: (f[0], f[2]))[1]
+                if not running:
+                    return
+                wait([p.sentinel for p in running], timeout=0.5)
+        finally:
+            _stop([p for p in procs if p.pid is not None], grace_s)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+    if received[0] == signal.SIGTERM:
+        raise Terminated
+    raise KeyboardInterrupt

@@ -720,16 +720,19 @@ def _run(args: argparse.Namespace) -> int:
             print(f"meshshard predict: error: {path}: no such {what}", file=sys.stderr)
             return 2
     launched = "RANK" in os.environ or "SLURM_PROCID" in os.environ
+    from ._launch import Terminated, launch_local
+
     try:
         if args.nproc and not launched:
-            from ._launch import launch_local
-
             launch_local(_predict_worker, args.nproc, asdict(cfg))
         else:
             _predict_worker(asdict(cfg))
     except (ValueError, RuntimeError) as err:
-        print(f"meshshard predict: error: {str(err).strip().splitlines()[-1] if args.nproc else err}", file=sys.stderr)
-        return 2 if isinstance(err, ValueError) else 1
+        print(f"meshshard predict: error: {err}", file=sys.stderr)
+        return 2 if isinstance(err, ValueError) or getattr(err, "user_error", False) else 1
+    except Terminated:
+        print("meshshard predict: terminated (SIGTERM); every local rank was stopped", file=sys.stderr)
+        return 143
     return 0
 
 

@@ -1,15 +1,23 @@
 """``ShardSpec``: how the rows of a node-indexed tensor are laid out across the ranks of a group.
 
-A spec is frozen and built without communication: every rank's owned count comes from the
-partition metadata (or is given), and the halo plan from this rank's part file. It holds:
+A spec is frozen. Every rank's owned count comes from the partition metadata (or is given), and
+the halo plan from this rank's part file; the only communication in building one is the halo
+plan's check across ranks (below). It holds:
 
 - ``owned_counts``: ``R`` ints, the number of rows each rank owns;
 - ``global_ids``: ``(N_own,)`` int64, the global node id of each owned row on this rank
   (ascending for a partition; a contiguous range for a chunked layout);
-- the halo plan, when there is one: ``send_index`` ``(sum(send_counts),)``, ``send_counts`` and
-  ``recv_counts`` (``R`` each): the arguments of :func:`meshshard.comm.indexed_all_to_all_v`, whose
-  result is exactly the ghost rows in local order;
+- ``halo``: the halo plan, when there is one, a :class:`meshshard.comm.HaloPlan` (``send_index``
+  ``(sum(send_counts),)``, ``send_counts`` and ``recv_counts``, ``R`` each, also readable on the
+  spec), whose exchange gives exactly the ghost rows in local order;
 - ``group``: the process group (``None``: the default group, or a world of one).
+
+:meth:`ShardSpec.from_partition` is the one conversion from a partition's numpy plan. It checks the
+plan once, across the ranks of the group (one small ``all_gather_v``; every rank must call it):
+counts that disagree between ranks, or a part that only its own rank can see is wrong, raise the
+same ``ValueError`` on every rank, instead of an exchange that returns garbage or waits forever.
+Specs without a halo (:meth:`ShardSpec.from_counts`, :meth:`ShardSpec.chunked`) need no
+communication.
 
 Two specs are equal when they describe the same layout: same counts, same owned global ids on this
 rank, same halo plan, same partition (its metadata checksum) and same group. Equality is decided
@@ -31,7 +39,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from meshshard.comm import all_gather_v, all_to_all_v, communication_device, group_rank_and_size
+from meshshard.comm import HaloPlan, all_gather_v, all_to_all_v, communication_device, group_rank_and_size
 
 __all__ = ["ShardSpec"]
 
@@ -47,6 +55,24 @@ def _digest(*parts: Any) -> str:
             h.update(repr(part).encode())
         h.update(b"|")
     return h.hexdigest()[:16]
+
+
+def _partition_layout(partition: Any, rank: int, world: int) -> tuple[tuple[int, ...], Tensor]:
+    """Every rank's owned count and this rank's owned global ids, checked on this rank."""
+    if partition.num_parts != world:
+        raise ValueError(
+            f"Expected a partition into {world} parts for a group of {world} ranks (got {partition.num_parts} parts)"
+        )
+    if partition.rank != rank:
+        raise ValueError(f"Expected the part of rank {rank} (got the part of rank {partition.rank})")
+    counts = tuple(int(c) for c in partition.num_owned_per_part)
+    ids = _as_index("owned_ids", partition.owned_ids)
+    if len(counts) != world or ids.numel() != counts[rank]:
+        raise ValueError(
+            f"Expected {world} owned counts and num_owned_per_part[{rank}] = owned ids on rank {rank} "
+            f"(got {len(counts)} counts and {ids.numel()} owned ids)"
+        )
+    return counts, ids
 
 
 def _as_index(name: str, values: Any) -> Tensor:
@@ -66,9 +92,7 @@ class ShardSpec:
     owned_counts: tuple[int, ...]
     rank: int
     global_ids: Tensor
-    send_index: Tensor | None = None
-    send_counts: tuple[int, ...] | None = None
-    recv_counts: tuple[int, ...] | None = None
+    halo: HaloPlan | None = None
     group: Any = None
     source: str = "counts"
     _key: str = field(default="", compare=False)
@@ -85,24 +109,13 @@ class ShardSpec:
                 f"Expected 'global_ids' to have owned_counts[{self.rank}] = {self.owned_counts[self.rank]} "
                 f"entries (got {self.global_ids.numel()})"
             )
-        if self.send_index is not None:
-            assert self.send_counts is not None and self.recv_counts is not None
-            if len(self.send_counts) != world or len(self.recv_counts) != world:
-                raise ValueError(
-                    f"Expected 'send_counts' and 'recv_counts' to have {world} entries "
-                    f"(got {len(self.send_counts)} and {len(self.recv_counts)})"
-                )
-            if self.send_index.numel() != sum(self.send_counts):
-                raise ValueError(
-                    f"Expected 'send_index' to have sum(send_counts) = {sum(self.send_counts)} entries "
-                    f"(got {self.send_index.numel()})"
-                )
-            if self.send_index.numel() and (
-                int(self.send_index.min()) < 0 or int(self.send_index.max()) >= self.num_owned
-            ):
-                raise ValueError(f"Expected 'send_index' values in [0, {self.num_owned}), the owned rows")
-            if self.send_counts[self.rank] or self.recv_counts[self.rank]:
-                raise ValueError(f"Expected no rows sent by rank {self.rank} to itself in a halo plan")
+        if self.halo is not None and (
+            (self.halo.rank, self.halo.world_size, self.halo.num_owned) != (self.rank, world, self.num_owned)
+        ):
+            raise ValueError(
+                f"Expected a halo plan of rank {self.rank} of {world} with {self.num_owned} owned rows "
+                f"(got {self.halo!r})"
+            )
         key = _digest(self.owned_counts, self.rank, self.global_ids, self.send_index, self.send_counts,
                       self.recv_counts, id(self.group) if self.group is not None else None, self.source)
         object.__setattr__(self, "_key", key)
@@ -113,29 +126,31 @@ class ShardSpec:
     def from_partition(cls, partition: Any, group: Any = None) -> ShardSpec:
         """The layout and halo plan of a loaded partition (``meshshard.partition.load_partition``).
 
-        No communication: every rank's owned count is in the partition's metadata.
+        Every rank of ``group`` must call it: the plan is checked across the ranks once, here
+        (one ``all_gather_v`` of one small row per rank), and never again per exchange.
 
         Raises:
-            ValueError: if the partition's part count or rank do not match the group.
+            ValueError: on every rank at once, if any rank's partition does not have as many parts
+                as the group has ranks, is not that rank's part, is damaged, or disagrees with the
+                other ranks' parts (owned counts, or rows sent and expected between two ranks).
         """
         rank, world = group_rank_and_size(group)
-        if partition.num_parts != world:
-            raise ValueError(
-                f"Expected a partition into {world} parts for a group of {world} ranks "
-                f"(got {partition.num_parts} parts)"
-            )
-        if partition.rank != rank:
-            raise ValueError(f"Expected the part of rank {rank} (got the part of rank {partition.rank})")
+        problem, counts, ids = None, (0,) * world, torch.zeros(0, dtype=torch.int64)
+        try:
+            counts, ids = _partition_layout(partition, rank, world)
+        except (TypeError, ValueError) as err:
+            problem = err
+        except AttributeError as err:  # not a Partition: still fail every rank, not only this one
+            problem = TypeError(f"Expected a meshshard.partition.Partition (got {type(partition).__name__}: {err})")
+        halo = HaloPlan.build(
+            partition.send_index if problem is None else [], partition.send_counts if problem is None else [0] * world,
+            partition.recv_counts if problem is None else [0] * world, num_owned=len(ids), group=group,
+            owned_counts=counts, problem=problem,
+        )
         meta = getattr(partition, "metadata", None) or {}
         identity = json.dumps(meta.get("parts", meta), sort_keys=True, default=str) if meta else "in-memory"
         return cls(
-            owned_counts=tuple(int(c) for c in partition.num_owned_per_part),
-            rank=rank,
-            global_ids=_as_index("owned_ids", partition.owned_ids),
-            send_index=_as_index("send_index", partition.send_index),
-            send_counts=tuple(int(c) for c in partition.send_counts),
-            recv_counts=tuple(int(c) for c in partition.recv_counts),
-            group=group,
+            owned_counts=counts, rank=rank, global_ids=ids, halo=halo, group=group,
             source="partition:" + _digest(identity),
         )
 
@@ -183,11 +198,24 @@ class ShardSpec:
 
     @property
     def has_halo(self) -> bool:
-        return self.send_index is not None
+        return self.halo is not None
 
     @property
     def num_ghost(self) -> int:
-        return sum(self.recv_counts) if self.recv_counts is not None else 0
+        return self.halo.num_ghost if self.halo is not None else 0
+
+    @property
+    def send_index(self) -> Tensor | None:
+        """The halo plan's owned rows to send, grouped by destination rank (``None``: no halo)."""
+        return self.halo.send_index if self.halo is not None else None
+
+    @property
+    def send_counts(self) -> tuple[int, ...] | None:
+        return self.halo.send_counts if self.halo is not None else None
+
+    @property
+    def recv_counts(self) -> tuple[int, ...] | None:
+        return self.halo.recv_counts if self.halo is not None else None
 
     @property
     def is_contiguous(self) -> bool:

@@ -17,7 +17,8 @@ The run folder::
 
     RUN/
       checkpoint.pt   model, optimizer, completed steps, loss history, RNG state, config;
-                      written by rank 0 to a temporary file and renamed, so it is always whole
+                      tensors and plain values only, with a checksum; written by rank 0 to a
+                      temporary file and renamed, so it is always whole (meshshard/_checkpoint.py)
       log.jsonl       one line per step: step, loss, seconds, nodes per second; with
                       --val-every K, a line {"step", "val_loss"} every K steps and at the end:
                       the mean loss over the dataset's validation split (forward only)
@@ -44,7 +45,8 @@ import torch
 
 from meshshard import _runlog
 
-CHECKPOINT_FORMAT = "meshshard-checkpoint"
+from ._checkpoint import atomic_save as _atomic_save
+from ._checkpoint import load_checkpoint, save_checkpoint
 
 __all__ = ["TrainConfig", "train", "load_checkpoint", "sample_index"]
 
@@ -88,32 +90,70 @@ class PeerFailure(RuntimeError):
     """A collective failed during training: a peer rank died or stopped responding."""
 
 
-def _atomic_save(obj: Any, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu") -> dict[str, Any]:
-    """Read a checkpoint written by :func:`train`; a clear error if it is not one."""
-    try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=False)
-    except Exception as err:  # noqa: BLE001 - any unreadable file is reported the same way
-        raise ValueError(f"{path}: not a readable meshshard checkpoint ({err})") from None
-    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path}: not a meshshard checkpoint")
-    return ckpt
-
-
 def _maybe_fail(rank: int, step: int) -> None:
     """Testing hook: ``MESHSHARD_FAIL_AT=RANK:STEP`` kills that rank in the middle of that step."""
     spec = os.environ.get("MESHSHARD_FAIL_AT")
     if spec and spec == f"{rank}:{step}":
         print(f"rank {rank}: MESHSHARD_FAIL_AT={spec}: dying in the middle of step {step}", file=sys.stderr, flush=True)
         os._exit(17)
+
+
+class NonFiniteLoss(RuntimeError):
+    """The loss or a gradient of a step is NaN or infinite: training stops before the optimizer step."""
+
+
+_WHICH = ("inputs", "targets")
+
+
+def _non_finite_row(x: torch.Tensor, y: torch.Tensor, owned: np.ndarray, sample: int) -> tuple | None:
+    """``(sample, global node, "inputs" | "targets", value)`` of this rank's first non-finite row, or None."""
+    for which, t in zip(_WHICH, (x, y), strict=True):
+        bad = ~torch.isfinite(t)
+        if bool(bad.any()):
+            i = int(bad.any(dim=1).nonzero()[0])
+            return sample, int(owned[i]), which, float(t[i][bad[i]][0])
+    return None
+
+
+def _local_flags(loss: torch.Tensor, bad_row: tuple | None, parameters: Any, *, rank: int, world: int) -> torch.Tensor:
+    """This rank's loss, gradient flag and bad row, laid out so that one sum over the world combines them.
+
+    ``[loss, grad_not_finite, then per rank: sample + 1, node + 1, which + 1, value]`` in float64;
+    a rank writes only its own four slots.
+    """
+    flags = torch.zeros(2 + 4 * world, dtype=torch.float64, device=loss.device)
+    flags[0] = loss.detach().to(torch.float64)
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if grads and not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all()):
+        flags[1] = 1.0
+    if bad_row is not None:
+        sample, node, which, value = bad_row
+        flags[2 + 4 * rank: 6 + 4 * rank] = torch.tensor([sample + 1, node + 1, _WHICH.index(which) + 1, value])
+    return flags
+
+
+def _check_finite(flags: torch.Tensor, *, step: int, samples: list[int], data: str, last: str) -> float:
+    """Raise on a non-finite row, loss or gradient (same verdict on every rank); else the batch loss.
+
+    ``flags`` is the world-wide sum of every rank's :func:`_local_flags`.
+    """
+    values = flags.tolist()
+    world = (len(values) - 2) // 4
+    for r in range(world):
+        sample, node, which, value = values[2 + 4 * r: 6 + 4 * r]
+        if sample:
+            raise ValueError(
+                f"Expected finite training data (got {value} in the {_WHICH[int(which) - 1]} of sample {int(sample) - 1} "
+                f"at node {int(node) - 1}, read by rank {r} at step {step}); fix the dataset {data}"
+            )
+    loss = values[0] / world
+    tail = (f"on sample(s) {samples}; training stopped before the optimizer step, so no non-finite weights are saved "
+            f"(last checkpoint: {last}). Lower --lr or check the data.")
+    if not np.isfinite(loss):
+        raise NonFiniteLoss(f"step {step}: the loss is not finite ({loss}) {tail}")
+    if values[1]:
+        raise NonFiniteLoss(f"step {step}: a gradient is not finite (loss {loss:.6g}) {tail}")
+    return loss
 
 
 def train(cfg: TrainConfig) -> list[float]:
@@ -163,10 +203,11 @@ def train(cfg: TrainConfig) -> list[float]:
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["optimizer"])
         losses, start = list(saved["losses"]), int(saved["step"])
-        torch.set_rng_state(saved["rng"])
+        torch.set_rng_state(saved["rng"].cpu())
         old_lr = _runlog.lr_change(saved.get("config", {}), cfg.lr)
         for group in opt.param_groups:
             group["lr"] = cfg.lr  # a changed learning rate is applied (and logged below)
+    last_saved = f"{ckpt_path} (step {start})" if start else "none yet"
     if ctx.rank == 0:
         _runlog.delete_run_files(stale)
         out.mkdir(parents=True, exist_ok=True)
@@ -201,6 +242,7 @@ def train(cfg: TrainConfig) -> list[float]:
         t0 = time.perf_counter()
         s = int(reader.train[sample_index(cfg.seed, step, mesh.data_rank, cfg.data_parallel, len(reader.train))])
         b = reader.sample(s)
+        bad_row = _non_finite_row(b.x.to_local(), b.y.to_local(), b.owned_ids, s)
         try:
             pred = model(b.x, b.graph, b.edge_attr)
             loss = ((pred - b.y) ** 2).mean()
@@ -208,10 +250,9 @@ def train(cfg: TrainConfig) -> list[float]:
             opt.zero_grad(set_to_none=True)
             loss.backward()
             sum_gradients(model.parameters(), scale=1.0 / cfg.data_parallel)
-            batch_loss = loss.detach().reshape(1).clone()
+            flags = _local_flags(loss, bad_row, model.parameters(), rank=ctx.rank, world=ctx.world_size)
             if dist.is_initialized():
-                dist.all_reduce(batch_loss)  # each domain rank holds its sample's loss
-            batch_loss = float(batch_loss) / ctx.world_size
+                dist.all_reduce(flags)  # each domain rank holds its sample's loss; and every rank's finite checks
         except (RuntimeError, OSError) as err:
             last = f"{ckpt_path} (step {load_checkpoint(ckpt_path)['step']})" if ckpt_path.exists() else "none yet"
             raise PeerFailure(
@@ -219,6 +260,9 @@ def train(cfg: TrainConfig) -> list[float]:
                 f"stopped responding ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}). "
                 f"Last checkpoint: {last}; rerun with --resume."
             ) from err
+        batch = [int(reader.train[sample_index(cfg.seed, step, d, cfg.data_parallel, len(reader.train))])
+                 for d in range(cfg.data_parallel)]
+        batch_loss = _check_finite(flags, step=step, samples=batch, data=cfg.data, last=last_saved)
         if step == 0 and ctx.rank == 0:
             grads = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
             _atomic_save({"loss": batch_loss, "grads": grads.cpu(), "sample": s}, out / "first_step.pt")
@@ -231,12 +275,13 @@ def train(cfg: TrainConfig) -> list[float]:
         if report:
             log.plot()
         if ctx.rank == 0 and (done % cfg.checkpoint_every == 0 or done == cfg.steps):
-            _atomic_save({
-                "format": CHECKPOINT_FORMAT, "format_version": 1, "step": done, "model": model.state_dict(),
-                "optimizer": opt.state_dict(), "losses": losses, "rng": torch.get_rng_state(),
-                "config": {**asdict(cfg), "normalisation": reader.normaliser.to_dict()}, "world_size": ctx.world_size,
-                "identity": identity,
-            }, ckpt_path)
+            save_checkpoint(ckpt_path, {
+                "step": done, "model": model.state_dict(), "optimizer": opt.state_dict(), "losses": losses,
+                "rng": torch.get_rng_state(), "config": {**asdict(cfg), "normalisation": reader.normaliser.to_dict()},
+                "world_size": ctx.world_size, "identity": identity,
+            })
+        if done % cfg.checkpoint_every == 0 or done == cfg.steps:
+            last_saved = f"{ckpt_path} (step {done})"
     if validating and cfg.steps > start:
         log.eval(cfg.steps, validate())
     log.plot()
@@ -353,16 +398,19 @@ def _run(args: Any) -> int:
         print(f"meshshard train: error: {err}", file=sys.stderr)
         return 2
     launched = "RANK" in os.environ or "SLURM_PROCID" in os.environ
+    from ._launch import Terminated, launch_local
+
     try:
         if args.nproc and not launched:
-            from ._launch import launch_local
-
             launch_local(_train_worker, args.nproc, asdict(cfg))
         else:
             _train_worker(asdict(cfg))
     except (ValueError, PeerFailure, RuntimeError) as err:
         print(f"meshshard train: error: {err}", file=sys.stderr)
-        return 2 if isinstance(err, ValueError) else 1
+        return 2 if isinstance(err, ValueError) or getattr(err, "user_error", False) else 1
+    except Terminated:
+        print("meshshard train: terminated (SIGTERM); every local rank was stopped", file=sys.stderr)
+        return 143
     return 0
 
 

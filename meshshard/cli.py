@@ -1,9 +1,11 @@
 """The ``meshshard`` command.
 
-Each subcommand lives next to the code it drives and registers itself through a module-level
-``register(subparsers)`` function, which adds an ``argparse`` sub-parser whose ``func`` takes the
-parsed arguments and returns an exit code. Heavy imports (torch, pymetis) happen inside ``func``,
-so ``meshshard --help`` and the partition commands start quickly.
+Subcommands are listed in :data:`COMMANDS`, a static table of ``(name, module, help)``. A
+module is imported only when one of its commands runs: then its module-level
+``register(subparsers)`` adds its ``argparse`` sub-parser(s), whose ``func`` takes the parsed
+arguments and returns an exit code. ``meshshard --help`` lists every command from the table
+without importing any, so it and the partition commands never import torch. Adding a command
+is one line in the table (and a ``register`` in its module).
 
 Exit codes: 0 success, 1 a check failed (``verify``), 2 bad input or usage. A subcommand of a
 lower layer (``meshshard.partition``) reports its own errors, since it may not import this module;
@@ -19,14 +21,20 @@ from collections.abc import Sequence
 
 from meshshard import __version__
 
-#: Modules that contribute subcommands, in the order ``--help`` lists them.
-SUBCOMMAND_MODULES: tuple[str, ...] = (
-    "meshshard.partition._cli",
-    "meshshard.partition._dataset_cli",
-    "meshshard._train",
-    "meshshard._predict",
-    "meshshard._demo",
-    "meshshard._selftest",
+#: ``(command, module whose register() adds it, one-line help)``, in the order ``--help``
+#: lists them. A module may register several commands (each gets its own row).
+COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("partition", "meshshard.partition._cli", "split a mesh, graph or point cloud into a "
+     "partition folder"),
+    ("info", "meshshard.partition._cli", "print a partition or dataset folder's metadata"),
+    ("verify", "meshshard.partition._cli", "check a partition folder (exit 0 valid, 1 not)"),
+    ("plot", "meshshard.partition._cli", "draw a partition's nodes coloured by part"),
+    ("dataset", "meshshard.partition._dataset_cli", "make a dataset folder from mesh files with "
+     "point_data fields"),
+    ("train", "meshshard._train", "train a sharded MeshGraphNet on a partition"),
+    ("predict", "meshshard._predict", "predict with a trained run: ParaView files, metrics, pictures"),
+    ("demo", "meshshard._demo", "run the heat-diffusion example (examples/heat_diffusion) of a clone"),
+    ("selftest", "meshshard._selftest", "check the collectives on R local ranks"),
 )
 
 
@@ -34,26 +42,37 @@ class CommandError(Exception):
     """A user-facing failure: printed as one line, exit code 2."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _chosen(argv: Sequence[str]) -> str | None:
+    """The command named in ``argv`` (the first word that is not an option), if any."""
+    for word in argv:
+        if word in ("-h", "--help", "--version"):
+            return None
+        if not word.startswith("-"):
+            return word
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only ``command``'s module is imported and registered, every other command
+    is a placeholder carrying its help line."""
     parser = argparse.ArgumentParser(
         prog="meshshard",
         description="Domain-parallel GNN training on meshes and point clouds too large for one device.",
     )
     parser.add_argument("--version", action="version", version=f"meshshard {__version__}")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", dest="command")
-    for name in SUBCOMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as err:
-            if err.name != name:  # a real missing dependency, not a subcommand still to come
-                raise
-            continue
-        module.register(subparsers)
+    for name, module, _ in COMMANDS:
+        if name == command:
+            importlib.import_module(module).register(subparsers)
+    for name, _, help in COMMANDS:
+        if name not in subparsers.choices:
+            subparsers.add_parser(name, help=help)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_chosen(argv))
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
     if func is None:

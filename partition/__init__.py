@@ -11,7 +11,8 @@ Pipeline, one function per step::
 
 or in one call: ``partition_file(...)`` (the ``meshshard partition`` command), or in memory:
 ``partition_graph(edge_index | Data | Graph, R)``, ``partition_mesh(points, cells, R)``,
-``partition_points(pos, R)``. ``verify_partition(DIR)`` checks every invariant of a folder.
+``partition_points(pos, R)``, ``partition_grid(shape, R, proc_grid=...)`` (a structured grid's
+box decomposition, see ``_grid.py``). ``verify_partition(DIR)`` checks every invariant of a folder.
 
 Datasets (format: :mod:`meshshard.partition._dataset`): ``build_dataset(files, DATA, inputs=...,
 targets=...)`` (``meshshard dataset``), ``write_dataset`` / ``write_dataset_from_pyg``,
@@ -32,6 +33,7 @@ from meshshard.partition._assign import (METHODS, assign_parts, edge_cut, imbala
 from meshshard.partition._format import (FORMAT_NAME, FORMAT_VERSION, load_partition,
                                          read_metadata, save_partition)
 from meshshard.partition._graph import Graph
+from meshshard.partition._grid import GridLayout, grid_layout, partition_grid
 from meshshard.partition._io import InputData, read_input
 from meshshard.partition._partition import Partition
 from meshshard.partition._plan import build_partitions
@@ -44,6 +46,7 @@ __all__ = [
     "METHODS",
     "Dataset",
     "Graph",
+    "GridLayout",
     "Normalisation",
     "InputData",
     "Partition",
@@ -55,12 +58,14 @@ __all__ = [
     "check_partitions",
     "dataset_partition_folder",
     "edge_cut",
+    "grid_layout",
     "imbalance",
     "load_partition",
     "open_dataset",
     "partition_dataset",
     "partition_file",
     "partition_graph",
+    "partition_grid",
     "partition_mesh",
     "partition_points",
     "read_input",

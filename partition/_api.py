@@ -74,23 +74,27 @@ def _run(
     halo_hops: int = 1,
     imbalance: float = 0.03,
     seed: int = 0,
-    recursive: bool = False,
+    recursive: bool | None = None,
+    tries: int | None = None,
     tpwgts: Sequence[float] | None = None,
     attrs: dict[str, Any],
 ) -> list[Partition]:
     """Assign (unless ``parts`` is given), refine when over ``imbalance``, build the shards."""
     check_num_parts(num_parts, graph.num_nodes)
     refinement = None
+    extra: dict[str, Any] = {}
     if parts is not None:
         parts = check_assignment(np.asarray(parts), graph.num_nodes, num_parts)
         method, params = "given", {}
     else:
+        choice: dict[str, Any] = {}
         with steps.step(method):
             parts = assign_parts(graph, num_parts, method, seed=seed, imbalance=imbalance,
-                                 recursive=recursive, tpwgts=tpwgts)
+                                 recursive=recursive, tries=tries, tpwgts=tpwgts, info=choice)
         params = {"seed": seed, "imbalance": imbalance, "tpwgts": tpwgts}
         if method == "metis":
-            params["recursive"] = recursive
+            params.update(recursive=recursive, tries=tries)
+            extra["metis"] = choice
         before = load_imbalance(graph, parts, num_parts, tpwgts)
         if before > 1.0 + imbalance + 1e-12:
             with steps.step("refine"):
@@ -101,7 +105,7 @@ def _run(
                           "moved": moved}
     attrs = {"method": method, **attrs, "parameters": {**attrs.get("parameters", {}), **params},
              "load_imbalance": load_imbalance(graph, parts, num_parts, tpwgts),
-             "refinement": refinement}
+             "refinement": refinement, **extra}
     with steps.step("plans", total=num_parts) as advance:
         return build_partitions(graph, parts, num_parts, halo_hops=halo_hops, attrs=attrs,
                                 progress=advance)
@@ -132,7 +136,8 @@ def partition_graph(
     halo_hops: int = 1,
     imbalance: float = 0.03,
     seed: int = 0,
-    recursive: bool = False,
+    recursive: bool | None = None,
+    tries: int | None = None,
     tpwgts: Sequence[float] | None = None,
 ) -> list[Partition]:
     """Partition a graph in memory; returns every rank's :class:`Partition`.
@@ -147,7 +152,7 @@ def partition_graph(
         method: ``"metis"``, ``"rcb"`` or ``"morton"``; ignored when ``parts`` is given.
         parts: A ready assignment of nodes to ranks, instead of ``method``.
         halo_hops: ``k``, see :mod:`meshshard.partition._format`.
-        imbalance, seed, recursive, tpwgts: See :func:`assign_parts`.
+        imbalance, seed, recursive, tries, tpwgts: See :func:`assign_parts`.
 
     Shapes:
         edge_index: ``(2, E)``. pos: ``(N, D)``. parts: ``(N,)``. Returns ``R`` partitions.
@@ -169,8 +174,8 @@ def partition_graph(
     if graph.num_nodes == 0:
         raise ValueError("Expected at least one node (got an empty graph)")
     return _run(graph, num_parts, Steps(), method=method, parts=parts, halo_hops=halo_hops,
-                imbalance=imbalance, seed=seed, recursive=recursive, tpwgts=tpwgts,
-                attrs={"graph": graph.kind, "input": _memory_input(graph)})
+                imbalance=imbalance, seed=seed, recursive=recursive, tries=tries,
+                tpwgts=tpwgts, attrs={"graph": graph.kind, "input": _memory_input(graph)})
 
 
 def partition_mesh(
@@ -251,27 +256,34 @@ def partition_file(
     halo_hops: int = 1,
     imbalance: float = 0.03,
     seed: int = 0,
-    recursive: bool = False,
+    recursive: bool | None = None,
+    tries: int | None = None,
     tpwgts: Sequence[float] | None = None,
     force: bool = False,
+    max_expansion: float | None = None,
     steps: Steps | None = None,
 ) -> Path:
     """``meshshard partition``: read ``input``, partition it, write the folder ``out``.
 
-    Cheap checks (arguments, the output folder) run before the input is read. Nothing is left
-    at ``out`` when any step fails.
+    Cheap checks (arguments, the output folder) run before the input is read, and ``num_parts``
+    is checked against the node count before anything is sized by it. Nothing is left at
+    ``out`` when any step fails. ``max_expansion`` caps the decompression ratio of a ``.bz2``
+    or ``.gz`` input (see :func:`meshshard.partition.read_input`).
 
     Returns:
         The partition folder.
     """
     steps = steps or Steps()
     out = Path(out)
-    check_output_dir(out, force)
+    check_output_dir(out, force, inputs=[input])
     if num_parts < 1:
         raise ValueError(f"Expected --parts >= 1 (got {num_parts})")
-    target_weights(num_parts, tpwgts)
+    if tries is not None and tries < 1:
+        raise ValueError(f"Expected --tries >= 1 (got {tries})")
+    if tpwgts is not None:  # checked against num_parts, before num_parts sizes anything
+        target_weights(num_parts, tpwgts)
     with steps.step("read"):
-        data = read_input(input, format=format)
+        data = read_input(input, format=format, max_expansion=max_expansion)
     with steps.step("graph"):
         g = build_graph(data, graph, knn=knn, radius=radius, ncommon=ncommon)
     params: dict[str, Any] = {}
@@ -284,7 +296,7 @@ def partition_file(
     attrs = {"graph": g.kind, "input": {"kind": data.kind, "name": data.name,
                                         "sha256": data.sha256}, "parameters": params}
     partitions = _run(g, num_parts, steps, method=method, halo_hops=halo_hops,
-                      imbalance=imbalance, seed=seed, recursive=recursive, tpwgts=tpwgts,
-                      attrs=attrs)
+                      imbalance=imbalance, seed=seed, recursive=recursive, tries=tries,
+                      tpwgts=tpwgts, attrs=attrs)
     with steps.step("write", total=num_parts) as advance:
         return save_partition(partitions, out, force=force, progress=advance)

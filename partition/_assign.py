@@ -8,6 +8,7 @@ Every function is deterministic for a given input and seed.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -16,7 +17,9 @@ from meshshard.partition._graph import Graph
 __all__ = [
     "METHODS",
     "assign_parts",
+    "auto_tries",
     "metis_parts",
+    "metis_search",
     "rcb_parts",
     "morton_parts",
     "refine_balance",
@@ -61,6 +64,19 @@ def _node_weights(graph: Graph) -> np.ndarray:
     return graph.vertex_weights[:, 0].astype(np.int64)
 
 
+#: METIS tries (``ncuts``) per variant when ``tries`` is not given: 5, fewer on big graphs so
+#: that ``tries x directed edges`` stays under this budget (at least 1).
+TRIES_BUDGET = 20_000_000
+MAX_AUTO_TRIES = 5
+#: Part counts up to which recursive bisection is tried besides k-way.
+RECURSIVE_UP_TO = 16
+
+
+def auto_tries(num_edges: int) -> int:
+    """The default ``tries``: ``min(5, max(1, 20e6 // directed edges))`` (deterministic)."""
+    return int(min(MAX_AUTO_TRIES, max(1, TRIES_BUDGET // max(num_edges, 1))))
+
+
 def assign_parts(
     graph: Graph,
     num_parts: int,
@@ -68,20 +84,25 @@ def assign_parts(
     *,
     seed: int = 0,
     imbalance: float = 0.03,
-    recursive: bool = False,
+    recursive: bool | None = None,
+    tries: int | None = None,
     tpwgts: Sequence[float] | None = None,
+    info: dict[str, Any] | None = None,
 ) -> np.ndarray:
     """The owning part of every node.
 
     Args:
         graph: The graph (``rcb`` and ``morton`` need ``graph.pos``).
         num_parts: Number of parts ``R``, ``1 <= R <= N``.
-        method: ``"metis"`` (edge-cut minimising, k-way unless ``recursive``), ``"rcb"``
+        method: ``"metis"`` (edge-cut minimising, see :func:`metis_search`), ``"rcb"``
             (recursive coordinate bisection) or ``"morton"`` (Z-order curve cut in ``R`` runs).
         seed: METIS random seed.
         imbalance: Allowed load imbalance, ``max / target - 1`` (METIS ``ufactor / 1000``).
-        recursive: Use METIS recursive bisection instead of k-way.
+        recursive: METIS variant: ``None`` tries k-way and (for ``R <= 16``) recursive
+            bisection and keeps the better; ``False`` k-way only; ``True`` recursive only.
+        tries: METIS ``ncuts`` per variant (default :func:`auto_tries`).
         tpwgts: Target share of each part (sums to 1); ``None`` is uniform.
+        info: When given, filled with the METIS choice (see :func:`metis_search`).
 
     Shapes:
         Returns ``(N,)`` int64 in ``[0, R)``.
@@ -89,10 +110,16 @@ def assign_parts(
     check_num_parts(num_parts, graph.num_nodes)
     if not imbalance >= 0:
         raise ValueError(f"Expected --imbalance >= 0 (got {imbalance})")
+    if tries is not None and tries < 1:
+        raise ValueError(f"Expected --tries >= 1 (got {tries})")
     tp = target_weights(num_parts, tpwgts)
     if method == "metis":
-        return metis_parts(graph, num_parts, seed=seed, imbalance=imbalance,
-                           recursive=recursive, tpwgts=None if tpwgts is None else tp)
+        parts, choice = metis_search(graph, num_parts, seed=seed, imbalance=imbalance,
+                                     recursive=recursive, tries=tries,
+                                     tpwgts=None if tpwgts is None else tp)
+        if info is not None:
+            info.update(choice)
+        return parts
     if method not in METHODS:
         raise ValueError(f"Expected --method in {', '.join(METHODS)} (got {method!r})")
     if graph.pos is None:
@@ -100,6 +127,52 @@ def assign_parts(
                          "use --method metis")
     split = rcb_parts if method == "rcb" else morton_parts
     return split(graph.pos, num_parts, weights=_node_weights(graph), tpwgts=tp)
+
+
+def metis_search(
+    graph: Graph,
+    num_parts: int,
+    *,
+    seed: int = 0,
+    imbalance: float = 0.03,
+    recursive: bool | None = None,
+    tries: int | None = None,
+    tpwgts: np.ndarray | None = None,
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """The best of METIS k-way and recursive bisection, each with ``ncuts = tries``.
+
+    METIS's own multi-try (``ncuts``) keeps the best of ``tries`` partitionings from one seed.
+    Of the variants tried, the one with the smallest edge cut among those within the
+    imbalance wins; when none is, the one with the smallest load imbalance (the pipeline's
+    refinement then restores balance). Ties go to k-way. Deterministic for a given seed.
+
+    Returns:
+        The parts ``(N,)`` int64, and the choice: ``{"variant", "seed", "ncuts", "edge_cut",
+        "load_imbalance", "candidates": [{"variant", "edge_cut", "load_imbalance"}, ...]}``.
+    """
+    ncuts = auto_tries(graph.num_edges) if tries is None else int(tries)
+    if recursive is None:
+        variants = [False, True] if num_parts <= RECURSIVE_UP_TO else [False]
+    else:
+        variants = [bool(recursive)]
+    limit = 1.0 + imbalance + 1e-12
+    found = []
+    for rec in variants:
+        parts = metis_parts(graph, num_parts, seed=seed, imbalance=imbalance, recursive=rec,
+                            tpwgts=tpwgts, ncuts=ncuts)
+        found.append((parts, {"variant": "recursive" if rec else "kway",
+                              "edge_cut": edge_cut(graph, parts),
+                              "load_imbalance": load_imbalance(graph, parts, num_parts,
+                                                               tpwgts)}))
+    balanced = [f for f in found if f[1]["load_imbalance"] <= limit]
+    if balanced:
+        parts, best = min(balanced, key=lambda f: f[1]["edge_cut"])
+    else:
+        parts, best = min(found, key=lambda f: f[1]["load_imbalance"])
+    choice = {"variant": best["variant"], "seed": int(seed), "ncuts": ncuts,
+              "edge_cut": best["edge_cut"], "load_imbalance": best["load_imbalance"],
+              "candidates": [f[1] for f in found]}
+    return parts, choice
 
 
 def metis_parts(
@@ -110,11 +183,12 @@ def metis_parts(
     imbalance: float = 0.03,
     recursive: bool = False,
     tpwgts: np.ndarray | None = None,
+    ncuts: int = 1,
 ) -> np.ndarray:
-    """METIS ``PartGraphKway`` (or ``PartGraphRecursive``) through pymetis.
+    """One METIS ``PartGraphKway`` (or ``PartGraphRecursive``) call through pymetis.
 
     Vertex weights (all constraints) and edge weights of ``graph`` are passed on;
-    ``ufactor = round(1000 * imbalance)``.
+    ``ufactor = round(1000 * imbalance)``; METIS keeps the best of ``ncuts`` tries.
 
     Shapes:
         Returns ``(N,)`` int64.
@@ -123,7 +197,8 @@ def metis_parts(
 
     if num_parts == 1:
         return np.zeros(graph.num_nodes, dtype=np.int64)
-    options = pymetis.Options(seed=int(seed), ufactor=max(1, round(1000 * imbalance)))
+    options = pymetis.Options(seed=int(seed), ufactor=max(1, round(1000 * imbalance)),
+                              ncuts=int(ncuts))
     adjacency = pymetis.CSRAdjacency(adj_starts=graph.indptr, adjacent=graph.indices)
     vweights = None if graph.vertex_weights is None else graph.vertex_weights.ravel()
     result = pymetis.part_graph(

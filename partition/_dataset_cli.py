@@ -88,7 +88,8 @@ def run_partition_dataset(args: argparse.Namespace) -> int:
     from meshshard.partition._dataset_build import partition_dataset
     from meshshard.partition._progress import Steps
 
-    ignored = [flag for flag, value in (("--graph", args.graph), ("--tpwgts", args.tpwgts)) if value is not None]
+    ignored = [flag for flag, value in (("--graph", args.graph), ("--tpwgts", args.tpwgts),
+                                        ("--grid", getattr(args, "grid", None))) if value is not None]
     ignored += [flag for flag, on in (("--recursive", args.recursive),) if on]
     if ignored or args.format != "auto":
         return _error("partition", ValueError(

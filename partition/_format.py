@@ -1,4 +1,4 @@
-"""The on-disk partition format, version 1 (``FORMAT_VERSION``).
+"""The on-disk partition format, version 2 (``FORMAT_VERSION``).
 
 A partition is a folder with one metadata file and one archive per rank::
 
@@ -66,11 +66,15 @@ the input file (in memory: of the graph's CSR ``indptr`` and ``indices`` as int6
 ``parts[r].sha256`` is the part file's. ``imbalance`` is the largest owned count over the mean;
 ``load_imbalance`` the largest load over its target (vertex weight, target shares);
 ``halo_fraction`` all ghosts over all nodes; ``refinement`` is ``null`` or
-``{"edge_cut_before", "load_imbalance_before", "moved"}``::
+``{"edge_cut_before", "load_imbalance_before", "moved"}``. ``metadata_sha256``, always last,
+is the SHA-256 of the canonical JSON (sorted keys, no spaces, ASCII) of everything else, so a
+hand-edited ``partition.json`` is refused; version 2 added it (version 1 folders are refused:
+re-run ``meshshard partition``). Every ``file`` is read only if it is a regular file inside
+the folder, at most as large as its counts allow::
 
     {
       "format": "meshshard-partition",
-      "format_version": 1,
+      "format_version": 2,
       "num_parts": 2,
       "num_nodes": 6,
       "num_edges": 18,
@@ -96,7 +100,8 @@ the input file (in memory: of the graph's CSR ``indptr`` and ``indices`` as int6
         {"part": 1, "num_owned": 3, "num_ghost": 3, "num_edges": 9, "num_owned_edges": 9,
          "num_send": 3, "file": "part-00001.npz",
          "sha256": "834df15200c9473310638d6721ef785d0964a97c8f0cc6c79fae54c585204743"}
-      ]
+      ],
+      "metadata_sha256": "5334b62196795e50c9112ecda5705c1200f7ccd780caaf53ba861bcca3530663"
     }
 
 and its two part files (``pos`` left out here)::
@@ -133,7 +138,7 @@ import hashlib
 import io
 import json
 import os
-import shutil
+import warnings
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -141,7 +146,10 @@ from typing import Any
 
 import numpy as np
 
+from meshshard.partition._invariants import part_problems
 from meshshard.partition._partition import PART_ARRAYS, Partition
+from meshshard.partition._safe_io import (check_destination, read_inside, read_npz,
+                                          write_folder)
 
 __all__ = [
     "FORMAT_NAME",
@@ -156,8 +164,15 @@ __all__ = [
 ]
 
 FORMAT_NAME = "meshshard-partition"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 METADATA_FILE = "partition.json"
+#: Largest ``partition.json`` read (about 200 bytes per part).
+MAX_METADATA_BYTES = 256 << 20
+#: Largest ``halo_hops`` (hop distances are stored as int8).
+MAX_HOPS = 100
+#: The metadata key holding the SHA-256 of the rest of the metadata (see :func:`dump_metadata`).
+CHECKSUM_KEY = "metadata_sha256"
+_PART_COUNTS = ("num_owned", "num_ghost", "num_edges", "num_owned_edges", "num_send")
 
 _DTYPES: dict[str, np.dtype] = {name: np.dtype(np.int64) for name in PART_ARRAYS}
 _DTYPES.update(node_hops=np.dtype(np.int8), pos=np.dtype(np.float64))
@@ -199,19 +214,34 @@ def make_metadata(
     return meta
 
 
-def check_output_dir(out: Path, force: bool) -> None:
-    """Raise unless ``out`` is absent, an empty folder, or (with ``force``) a partition folder."""
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise ValueError(f"{out}: exists and is not a folder")
-    if not any(out.iterdir()):
-        return
-    if not force:
-        raise ValueError(f"{out}: exists and is not empty (pass --force to replace it)")
-    if not (out / METADATA_FILE).is_file():
-        raise ValueError(f"{out}: is not a partition folder (no {METADATA_FILE}); "
-                         "refusing to replace it, even with --force")
+def check_is_partition(folder: Path) -> None:
+    """Raise unless ``folder`` holds a partition of this format and nothing else (the test
+    ``--force`` applies before replacing a folder): a readable ``partition.json`` naming this
+    format, and only that file and ``part-NNNNN.npz`` files of its parts, no links or folders."""
+    refuse = "refusing to replace it, even with --force"
+    try:
+        meta = json.loads(read_inside(folder, METADATA_FILE, max_bytes=MAX_METADATA_BYTES))
+        num_parts = meta["num_parts"] if meta.get("format") == FORMAT_NAME else None
+    except (ValueError, UnicodeDecodeError, AttributeError, KeyError):
+        num_parts = None
+    if not isinstance(num_parts, int):
+        raise ValueError(f"{folder}: is not a partition folder (no readable {METADATA_FILE} "
+                         f"of format {FORMAT_NAME!r}); {refuse}")
+    allowed = {METADATA_FILE, *(part_file_name(r) for r in range(max(num_parts, 0)))}
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.name not in allowed or not entry.is_file(follow_symlinks=False):
+                raise ValueError(f"{folder}: holds {entry.name!r}, which is not a file of a "
+                                 f"partition; {refuse}")
+
+
+def check_output_dir(out: Path, force: bool, inputs: Sequence[str | os.PathLike[str]] = ()
+                     ) -> list[str]:
+    """Raise unless ``out`` is absent, an empty folder, or (with ``force``) a partition folder
+    holding only the format's files; never the current folder, its parents, or a folder
+    holding an input. Returns notes on the leftovers of an interrupted run that were tidied
+    (see :func:`meshshard.partition._safe_io.check_destination`)."""
+    return check_destination(out, force=force, is_ours=check_is_partition, inputs=inputs)
 
 
 def _write_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> str:
@@ -238,7 +268,9 @@ def save_partition(
     force: bool = False,
     progress: Callable[[int], None] | None = None,
 ) -> Path:
-    """Write a partition folder (atomically: a temporary folder next to it, renamed at the end).
+    """Write a partition folder, atomically (:func:`meshshard.partition._safe_io.write_folder`:
+    a staging folder next to it, swapped in at the end; with ``force`` the old one is renamed
+    aside first and deleted last, so a crash leaves one of the two whole).
 
     Args:
         partitions: Every rank's :class:`Partition`, in rank order.
@@ -250,51 +282,147 @@ def save_partition(
         The folder's path.
     """
     out = Path(out_dir)
-    check_output_dir(out, force)
+    for note in check_output_dir(out, force):
+        warnings.warn(note, stacklevel=2)
     if not partitions or [p.rank for p in partitions] != list(range(partitions[0].num_parts)):
         raise ValueError("Expected one partition per rank, in rank order")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+
+    def fill(folder: Path) -> None:
         meta = dict(partitions[0].metadata)
         entries = []
         for p, entry in zip(partitions, meta["parts"]):
-            digest = _write_npz(tmp / part_file_name(p.rank), p.arrays())
+            digest = _write_npz(folder / part_file_name(p.rank), p.arrays())
             entries.append({**entry, "file": part_file_name(p.rank), "sha256": digest})
             if progress is not None:
                 progress(1)
         meta["parts"] = entries
-        (tmp / METADATA_FILE).write_text(dump_metadata(meta))
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        (folder / METADATA_FILE).write_text(dump_metadata(meta))
+
+    write_folder(out, fill)
     return out
 
 
+def metadata_checksum(meta: Mapping[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of the metadata without its own checksum (sorted keys,
+    no spaces, ASCII)."""
+    body = {k: v for k, v in meta.items() if k != CHECKSUM_KEY}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def dump_metadata(meta: Mapping[str, Any]) -> str:
-    """The JSON text of the metadata: two-space indent, one line per part."""
+    """The JSON text of the metadata: two-space indent, one line per part, and last the
+    checksum of everything else (:func:`metadata_checksum`), which :func:`read_metadata`
+    verifies, so an edited ``partition.json`` is refused."""
+    meta = {k: v for k, v in meta.items() if k != CHECKSUM_KEY}
     parts = meta.get("parts", [])
     body = json.dumps({k: v for k, v in meta.items() if k != "parts"}, indent=2)
     lines = ",\n".join("    " + json.dumps(p) for p in parts)
-    return body[:-2] + ',\n  "parts": [\n' + lines + "\n  ]\n}\n"
+    return (body[:-2] + ',\n  "parts": [\n' + lines + "\n  ],\n"
+            + f'  "{CHECKSUM_KEY}": "{metadata_checksum(meta)}"\n}}\n')
+
+
+def _is_count(value: object, low: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_summary(meta: dict[str, Any], file: Path) -> None:
+    """Types of the entries that ``info`` and the summary print."""
+    if not _is_count(meta.get("edge_cut")):
+        raise ValueError(f"{file}: Expected 'edge_cut' to be an integer >= 0 "
+                         f"(got {meta.get('edge_cut')!r})")
+    numbers = ["imbalance", "halo_fraction", *(["load_imbalance"] if "load_imbalance" in meta
+                                               else [])]
+    for key in numbers:
+        if not _is_number(meta.get(key)):
+            raise ValueError(f"{file}: Expected {key!r} to be a number (got {meta.get(key)!r})")
+    for key in ("method", "graph"):
+        if not isinstance(meta.get(key), str) and not (key == "graph" and meta.get(key) is None):
+            raise ValueError(f"{file}: Expected {key!r} to be a string (got {meta.get(key)!r})")
+    if not isinstance(meta.get("input"), dict):
+        raise ValueError(f"{file}: Expected 'input' to be an object (got {meta.get('input')!r})")
+    shapes = {"refinement": {"edge_cut_before", "load_imbalance_before", "moved"},
+              "metis": {"variant", "seed", "ncuts", "edge_cut", "candidates"}}
+    for key, needed in shapes.items():
+        value = meta.get(key)
+        if value is not None and (not isinstance(value, dict) or needed - set(value) or not all(
+                _is_number(value[k]) for k in needed - {"variant", "candidates"})):
+            raise ValueError(f"{file}: Expected {key!r} to be null or an object with numbers "
+                             f"{sorted(needed - {'variant', 'candidates'})} (got {value!r})")
+    choice = meta.get("metis")
+    if choice is not None and not (isinstance(choice["candidates"], list) and all(
+            isinstance(c, dict) and {"variant", "edge_cut"} <= set(c)
+            for c in choice["candidates"])):
+        raise ValueError(f"{file}: Expected 'metis' to be null or an object with a list of "
+                         "candidates")
+
+
+def _check_schema(meta: dict[str, Any], file: Path) -> None:
+    """Types and ranges of every metadata entry that loading and ``info`` rely on."""
+    _check_summary(meta, file)
+    for key, low in (("num_parts", 1), ("num_nodes", 1), ("num_edges", 0)):
+        if not _is_count(meta.get(key), low):
+            raise ValueError(f"{file}: Expected {key!r} to be an integer >= {low} "
+                             f"(got {meta.get(key)!r})")
+    hops = meta.get("halo_hops")
+    if not _is_count(hops, 1) or hops > MAX_HOPS:
+        raise ValueError(f"{file}: Expected 'halo_hops' to be an integer in 1..{MAX_HOPS} "
+                         f"(got {hops!r})")
+    if meta.get("pos_dim") is not None and meta.get("pos_dim") not in (1, 2, 3):
+        raise ValueError(f"{file}: Expected 'pos_dim' to be null, 1, 2 or 3 "
+                         f"(got {meta.get('pos_dim')!r})")
+    parts = meta.get("parts")
+    if not isinstance(parts, list) or len(parts) != meta["num_parts"]:
+        raise ValueError(f"{file}: Expected a 'parts' list of num_parts entries")
+    for r, entry in enumerate(parts):
+        where = f"{file}: parts[{r}]"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where}: Expected an object (got {entry!r})")
+        for key in _PART_COUNTS:
+            if not _is_count(entry.get(key)):
+                raise ValueError(f"{where}: Expected {key!r} to be an integer >= 0 "
+                                 f"(got {entry.get(key, 'nothing')!r})")
+        name, digest = entry.get("file"), entry.get("sha256")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{where}: Expected 'file' to be a file name (got "
+                             f"{name if 'file' in entry else 'nothing'!r})")
+        if not isinstance(digest, str) or len(digest) != 64 or set(digest) - set(
+                "0123456789abcdef"):
+            raise ValueError(f"{where}: Expected 'sha256' to be 64 hex digits (got "
+                             f"{digest if 'sha256' in entry else 'nothing'!r})")
+        if entry["num_ghost"] > meta["num_nodes"] or entry["num_owned_edges"] > \
+                entry["num_edges"] or entry["num_edges"] > meta["num_edges"]:
+            raise ValueError(f"{where}: counts larger than the whole graph's")
+    owned = sum(entry["num_owned"] for entry in parts)
+    if owned != meta["num_nodes"]:
+        raise ValueError(f"{file}: the parts' owned counts sum to {owned}, not num_nodes "
+                         f"{meta['num_nodes']}")
 
 
 def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The metadata of a partition folder, after checking its format name and version."""
+    """The metadata of a partition folder, after checking its format name and version, its
+    own checksum (``metadata_sha256``: any edit is refused), and the types and ranges of its
+    entries.
+
+    Raises:
+        ValueError: not a partition folder, another format or version, an edited or
+            inconsistent ``partition.json``.
+    """
     folder = Path(path)
     if not folder.is_dir():
         raise ValueError(f"{folder}: no such folder")
     file = folder / METADATA_FILE
-    if not file.is_file():
+    if not os.path.lexists(file):
         raise ValueError(f"{folder}: not a partition folder (no {METADATA_FILE})")
     try:
-        meta = json.loads(file.read_text())
+        meta = json.loads(read_inside(folder, METADATA_FILE, max_bytes=MAX_METADATA_BYTES))
     except (ValueError, UnicodeDecodeError) as err:
+        if str(err).startswith(str(file)):
+            raise
         raise ValueError(f"{file}: not valid JSON ({err})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         raise ValueError(f"{file}: Expected format {FORMAT_NAME!r} "
@@ -302,17 +430,24 @@ def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
     if meta.get("format_version") != FORMAT_VERSION:
         raise ValueError(f"{file}: Expected format version {FORMAT_VERSION} "
                          f"(got {meta.get('format_version')!r}); re-run meshshard partition")
-    parts = meta.get("parts")
-    if not isinstance(parts, list) or len(parts) != meta.get("num_parts"):
-        raise ValueError(f"{file}: Expected a 'parts' list of num_parts entries")
+    if meta.get(CHECKSUM_KEY) != metadata_checksum(meta):
+        raise ValueError(f"{file}: metadata checksum mismatch, the file was edited (re-run "
+                         "meshshard partition)")
+    _check_schema(meta, file)
     return meta
+
+
+def _max_part_bytes(entry: Mapping[str, Any], num_parts: int, pos_dim: int | None) -> int:
+    """The largest size a part file with these counts can have (arrays, headers, zip)."""
+    n_local = entry["num_owned"] + entry["num_ghost"]
+    ints = n_local + entry["num_ghost"] + 3 * entry["num_edges"] + entry["num_send"] + 2 * num_parts
+    return 8 * ints + n_local * (1 + 8 * (pos_dim or 0)) + 1024 * len(PART_ARRAYS)
 
 
 def _read_npz(data: bytes, file: Path) -> dict[str, np.ndarray]:
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-            return {name: archive[name] for name in archive.files}
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
+        return read_npz(data, file)
+    except ValueError as err:
         raise ValueError(f"{file}: not a readable part file ({err})") from None
 
 
@@ -342,8 +477,11 @@ def load_partition(
 ) -> Partition:
     """Load rank ``rank``'s shard: reads only the metadata and that rank's part file.
 
-    Checks the format name and version, the file's SHA-256 against the metadata, and the
-    arrays' names, dtypes and shapes.
+    Checks the metadata (:func:`read_metadata`), the file's SHA-256 against it, the arrays'
+    names, dtypes and shapes, and every invariant of the shard that needs no other rank
+    (:func:`meshshard.partition._invariants.part_problems`: counts, index ranges, ghost order,
+    edge order and numbering, hop distances, the send plan, finite coordinates), so a shard
+    that ``verify`` would reject for one of these never loads.
 
     Raises:
         ValueError: a missing, altered, truncated or foreign file, or a rank out of range.
@@ -354,18 +492,21 @@ def load_partition(
     if not 0 <= rank < num_parts:
         raise ValueError(f"Expected a rank in [0, {num_parts}) (got {rank})")
     entry = meta["parts"][rank]
-    file = folder / entry["file"]
-    try:
-        data = file.read_bytes()
-    except FileNotFoundError:
-        raise ValueError(f"{file}: missing") from None
+    file = folder / str(entry["file"])
+    data = read_inside(folder, entry["file"],
+                       max_bytes=_max_part_bytes(entry, num_parts, meta.get("pos_dim")))
     if check_checksum and hashlib.sha256(data).hexdigest() != entry["sha256"]:
         raise ValueError(f"{file}: checksum mismatch, the file was altered or truncated "
                          "(re-run meshshard partition)")
     arrays = _read_npz(data, file)
     _check_arrays(arrays, entry, num_parts, meta.get("pos_dim"), file)
-    return Partition(
+    part = Partition(
         rank=rank, num_parts=num_parts, num_nodes=meta["num_nodes"],
         halo_hops=meta["halo_hops"],
         num_owned_per_part=np.array([p["num_owned"] for p in meta["parts"]], dtype=np.int64),
         metadata=meta, **arrays)
+    problems = part_problems(part, num_owned_edges=entry["num_owned_edges"],
+                             num_edges=meta["num_edges"])
+    if problems:
+        raise ValueError(f"{file}: {problems[0]} (re-run meshshard partition)")
+    return part

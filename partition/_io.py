@@ -17,8 +17,6 @@ that names what is wrong, never a traceback from deep inside a parser.
 
 from __future__ import annotations
 
-import bz2
-import gzip
 import hashlib
 import io
 import re
@@ -32,6 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from meshshard.partition._graph import Cells, Graph
+from meshshard.partition._safe_io import decompress, read_npy, read_npz, read_regular
 
 __all__ = ["InputData", "read_input", "read_metis_graph", "read_metis_mesh", "FORMATS"]
 
@@ -72,8 +71,14 @@ class InputData:
         return f"InputData(name={self.name!r}, kind={self.kind!r}, num_nodes={self.num_nodes})"
 
 
-def read_input(path: str | Path, *, format: str = "auto") -> InputData:
+def read_input(path: str | Path, *, format: str = "auto",
+               max_expansion: float | None = None) -> InputData:
     """Read a mesh, METIS graph or mesh, or point cloud (see the module docstring).
+
+    Only a regular file is read (a FIFO or device is refused). A ``.bz2`` or ``.gz`` file may
+    expand to at most ``max(64 MiB, max_expansion * its size)``; ``max_expansion`` defaults
+    to ``MESHSHARD_MAX_EXPANSION`` or 100. Declared sizes (METIS headers, ``.npy`` shapes)
+    are checked against the file before anything is allocated.
 
     Raises:
         ValueError: unknown format, unparsable file, empty input, non-finite coordinates.
@@ -86,9 +91,9 @@ def read_input(path: str | Path, *, format: str = "auto") -> InputData:
         raise ValueError("is a directory, expected a file")
     if not path.exists():
         raise ValueError("no such file")
-    stored = path.read_bytes()
+    stored = read_regular(path)
     digest = hashlib.sha256(stored).hexdigest()
-    raw = _decompress(path, stored)
+    raw = decompress(stored, path.suffix, expansion=max_expansion)
     if format == "auto":
         format = _detect_format(path, raw)
     if format == "metis-graph":
@@ -98,7 +103,7 @@ def read_input(path: str | Path, *, format: str = "auto") -> InputData:
         cells, num_nodes = read_metis_mesh(raw)
         data = InputData(path.name, digest, "mesh", num_nodes, cells=cells)
     elif format == "points":
-        pos = _read_points(path)
+        pos = _read_points(raw)
         data = InputData(path.name, digest, "points", len(pos), pos=pos)
     else:
         pos, cells = _read_meshio(path)
@@ -118,17 +123,6 @@ def check_finite(pos: np.ndarray) -> None:
         raise ValueError(
             f"Expected finite coordinates (got {int(bad.sum())} nodes with NaN or inf, "
             f"the first is node {first})")
-
-
-def _decompress(path: Path, stored: bytes) -> bytes:
-    suffix = path.suffix.lower()
-    decompress = {".bz2": bz2.decompress, ".gz": gzip.decompress}.get(suffix)
-    if decompress is None:
-        return stored
-    try:
-        return decompress(stored)
-    except (OSError, EOFError, ValueError) as err:
-        raise ValueError(f"cannot decompress ({err})") from None
 
 
 def _detect_format(path: Path, raw: bytes) -> str:
@@ -165,19 +159,23 @@ def _parse_ints(text: bytes, what: str) -> np.ndarray:
             raise ValueError(f"Expected only integers in the {what}") from None
 
 
-def _line_token_counts(body: bytes, num_lines: int) -> np.ndarray:
-    """Number of whitespace-separated tokens on each line of ``body`` (vectorised).
+def _line_token_counts(body: bytes, num_lines: int, what: str) -> np.ndarray:
+    """Number of whitespace-separated tokens on each line of ``body`` (vectorised), after
+    checking that ``body`` has the ``num_lines`` lines (of ``what``) its header declares.
 
     Shapes:
         Returns ``(max(num_lines, lines in body),)`` int64.
     """
+    total_lines = body.count(b"\n") + 1
+    if num_lines > total_lines:
+        raise ValueError(f"Expected as many lines as the header says: the header declares "
+                         f"{num_lines} {what} lines but the file has {total_lines}")
     data = np.frombuffer(body, dtype=np.uint8)
     newline = data == 10
     space = newline | (data == 32) | (data == 9) | (data == 13)
     token_start = ~space
     token_start[1:] &= space[:-1]
     line_of = np.cumsum(newline, dtype=np.int64) - newline
-    total_lines = int(newline.sum()) + 1
     return np.bincount(line_of[token_start], minlength=max(num_lines, total_lines))
 
 
@@ -212,7 +210,7 @@ def read_metis_graph(raw: bytes) -> Graph:
     ncon = int(head[3]) if len(head) > 3 else int(has_vwgt)
     if not has_vwgt:
         ncon = 0
-    per_line = _line_token_counts(body, n)
+    per_line = _line_token_counts(body, n, "vertex")
     if per_line[n:].any():
         raise ValueError(f"Expected {n} vertex lines (got more non-empty lines than that)")
     per_line = per_line[:n]
@@ -281,7 +279,7 @@ def read_metis_mesh(raw: bytes) -> tuple[list[tuple[str, np.ndarray]], int]:
     header, head, body = _split_header(raw, 1, 2, "ne [ncon]")
     ne = int(head[0])
     ncon = int(head[1]) if len(head) > 1 else 0
-    per_line = _line_token_counts(body, ne)
+    per_line = _line_token_counts(body, ne, "element")
     if per_line[ne:].any():
         raise ValueError(f"Expected {ne} element lines (got more non-empty lines than that)")
     per_line = per_line[:ne] - ncon
@@ -304,22 +302,19 @@ def read_metis_mesh(raw: bytes) -> tuple[list[tuple[str, np.ndarray]], int]:
     return cells, int(nodes.max()) + 1
 
 
-def _read_points(path: Path) -> np.ndarray:
-    try:
-        loaded = np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as err:
-        raise ValueError(f"cannot read as a numpy file ({err})") from None
-    if isinstance(loaded, np.lib.npyio.NpzFile):
-        with loaded:
-            names = loaded.files
-            if "pos" in names:
-                pos = loaded["pos"]
-            elif len(names) == 1:
-                pos = loaded[names[0]]
-            else:
-                raise ValueError(f"Expected a 'pos' array or a single array (got {names})")
+def _read_points(raw: bytes) -> np.ndarray:
+    """The points of a ``.npy`` file, or of a ``.npz`` archive's ``pos`` (or only) array."""
+    if raw[:2] == b"PK":
+        arrays = read_npz(raw)
+        names = list(arrays)
+        if "pos" in arrays:
+            pos = arrays["pos"]
+        elif len(names) == 1:
+            pos = arrays[names[0]]
+        else:
+            raise ValueError(f"Expected a 'pos' array or a single array (got {names})")
     else:
-        pos = loaded
+        pos = read_npy(raw)
     if pos.ndim != 2 or pos.shape[1] not in (2, 3):
         raise ValueError(f"Expected points of shape (N, 2) or (N, 3) (got {pos.shape})")
     if not np.issubdtype(pos.dtype, np.number):

@@ -21,14 +21,11 @@ from typing import Any
 import numpy as np
 
 from meshshard.partition._assign import edge_cut, imbalance
-from meshshard.partition._format import make_metadata
+from meshshard.partition._format import MAX_HOPS, make_metadata
 from meshshard.partition._graph import Graph, sorted_unique
 from meshshard.partition._partition import Partition
 
 __all__ = ["build_partitions", "check_assignment"]
-
-#: Largest ``halo_hops`` (hop distances are stored as int8).
-MAX_HOPS = 100
 
 
 def check_assignment(parts: np.ndarray, num_nodes: int, num_parts: int) -> np.ndarray:

@@ -56,6 +56,11 @@ def print_summary(meta: Mapping[str, Any], seconds: Mapping[str, float] | None =
         f"load imbalance {meta.get('load_imbalance', meta['imbalance']):.4f}",
         f"halo fraction {meta['halo_fraction']:.4f} (ghosts / nodes)",
     ]
+    choice = meta.get("metis")
+    if choice:
+        tried = ", ".join(f"{c['variant']} {c['edge_cut']:,}" for c in choice["candidates"])
+        lines.append(f"METIS {choice['variant']} kept (seed {choice['seed']}, ncuts "
+                     f"{choice['ncuts']}; cuts: {tried})")
     if seconds:
         total = sum(seconds.values())
         steps = "  ".join(f"{name} {t:.2f}s" for name, t in seconds.items())

@@ -14,6 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from meshshard.partition._format import load_partition, read_metadata
+from meshshard.partition._invariants import part_problems
 from meshshard.partition._partition import Partition
 
 __all__ = ["check_partitions", "verify_partition"]
@@ -210,7 +211,8 @@ def _check_metadata(parts: Sequence[Partition], graph: sp.csr_array, owner: np.n
 def check_partitions(partitions: Sequence[Partition]) -> list[str]:
     """Every invariant of a complete set of shards; returns the problems found (none: valid).
 
-    Checks: each node owned once; ghost order and owners; hop distances and the halo against
+    Checks: each shard's own invariants (:func:`~meshshard.partition._invariants.part_problems`,
+    finite coordinates included); each node owned once; ghost order and owners; hop distances and the halo against
     a breadth-first search; every global directed edge stored once as an owned edge (in
     ``(dst, src)`` id order, symmetric graph), redundant k-hop copies equal to it; halo plans
     symmetric between ranks; ghost coordinates; the metadata's counts and edge cut.
@@ -225,6 +227,9 @@ def check_partitions(partitions: Sequence[Partition]) -> list[str]:
         if p.rank != r or not same:
             problems.add(f"partition {r}: rank {p.rank}, num_parts {p.num_parts}, num_nodes "
                          f"{p.num_nodes}, halo_hops {p.halo_hops} do not match the set")
+    for p in partitions:
+        for problem in part_problems(p):
+            problems.add(f"rank {p.rank}: {problem}")
     owner = None if problems else _check_ownership(partitions, problems)
     if owner is None:
         return list(problems)

@@ -1,16 +1,34 @@
+"""Shared fixtures.
+
+Real test data: ``../shared/data`` beside the repository (see its README). The suite runs without
+it: tests that only need *a* mesh generate one (``tests/_meshes.py``: ``mesh_case`` and
+``mesh_input`` fall back to ``synthetic_mesh``), and only the tests that need an exact file (the
+``shared_data`` fixture below, or ``tests._meshes.data_file``) skip, saying which file and why.
+
+To check that, run the suite as if the data were missing, with the data left where it is::
+
+    MESHSHARD_TEST_NO_SHARED=1 .venv/bin/python -m pytest -rs
+
+and compare the skips (``-rs`` lists them with their reasons) with a run without the variable.
+"""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
+from tests._meshes import DATA, NO_SHARED_ENV, shared_data_dir
+
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
+SHARED_DATA = DATA
 
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    """The real meshes and graphs in ../shared/data (see its README); skips when absent."""
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"real test data not found at {SHARED_DATA} (expected ../shared/data beside the repo)")
-    return SHARED_DATA
+    """The real meshes and graphs in ../shared/data (see its README); skips when absent or hidden."""
+    root = shared_data_dir()
+    if root is None:
+        why = f"hidden by {NO_SHARED_ENV}=1" if SHARED_DATA.is_dir() else "not found"
+        pytest.skip(f"needs the real test data at {SHARED_DATA} ({why}; expected ../shared/data beside the repo)")
+    return root

@@ -2,7 +2,13 @@
 
 - :class:`MeshGraphNet` (with :class:`MLP`, :class:`ProcessorBlock`): message passing on meshes;
 - :func:`ball_query`, :class:`BallQueryPlan`, :class:`BallQueryAttention`: point-cloud attention
-  over deterministic radius neighbourhoods, with geometric halos on shards.
+  over deterministic radius neighbourhoods, with geometric halos on shards;
+- :class:`GridConv`, :class:`GridPool`, :class:`GridUpsample`, :func:`shard_grid_layers`: the
+  ``torch.nn`` convolutions, pools and upsampling on a :class:`~meshshard.GridTensor`;
+- :class:`ShardConv`, :class:`ShardNorm`: PyTorch Geometric message-passing layers and per-graph
+  normalisations, exact on a ``ShardGraph``;
+- :class:`DomainParallel`: replicated-parameter gradients reduced during backward (domain sum, data
+  mean), and the DDP / FSDP2 recipes (:func:`ddp_comm_hook`, :func:`fully_shard_data_parallel`).
 """
 
 from __future__ import annotations
@@ -10,6 +16,11 @@ from __future__ import annotations
 from ._attention import BallQueryAttention
 from ._ball_halo import BallQueryPlan
 from ._ball_query import BallQueryResult, ball_query
+from ._grid_layers import GridConv, GridPool, GridUpsample, shard_grid_layers
 from ._meshgraphnet import MLP, MeshGraphNet, ProcessorBlock
+from ._parallel import DomainParallel, ddp_comm_hook, fsdp_device_mesh, fully_shard_data_parallel
+from ._pyg import ShardConv, ShardNorm
 
-__all__ = ["MLP", "MeshGraphNet", "ProcessorBlock", "ball_query", "BallQueryResult", "BallQueryPlan", "BallQueryAttention"]
+__all__ = ["MLP", "MeshGraphNet", "ProcessorBlock", "ball_query", "BallQueryResult", "BallQueryPlan", "BallQueryAttention",
+           "GridConv", "GridPool", "GridUpsample", "shard_grid_layers", "ShardConv", "ShardNorm",
+           "DomainParallel", "ddp_comm_hook", "fsdp_device_mesh", "fully_shard_data_parallel"]

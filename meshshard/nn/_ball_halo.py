@@ -9,7 +9,8 @@ five small collectives and no list of every point anywhere:
    its points in each cell of a global lattice (cell side ~ ``radius``), for the cells within
    ``radius`` of the other rank's bounding box (two ``all_to_all_v``: counts, boxes);
 3. every rank sends each other rank the owned points within ``radius`` of that rank's fine region
-   (one ``all_to_all_v`` of counts, one ``indexed_all_to_all_v`` of global ids and coordinates);
+   (one ``all_to_all_v`` of counts, which builds the plan's :class:`~meshshard.comm.HaloPlan`,
+   and one ``indexed_all_to_all_v`` of global ids and coordinates through it);
 4. the ball query runs locally over owned + received (halo) points, ties broken by global id.
 
 Exactness: all distance tests of steps 1-3 use ``radius * (1 + 1e-6)``, far more than their
@@ -35,7 +36,7 @@ from torch import Tensor
 
 from meshshard._spec import ShardSpec
 from meshshard._tensor import ShardTensor
-from meshshard.comm import all_gather_v, all_to_all_v, indexed_all_to_all_v
+from meshshard.comm import HaloPlan, all_gather_v, all_to_all_v
 
 from ._ball_query import BallQueryResult, _ball_query, check_max_neighbors, check_points, check_radius
 
@@ -55,8 +56,8 @@ class BallQueryPlan:
     Attributes:
         radius, max_neighbors: the query's parameters.
         spec: the layout of the owned points (``None``: the whole cloud on this process).
-        send_index, send_counts, recv_counts: the halo exchange, the arguments of
-            :func:`meshshard.comm.indexed_all_to_all_v`.
+        halo: the halo exchange, a :class:`meshshard.comm.HaloPlan` (``None`` on a whole cloud);
+            ``send_index``, ``send_counts`` and ``recv_counts`` read it.
         halo_ids: global ids of the halo rows, in local order.
         neighbors: the :class:`BallQueryResult` of the owned points, ``index`` in local rows
             (owned, then halo).
@@ -72,9 +73,7 @@ class BallQueryPlan:
         radius: float,
         max_neighbors: int,
         spec: ShardSpec | None,
-        send_index: Tensor,
-        send_counts: list[int],
-        recv_counts: list[int],
+        halo: HaloPlan | None,
         halo_ids: Tensor,
         halo_pos: Tensor,
         neighbors: BallQueryResult,
@@ -84,9 +83,7 @@ class BallQueryPlan:
         self.radius = radius
         self.max_neighbors = max_neighbors
         self.spec = spec
-        self.send_index = send_index
-        self.send_counts = send_counts
-        self.recv_counts = recv_counts
+        self.halo = halo
         self.halo_ids = halo_ids
         self.halo_pos = halo_pos
         self.neighbors = neighbors
@@ -152,8 +149,7 @@ class BallQueryPlan:
     def _local(cls, pos: Tensor, r: float, k: int) -> BallQueryPlan:
         ids = torch.arange(pos.shape[0], device=pos.device)
         result = _ball_query(pos, pos, r, k, ids, _CHUNK_PAIRS)
-        empty = ids[:0]
-        return cls(r, k, None, empty, [0], [0], empty, pos[:0].to(torch.float64), result, result.index)
+        return cls(r, k, None, None, ids[:0], pos[:0].to(torch.float64), result, result.index)
 
     @classmethod
     def _sharded(cls, pos: Tensor, r: float, k: int, spec: ShardSpec) -> BallQueryPlan:
@@ -164,18 +160,14 @@ class BallQueryPlan:
         lattice = _Lattice(boxes, wide, p64.shape[1], device)
         regions, region_counts = _exchange_regions(p64, boxes, lattice, wide, spec)
         send_index, send_counts = _select_sends(p64, boxes, regions, region_counts, lattice, wide, spec)
-        recv_counts = all_to_all_v(
-            torch.tensor(send_counts, dtype=torch.int64, device=device)[:, None], [1] * spec.world_size,
-            [1] * spec.world_size, group=spec.group,
-        )[:, 0].tolist()
+        plan = HaloPlan.from_send_counts(send_index, send_counts, num_owned=p64.shape[0], group=spec.group)
         # global ids and the float64 coordinates' bits, in one int64 exchange
-        rows = torch.cat([ids[:, None], p64.view(torch.int64)], 1)
-        halo = indexed_all_to_all_v(rows, send_index, send_counts, recv_counts, group=spec.group, check_index=False)
+        halo = plan.exchange(torch.cat([ids[:, None], p64.view(torch.int64)], 1))
         halo_ids, halo_pos = halo[:, 0].contiguous(), halo[:, 1:].contiguous().view(torch.float64)
         local_ids = torch.cat([ids, halo_ids])
         result = _ball_query(pos, torch.cat([p64, halo_pos]), r, k, local_ids, _CHUNK_PAIRS)
         neighbor_ids = torch.where(result.mask, local_ids[result.index.clamp(min=0)], result.index)
-        return cls(r, k, spec, send_index, send_counts, recv_counts, halo_ids, halo_pos, result, neighbor_ids)
+        return cls(r, k, spec, plan, halo_ids, halo_pos, result, neighbor_ids)
 
     # --- use --------------------------------------------------------------------------------------
 
@@ -186,6 +178,19 @@ class BallQueryPlan:
     @property
     def num_halo(self) -> int:
         return int(self.halo_ids.numel())
+
+    @property
+    def send_index(self) -> Tensor:
+        """Owned rows sent to other ranks, grouped by destination (empty on a whole cloud)."""
+        return self.halo.send_index if self.halo is not None else self.halo_ids.new_zeros(0).cpu()
+
+    @property
+    def send_counts(self) -> list[int]:
+        return list(self.halo.send_counts) if self.halo is not None else [0]
+
+    @property
+    def recv_counts(self) -> list[int]:
+        return list(self.halo.recv_counts) if self.halo is not None else [0]
 
     def exchange(self, x: Tensor) -> Tensor:
         """The halo rows of ``x`` (owned rows), differentiable.
@@ -198,18 +203,19 @@ class BallQueryPlan:
         """
         if x.shape[0] != self.num_owned:
             raise ValueError(f"Expected 'x' to have {self.num_owned} rows, the owned points of the plan (got {x.shape[0]})")
-        if self.spec is None:
+        if self.halo is None:
             return x[:0]
-        return indexed_all_to_all_v(
-            x, self.send_index.to(x.device), self.send_counts, self.recv_counts, group=self.spec.group, check_index=False
-        )
+        return self.halo.exchange(x)
 
     def with_halo(self, x: Tensor) -> Tensor:
         """Owned rows followed by the halo rows, ``(N_own + N_halo, ...)``, the plan's local numbering.
 
-        Communication: that of :meth:`exchange`.
+        Communication: that of :meth:`exchange`, fused with the concatenation
+        (:meth:`meshshard.comm.HaloPlan.append`).
         """
-        return x if self.spec is None else torch.cat([x, self.exchange(x)])
+        if x.shape[0] != self.num_owned:
+            raise ValueError(f"Expected 'x' to have {self.num_owned} rows, the owned points of the plan (got {x.shape[0]})")
+        return x if self.halo is None else self.halo.append(x)
 
     def __repr__(self) -> str:
         where = "whole cloud" if self.spec is None else f"rank {self.spec.rank}/{self.spec.world_size}"

@@ -198,7 +198,7 @@ def _battery(rank: int, world: int) -> str:
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 def test_sharded_attention_equals_whole_cloud(world: int) -> None:
-    mesh_case(MESH, world)  # skips here, not in the ranks, when the data is missing
+    mesh_case(MESH, world)  # fails here, not in the ranks, if the mesh cannot be built
     assert run_ranks(_battery, world) == ["ok"] * world
 
 

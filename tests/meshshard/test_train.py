@@ -24,20 +24,21 @@ from meshshard.nn import MeshGraphNet
 from meshshard.partition import open_dataset, partition_dataset
 from tests._dist import free_port, run_ranks
 from tests._examples import example_module
-from tests._meshes import data_file
+from tests._meshes import mesh_file
 
 STEPS = 4
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory) -> dict:
-    path = data_file("sfepy/big.mesh")
     root = tmp_path_factory.mktemp("train")
+    path = mesh_file("sfepy/big.mesh", root)  # a generated triangle mesh when ../shared/data is missing
     mesh = meshio.read(path)
     tri = np.concatenate([b.data for b in mesh.cells if b.type == "triangle"])
     heat = example_module("heat_diffusion", "simulate")
     heat.write_dataset(heat.simulate_heat(mesh.points[:, :2], tri, trajectories=3, steps=2, seed=1), root / "data")
     partition_dataset(root / "data", root / "partition", 2)
+    partition_dataset(root / "data", root / "partition1", 1)
     base = TrainConfig(partition=str(root / "partition"), data=str(root / "data"), out="", steps=STEPS, lr=1e-2,
                        latent_size=8, hidden_layers=1, message_passing_steps=2, checkpoint_every=2,
                        quiet=True, dtype="float64", data_parallel=2)
@@ -54,8 +55,8 @@ def _run(setup: dict, name: str, **changes) -> tuple[list[float], dict]:
     return losses, load_checkpoint(Path(cfg["out"]) / "checkpoint.pt")
 
 
-def _reference(setup: dict) -> tuple[list[float], dict]:
-    """Single-process training on the whole mesh with the same batches (2 samples per step)."""
+def _reference(setup: dict, data_parallel: int = 2) -> tuple[list[float], dict]:
+    """Single-process training on the whole mesh with the same batches (``data_parallel`` samples per step)."""
     cfg = setup["cfg"]
     train_ids = open_dataset(cfg.data).train
     samples = {int(s): whole_sample(cfg.data, int(s), dtype=torch.float64) for s in train_ids}
@@ -65,8 +66,8 @@ def _reference(setup: dict) -> tuple[list[float], dict]:
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     losses = []
     for step in range(STEPS):
-        batch = [int(train_ids[sample_index(cfg.seed, step, d, cfg.data_parallel, len(train_ids))])
-                 for d in range(cfg.data_parallel)]
+        batch = [int(train_ids[sample_index(cfg.seed, step, d, data_parallel, len(train_ids))])
+                 for d in range(data_parallel)]
         loss = sum(((model(x, ei, ea) - y) ** 2).mean() for x, y, ei, ea in (samples[s] for s in batch)) / len(batch)
         opt.zero_grad()
         loss.backward()
@@ -87,6 +88,29 @@ def test_data_x_domain_parallel_equals_single_process_training(setup: dict, unin
     assert ckpt["step"] == STEPS
     for name, value in ref_state.items():
         torch.testing.assert_close(ckpt["model"][name], value, rtol=1e-10, atol=1e-12, msg=name)
+
+
+def _train_twice(rank: int, world: int, cfgs: list[dict]) -> list[tuple[list[float], dict]]:
+    out = []
+    for cfg in cfgs:
+        losses = train(TrainConfig.from_dict(cfg))
+        state = load_checkpoint(Path(cfg["out"]) / "checkpoint.pt")["model"]
+        out.append((losses, {k: v.numpy() for k, v in state.items()}))  # numpy: pickled by value
+    return out
+
+
+def test_data_parallel_only_and_domain_parallel_only_equal_single_process_training(setup: dict) -> None:
+    """2 ranks as 2 data-parallel ranks of one part each, then as one domain group of 2 parts."""
+    base = asdict(setup["cfg"])
+    cfgs = [base | {"partition": str(setup["root"] / "partition1"), "data_parallel": 2, "out": str(setup["root"] / "dp")},
+            base | {"data_parallel": 1, "out": str(setup["root"] / "domain")}]
+    results = run_ranks(_train_twice, 2, cfgs, timeout=240)
+    for (losses, state), data_parallel in zip(results[0], (2, 1), strict=True):
+        ref_losses, ref_state = _reference(setup, data_parallel)
+        np.testing.assert_allclose(losses, ref_losses, rtol=1e-10)
+        for name, value in ref_state.items():
+            torch.testing.assert_close(torch.from_numpy(state[name]), value, rtol=1e-10, atol=1e-12, msg=name)
+    assert results[1][0][0] == results[0][0][0] and results[1][1][0] == results[0][1][0]  # every rank agrees
 
 
 def test_interrupted_and_resumed_run_repeats_the_uninterrupted_one(setup: dict, uninterrupted) -> None:

@@ -91,3 +91,29 @@ def random_graph(rng: np.random.Generator, n: int, m: int) -> Graph:
     """A random simple undirected graph (isolated nodes likely)."""
     edges = rng.integers(0, n, size=(2, m))
     return Graph.from_edge_index(edges, n, pos=rng.random((n, 2)))
+
+
+def rewrite_metadata(folder: Path, change: Callable[[dict], object], *,
+                     reseal: bool = True) -> None:
+    """Edit a partition's metadata in place; with ``reseal`` as a careful forger would (its
+    own checksum recomputed, so only the checks of the content can catch the edit)."""
+    import json
+
+    from meshshard.partition import _format
+
+    meta = json.loads((folder / "partition.json").read_text())
+    change(meta)
+    if reseal:
+        meta[_format.CHECKSUM_KEY] = _format.metadata_checksum(meta)
+    (folder / "partition.json").write_text(json.dumps(meta, indent=2))
+
+
+def rewrite_part(folder: Path, rank: int, change: Callable[[dict], object]) -> None:
+    """Edit one part file's arrays, then update its checksum in the (resealed) metadata."""
+    from meshshard.partition import _format
+
+    with np.load(folder / _format.part_file_name(rank)) as archive:
+        arrays = {name: archive[name] for name in archive.files}
+    change(arrays)
+    digest = _format._write_npz(folder / _format.part_file_name(rank), arrays)
+    rewrite_metadata(folder, lambda m: m["parts"][rank].update(sha256=digest))

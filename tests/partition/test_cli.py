@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -29,7 +30,8 @@ def test_partition_info_verify_plot(mesh_file: Path, tmp_path: Path, capsys) -> 
                 "imbalance", "halo_hops", "method", "parts"):
         assert key in info, key
     assert info["num_parts"] == 4 and info["method"] == "metis" and info["num_nodes"] == 600
-    assert [set(p) >= {"part", "num_owned", "num_ghost", "num_edges"} for p in info["parts"]]
+    assert len(info["parts"]) == 4
+    assert all(set(p) >= {"part", "num_owned", "num_ghost", "num_edges"} for p in info["parts"])
     assert main(["info", str(out)]) == 0
     assert "imbalance" in capsys.readouterr().out
 
@@ -153,3 +155,31 @@ def test_import_does_not_load_torch() -> None:
             "assert 'torch' not in sys.modules, 'torch imported'; "
             "assert 'pymetis' not in sys.modules and 'matplotlib' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _modules_after(argv: list[str]) -> set[str]:
+    """Run ``meshshard ARGV`` in a fresh interpreter; the modules it had imported at exit."""
+    code = ("import sys\nfrom meshshard.cli import main\n"
+            "try:\n    rc = main(sys.argv[1:])\nexcept SystemExit as stop:\n    rc = stop.code\n"
+            "print(' '.join(sorted(sys.modules)))\nsys.exit(rc)")
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return set(done.stdout.split())
+
+
+def test_help_and_partition_never_import_torch(mesh_file: Path, tmp_path: Path) -> None:
+    """``meshshard --help`` lists every command without importing one; the partition commands
+    import the partition layer only."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "meshshard", "--help"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0
+    for name in ("partition", "info", "verify", "plot", "train", "demo", "selftest"):
+        assert re.search(rf"^ +{name}\b", done.stdout, re.M), name
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
+    assert "torch" not in imported and "meshshard._train" not in imported
+    assert not any(m.startswith("meshshard.partition._") for m in imported)
+    out = tmp_path / "p"
+    for argv in (["partition", str(mesh_file), "-k", "2", "-o", str(out)], ["verify", str(out)],
+                 ["info", str(out)], ["partition", "--help"]):
+        modules = _modules_after(argv)
+        assert "torch" not in modules and "meshshard._train" not in modules, argv

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,7 @@ from meshshard.partition import (FORMAT_VERSION, load_partition, partition_file,
                                  partition_points, read_metadata, save_partition)
 from meshshard.partition import _format
 
-from .conftest import grid_triangles
+from .conftest import grid_triangles, rewrite_metadata
 
 
 def _doc_json_blocks() -> list[object]:
@@ -51,7 +50,7 @@ def test_documented_example_is_what_is_written(example) -> None:
 
 
 def test_format_constants() -> None:
-    assert FORMAT_VERSION == 1
+    assert FORMAT_VERSION == 2
     assert _format.part_file_name(12) == "part-00012.npz"
 
 
@@ -104,14 +103,12 @@ def test_load_rejects_missing_file_and_bad_rank(folder: Path) -> None:
 
 
 @pytest.mark.parametrize(("change", "match"), [
-    (lambda m: m.update(format_version=99), "Expected format version 1 .got 99."),
+    (lambda m: m.update(format_version=99), "Expected format version 2 .got 99."),
     (lambda m: m.update(format="other"), "Expected format 'meshshard-partition' .got 'other'."),
     (lambda m: m["parts"].pop(), "Expected a 'parts' list of num_parts entries"),
 ])
 def test_load_rejects_foreign_metadata(folder: Path, change, match: str) -> None:
-    meta = json.loads((folder / "partition.json").read_text())
-    change(meta)
-    (folder / "partition.json").write_text(json.dumps(meta))
+    rewrite_metadata(folder, change)
     with pytest.raises(ValueError, match=match):
         load_partition(folder, 0)
 
@@ -127,9 +124,7 @@ def test_load_rejects_bad_json_and_missing_folder(folder: Path, tmp_path: Path) 
 
 
 def test_load_checks_shapes_against_metadata(folder: Path) -> None:
-    meta = json.loads((folder / "partition.json").read_text())
-    meta["parts"][0]["num_ghost"] += 1
-    (folder / "partition.json").write_text(json.dumps(meta))
+    rewrite_metadata(folder, lambda m: m["parts"][0].update(num_ghost=m["parts"][0]["num_ghost"] + 1))
     with pytest.raises(ValueError, match="Expected 'ghost_ids' int64 of shape"):
         load_partition(folder, 0)
 
@@ -148,20 +143,6 @@ def test_save_is_atomic_and_refuses_existing(tmp_path: Path) -> None:
         save_partition(partitions, other, force=True)
     assert (other / "precious.txt").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other", "out"]
-
-
-def test_load_one_shard_is_fast(tmp_path: Path) -> None:
-    """A shard of a ~200k-node mesh split 8 ways loads in well under a second (the benchmark
-    holds the 0.1 s target; here a loose bound keeps slow CI machines green)."""
-    points, triangles = grid_triangles(450, 450)
-    pos3 = np.c_[points, np.zeros(len(points))]
-    partitions = partition_mesh(pos3, [("triangle", triangles)], 8, method="morton")
-    folder = save_partition(partitions, tmp_path / "big")
-    load_partition(folder, 3)
-    start = time.perf_counter()
-    shard = load_partition(folder, 3)
-    assert time.perf_counter() - start < 0.5
-    assert shard.num_owned == partitions[3].num_owned
 
 
 def test_point_cloud_partition_round_trip(tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ Walshaw archive via NetworKit (MIT), SfePy meshes (BSD-3-Clause).
 from __future__ import annotations
 
 import bz2
-import time
 from pathlib import Path
 
 import numpy as np
@@ -41,12 +40,10 @@ def test_4elt_counts(shared_data: Path) -> None:
     assert (graph.num_nodes, graph.num_edges) == (15606, 2 * 45878)
 
 
-def test_wave_bz2_reads_fast(shared_data: Path) -> None:
-    start = time.perf_counter()
+def test_wave_bz2_counts(shared_data: Path) -> None:
+    """Its read time is measured by bench/partition.py (tests never assert on wall time)."""
     data = read_input(shared_data / "walshaw/wave.graph.bz2")
-    seconds = time.perf_counter() - start
     assert (data.num_nodes, data.graph.num_edges) == (156317, 2 * 1059331)
-    assert seconds < 10, f"reading wave.graph.bz2 took {seconds:.1f} s"
 
 
 def test_multi_constraint_vertex_weights(shared_data: Path) -> None:
@@ -156,7 +153,7 @@ def test_point_clouds(tmp_path: Path) -> None:
      r"Expected finite coordinates \(got 1 nodes with NaN or inf, the first is node 1\)"),
     (lambda d: _save(d / "i.npy", np.array([[0, 0], [np.inf, 1.0]])), "Expected finite"),
     (lambda d: _save(d / "s.npy", np.zeros((4, 5))), r"Expected points of shape \(N, 2\)"),
-    (lambda d: _write(d / "b.npy", b"not numpy"), "cannot read as a numpy file"),
+    (lambda d: _write(d / "b.npy", b"not numpy"), "not a valid .npy array"),
     (lambda d: _write(d / "c.graph.bz2", b"not bz2"), "cannot decompress"),
     (lambda d: _write(d / "m.vtk", b"# vtk DataFile\ngarbage\n"), "meshio cannot read it"),
     (lambda d: _write(d / "z.mesh", b"2\n1 2 3\n"), "Expected 2 elements"),

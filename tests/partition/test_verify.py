@@ -40,14 +40,14 @@ def _swap_ghosts(p: Partition) -> np.ndarray:
 
 DAMAGE = [
     ("owned twice", _edit(1, owned_ids=lambda p: np.sort(np.r_[p.owned_ids[1:], 0])),
-     "owned by"),
+     "owned"),
     ("ghost order", _edit(0, ghost_ids=_swap_ghosts), "ghost"),
     ("wrong owner", _edit(0, ghost_owner=lambda p: (p.ghost_owner + 1) % 3), "ghost_owner"),
     ("edge dropped", _edit(2, edge_index=lambda p: p.edge_index[:, 1:],
                            global_edge_ids=lambda p: p.global_edge_ids[1:]), "edge"),
     ("edge redirected", _edit(1, edge_index=lambda p: p.edge_index[[0, 0]] % p.num_owned),
      "edge"),
-    ("send index", _edit(0, send_index=lambda p: p.send_index[::-1].copy()), "plans"),
+    ("send index", _edit(0, send_index=lambda p: p.send_index[::-1].copy()), "send"),
     ("recv counts", _edit(1, recv_counts=lambda p: p.recv_counts[::-1].copy()), "recv_counts"),
     ("hops", _edit(2, node_hops=lambda p: np.minimum(p.node_hops, 1)), "node_hops"),
     ("pos", _edit(0, pos=lambda p: p.pos + (np.arange(p.num_local) >= p.num_owned)[:, None]),

@@ -1,0 +1,536 @@
+"""``ShardConv``: a PyTorch Geometric message-passing layer, exact on a :class:`ShardGraph`.
+
+``ShardConv(layer)(x, graph, edge_attr)`` runs ``layer`` (the same object, the same parameters and
+``state_dict``) on one rank's shard and returns the owned rows of ``layer(x_full, edge_index,
+edge_attr)`` on the whole graph, with every gradient equal too.
+
+How. PyG's bipartite convention: the sources are the owned plus ghost rows (one halo exchange),
+the destinations are the owned rows, the edges are the rank's owned edges (every edge into an owned
+node is stored on its rank), so ``size = (N_local, N_own)``. Whatever a node's output depends on
+beyond its incoming edges is supplied, exactly:
+
+- ``"bipartite"`` layers (GraphConv, SAGEConv, GINConv, GINEConv, GATConv, GATv2Conv,
+  TransformerConv, EdgeConv, PointNetConv, GENConv, ResGatedGraphConv, LEConv... see
+  :data:`SUPPORTED`) are called as ``layer((x_local, x_own), edge_index_own, ...)``. Softmax over
+  incoming edges (GAT, GATv2, Transformer, GENConv's softmax aggregation) is local to the owner of
+  the destination; self-loops added by the layer are added for the owned destinations only
+  (PyG adds them for ``min(size)`` nodes, and local ids ``0..N_own-1`` are the owned nodes on both
+  sides). Node-wise modules a layer applies after aggregation (GENConv's ``mlp``, which holds a
+  BatchNorm) see a :class:`ShardTensor`, so their batch statistics are global.
+- ``"gcn"`` (GCNConv): the symmetric normalisation needs the degree of every source, including
+  ghosts. The adapter computes it (self-loops for owned destinations, owned degrees from the owned
+  edges, ghost degrees by one exchange, cached on the graph when there are no edge weights) and calls
+  the layer with the normalised ``edge_weight`` and ``normalize`` switched off for that call.
+- ``"khop"`` (ChebConv, TAGConv, SGConv, APPNP): the layer's own propagation, run hop by hop on
+  shards: one exchange per hop; the same normalisation as ``"gcn"`` (ChebConv's Laplacian uses
+  out-degrees, summed back from the ranks that store the edges, and the global ``lambda_max``).
+- ``"halo"`` (PNAConv, and user layers declared ``local=True``): the layer runs on all local rows
+  (owned and ghost) with the owned edges; the owned rows of its output are kept. PNAConv's degree
+  histogram must be the global one: :meth:`ShardGraph.degree_histogram`.
+
+Refused, with a one-line reason: a MessagePassing class not in :data:`SUPPORTED` (unless declared
+``local=True``: its output at a node depends only on that node's row, its incoming edges and their
+source rows), subclasses of supported classes (they may override the message), ``flow =
+"target_to_source"``, order-dependent aggregations (LSTM, GRU, sort, set transformer),
+``return_attention_weights``, and the options listed in :data:`REFUSED`.
+
+Dropout inside a layer (GAT attention dropout, APPNP edge dropout) draws each rank's own mask: the
+same distribution as one process, not the same numbers (see ``ShardTensor`` on dropout).
+
+Shapes: ``N_own`` owned nodes, ``N_local = N_own + N_ghost``, ``E_own`` owned edges, ``E_local``
+local edges, ``F`` features.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from meshshard._graph import ShardGraph
+from meshshard._tensor import ShardTensor
+
+__all__ = ["ShardConv", "ShardNorm", "SUPPORTED"]
+
+# aggregations whose result does not depend on the order of a node's incoming edges
+_ORDER_FREE = {
+    "SumAggregation", "MeanAggregation", "MaxAggregation", "MinAggregation", "MulAggregation",
+    "VarAggregation", "StdAggregation", "SoftmaxAggregation", "PowerMeanAggregation",
+    "MedianAggregation", "QuantileAggregation", "MultiAggregation", "DegreeScalerAggregation",
+}
+
+_BIPARTITE = (
+    "GraphConv", "SAGEConv", "GINConv", "GINEConv", "GATConv", "GATv2Conv", "TransformerConv",
+    "EdgeConv", "GENConv", "ResGatedGraphConv", "LEConv", "GeneralConv", "CuGraphSAGEConv",
+)
+#: layer class name -> how ShardConv makes it exact (see the module docstring).
+SUPPORTED: dict[str, str] = {
+    **{name: "bipartite" for name in _BIPARTITE if name != "CuGraphSAGEConv"},
+    "PointNetConv": "pointnet",
+    "GCNConv": "gcn",
+    "ChebConv": "khop", "TAGConv": "khop", "SGConv": "khop", "APPNP": "khop",
+    "PNAConv": "halo",
+}
+
+#: (class name, attribute, refused value, why): options a supported layer cannot have on shards.
+REFUSED: tuple[tuple[str, str, Any, str], ...] = (
+    ("SAGEConv", "aggr", "lstm", "the LSTM aggregation depends on the order of each node's incoming edges"),
+)
+
+
+class ShardConv(nn.Module):
+    """A PyG ``MessagePassing`` layer that runs exactly on shards (and unchanged on a whole graph).
+
+    ``ShardConv(layer)(x, graph, edge_attr)`` equals ``layer(x_full, edge_index, edge_attr)`` on the
+    whole graph, restricted to the owned rows; gradients flow to ``x``, ``edge_attr`` and the layer's
+    parameters (replicated: sum their gradients over the domain group). With a plain tensor ``x`` and
+    an ``edge_index`` tensor it simply calls ``layer``, so one model runs both ways. The wrapper holds
+    no state of its own: its ``state_dict`` is the layer's (same keys, no prefix).
+
+    Args:
+        layer: a ``torch_geometric.nn.MessagePassing`` layer of a class in :data:`SUPPORTED`.
+        local: declare a layer of another class local: its output at a node depends only on that
+            node's row, its incoming edges and their source rows (no degrees of the sources, no
+            global statistics, no second hop). It then runs on owned + ghost rows with the owned
+            edges. Declaring a layer local that is not gives wrong results.
+
+    Shapes:
+        x: ``ShardTensor`` ``(N_own, F_in)`` laid out by ``graph.spec``.
+        edge_attr: ``(E_local, F_e)`` or ``(E_own, F_e)`` rows for ``graph.edge_index`` (the owned
+            edges come first; only they are used); for GCNConv, GraphConv and the ``khop`` layers the
+            edge weight ``(E_local,)``.
+        result: ``ShardTensor`` ``(N_own, F_out)``.
+
+    Communication: one halo exchange forward and one backward per call (``khop`` layers: one per hop);
+    GCNConv and ChebConv add a degree exchange (cached for GCNConv without edge weights).
+
+    Raises:
+        TypeError: at construction, for a layer that cannot be made exact, with the reason.
+    """
+
+    def __init__(self, layer: nn.Module, *, local: bool = False) -> None:
+        super().__init__()
+        self.mode = _mode_of(layer, local)
+        self.layer = layer
+        self._register_state_dict_hook(_drop_prefix)
+        self.register_load_state_dict_pre_hook(_add_prefix)
+
+    def forward(self, x: Any, graph: Any, edge_attr: Tensor | None = None, **kwargs: Any) -> Any:
+        if not isinstance(graph, ShardGraph):
+            args = () if edge_attr is None else (edge_attr,)
+            return self.layer(x, graph, *args, **kwargs)
+        if not isinstance(x, ShardTensor):
+            raise TypeError(f"Expected 'x' to be a ShardTensor on a ShardGraph (got {type(x).__name__})")
+        if x.spec != graph.spec:
+            raise ValueError(f"Expected 'x' laid out by the graph's spec {graph.spec!r} (got {x.spec!r})")
+        if "return_attention_weights" in kwargs:
+            raise TypeError("ShardConv: return_attention_weights is not supported on shards (the weights of the owned edges only)")
+        edge_attr = _owned_edge_rows("edge_attr", edge_attr, graph)
+        kwargs = {k: _owned_edge_rows(k, v, graph) if k in ("edge_weight", "edge_attr") else v for k, v in kwargs.items()}
+        out = _HANDLERS[self.mode](self.layer, x, graph, edge_attr, kwargs)
+        return ShardTensor(out, graph.spec)
+
+    def extra_repr(self) -> str:
+        return f"mode={self.mode!r}"
+
+
+class ShardNorm(nn.Module):
+    """PyG's per-graph normalisations (``GraphNorm``, ``InstanceNorm``, ``LayerNorm(mode="graph")``)
+    on a ``ShardTensor``: their statistics over every node of every rank, exactly.
+
+    On one graph (no ``batch``), each normalises over all nodes; PyG builds a batch vector and
+    scatters over it, which a ``ShardTensor`` refuses. ``ShardNorm`` computes the same formulas with
+    global reductions (``InstanceNorm`` through the global ``F.batch_norm``, running statistics
+    included). On a plain tensor it calls the module unchanged; its ``state_dict`` is the module's.
+    ``BatchNorm`` and ``PairNorm`` need no wrapper.
+
+    Shapes: x: ``ShardTensor`` ``(N_own, F)``; result: the same.
+
+    Communication: two or three small ``all_reduce`` forward, as many backward.
+    """
+
+    _KINDS = ("GraphNorm", "InstanceNorm", "LayerNorm", "BatchNorm")
+
+    def __init__(self, norm: nn.Module) -> None:
+        super().__init__()
+        kind = type(norm).__name__
+        if kind not in self._KINDS or not type(norm).__module__.startswith("torch_geometric."):
+            raise TypeError(f"Expected 'norm' to be torch_geometric.nn GraphNorm, InstanceNorm, LayerNorm or BatchNorm (got {kind})")
+        if kind == "LayerNorm" and norm.mode != "graph":
+            kind = "BatchNorm"  # mode="node" is row-wise: F.layer_norm runs on a ShardTensor as it is
+        self.kind = kind
+        self.norm = norm
+        self._register_state_dict_hook(_drop_prefix)
+        self.register_load_state_dict_pre_hook(_add_prefix)
+
+    @property
+    def layer(self) -> nn.Module:  # the wrapped module, for the state_dict hooks
+        return self.norm
+
+    def forward(self, x: Any, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(x, ShardTensor) or self.kind == "BatchNorm":
+            return self.norm(x, *args, **kwargs)
+        if args or kwargs.get("batch") is not None:
+            raise TypeError("ShardNorm: 'batch' (several graphs in one shard) is not supported on shards")
+        m = self.norm
+        if self.kind == "GraphNorm":
+            # the mean meets the rows before the parameter does, so mean_scale's gradient stays each
+            # rank's part (summed with the other parameters'), see ShardTensor on global statistics
+            out = x - (x * 0.0 + x.mean(0, keepdim=True)) * m.mean_scale
+            std = ((out * out).mean(0, keepdim=True) + m.eps).sqrt()
+            return m.weight * out / std + m.bias
+        if self.kind == "InstanceNorm":
+            train = m.training or not m.track_running_stats
+            return torch.nn.functional.batch_norm(x, m.running_mean, m.running_var, m.weight, m.bias, train, m.momentum, m.eps)
+        centred = x - x.mean()
+        out = centred / ((centred * centred).mean().sqrt() + m.eps)
+        return out if m.weight is None or m.bias is None else out * m.weight + m.bias
+
+
+# --- refusals --------------------------------------------------------------------------------------
+
+
+def _mode_of(layer: nn.Module, local: bool) -> str:
+    try:
+        from torch_geometric.nn import MessagePassing
+    except ImportError as err:  # a declared dependency, but say what is missing
+        raise ImportError("ShardConv needs torch-geometric (pip install torch-geometric)") from err
+    name = type(layer).__name__
+    if not isinstance(layer, MessagePassing):
+        raise TypeError(f"Expected 'layer' to be a torch_geometric.nn.MessagePassing layer (got {name})")
+    if getattr(layer, "flow", "source_to_target") != "source_to_target":
+        raise TypeError(f"ShardConv cannot run {name} with flow='target_to_source': a rank stores the edges into its nodes, not out of them")
+    _check_aggregation(name, getattr(layer, "aggr_module", None))
+    for cls, attr, value, why in REFUSED:
+        if name == cls and getattr(layer, attr, None) == value:
+            raise TypeError(f"ShardConv cannot make {name}({attr}={value!r}) exact on shards: {why}")
+    known = name in SUPPORTED and type(layer).__module__.startswith("torch_geometric.")
+    if known:
+        return SUPPORTED[name]
+    if local:
+        return "halo"
+    why = (
+        f"{name} subclasses a supported layer and may change its message" if name not in SUPPORTED and
+        any(type(layer).__mro__[i].__name__ in SUPPORTED for i in range(1, len(type(layer).__mro__)))
+        else f"{name} is not a layer ShardConv knows to be exact on shards"
+    )
+    raise TypeError(
+        f"ShardConv refuses {name}: {why}; if each node's output depends only on its own row, its "
+        "incoming edges and their source rows, declare it with ShardConv(layer, local=True)"
+    )
+
+
+def _check_aggregation(name: str, aggr: Any) -> None:
+    if aggr is None:
+        return
+    kind = type(aggr).__name__
+    if kind not in _ORDER_FREE:
+        raise TypeError(
+            f"ShardConv cannot make {name} exact on shards: its aggregation {kind} depends on the order of "
+            "the incoming edges (or is unknown), which differs between a shard and the whole graph"
+        )
+    for inner in getattr(aggr, "aggrs", []):
+        _check_aggregation(name, inner)
+    if getattr(aggr, "aggr", None) is not None and isinstance(aggr.aggr, nn.Module):
+        _check_aggregation(name, aggr.aggr)
+
+
+# --- state_dict without the wrapper's prefix -------------------------------------------------------
+
+
+def _drop_prefix(module: nn.Module, state: dict, prefix: str, local_metadata: Any) -> None:
+    inner = "norm." if isinstance(module, ShardNorm) else "layer."
+    for key in [k for k in state if k.startswith(prefix + inner)]:
+        state[prefix + key[len(prefix) + len(inner):]] = state.pop(key)
+
+
+def _add_prefix(module: nn.Module, state: dict, prefix: str, *args: Any) -> None:
+    inner = "norm." if isinstance(module, ShardNorm) else "layer."
+    names = {prefix + k for k in module.layer.state_dict()}
+    for key in [k for k in state if k in names]:
+        state[prefix + inner + key[len(prefix):]] = state.pop(key)
+
+
+# --- inputs ----------------------------------------------------------------------------------------
+
+
+def _owned_edge_rows(name: str, value: Any, graph: ShardGraph) -> Any:
+    if value is None or not isinstance(value, Tensor):
+        return value
+    rows = value.shape[0] if value.dim() else -1
+    if rows == graph.edge_index.shape[1]:
+        return value[: graph.num_owned_edges]
+    if rows == graph.num_owned_edges:
+        return value
+    raise ValueError(
+        f"Expected '{name}' to have one row per local edge ({graph.edge_index.shape[1]}) or per owned edge "
+        f"({graph.num_owned_edges}) (got shape {tuple(value.shape)})"
+    )
+
+
+def _pairs(kwargs: dict) -> dict:
+    """ShardTensor keyword arguments (``pos``...) -> ``(local rows, owned rows)`` pairs."""
+    out = {}
+    for k, v in kwargs.items():
+        if isinstance(v, ShardTensor):
+            local = v.with_halo()
+            v = (local, local[: v.shape[0]])
+        out[k] = v
+    return out
+
+
+class _OnShards(nn.Module):
+    """Runs ``module`` on the owned rows as a ShardTensor (global batch statistics), returns rows."""
+
+    def __init__(self, module: nn.Module, spec: Any) -> None:
+        super().__init__()
+        self.module = module
+        self.spec = spec
+
+    def forward(self, rows: Tensor) -> Tensor:
+        return self.module(ShardTensor(rows, self.spec)).to_local()
+
+
+# node-wise modules a layer applies to its aggregated rows / edge-wise ones it applies to messages
+_NODE_MODULES = {"GENConv": ("mlp",), "GINConv": ("nn",), "GINEConv": ("nn",), "PointNetConv": ("global_nn",)}
+_EDGE_MODULES = {"EdgeConv": ("nn",), "PointNetConv": ("local_nn",)}
+
+
+def _node_modules_on_shards(layer: nn.Module, spec: Any) -> list[tuple[str, nn.Module]]:
+    """Swap the node-wise modules a layer applies after aggregation for their sharded runs, so that
+    a BatchNorm inside them sees every node; refuse batch statistics over edges in training."""
+    name = type(layer).__name__
+    for attr in _EDGE_MODULES.get(name, ()):
+        module = getattr(layer, attr, None)
+        if layer.training and module is not None and any(_batch_statistics(m) for m in module.modules()):
+            raise TypeError(
+                f"ShardConv cannot make {name} exact in training: its {attr} normalises over the batch of edges, "
+                "which spans ranks; use LayerNorm there, or eval mode"
+            )
+    swapped = []
+    for attr in _NODE_MODULES.get(name, ()):
+        module = getattr(layer, attr, None)
+        if module is not None:
+            swapped.append((attr, module))
+            layer._modules[attr] = _OnShards(module, spec)
+    return swapped
+
+
+def _batch_statistics(module: nn.Module) -> bool:
+    return isinstance(module, nn.modules.batchnorm._NormBase) or type(module).__name__ in ("BatchNorm", "GraphNorm", "InstanceNorm")
+
+
+def _call(layer: nn.Module, *args: Any, swap: list | None = None, **kwargs: Any) -> Tensor:
+    try:
+        return layer(*args, **kwargs)
+    finally:
+        for attr, module in swap or []:
+            layer._modules[attr] = module
+
+
+# --- the handlers ----------------------------------------------------------------------------------
+
+
+def _bipartite(layer: nn.Module, x: ShardTensor, graph: ShardGraph, edge_attr: Tensor | None, kwargs: dict) -> Tensor:
+    local = x.with_halo()
+    args = () if edge_attr is None else (edge_attr,)
+    swap = _node_modules_on_shards(layer, graph.spec)
+    return _call(layer, (local, local[: graph.num_owned]), graph.owned_edge_index, *args, swap=swap, **_pairs(kwargs))
+
+
+def _pointnet(layer: nn.Module, x: ShardTensor, graph: ShardGraph, edge_attr: Tensor | None, kwargs: dict) -> Tensor:
+    if edge_attr is not None:
+        raise TypeError("ShardConv: PointNetConv takes positions, not edge attributes: pass pos= (a ShardTensor) or none (graph.pos)")
+    pos = kwargs.pop("pos", None)
+    if pos is None:
+        if graph.pos is None:
+            raise ValueError("Expected 'pos' (a ShardTensor) for PointNetConv: the graph has no coordinates")
+        pos = (graph.pos, graph.pos[: graph.num_owned])
+    elif isinstance(pos, ShardTensor):
+        pos = _pairs({"pos": pos})["pos"]
+    else:
+        raise TypeError(f"Expected 'pos' to be a ShardTensor (got {type(pos).__name__})")
+    local = x.with_halo()
+    swap = _node_modules_on_shards(layer, graph.spec)
+    return _call(layer, (local, local[: graph.num_owned]), pos, graph.owned_edge_index, swap=swap, **kwargs)
+
+
+def _halo(layer: nn.Module, x: ShardTensor, graph: ShardGraph, edge_attr: Tensor | None, kwargs: dict) -> Tensor:
+    args = () if edge_attr is None else (edge_attr,)
+    kwargs = {k: v[0] if isinstance(v, tuple) else v for k, v in _pairs(kwargs).items()}
+    return layer(x.with_halo(), graph.owned_edge_index, *args, **kwargs)[: graph.num_owned]
+
+
+def _gcn(layer: Any, x: ShardTensor, graph: ShardGraph, edge_attr: Tensor | None, kwargs: dict) -> Tensor:
+    edge_weight = kwargs.pop("edge_weight", edge_attr)
+    _no_extra("GCNConv", kwargs)
+    local = x.with_halo()
+    if not layer.normalize:
+        return layer(local, graph.owned_edge_index, edge_weight)[: graph.num_owned]
+    fill = 2.0 if layer.improved else 1.0
+    edge_index, weight = _gcn_norm(graph, edge_weight, layer.add_self_loops, fill, x.dtype)
+    layer.normalize = False
+    try:
+        return layer(local, edge_index, weight)[: graph.num_owned]
+    finally:
+        layer.normalize = True
+
+
+def _khop(layer: Any, x: ShardTensor, graph: ShardGraph, edge_attr: Tensor | None, kwargs: dict) -> Tensor:
+    name = type(layer).__name__
+    edge_weight = kwargs.pop("edge_weight", edge_attr)
+    if name == "ChebConv":
+        lambda_max = kwargs.pop("lambda_max", None)
+        if kwargs.pop("batch", None) is not None:
+            raise TypeError("ShardConv: ChebConv with 'batch' (several graphs) is not supported on shards")
+        _no_extra(name, kwargs)
+        edge_index, weight = _cheb_norm(graph, edge_weight, layer.normalization, lambda_max, x.dtype)
+        return _cheb(layer, x.to_local(), graph, edge_index, weight)
+    _no_extra(name, kwargs)
+    if getattr(layer, "normalize", True):  # SGConv always normalises; TAGConv adds no self-loops
+        loops = name != "TAGConv" and layer.add_self_loops
+        edge_index, weight = _gcn_norm(graph, edge_weight, loops, 1.0, x.dtype)
+    else:
+        edge_index, weight = graph.owned_edge_index, edge_weight
+    own = x.to_local()
+    hop = lambda h: _propagate(layer, graph, edge_index, h, edge_weight=weight)  # noqa: E731
+    if name == "TAGConv":
+        out = layer.lins[0](own)
+        for lin in layer.lins[1:]:
+            own = hop(own)
+            out = out + lin(own)
+        return out if layer.bias is None else out + layer.bias
+    if name == "SGConv":
+        for _ in range(layer.K):
+            own = hop(own)
+        return layer.lin(own)
+    h = own  # APPNP
+    for _ in range(layer.K):
+        w = weight
+        if layer.dropout > 0 and layer.training:
+            w = torch.nn.functional.dropout(weight, p=layer.dropout)
+        own = _propagate(layer, graph, edge_index, own, edge_weight=w) * (1 - layer.alpha) + layer.alpha * h
+    return own
+
+
+def _cheb(layer: Any, own: Tensor, graph: ShardGraph, edge_index: Tensor, norm: Tensor) -> Tensor:
+    tx0, tx1 = own, own
+    out = layer.lins[0](tx0)
+    if len(layer.lins) > 1:
+        tx1 = _propagate(layer, graph, edge_index, own, norm=norm)
+        out = out + layer.lins[1](tx1)
+    for lin in layer.lins[2:]:
+        tx2 = 2.0 * _propagate(layer, graph, edge_index, tx1, norm=norm) - tx0
+        out = out + lin(tx2)
+        tx0, tx1 = tx1, tx2
+    return out if layer.bias is None else out + layer.bias
+
+
+def _propagate(layer: Any, graph: ShardGraph, edge_index: Tensor, own: Tensor, **weights: Any) -> Tensor:
+    """One hop: owned rows -> (one exchange) -> aggregate over the owned edges at owned nodes."""
+    local = graph._exchange_ghosts(own)
+    return layer.propagate(edge_index, x=(local, own), size=(local.shape[0], own.shape[0]), **weights)
+
+
+def _no_extra(name: str, kwargs: dict) -> None:
+    if kwargs:
+        raise TypeError(f"ShardConv: unexpected arguments for {name} on shards: {sorted(kwargs)}")
+
+
+# --- normalisations with global degrees ------------------------------------------------------------
+
+
+def _gcn_norm(graph: ShardGraph, edge_weight: Tensor | None, add_loops: bool, fill: float, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """``gcn_norm`` of the whole graph, restricted to the owned edges (plus owned self-loops).
+
+    In-degrees of owned nodes are local (a rank stores every edge into its nodes); the sources'
+    come from their owners by one exchange, cached on the graph when there are no edge weights.
+    """
+    from torch_geometric.utils import add_remaining_self_loops
+
+    n_own = graph.num_owned
+    edge_index = graph.owned_edge_index
+    key = ("gcn_norm", add_loops, fill, dtype, edge_index.device)
+    if edge_weight is None and key in graph._cache:
+        return graph._cache[key]
+    weight = edge_weight if edge_weight is not None else torch.ones(edge_index.shape[1], dtype=dtype, device=edge_index.device)
+    if add_loops:
+        edge_index, weight = add_remaining_self_loops(edge_index, weight, fill, n_own)
+    src, dst = edge_index
+    deg_own = torch.zeros(n_own, dtype=weight.dtype, device=weight.device).index_add(0, dst, weight)
+    deg = graph._exchange_ghosts(deg_own[:, None])[:, 0]
+    inv = deg.pow(-0.5)
+    inv = inv.masked_fill(inv == float("inf"), 0.0)
+    result = (edge_index, inv[src] * weight * inv[dst])
+    if edge_weight is None:
+        graph._cache[key] = result
+    return result
+
+
+def _cheb_norm(
+    graph: ShardGraph, edge_weight: Tensor | None, normalization: str | None, lambda_max: Any, dtype: torch.dtype
+) -> tuple[Tensor, Tensor]:
+    """ChebConv's scaled Laplacian ``2 L / lambda_max - I`` on the owned edges and owned nodes.
+
+    ``get_laplacian`` uses out-degrees (sums over each edge's source): the ranks storing a node's
+    outgoing edges send their part back to its owner, which then sends the total to its ghosts.
+    """
+    edge_index = graph.owned_edge_index
+    src, dst = edge_index
+    n_own = graph.num_owned
+    weight = edge_weight if edge_weight is not None else torch.ones(src.shape[0], dtype=dtype, device=src.device)
+    per_source = torch.zeros(graph.num_local, dtype=weight.dtype, device=weight.device).index_add(0, src, weight)
+    deg_own = _sum_to_owners(graph, per_source[:, None])[:, 0]
+    if normalization is None:
+        edge_w, loop_w = -weight, deg_own
+    elif normalization == "sym":
+        inv = graph._exchange_ghosts(deg_own[:, None])[:, 0].pow(-0.5)
+        inv = inv.masked_fill(inv == float("inf"), 0.0)
+        edge_w, loop_w = -(inv[src] * weight * inv[dst]), torch.ones(n_own, dtype=weight.dtype, device=weight.device)
+    else:
+        inv = 1.0 / graph._exchange_ghosts(deg_own[:, None])[:, 0]
+        inv = inv.masked_fill(inv == float("inf"), 0.0)
+        edge_w, loop_w = -(inv[src] * weight), torch.ones(n_own, dtype=weight.dtype, device=weight.device)
+    if lambda_max is None:
+        lambda_max = 2.0 * _global_max(graph, torch.cat([edge_w, loop_w]), dtype)
+    elif not isinstance(lambda_max, Tensor):
+        lambda_max = torch.tensor(lambda_max, dtype=weight.dtype, device=weight.device)
+    loops = torch.arange(n_own, device=src.device)
+    edge_index = torch.cat([edge_index, torch.stack([loops, loops])], dim=1)
+    norm = 2.0 * torch.cat([edge_w, loop_w]) / lambda_max
+    norm = norm.masked_fill(norm == float("inf"), 0.0)
+    return edge_index, norm - torch.cat([torch.zeros_like(edge_w), torch.ones_like(loop_w)])
+
+
+def _global_max(graph: ShardGraph, values: Tensor, dtype: torch.dtype) -> Tensor:
+    """``values.max()`` over every rank, differentiable like torch's: the gradient is shared evenly
+    by the entries equal to the maximum (on every rank). Communication: three small ``all_reduce``."""
+    import torch.distributed as dist
+
+    from meshshard.comm import sum_to_replicated
+
+    top = values.detach().max().reshape(1).double().cpu() if values.numel() else torch.tensor([float("-inf")], dtype=torch.float64)
+    if dist.is_initialized() and graph.spec.world_size > 1:
+        dist.all_reduce(top, op=dist.ReduceOp.MAX, group=graph.spec.group)
+    ties = (values.detach() == top.to(values)).to(values.dtype)
+    group = graph.spec.group
+    return sum_to_replicated((values * ties).sum(), group=group) / sum_to_replicated(ties.sum(), group=group)
+
+
+def _sum_to_owners(graph: ShardGraph, local: Tensor) -> Tensor:
+    """``(N_local, ...)`` per-node parts -> ``(N_own, ...)`` totals: ghost parts sent back to owners."""
+    from meshshard.comm import all_to_all_v
+
+    spec = graph.spec
+    own = local[: graph.num_owned]
+    if not spec.has_halo or spec.world_size == 1:
+        return own
+    back = all_to_all_v(local[graph.num_owned:], list(spec.recv_counts), list(spec.send_counts), group=spec.group)
+    return own.index_add(0, spec._on("send_index", local.device), back)
+
+
+_HANDLERS: dict[str, Callable[..., Tensor]] = {
+    "bipartite": _bipartite, "pointnet": _pointnet, "gcn": _gcn, "khop": _khop, "halo": _halo,
+}

@@ -1,0 +1,351 @@
+"""Safe file handling for the offline folders a user may receive (partitions, datasets).
+
+numpy and the standard library only. Three concerns, one function each:
+
+- **Replacing a folder** (``--force``): :func:`check_destination` decides whether ``out`` may be
+  written (absent, an empty folder, or with ``force`` a folder that the caller's ``is_ours``
+  accepts; never the current folder, one of its parents, or a folder holding an input), after
+  recovering from an interrupted replace. :func:`write_folder` then fills a staging folder next
+  to ``out`` and swaps it in: rename the old folder aside, rename the new one in, delete the
+  old. A crash at any point leaves either the old or the new folder whole: before the first
+  rename ``out`` is the old one, after the second it is the new one, and in between the old one
+  is whole under its aside name, which the next run renames back (:func:`recover_interrupted`).
+  Staging and aside folders are siblings of ``out`` named ``.NAME.meshshard-new-PID`` and
+  ``.NAME.meshshard-old-PID``; the next run removes those of dead processes and says so.
+- **Reading files named by metadata**: :func:`read_inside` reads only a regular file inside a
+  folder (the name resolved and checked for containment, no absolute path, no ``..``, the file
+  type checked with ``fstat`` on a descriptor opened non-blocking, so a FIFO never blocks), and
+  at most ``max_bytes`` of it. :func:`read_regular` does the same for a path the user gave.
+- **Decoding what was read, bounded**: :func:`decompress` caps the expansion of ``.bz2`` and
+  ``.gz`` files; :func:`read_npy` and :func:`read_npz` check every array's declared shape
+  against the bytes actually there before allocating it, and refuse pickles.
+
+Every problem is a one-line ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import os
+import re
+import shutil
+import stat
+import zipfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+
+__all__ = [
+    "MAX_EXPANSION",
+    "check_destination",
+    "decompress",
+    "read_inside",
+    "read_npy",
+    "read_npz",
+    "read_regular",
+    "recover_interrupted",
+    "write_folder",
+]
+
+T = TypeVar("T")
+
+#: Default cap on ``decompressed size / compressed size`` (text meshes and graphs compress
+#: 3-15x); overridden by ``MESHSHARD_MAX_EXPANSION`` or the ``max_expansion`` arguments.
+MAX_EXPANSION = 100.0
+#: Output any compressed input may expand to, whatever its ratio (small files compress well).
+_EXPANSION_FLOOR = 64 << 20
+
+_NEW, _OLD = "meshshard-new", "meshshard-old"
+_TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<tag>meshshard-new|meshshard-old)-(?P<pid>\d+)$")
+
+
+def _crash_point(step: str) -> None:
+    """Called between the steps of :func:`write_folder` (``"staged"``, ``"aside"``, ``"in"``).
+    Does nothing; tests replace it to simulate a crash at that point."""
+
+
+def _temp(out: Path, tag: str, pid: int) -> Path:
+    return out.parent / f".{out.name}.{tag}-{pid}"
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def recover_interrupted(out: str | os.PathLike[str]) -> list[str]:
+    """Tidy what an interrupted :func:`write_folder` of ``out`` left; returns one note per action.
+
+    For each staging or aside folder of ``out`` whose process is gone: when ``out`` is missing
+    and an aside folder holds the old one, rename it back; remove every other such folder.
+    """
+    out = Path(out)
+    if not out.parent.is_dir():
+        return []
+    notes = []
+    leftovers = []
+    for entry in out.parent.iterdir():
+        m = _TEMP.match(entry.name)
+        if m and m["name"] == out.name and entry.is_dir() and not entry.is_symlink():
+            if _alive(int(m["pid"])):
+                notes.append(f"{entry}: left alone (process {m['pid']} is still running)")
+            else:
+                leftovers.append((m["tag"], entry))
+    for tag, entry in sorted(leftovers, key=lambda t: t[0] != _OLD):
+        if tag == _OLD and not out.exists() and not out.is_symlink():
+            entry.rename(out)
+            notes.append(f"{out}: restored from {entry.name}, left by an interrupted --force")
+        else:
+            shutil.rmtree(entry)
+            notes.append(f"{entry}: removed (left by an interrupted run)")
+    return notes
+
+
+def check_destination(
+    out: str | os.PathLike[str],
+    *,
+    force: bool,
+    is_ours: Callable[[Path], None],
+    inputs: Sequence[str | os.PathLike[str]] = (),
+) -> list[str]:
+    """Raise unless ``out`` may be written by :func:`write_folder`; returns the notes of
+    :func:`recover_interrupted`, which runs first.
+
+    ``out`` may be absent, an empty folder, or (with ``force``) a folder that ``is_ours``
+    accepts: ``is_ours(folder)`` raises ``ValueError`` saying why the folder is not one of
+    ours. Never the current folder or one of its parents, nor a folder that holds an input.
+    """
+    out = Path(out)
+    where = out.resolve()
+    cwd = Path.cwd().resolve()
+    if where == cwd or where in cwd.parents:
+        raise ValueError(f"{out}: is the current folder or one of its parents; refusing to "
+                         "write there (give a new folder)")
+    for given in inputs:
+        if Path(given).resolve().is_relative_to(where):
+            raise ValueError(f"{out}: holds the input {given}; refusing to write there")
+    notes = recover_interrupted(out)
+    if out.is_symlink():
+        raise ValueError(f"{out}: is a symbolic link; refusing to replace it")
+    if not out.exists():
+        return notes
+    if not out.is_dir():
+        raise ValueError(f"{out}: exists and is not a folder")
+    if not any(out.iterdir()):
+        return notes
+    if not force:
+        raise ValueError(f"{out}: exists and is not empty (pass --force to replace it)")
+    is_ours(out)
+    return notes
+
+
+def write_folder(out: str | os.PathLike[str], fill: Callable[[Path], T]) -> T:
+    """Create or replace the folder ``out`` with what ``fill(staging)`` writes, atomically.
+
+    ``fill`` writes into an empty staging folder next to ``out``. Then an existing ``out`` is
+    renamed aside, the staging folder renamed to ``out``, and the old folder deleted. Call
+    :func:`check_destination` first: this function replaces whatever is at ``out``. On an
+    exception every temporary folder is removed and an old ``out`` is put back.
+
+    Returns:
+        What ``fill`` returned.
+    """
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging, aside = _temp(out, _NEW, os.getpid()), _temp(out, _OLD, os.getpid())
+    for leftover in (staging, aside):
+        if leftover.is_dir() and not leftover.is_symlink():
+            shutil.rmtree(leftover)
+    staging.mkdir()
+    moved = False
+    try:
+        result = fill(staging)
+        _crash_point("staged")
+        if out.exists() or out.is_symlink():
+            os.rename(out, aside)
+            moved = True
+        _crash_point("aside")
+        os.rename(staging, out)
+        _crash_point("in")
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        if moved and not out.exists():
+            os.rename(aside, out)
+        raise
+    if moved:
+        shutil.rmtree(aside)
+    return result
+
+
+def _open_regular(path: Path, label: object, max_bytes: int | None, *,
+                  follow: bool = True) -> bytes:
+    """Read a regular file through a non-blocking descriptor, at most ``max_bytes``."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+    if not follow:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise ValueError(f"{label}: missing") from None
+    except OSError as err:
+        raise ValueError(f"{label}: cannot open ({err.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise ValueError(f"{label}: is a folder, expected a file")
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{label}: is not a regular file (a FIFO, device or socket)")
+        if max_bytes is not None and info.st_size > max_bytes:
+            raise ValueError(f"{label}: is larger than expected ({info.st_size:,} bytes, at "
+                             f"most {max_bytes:,})")
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            data = file.read(info.st_size)
+        return data
+    finally:
+        os.close(fd)
+
+
+def read_regular(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> bytes:
+    """The bytes of the regular file ``path`` (a FIFO, device or folder is refused, never
+    opened for a blocking read)."""
+    return _open_regular(Path(path), path, max_bytes)
+
+
+def read_inside(folder: str | os.PathLike[str], name: object, *, max_bytes: int) -> bytes:
+    """The bytes of the regular file ``name`` inside ``folder``, at most ``max_bytes``.
+
+    ``name`` (from metadata) must be a relative path with no ``..`` that, symbolic links
+    resolved, stays inside ``folder``.
+    """
+    folder = Path(folder)
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{folder}: Expected a file name in the metadata (got {name!r})")
+    rel = Path(name)
+    label = folder / name
+    if rel.is_absolute() or ".." in rel.parts:
+        raise ValueError(f"{label}: Expected a file inside the folder (got {name!r})")
+    root = folder.resolve()
+    target = (root / rel).resolve()
+    if target == root or not target.is_relative_to(root):
+        raise ValueError(f"{label}: Expected a file inside the folder (it resolves to "
+                         f"{target})")
+    return _open_regular(target, label, max_bytes, follow=False)
+
+
+def max_expansion() -> float:
+    """The expansion cap in force: ``MESHSHARD_MAX_EXPANSION`` or :data:`MAX_EXPANSION`."""
+    text = os.environ.get("MESHSHARD_MAX_EXPANSION")
+    if text is None:
+        return MAX_EXPANSION
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ValueError(f"Expected MESHSHARD_MAX_EXPANSION to be a positive number (got {text!r})")
+    return value
+
+
+def decompress(stored: bytes, suffix: str, *, expansion: float | None = None) -> bytes:
+    """``stored`` decompressed when ``suffix`` is ``.bz2`` or ``.gz`` (else as is), refusing
+    output beyond ``max(64 MiB, expansion * len(stored))`` before producing it.
+
+    ``expansion`` defaults to :func:`max_expansion`.
+    """
+    opener = {".bz2": bz2.BZ2File, ".gz": gzip.GzipFile}.get(suffix.lower())
+    if opener is None:
+        return stored
+    ratio = max_expansion() if expansion is None else expansion
+    limit = max(_EXPANSION_FLOOR, int(ratio * len(stored)))
+    try:
+        with opener(io.BytesIO(stored)) as file:
+            raw = file.read(limit + 1)
+    except (OSError, EOFError, ValueError) as err:
+        raise ValueError(f"cannot decompress ({err})") from None
+    if len(raw) > limit:
+        raise ValueError(
+            f"decompresses to more than {limit:,} bytes ({ratio:g} times its {len(stored):,} "
+            "bytes, or 64 MiB); if the file is genuine, raise the cap with --max-expansion or "
+            "MESHSHARD_MAX_EXPANSION")
+    return raw
+
+
+def _prefix(label: object) -> str:
+    return f"{label}: " if label not in (None, "") else ""
+
+
+def _read_array(file: io.BufferedIOBase | zipfile.ZipExtFile, available: int,
+                label: object) -> np.ndarray:
+    """One ``.npy`` stream whose size is ``available`` bytes: header, checks, then data."""
+    at = _prefix(label)
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(file)
+        if version == (1, 0):
+            shape, fortran, dtype = fmt.read_array_header_1_0(file)
+        else:
+            shape, fortran, dtype = fmt.read_array_header_2_0(file)
+    except (ValueError, EOFError, OSError, SyntaxError) as err:
+        raise ValueError(f"{at}not a valid .npy array ({err})") from None
+    if dtype.hasobject:
+        raise ValueError(f"{at}holds Python objects (pickled data), refused")
+    need = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    left = available - file.tell()
+    if need != left:
+        raise ValueError(f"{at}declares a {'x'.join(map(str, shape)) or 'scalar'} "
+                         f"{dtype} array of {need:,} bytes but holds {max(left, 0):,}")
+    buf = bytearray(need)
+    if file.readinto(memoryview(buf)) != need:
+        raise ValueError(f"{at}truncated")
+    array = np.frombuffer(buf, dtype=dtype)
+    return array.reshape(shape[::-1]).T if fortran else array.reshape(shape)
+
+
+def read_npy(data: bytes, label: object = None) -> np.ndarray:
+    """The array of a ``.npy`` file's bytes (no pickles; size checked before allocating).
+    Errors start with ``label:`` when one is given."""
+    if not data:
+        raise ValueError(f"{_prefix(label)}empty file, expected a .npy array")
+    return _read_array(io.BytesIO(data), len(data), label)
+
+
+def read_npz(data: bytes, label: object = None, *, expansion: float | None = None
+             ) -> dict[str, np.ndarray]:
+    """The arrays of a ``.npz`` archive's bytes, by name, in archive order.
+
+    Each member's declared uncompressed size is capped as in :func:`decompress` (stored members
+    are bounded by the archive itself), and its array's declared shape checked against it.
+    """
+    ratio = max_expansion() if expansion is None else expansion
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as err:
+        raise ValueError(f"{_prefix(label)}not a valid .npz archive ({err})") from None
+    arrays: dict[str, np.ndarray] = {}
+    with archive:
+        for info in archive.infolist():
+            name = info.filename.removesuffix(".npy")
+            where = f"{_prefix(label)}member {info.filename!r}"
+            if info.compress_type != zipfile.ZIP_STORED and info.file_size > max(
+                    _EXPANSION_FLOOR, ratio * info.compress_size):
+                raise ValueError(f"{where}: expands to {info.file_size:,} bytes from "
+                                 f"{info.compress_size:,}; raise --max-expansion if genuine")
+            if info.compress_type == zipfile.ZIP_STORED and info.file_size > len(data):
+                raise ValueError(f"{where}: larger than the archive (truncated?)")
+            try:
+                with archive.open(info) as member:
+                    arrays[name] = _read_array(member, info.file_size, where)
+            except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError) as err:
+                raise ValueError(f"{where}: cannot be read ({err})") from None
+    return arrays

@@ -1,0 +1,88 @@
+"""``meshshard train --nproc R``: Ctrl-C and SIGTERM stop every rank; a failure is one line, exit 2 or 1.
+
+Real subprocesses (the launcher is what a user runs), on the dataset and partition of
+``test_train.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.meshshard.test_train import setup  # noqa: F401 - the shared module fixture
+
+
+def _command(setup: dict, out: Path, *extra: str) -> list[str]:  # noqa: F811
+    cfg = setup["cfg"]
+    return [sys.executable, "-m", "meshshard", "train", cfg.partition, "--data", cfg.data, "--out", str(out),
+            "--latent", "8", "--hidden-layers", "1", "--mp-steps", "2", "--quiet", *extra]
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_to_the_launcher_stops_every_rank(setup: dict, signum: int, code: int) -> None:  # noqa: F811
+    out = setup["root"] / f"signal-{signum}"
+    env = os.environ | {"MESHSHARD_TIMEOUT": "60"}
+    ranks: list[int] = []
+    proc = subprocess.Popen(_command(setup, out, "--nproc", "2", "--data-parallel", "1", "--steps", "100000",
+                                     "--every", "100000"),
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((out / "log.jsonl").exists() and (out / "log.jsonl").read_text().count("\n") >= 2):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "training did not start"
+            time.sleep(0.2)
+        ranks = [c for c in _children(proc.pid) if "spawn" in Path(f"/proc/{c}/cmdline").read_text()]
+        assert len(ranks) == 2
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=30)
+        assert all(_gone(r) for r in ranks), "a rank kept training after the launcher exited"
+    finally:
+        proc.kill()
+        for r in ranks:
+            if not _gone(r):
+                os.kill(r, signal.SIGKILL)
+    assert proc.returncode == code, err
+    assert err.strip().splitlines()[-1].startswith("meshshard train: "), err
+    assert "Traceback" not in err, err
+
+
+def test_errors_under_nproc_are_one_line_with_the_first_failing_rank(setup: dict) -> None:  # noqa: F811
+    # every rank refuses the partition: exit 2, one line, no traceback unless MESHSHARD_DEBUG
+    cmd = _command(setup, setup["root"] / "nproc-bad", "--nproc", "2", "--data-parallel", "2", "--steps", "2")
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.strip().splitlines() == [
+        "meshshard train: error: rank 0: Expected a partition into 1 parts (2 ranks / 2 data-parallel) "
+        f"(got 2 parts in {setup['cfg'].partition})"
+    ], run.stderr
+    debug = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=os.environ | {"MESHSHARD_DEBUG": "1"})
+    assert debug.returncode == 2 and "Traceback (most recent call last)" in debug.stderr, debug.stderr
+    # a rank that dies: the launcher names it (and not the peers it takes down), exit 1
+    cmd = _command(setup, setup["root"] / "nproc-dies", "--nproc", "2", "--data-parallel", "1", "--steps", "4")
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=os.environ | {"MESHSHARD_FAIL_AT": "1:1"})
+    assert run.returncode == 1, run.stderr
+    assert "rank 1: MESHSHARD_FAIL_AT=1:1: dying in the middle of step 1" in run.stderr
+    assert run.stderr.strip().splitlines()[-1] == "meshshard train: error: rank 1 exited with code 17", run.stderr
+    assert "Traceback" not in run.stderr, run.stderr
