@@ -1,0 +1,372 @@
+"""Benchmark: one MeshGraphNet training step, meshshard against what a user would pick instead.
+
+    python bench/meshgraphnet_peers.py [--side 37] [--latent 64] [--mp-steps 6] [--rounds 3] [--json FILE]
+    python bench/meshgraphnet_peers.py --fit-gb 20 [--latent 128 --mp-steps 15]   # largest mesh in 20 GB
+
+Every implementation trains the same model (encoder, ``--mp-steps`` processor blocks, decoder;
+latent ``--latent``, 2 hidden layers, ReLU, LayerNorm; sum aggregation) on the same jittered tet
+lattice (side 37: 50,653 nodes, 693,792 directed edges), the same inputs (3 node features,
+``[rel pos, |rel pos|]`` edge features, 1 output) and Adam, one fresh process per run, so peak
+RSS is the run's own. Runs are interleaved (A B C ... A B C ...) for ``--rounds`` rounds; each run
+times ``--iters`` training steps after one warm-up step. Reported per implementation: median and
+min step time over all timed steps, peak RSS (``ru_maxrss``, the whole process: Python, torch and
+the mesh included), the parameter count, and ratios to PhysicsNeMo.
+
+Implementations:
+
+- ``meshshard``: ``meshshard.nn.MeshGraphNet`` as it ships (lean first layers, MLPs recomputed);
+- ``meshshard-saved``: the same with ``recompute=False``;
+- ``physicsnemo`` / ``physicsnemo-concat``: ``physicsnemo.models.meshgraphnet.MeshGraphNet``
+  (the ``nvidia-physicsnemo`` package) by default and with ``do_concat_trick=True``;
+- ``pyg``: a plain PyTorch Geometric implementation (``tests/meshshard/_reference_meshgraphnet.py``);
+- ``meshshard-2ranks``: meshshard on a 2-part METIS partition, 2 local ranks of 1 thread each
+  (single-process runs use 2 threads); its peak RSS is per rank.
+
+Setting up the peers (optional; not dependencies of meshshard): ``bash bench/setup_peers.sh``.
+PhysicsNeMo's MeshGraphNet needs ``torch_scatter``, which has no wheel for torch 2.13 on CPU and is
+built against the installed torch (about 5 minutes on 2 cores). ``physicsnemo`` imports
+torchvision through timm, and the package index's torchvision wheels need CUDA libraries the CPU
+torch lacks; MeshGraphNet uses none of it, so the PhysicsNeMo runs (only they) get a stand-in
+``torchvision`` from ``bench/_stubs`` on ``PYTHONPATH``. A peer that cannot be imported is skipped
+and the output says so.
+
+Every process runs with ``MALLOC_MMAP_THRESHOLD_=4194304`` (see ``bench/meshgraphnet.py``).
+
+``--fit-gb G``: the largest mesh for which one training step fits in G GB of peak RSS, for
+meshshard and the best peer that runs: peak RSS grows linearly with the mesh, so two sizes are
+measured, the side at G GB is extrapolated, and one run at that side confirms it.
+
+Targets (issue 12, ratios within one run): peak memory <= 0.5x PhysicsNeMo's default and <= 0.75x
+its concat trick; step time <= 0.8x both; 2 ranks <= 0.55x our own single process per rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+STUBS = Path(__file__).resolve().parent / "_stubs"
+IMPLEMENTATIONS = ("meshshard", "meshshard-saved", "physicsnemo", "physicsnemo-concat", "pyg", "meshshard-2ranks")
+
+
+# ----------------------------------------------------------------------------- worker side
+
+
+def _build(impl: str, node_in: int, edge_in: int, latent: int, steps: int):
+    import torch
+
+    if impl.startswith("meshshard"):
+        from meshshard.nn import MeshGraphNet
+
+        return MeshGraphNet(node_in, edge_in, 1, latent_size=latent, hidden_layers=2, message_passing_steps=steps,
+                            recompute=impl != "meshshard-saved")
+    if impl.startswith("physicsnemo"):
+        from physicsnemo.models.meshgraphnet import MeshGraphNet as PNMeshGraphNet
+
+        return PNMeshGraphNet(
+            node_in, edge_in, 1, processor_size=steps, num_layers_node_processor=2, num_layers_edge_processor=2,
+            hidden_dim_processor=latent, hidden_dim_node_encoder=latent, num_layers_node_encoder=2,
+            hidden_dim_edge_encoder=latent, num_layers_edge_encoder=2, hidden_dim_node_decoder=latent,
+            num_layers_node_decoder=2, aggregation="sum", do_concat_trick=impl == "physicsnemo-concat",
+        )
+    if impl == "pyg":
+        sys.path.insert(0, str(ROOT))
+        from tests.meshshard._reference_meshgraphnet import ReferenceMeshGraphNet
+
+        return ReferenceMeshGraphNet(node_in, edge_in, 1, latent=latent, hidden_layers=2, steps=steps)
+    raise ValueError(impl)
+
+
+def worker(args: argparse.Namespace) -> None:
+    import numpy as np
+    import torch
+
+    from meshshard import ShardGraph, ShardTensor, edge_features
+    from meshshard.comm import init_distributed, sum_gradients
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    result: dict = {"impl": args.impl, "status": "ok"}
+    try:
+        if args.impl == "meshshard-2ranks":
+            from meshshard.partition import load_partition
+
+            ctx = init_distributed()
+            graph = ShardGraph.from_partition(load_partition(args.partition, ctx.rank))
+            ea = edge_features(graph.pos, graph.edge_index)
+            g = torch.Generator().manual_seed(0)
+            x_full = torch.randn(args.num_nodes, 3, generator=g)
+            y_full = torch.randn(args.num_nodes, 1, generator=g)
+            own = graph.spec.global_ids
+            x, y = ShardTensor.from_local(x_full[own], graph.spec), ShardTensor.from_local(y_full[own], graph.spec)
+            del x_full, y_full
+            inputs: tuple = (x, graph, ea)
+        else:
+            ctx = None
+            pos = torch.from_numpy(np.load(Path(args.mesh) / "pos.npy"))
+            edge_index = torch.from_numpy(np.load(Path(args.mesh) / "edge_index.npy"))
+            ea = edge_features(pos, edge_index)
+            g = torch.Generator().manual_seed(0)
+            x = torch.randn(len(pos), 3, generator=g)
+            y = torch.randn(len(pos), 1, generator=g)
+            if args.impl.startswith("physicsnemo"):
+                from torch_geometric.data import Data
+
+                inputs = (x, ea, Data(edge_index=edge_index, num_nodes=len(pos)))
+            else:
+                inputs = (x, edge_index, ea)
+        model = _build(args.impl, 3, ea.shape[1], args.latent, args.mp_steps)
+        result["parameters"] = sum(p.numel() for p in model.parameters())
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+        result["rss_before_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        times = []
+        for i in range(args.iters + 1):
+            start = time.perf_counter()
+            loss = ((model(*inputs) - y) ** 2).mean()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if ctx is not None:
+                sum_gradients(model.parameters())
+            opt.step()
+            if i:
+                times.append(time.perf_counter() - start)
+        result["step_s"] = times
+        result["loss"] = float(loss)
+    except (RuntimeError, MemoryError, ImportError) as err:
+        result["status"] = f"failed: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rank = int(os.environ.get("RANK", "0"))
+    Path(f"{args.out_json}.rank{rank}").write_text(json.dumps(result))
+
+
+# ----------------------------------------------------------------------------- driver side
+
+
+def _peer_available(impl: str) -> str | None:
+    """None if ``impl`` imports here, else the reason it is skipped."""
+    probe = {
+        "physicsnemo": "import torch_scatter, physicsnemo.models.meshgraphnet",
+        "pyg": "import torch_geometric.nn",
+    }.get(impl.split("-")[0])
+    if probe is None:
+        return None
+    env = _env(impl)
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["?"])[-1]
+        return f"skipped: {last} (run bash bench/setup_peers.sh)"
+    return None
+
+
+def _env(impl: str, threads: int = 2) -> dict[str, str]:
+    env = os.environ | {"OMP_NUM_THREADS": str(threads), "MALLOC_MMAP_THRESHOLD_": str(4 * 2**20), "MESHSHARD_TIMEOUT": "600"}
+    if impl.startswith("physicsnemo"):
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(STUBS), env.get("PYTHONPATH", "")) if p)
+        env.setdefault("WARP_CACHE_PATH", tempfile.gettempdir())
+    return env
+
+
+def run_one(impl: str, work: Path, args: argparse.Namespace, side: int, num_nodes: int) -> dict:
+    out = tempfile.mktemp(prefix="mgn-peers-", dir=work)
+    ranks = 2 if impl == "meshshard-2ranks" else 1
+    threads = 1 if ranks > 1 else 2
+    cmd = [sys.executable, __file__, "--worker", "--impl", impl, "--mesh", str(work / f"mesh{side}"),
+           "--partition", str(work / f"parts{side}"), "--num-nodes", str(num_nodes), "--threads", str(threads),
+           "--latent", str(args.latent), "--mp-steps", str(args.mp_steps), "--iters", str(args.iters), "--out-json", out]
+    if ranks > 1:
+        from meshshard._launch import free_port
+
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-port", str(free_port())] + cmd[1:]
+    done = subprocess.run(cmd, env=_env(impl, threads), capture_output=True, text=True, timeout=3600)
+    rows = [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(ranks) if Path(f"{out}.rank{r}").exists()]
+    if not rows:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"impl": impl, "status": f"no result (exit {done.returncode}: {tail})"}
+    bad = [r for r in rows if r["status"] != "ok"]
+    if bad:
+        return bad[0]
+    return {
+        "impl": impl, "status": "ok", "parameters": rows[0]["parameters"],
+        "step_s": [max(ts) for ts in zip(*(r["step_s"] for r in rows))],  # a step ends when its slowest rank does
+        "peak_rss_mb": max(r["peak_rss_mb"] for r in rows), "loss": rows[0]["loss"],
+    }
+
+
+def prepare(work: Path, side: int, need_partition: bool) -> int:
+    """Write the lattice (pos.npy, edge_index.npy) and, if asked, its 2-part partition; returns N."""
+    import meshio
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _meshes import make_box_mesh
+
+    from meshshard.partition import build_graph, partition_file, read_input
+
+    mesh_dir = work / f"mesh{side}"
+    if mesh_dir.exists():
+        return int(np.load(mesh_dir / "pos.npy", mmap_mode="r").shape[0])
+    points, tets = make_box_mesh(side)
+    vtk = work / f"box{side}.vtk"
+    meshio.write(vtk, meshio.Mesh(points, [("tetra", tets)]), binary=True)
+    graph = build_graph(read_input(vtk), "nodal")
+    dst = np.repeat(np.arange(graph.num_nodes), np.diff(graph.indptr))
+    mesh_dir.mkdir()
+    np.save(mesh_dir / "pos.npy", graph.pos.astype(np.float32))
+    np.save(mesh_dir / "edge_index.npy", np.stack([graph.indices, dst]).astype(np.int64))
+    if need_partition:
+        partition_file(vtk, work / f"parts{side}", 2)
+    return graph.num_nodes
+
+
+def summarize(runs: dict[str, list[dict]]) -> dict[str, dict]:
+    out = {}
+    for impl, rows in runs.items():
+        ok = [r for r in rows if r["status"] == "ok"]
+        if not ok:
+            out[impl] = {"status": rows[0]["status"]}
+            continue
+        medians = [statistics.median(r["step_s"]) for r in ok]
+        out[impl] = {
+            "status": "ok", "parameters": ok[0]["parameters"],
+            "step_s_median": round(statistics.median([t for r in ok for t in r["step_s"]]), 3),
+            "step_s_min": round(min(t for r in ok for t in r["step_s"]), 3),
+            "step_s_round_medians": [round(m, 3) for m in medians],
+            "peak_rss_mb": round(statistics.median(r["peak_rss_mb"] for r in ok), 1),
+        }
+    return out
+
+
+def ratios(table: dict[str, dict]) -> dict[str, float]:
+    def get(impl: str, key: str) -> float | None:
+        row = table.get(impl, {})
+        return row.get(key) if row.get("status") == "ok" else None
+
+    out = {}
+    for peer in ("physicsnemo", "physicsnemo-concat", "pyg"):
+        for key, name in (("peak_rss_mb", "memory"), ("step_s_median", "time")):
+            a, b = get("meshshard", key), get(peer, key)
+            if a and b:
+                out[f"{name} meshshard / {peer}"] = round(a / b, 3)
+    a, b = get("meshshard-2ranks", "peak_rss_mb"), get("meshshard", "peak_rss_mb")
+    if a and b:
+        out["memory per rank, 2 ranks / meshshard 1 process"] = round(a / b, 3)
+    return out
+
+
+def print_table(table: dict[str, dict], rat: dict[str, float]) -> None:
+    print(f"\n{'implementation':<22} {'median step s':>13} {'min step s':>10} {'peak RSS MB':>12} {'parameters':>11}")
+    for impl, row in table.items():
+        if row["status"] != "ok":
+            print(f"{impl:<22} {row['status']}")
+            continue
+        print(f"{impl:<22} {row['step_s_median']:>13.2f} {row['step_s_min']:>10.2f} {row['peak_rss_mb']:>12,.0f} {row['parameters']:>11,}")
+    for name, value in rat.items():
+        print(f"  {name:<52} {value:.2f}")
+
+
+def fit(work: Path, args: argparse.Namespace, impls: list[str]) -> dict:
+    """Peak RSS at two sides, linear in N; the side at ``--fit-gb``; one confirming run there."""
+    out = {}
+    for impl in impls:
+        points = []
+        for side in args.fit_sides:
+            n = prepare(work, side, False)
+            row = run_one(impl, work, args, side, n)
+            if row["status"] != "ok":
+                out[impl] = {"status": row["status"], "measured": points}
+                break
+            points.append((n, row["peak_rss_mb"]))
+            print(f"  {impl}: {n:,} nodes -> {row['peak_rss_mb']:,.0f} MB", flush=True)
+        else:
+            (n0, m0), (n1, m1) = points
+            per_node = (m1 - m0) / (n1 - n0)
+            n_fit = n0 + (args.fit_gb * 1024 - m0) / per_node
+            side = int(n_fit ** (1 / 3))
+            n = prepare(work, side, False)
+            check = run_one(impl, work, args, side, n)
+            out[impl] = {"status": "ok", "measured": points, "kb_per_node": round(per_node * 1024, 1),
+                         "extrapolated_nodes": int(n_fit), "confirm_side": side, "confirm_nodes": n,
+                         "confirm_peak_rss_mb": check.get("peak_rss_mb"), "confirm_status": check["status"]}
+            print(f"  {impl}: {per_node * 1024:,.0f} KB/node -> {int(n_fit):,} nodes in {args.fit_gb} GB; "
+                  f"confirm side {side} ({n:,} nodes): {check['status']}, {check.get('peak_rss_mb', float('nan')):,.0f} MB", flush=True)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--side", type=int, default=37)
+    parser.add_argument("--latent", type=int, default=64)
+    parser.add_argument("--mp-steps", type=int, default=6)
+    parser.add_argument("--iters", type=int, default=3, help="timed steps per run, after one warm-up step")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", help="comma-separated subset of " + ",".join(IMPLEMENTATIONS))
+    parser.add_argument("--fit-gb", type=float, help="find the largest mesh whose step fits in this many GB")
+    parser.add_argument("--fit-sides", type=int, nargs=2, default=(20, 28))
+    parser.add_argument("--json")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--impl", help=argparse.SUPPRESS)
+    parser.add_argument("--mesh", help=argparse.SUPPRESS)
+    parser.add_argument("--partition", help=argparse.SUPPRESS)
+    parser.add_argument("--num-nodes", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=2, help=argparse.SUPPRESS)
+    parser.add_argument("--out-json", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return 0
+
+    impls = args.only.split(",") if args.only else list(IMPLEMENTATIONS)
+    unknown = sorted(set(impls) - set(IMPLEMENTATIONS))
+    if unknown:
+        parser.error(f"unknown implementation(s) {unknown}; choose from {list(IMPLEMENTATIONS)}")
+    skipped = {impl: why for impl in impls if (why := _peer_available(impl))}
+    for impl, why in skipped.items():
+        print(f"{impl}: {why}", flush=True)
+    impls = [i for i in impls if i not in skipped]
+    work = Path(tempfile.mkdtemp(prefix="meshshard-bench-peers-"))
+
+    if args.fit_gb:
+        peers = [i for i in ("physicsnemo-concat", "physicsnemo", "pyg") if i in impls][:1]
+        print(f"largest mesh in {args.fit_gb} GB, latent {args.latent}, {args.mp_steps} steps: {['meshshard', *peers]}", flush=True)
+        result = {"fit_gb": args.fit_gb, "latent": args.latent, "mp_steps": args.mp_steps, "skipped": skipped,
+                  "fit": fit(work, args, ["meshshard", *peers])}
+        print(json.dumps(result))
+        if args.json:
+            Path(args.json).write_text(json.dumps(result, indent=2))
+        return 0
+
+    n = prepare(work, args.side, "meshshard-2ranks" in impls)
+    edges = int(__import__("numpy").load(work / f"mesh{args.side}" / "edge_index.npy", mmap_mode="r").shape[1])
+    print(f"mesh: {n:,} nodes, {edges:,} directed edges; latent {args.latent}, 2 hidden layers, {args.mp_steps} steps; "
+          f"{args.rounds} rounds x {args.iters} timed steps; implementations: {impls}", flush=True)
+    runs: dict[str, list[dict]] = {impl: [] for impl in impls}
+    for r in range(args.rounds):
+        for impl in impls:
+            row = run_one(impl, work, args, args.side, n)
+            runs[impl].append(row)
+            shown = f"{statistics.median(row['step_s']):.2f} s, {row['peak_rss_mb']:,.0f} MB" if row["status"] == "ok" else row["status"]
+            print(f"  round {r + 1}: {impl:<20} {shown}", flush=True)
+    table = summarize(runs)
+    for impl, why in skipped.items():
+        table[impl] = {"status": why}
+    rat = ratios(table)
+    print_table(table, rat)
+    result = {"nodes": n, "directed_edges": edges, "latent": args.latent, "mp_steps": args.mp_steps, "rounds": args.rounds,
+              "iters": args.iters, "malloc_mmap_threshold": 4 * 2**20, "results": table, "ratios": rat}
+    print(json.dumps(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
