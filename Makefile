@@ -14,13 +14,13 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,examples]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m meshshard demo
+	$(PY) examples/heat_diffusion/demo.py
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -36,7 +36,7 @@ def make_sources(folder: Path, side: int, samples: int, fmt: str) -> float:
     import meshio
     import numpy as np
 
-    from meshshard._simulate import make_box_mesh
+    from _meshes import make_box_mesh
 
     done = folder / ".complete"
     if done.exists():

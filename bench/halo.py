@@ -99,7 +99,7 @@ def main() -> int:
     import meshio
 
     from meshshard._launch import free_port
-    from meshshard._simulate import make_box_mesh
+    from _meshes import make_box_mesh
     from meshshard.partition import partition_file
 
     work = Path(tempfile.mkdtemp(prefix="meshshard-bench-halo-"))

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from meshshard._simulate import make_box_mesh
+from _meshes import make_box_mesh
 from meshshard.partition import build_graph, load_partition, partition_file, read_input
 from meshshard.partition._progress import Steps
 

@@ -44,6 +44,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from meshshard import _runlog
+
 from ._checkpoint import atomic_save as _atomic_save
 from ._checkpoint import load_checkpoint, save_checkpoint
 
@@ -64,6 +66,7 @@ class TrainConfig:
     data_parallel: int = 1
     checkpoint_every: int = 20
     resume: bool = False
+    force: bool = False
     seed: int = 0
     log_every: int = 10
     val_every: int = 0
@@ -186,6 +189,12 @@ def train(cfg: TrainConfig) -> list[float]:
     if cfg.dtype not in ("float32", "float64"):
         raise ValueError(f"Expected --dtype float32 or float64 (got {cfg.dtype!r})")
     dtype = getattr(torch, cfg.dtype)
+    # RUN: refused, started over or resumed, decided on every rank from files, before any collective
+    stale = _runlog.check_run_folder(cfg.out, cfg.resume, cfg.force)
+    identity = _runlog.run_identity(meta, cfg.data)
+    saved = load_checkpoint(Path(cfg.out) / "checkpoint.pt", "cpu") if cfg.resume else None
+    if saved is not None:
+        _runlog.check_resume(saved.get("config", {}), saved.get("identity"), asdict(cfg), identity)
     mesh = init_device_mesh_2d(domain)
     reader = DatasetReader(cfg.data, cfg.partition, mesh.domain_rank, mesh.domain_group, device=ctx.device, dtype=dtype)
 
@@ -200,17 +209,31 @@ def train(cfg: TrainConfig) -> list[float]:
     ckpt_path = out / "checkpoint.pt"
     losses: list[float] = []
     start = 0
-    if cfg.resume and ckpt_path.exists():
-        ckpt = load_checkpoint(ckpt_path, ctx.device)
-        model.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["optimizer"])
-        losses, start = list(ckpt["losses"]), int(ckpt["step"])
-        torch.set_rng_state(ckpt["rng"].cpu())
+    old_lr = None
+    if saved is not None:
+        model.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["optimizer"])
+        losses, start = list(saved["losses"]), int(saved["step"])
+        torch.set_rng_state(saved["rng"].cpu())
+        old_lr = _runlog.lr_change(saved.get("config", {}), cfg.lr)
+        for group in opt.param_groups:
+            group["lr"] = cfg.lr  # a changed learning rate is applied (and logged below)
     last_saved = f"{ckpt_path} (step {start})" if start else "none yet"
     if ctx.rank == 0:
+        _runlog.delete_run_files(stale)
         out.mkdir(parents=True, exist_ok=True)
         _rewrite_log(out / "log.jsonl", losses)
+        if not cfg.quiet:
+            print(_runlog.banner(world_size=ctx.world_size, data_parallel=cfg.data_parallel, device=ctx.device,
+                                 backend=dist.get_backend() if dist.is_initialized() else "single process",
+                                 parameters=sum(p.numel() for p in model.parameters()), partition=cfg.partition,
+                                 partition_meta=meta, data=cfg.data, steps=cfg.steps, start=start), flush=True)
     log = _Logger(ctx.rank == 0, cfg, start, round(reader.mean_nodes()) * cfg.data_parallel)
+    if saved is not None:
+        log.event(None, f"resuming from step {start}")
+    if old_lr is not None:
+        log.event({"step": start, "event": "lr", "from": old_lr, "to": cfg.lr},
+                  f"learning rate changed on resume: {old_lr:g} -> {cfg.lr:g} (applied from step {start})")
 
     def validate() -> float:
         """Mean loss over the validation split; data rank d takes every dp-th sample."""
@@ -257,18 +280,23 @@ def train(cfg: TrainConfig) -> list[float]:
             _atomic_save({"loss": batch_loss, "grads": grads.cpu(), "sample": s}, out / "first_step.pt")
         opt.step()
         losses.append(batch_loss)
-        log.step(step, batch_loss, time.perf_counter() - t0)
-        done = step + 1
+        seconds, done = time.perf_counter() - t0, step + 1
+        report = step % cfg.log_every == 0 or done == cfg.steps
+        memory = _runlog.gather_peak_memory(ctx.device) if report else None  # every rank takes part
+        log.step(step, batch_loss, seconds, memory)
+        if report:
+            log.plot()
         if ctx.rank == 0 and (done % cfg.checkpoint_every == 0 or done == cfg.steps):
             save_checkpoint(ckpt_path, {
                 "step": done, "model": model.state_dict(), "optimizer": opt.state_dict(), "losses": losses,
                 "rng": torch.get_rng_state(), "config": {**asdict(cfg), "normalisation": reader.normaliser.to_dict()},
-                "world_size": ctx.world_size,
+                "world_size": ctx.world_size, "identity": identity,
             })
         if done % cfg.checkpoint_every == 0 or done == cfg.steps:
             last_saved = f"{ckpt_path} (step {done})"
     if validating and cfg.steps > start:
         log.eval(cfg.steps, validate())
+    log.plot()
     log.close()
     if dist.is_initialized():
         dist.barrier()
@@ -276,8 +304,13 @@ def train(cfg: TrainConfig) -> list[float]:
 
 
 def _rewrite_log(path: Path, losses: list[float]) -> None:
+    """log.jsonl as of the checkpoint: its earlier records (with memory, evaluations) where they
+    agree with the checkpoint's losses, else one line per loss."""
+    kept = [r for r in _runlog.read_log(path) if isinstance(r.get("step"), int) and r["step"] < len(losses)]
+    if [r["loss"] for r in kept if "loss" in r] != losses:
+        kept = [{"step": i, "loss": v} for i, v in enumerate(losses)]
     tmp = path.with_name(".log.jsonl.tmp")
-    tmp.write_text("".join(json.dumps({"step": i, "loss": v}) + "\n" for i, v in enumerate(losses)))
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
     os.replace(tmp, path)
 
 
@@ -296,11 +329,13 @@ class _Logger:
             self.task = self.bar.add_task("train", total=cfg.steps, completed=start, info="")
             self.bar.start()
 
-    def step(self, step: int, loss: float, seconds: float) -> None:
+    def step(self, step: int, loss: float, seconds: float, memory: dict[str, list[float]] | None = None) -> None:
         if self.file is None:
             return
         rate = self.nodes / seconds if seconds > 0 else 0.0
-        self.file.write(json.dumps({"step": step, "loss": loss, "seconds": round(seconds, 4), "nodes_per_s": round(rate)}) + "\n")
+        record = {"step": step, "loss": loss, "seconds": round(seconds, 4), "nodes_per_s": round(rate),
+                  "samples_per_s": round(self.cfg.data_parallel / seconds, 3) if seconds > 0 else 0.0, **(memory or {})}
+        self.file.write(json.dumps(record) + "\n")
         self.file.flush()
         if not self.enabled:
             return
@@ -315,6 +350,25 @@ class _Logger:
             self.file.flush()
         if self.enabled and self.bar is None:
             print(f"step {step:>5}  validation loss {loss:.5f}", flush=True)
+
+    def event(self, record: dict[str, Any] | None, message: str) -> None:
+        """A line in log.jsonl (a learning-rate change) and, unless quiet, on the terminal."""
+        if self.file is not None and record is not None:
+            self.file.write(json.dumps(record) + "\n")
+            self.file.flush()
+        if self.enabled:
+            print(message, flush=True)
+
+    def plot(self) -> None:
+        """Rewrite RUN/loss.png from log.jsonl (rank 0; a note once if matplotlib is missing)."""
+        if self.file is None:
+            return
+        self.file.flush()
+        out = Path(self.cfg.out)
+        if not _runlog.write_loss_plot(_runlog.read_log(out / "log.jsonl"), out / "loss.png", f"meshshard train: {out}"):
+            if self.enabled and not getattr(self, "_noted", False):
+                print("note: matplotlib is not installed, so no loss.png (pip install matplotlib)", flush=True)
+            self._noted = True
 
     def close(self) -> None:
         if self.bar is not None:
@@ -357,7 +411,7 @@ def _run(args: Any) -> int:
         partition=args.partition, data=args.data, out=args.out, steps=args.steps, lr=args.lr,
         latent_size=args.latent, hidden_layers=args.hidden_layers, message_passing_steps=args.mp_steps,
         activation=args.activation, data_parallel=args.data_parallel, checkpoint_every=args.every,
-        resume=args.resume, seed=args.seed, log_every=args.log_every, quiet=args.quiet,
+        resume=args.resume, force=args.force, seed=args.seed, log_every=args.log_every, quiet=args.quiet,
         val_every=args.val_every, dtype=args.dtype,
         checkpoint_steps=args.checkpoint_steps,
     )
@@ -365,6 +419,17 @@ def _run(args: Any) -> int:
         if not Path(path).is_dir():
             print(f"meshshard train: error: {path}: no such {what}", file=sys.stderr)
             return 2
+    try:  # the RUN checks again here, so that a refusal is one line before any rank starts
+        _runlog.check_run_folder(cfg.out, cfg.resume, cfg.force)
+        if cfg.resume:
+            from meshshard.partition import check_partition_matches
+
+            saved = load_checkpoint(Path(cfg.out) / "checkpoint.pt")
+            _runlog.check_resume(saved.get("config", {}), saved.get("identity"), asdict(cfg),
+                                 _runlog.run_identity(check_partition_matches(cfg.data, cfg.partition), cfg.data))
+    except ValueError as err:
+        print(f"meshshard train: error: {err}", file=sys.stderr)
+        return 2
     launched = "RANK" in os.environ or "SLURM_PROCID" in os.environ
     from ._launch import RankFailed, Terminated, launch_local
 
@@ -401,7 +466,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--activation", default="relu")
     p.add_argument("--data-parallel", type=int, default=1, help="data-parallel groups; domain size = world / this")
     p.add_argument("--every", type=int, default=20, help="checkpoint every N steps")
-    p.add_argument("--resume", action="store_true", help="continue from RUN/checkpoint.pt")
+    p.add_argument("--resume", action="store_true", help="continue from RUN/checkpoint.pt (a changed --lr is applied)")
+    p.add_argument("--force", action="store_true", help="start RUN over (deletes only the files train writes in it)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--val-every", "--eval-every", dest="val_every", type=int, default=0,

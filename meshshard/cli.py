@@ -32,7 +32,8 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("dataset", "meshshard.partition._dataset_cli", "make a dataset folder from mesh files with "
      "point_data fields"),
     ("train", "meshshard._train", "train a sharded MeshGraphNet on a partition"),
-    ("demo", "meshshard._demo", "the main job end to end on a built-in mesh"),
+    ("predict", "meshshard._predict", "predict with a trained run: ParaView files, metrics, pictures"),
+    ("demo", "meshshard._demo", "run the heat-diffusion example (examples/heat_diffusion) of a clone"),
     ("selftest", "meshshard._selftest", "check the collectives on R local ranks"),
 )
 

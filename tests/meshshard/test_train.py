@@ -19,11 +19,11 @@ import pytest
 import torch
 
 from meshshard._data import whole_sample
-from meshshard._simulate import simulate_heat, write_dataset
 from meshshard._train import TrainConfig, load_checkpoint, sample_index, train
 from meshshard.nn import MeshGraphNet
 from meshshard.partition import open_dataset, partition_dataset
 from tests._dist import RankFailure, free_port, run_ranks
+from tests._examples import example_module
 from tests._meshes import mesh_file
 
 STEPS = 4
@@ -35,7 +35,8 @@ def setup(tmp_path_factory) -> dict:
     path = mesh_file("sfepy/big.mesh", root)  # a generated triangle mesh when ../shared/data is missing
     mesh = meshio.read(path)
     tri = np.concatenate([b.data for b in mesh.cells if b.type == "triangle"])
-    write_dataset(simulate_heat(mesh.points[:, :2], tri, trajectories=3, steps=2, seed=1), root / "data")
+    heat = example_module("heat_diffusion", "simulate")
+    heat.write_dataset(heat.simulate_heat(mesh.points[:, :2], tri, trajectories=3, steps=2, seed=1), root / "data")
     partition_dataset(root / "data", root / "partition", 2)
     partition_dataset(root / "data", root / "partition1", 1)
     base = TrainConfig(partition=str(root / "partition"), data=str(root / "data"), out="", steps=STEPS, lr=1e-2,

@@ -1,4 +1,4 @@
-"""A learning task that needs no download: heat diffusion simulated on a mesh.
+"""The heat-diffusion example's simulator: a learning task that needs no download.
 
 ``make_plate_mesh`` builds the demo's mesh: an unstructured triangulation of a plate with holes
 (Delaunay of jittered points, triangles inside the holes removed). ``simulate_heat`` runs the heat
@@ -12,7 +12,8 @@ state) pairs as MeshGraphNet training samples.
 and ``boundary`` (1 on the boundary, 0 inside), target ``du`` (``u_{t+1} - u_t``), all in
 physical units; the dataset's statistics normalise them, nothing else does.
 
-This module sees the whole mesh: it is offline preprocessing, like partitioning.
+This is application code (it sees the whole mesh, offline, like partitioning); the library
+keeps none. ``demo.py`` beside it runs the whole example.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 from scipy.spatial import Delaunay
 
-__all__ = ["make_plate_mesh", "make_box_mesh", "simulate_heat", "write_dataset", "HeatDataset"]
+__all__ = ["make_plate_mesh", "simulate_heat", "write_dataset", "HeatDataset"]
 
 
 def make_plate_mesh(num_points: int = 20000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -56,29 +57,6 @@ def make_plate_mesh(num_points: int = 20000, seed: int = 0) -> tuple[np.ndarray,
     remap = np.full(len(pts), -1, np.int64)
     remap[used] = np.arange(len(used))
     return pts[used], remap[tri].astype(np.int64)
-
-
-def make_box_mesh(side: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """A jittered ``side^3`` lattice on the unit cube, every cube cut into 6 tets.
-
-    Shapes:
-        Returns points ``(side^3, 3)`` and tets ``(6 (side - 1)^3, 4)``.
-    """
-    rng = np.random.default_rng(seed)
-    axis = np.arange(side)
-    i, j, k = (a.ravel() for a in np.meshgrid(axis, axis, axis, indexing="ij"))
-    h = 1.0 / (side - 1)
-    points = np.stack([i, j, k], 1) * h + rng.uniform(-0.2 * h, 0.2 * h, (side**3, 3))
-    c = np.arange(side - 1)
-    ci, cj, ck = (a.ravel() for a in np.meshgrid(c, c, c, indexing="ij"))
-    base = (ci * side + cj) * side + ck
-    step = np.array([side * side, side, 1])
-    tets = []
-    for p in ((0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0)):
-        a = base + step[p[0]]
-        b = a + step[p[1]]
-        tets.append(np.stack([base, a, b, base + step.sum()], 1))
-    return points, np.concatenate(tets)
 
 
 def _p1_matrices(points: np.ndarray, cells: np.ndarray, kappa_cell: np.ndarray) -> tuple[sp.csr_matrix, np.ndarray]:

@@ -1,0 +1,172 @@
+"""``meshshard predict``: sharded prediction equals one process on the whole mesh, and the files
+hold the predicted values at the right nodes.
+
+Mesh: ../shared/data/sfepy/acoustics_mesh3d.mesh (5,272 nodes, hexahedra: cells whose corners are
+not all neighbours in the nodal graph, so writing pieces needs the node-value directory), or a
+generated hexahedral lattice when it is missing. A run is trained for two steps on one process in
+float64, then predicted on 1, 2 and 3 ranks (partitions into 2 and 3 METIS parts).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import meshio
+import numpy as np
+import pytest
+import torch
+
+from meshshard._predict import PredictConfig, predict, read_pvtu, read_run
+from meshshard._train import TrainConfig, train
+from meshshard.partition import open_dataset, partition_dataset, write_dataset
+from tests._dist import run_ranks
+from tests._meshes import DATA
+
+
+def _lattice_hexes(side: int = 14) -> tuple[np.ndarray, np.ndarray]:
+    axis = np.arange(side)
+    i, j, k = (a.ravel() for a in np.meshgrid(axis, axis, axis, indexing="ij"))
+    points = np.stack([i, j, k], 1) / (side - 1.0)
+    c = np.arange(side - 1)
+    ci, cj, ck = (a.ravel() for a in np.meshgrid(c, c, c, indexing="ij"))
+    b = (ci * side + cj) * side + ck
+    sx, sy = side * side, side
+    hexes = np.stack([b, b + sx, b + sx + sy, b + sy, b + 1, b + sx + 1, b + sx + sy + 1, b + sy + 1], 1)
+    return points, hexes
+
+
+@pytest.fixture(scope="module")
+def case(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("predict")
+    source = DATA / "sfepy" / "acoustics_mesh3d.mesh"
+    if source.exists():
+        mesh = meshio.read(source)
+        points = np.asarray(mesh.points, dtype=np.float64)
+        hexes = np.concatenate([b.data for b in mesh.cells if b.type == "hexahedron"]).astype(np.int64)
+    else:
+        points, hexes = _lattice_hexes()
+    rng = np.random.default_rng(0)
+    s, n = 5, len(points)
+    waves = rng.normal(size=(s, 3, 3))
+    inputs = np.stack([np.cos(points @ w) for w in waves])  # (S, N, 3)
+    targets = np.stack([np.stack([x[:, 0] * x[:, 1], np.sin(x[:, 2])], 1) for x in inputs]) * 7.0 + 3.0
+    write_dataset(root / "data", inputs, targets, pos=points, cells=[("hexahedron", hexes)],
+                  input_names=[("a", 3)], target_names=["p", "q"], sample_names=[f"case {i}" for i in range(s)],
+                  val_samples=[3, 4], dtype="float64")
+    for k in (1, 2, 3):
+        partition_dataset(root / "data", root / f"parts{k}", k)
+    cfg = TrainConfig(partition=str(root / "parts1"), data=str(root / "data"), out=str(root / "run"), steps=2, lr=1e-2,
+                      latent_size=8, hidden_layers=1, message_passing_steps=2, quiet=True, dtype="float64")
+    train(cfg)
+    return {"root": root, "data": str(root / "data"), "run": str(root / "run"), "points": points, "cells": len(hexes)}
+
+
+def _reference(case: dict, sample: int) -> np.ndarray:
+    """The run's model on the whole mesh, computed here from the checkpoint (not by predict)."""
+    from meshshard._data import Normaliser, whole_sample
+    from meshshard.nn import MeshGraphNet
+
+    ckpt = read_run(case["run"])
+    cfg = ckpt["config"]
+    x, _, edge_index, _ = whole_sample(case["data"], sample, dtype=torch.float64)
+    normaliser = Normaliser.from_dict(cfg["normalisation"], dtype=torch.float64)
+    from meshshard import edge_features
+
+    data = open_dataset(case["data"])
+    pos = torch.as_tensor(data.mesh(data.sample_mesh(sample)).points)
+    ea = normaliser.normalise_edges(edge_features(pos, edge_index))
+    model = MeshGraphNet(3, 4, 2, latent_size=8, hidden_layers=1, message_passing_steps=2).double()
+    model.load_state_dict(ckpt["model"])
+    with torch.no_grad():
+        return normaliser.denormalise_targets(model(x, edge_index, ea)).numpy()
+
+
+def _predict_rank(rank: int, world: int, cfg: dict) -> dict | None:
+    return predict(PredictConfig(**cfg))
+
+
+def _by_id(meshes: list, fields: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
+    ids = np.concatenate([m.point_data["global_id"] for m in meshes]).astype(np.int64)
+    pts = np.concatenate([m.points for m in meshes])
+    return ids, {f: np.concatenate([m.point_data[f] for m in meshes]) for f in fields}, pts
+
+
+@pytest.mark.slow
+def test_sharded_prediction_equals_one_process_and_files_hold_the_values_at_their_nodes(case: dict) -> None:
+    root = case["root"]
+    base = asdict(PredictConfig(run=case["run"], data=case["data"], out="", dtype="float64", quiet=True))
+    one = predict(PredictConfig(**(base | {"out": str(root / "pred1"), "samples": "all"})))
+    assert [r["name"] for r in one["samples"]] == [f"case {i}" for i in range(5)]
+    assert sorted(p.name for p in (root / "pred1").iterdir()) == sorted(
+        [f"case_{i}.vtu" for i in range(5)] + [f"case_{i}.png" for i in range(5)] + ["metrics.json"])
+
+    # one process: the file holds the model's prediction at every node, and truth and error beside it
+    data = open_dataset(case["data"])
+    for s in (0, 3):
+        ref = _reference(case, s)
+        mesh = meshio.read(root / "pred1" / f"case_{s}.vtu")
+        np.testing.assert_array_equal(mesh.point_data["global_id"], np.arange(len(case["points"])))
+        np.testing.assert_allclose(mesh.points, case["points"])
+        pred = np.stack([mesh.point_data["p_pred"], mesh.point_data["q_pred"]], 1)
+        np.testing.assert_allclose(pred, ref, rtol=1e-12, atol=1e-12)
+        truth = data.sample_arrays(s)[1]
+        np.testing.assert_array_equal(mesh.point_data["p"], truth[:, 0])
+        np.testing.assert_allclose(mesh.point_data["q_error"], pred[:, 1] - truth[:, 1], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(mesh.point_data["a"], data.sample_arrays(s)[0])
+        rmse = float(np.sqrt(((pred[:, 0] - truth[:, 0]) ** 2).mean()))
+        rel = float(np.linalg.norm(pred[:, 1] - truth[:, 1]) / np.linalg.norm(truth[:, 1]))
+        assert one["samples"][s]["fields"]["p"]["rmse"] == pytest.approx(rmse, rel=1e-10)
+        assert one["samples"][s]["fields"]["q"]["rel_l2"] == pytest.approx(rel, rel=1e-10)
+    metrics = json.loads((root / "pred1" / "metrics.json").read_text())
+    assert metrics["samples"][4]["split"] == "val" and metrics["samples"][0]["split"] == "train"
+
+    # 2 ranks, one piece per rank plus a .pvtu; 3 ranks gathered into one .vtu; default samples: val
+    two = run_ranks(_predict_rank, 2, base | {"out": str(root / "pred2"), "partition": str(root / "parts2"),
+                                              "gather": False}, timeout=180)[0]
+    three = run_ranks(_predict_rank, 3, base | {"out": str(root / "pred3"), "partition": str(root / "parts3"),
+                                                "gather": True, "plots": False}, timeout=180)[0]
+    assert [r["sample"] for r in two["samples"]] == [3, 4] == [r["sample"] for r in three["samples"]]
+    assert len(two["peak_rss_mb"]) == 2 and len(three["peak_rss_mb"]) == 3 and min(three["peak_rss_mb"]) > 50
+    for s in (3, 4):
+        full = meshio.read(root / "pred1" / f"case_{s}.vtu")
+        ref = np.stack([full.point_data["p_pred"], full.point_data["q_pred"]], 1)
+        for r in (two, three):
+            for f in ("p", "q"):
+                assert r["samples"][s - 3]["fields"][f]["rmse"] == pytest.approx(one["samples"][s]["fields"][f]["rmse"], rel=1e-10)
+        pieces = read_pvtu(root / "pred2" / f"case_{s}.pvtu")
+        assert len(pieces) == 2 and all(0 < len(m.points) < len(case["points"]) for m in pieces)
+        assert sum(len(c.data) for m in pieces for c in m.cells) == case["cells"]  # every cell written once
+        ids, values, pts = _by_id(pieces, ["p_pred", "q_pred", "p"])
+        assert set(ids.tolist()) == set(range(len(case["points"])))  # every node in some piece
+        np.testing.assert_allclose(pts, case["points"][ids])  # each value sits at its node
+        np.testing.assert_allclose(np.stack([values["p_pred"], values["q_pred"]], 1), ref[ids], rtol=1e-10, atol=1e-10)
+        np.testing.assert_array_equal(values["p"], full.point_data["p"][ids])
+        gathered = meshio.read(root / "pred3" / f"case_{s}.vtu")
+        np.testing.assert_array_equal(gathered.point_data["global_id"], np.arange(len(case["points"])))
+        np.testing.assert_allclose(np.stack([gathered.point_data["p_pred"], gathered.point_data["q_pred"]], 1), ref,
+                                   rtol=1e-10, atol=1e-10)
+    assert (root / "pred2" / "case_3.png").is_file() and not (root / "pred3" / "case_3.png").exists()
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "meshshard", "predict", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_predict_refuses_bad_requests_in_one_line(case: dict) -> None:
+    root = case["root"]
+    (root / "taken").mkdir(exist_ok=True)
+    (root / "taken" / "mine.txt").write_text("x")
+    for args, message in (
+        (["--out", str(root / "taken")], "exists and is not empty (pass --force to replace earlier predictions)"),
+        (["--out", str(root / "taken"), "--force"], "holds mine.txt, which meshshard predict did not write"),
+        (["--out", str(root / "p"), "--samples", "nine"], "Expected --samples to list sample names or indices 0..4"),
+    ):
+        proc = _cli(case["run"], "--data", case["data"], *args)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
+    proc = _cli(str(root), "--data", case["data"], "--out", str(root / "p"))
+    assert proc.returncode == 2 and "no checkpoint.pt" in proc.stderr
+    assert (root / "taken" / "mine.txt").exists() and not (root / "p").exists()

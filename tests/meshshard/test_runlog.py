@@ -1,0 +1,120 @@
+"""The run folder of ``meshshard train``: refusing an existing RUN, --force, --resume checks, the
+banner, peak memory and throughput in log.jsonl, loss.png kept current, a changed lr logged."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from meshshard import _runlog
+from meshshard.partition import partition_dataset
+from tests._examples import example_module
+
+
+def test_an_existing_run_is_refused_and_force_deletes_only_our_files(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    assert _runlog.check_run_folder(run, resume=False, force=False) == []
+    with pytest.raises(ValueError, match=r"nothing to resume \(no checkpoint.pt\)"):
+        _runlog.check_run_folder(run, resume=True, force=False)
+    run.mkdir()
+    (run / "notes.txt").write_text("mine")
+    assert _runlog.check_run_folder(run, resume=False, force=False) == []  # a folder without a run is fine
+    for name in ("checkpoint.pt", "log.jsonl", "loss.png"):
+        (run / name).write_text("x")
+    with pytest.raises(ValueError, match=r"holds a run \(checkpoint.pt, log.jsonl\); pass --resume to continue it or --force"):
+        _runlog.check_run_folder(run, resume=False, force=False)
+    with pytest.raises(ValueError, match="Expected --resume or --force, not both"):
+        _runlog.check_run_folder(run, resume=True, force=True)
+    stale = _runlog.check_run_folder(run, resume=False, force=True)
+    assert sorted(p.name for p in stale) == ["checkpoint.pt", "log.jsonl", "loss.png"]
+    _runlog.delete_run_files(stale)
+    assert sorted(p.name for p in run.iterdir()) == ["notes.txt"]
+
+
+def test_resume_refuses_changes_that_break_exactness_and_reports_an_lr_change() -> None:
+    saved = {"latent_size": 8, "hidden_layers": 1, "message_passing_steps": 2, "activation": "relu",
+             "dtype": "float64", "seed": 0, "data_parallel": 1, "lr": 0.01, "out": "run"}
+    ident = {"partition_meshes": [[10, "a"]], "dataset": {"meshes": ["m"]}}
+    _runlog.check_resume(saved, ident, saved | {"lr": 0.5, "steps": 99}, ident)
+    assert _runlog.lr_change(saved, 0.5) == 0.01 and _runlog.lr_change(saved, 0.01) is None
+    with pytest.raises(ValueError, match=r"run: cannot resume with changed settings: latent_size 8 -> 16; dtype 'float64' -> 'float32'"):
+        _runlog.check_resume(saved, ident, saved | {"latent_size": 16, "dtype": "float32"}, ident)
+    with pytest.raises(ValueError, match=r"the partition's mesh \(parts/ was made for another mesh\)"):
+        _runlog.check_resume(saved, ident, saved | {"partition": "parts/"}, ident | {"partition_meshes": [[10, "b"]]})
+    with pytest.raises(ValueError, match=r"the dataset \(.* is not the one the run trained on\)"):
+        _runlog.check_resume(saved, ident, saved, ident | {"dataset": {"meshes": ["other"]}})
+
+
+def test_loss_plot_is_written_and_replaced(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    records = [{"step": i, "loss": 1.0 / (i + 1)} for i in range(5)] + [{"step": 4, "val_loss": 0.3}]
+    assert _runlog.write_loss_plot(records, tmp_path / "loss.png")
+    assert (tmp_path / "loss.png").read_bytes()[:4] == b"\x89PNG"
+    assert [p.name for p in tmp_path.iterdir()] == ["loss.png"]  # no temporary file left
+
+
+@pytest.fixture(scope="module")
+def small_case(tmp_path_factory) -> dict:
+    """A 12x12 triangle grid, heat-diffusion samples, a 2-part partition."""
+    root = tmp_path_factory.mktemp("runlog")
+    side = 12
+    i, j = np.meshgrid(np.arange(side), np.arange(side), indexing="ij")
+    points = np.stack([i.ravel(), j.ravel()], 1) / (side - 1.0)
+    idx = (i[:-1, :-1] * side + j[:-1, :-1]).ravel()
+    tri = np.concatenate([np.stack([idx, idx + side, idx + side + 1], 1), np.stack([idx, idx + side + 1, idx + 1], 1)])
+    heat = example_module("heat_diffusion", "simulate")
+    heat.write_dataset(heat.simulate_heat(points, tri, trajectories=2, steps=2, seed=0), root / "data")
+    partition_dataset(root / "data", root / "parts", 2)
+    partition_dataset(root / "data", root / "parts1", 1)
+    return {"root": root, "data": str(root / "data"), "parts": str(root / "parts"), "parts1": str(root / "parts1")}
+
+
+def _train(case: dict, run: Path, *extra: str, parts: str = "parts") -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "meshshard", "train", case[parts], "--data", case["data"], "--out", str(run),
+           "--nproc", "2" if parts == "parts" else "0", "--latent", "8", "--hidden-layers", "1", "--mp-steps", "2", "--log-every", "2",
+           "--dtype", "float64", *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+
+
+@pytest.mark.slow
+def test_train_banner_log_plot_refusal_force_and_resume(small_case: dict) -> None:
+    run = small_case["root"] / "run"
+    first = _train(small_case, run, "--steps", "3", "--lr", "0.01")
+    assert first.returncode == 0, first.stderr
+    assert "2 rank(s) = 1 data-parallel x 2 domain-parallel" in first.stdout, first.stdout
+    assert "parameters" in first.stdout and "per rank owned " in first.stdout and ", ghosts " in first.stdout
+    records = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [0, 1, 2]
+    for r in (records[0], records[2]):  # the logged steps carry every rank's peak memory
+        assert len(r["peak_rss_mb"]) == 2 and all(v > 50 for v in r["peak_rss_mb"]), r
+        assert r["nodes_per_s"] > 0 and r["samples_per_s"] > 0
+    assert (run / "loss.png").read_bytes()[:4] == b"\x89PNG"
+
+    again = _train(small_case, run, "--steps", "3")
+    assert again.returncode == 2 and again.stderr.count("\n") == 1, again.stderr
+    assert "holds a run (checkpoint.pt, log.jsonl); pass --resume to continue it or --force to start over" in again.stderr
+
+    changed = _train(small_case, run, "--steps", "5", "--resume", "--latent", "16")
+    assert changed.returncode == 2 and "cannot resume with changed settings: latent_size 8 -> 16" in changed.stderr
+
+    resumed = _train(small_case, run, "--steps", "5", "--resume", "--lr", "0.002")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming from step 3" in resumed.stdout
+    assert "learning rate changed on resume: 0.01 -> 0.002 (applied from step 3)" in resumed.stdout
+    records = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    assert {"step": 3, "event": "lr", "from": 0.01, "to": 0.002} in records
+    assert [r["step"] for r in records if "loss" in r] == [0, 1, 2, 3, 4]
+
+    (run / "mine.txt").write_text("keep")
+    forced = _train(small_case, run, "--steps", "1", "--force", "--quiet", parts="parts1")  # one process
+    assert forced.returncode == 0, forced.stderr
+    assert [json.loads(line)["step"] for line in (run / "log.jsonl").read_text().splitlines()] == [0]
+    assert (run / "mine.txt").read_text() == "keep"
+
+    missing = _train(small_case, small_case["root"] / "new", "--steps", "1", "--resume")
+    assert missing.returncode == 2 and "nothing to resume (no checkpoint.pt)" in missing.stderr
