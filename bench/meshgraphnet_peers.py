@@ -62,8 +62,6 @@ IMPLEMENTATIONS = ("meshshard", "meshshard-saved", "physicsnemo", "physicsnemo-c
 
 
 def _build(impl: str, node_in: int, edge_in: int, latent: int, steps: int):
-    import torch
-
     if impl.startswith("meshshard"):
         from meshshard.nn import MeshGraphNet
 

@@ -32,7 +32,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 
 from _meshes import make_box_mesh
 from meshshard.partition import build_graph, load_partition, partition_file, read_input

@@ -135,7 +135,6 @@ and its two part files (``pos`` left out here)::
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import warnings

@@ -113,7 +113,7 @@ def run_demo(out: Path, steps: int, nodes: int, ranks: int) -> int:
     evals = [(r["step"], r["val_loss"]) for r in records if "val_loss" in r]
 
     _say("5/6 verifying the first step against the single-process model on the whole mesh")
-    first = torch.load(out / "run" / "first_step.pt", weights_only=False)
+    first = torch.load(out / "run" / "first_step.pt", weights_only=True)
     loss_1, grads_1 = _single_process_first_step(cfg, first["sample"])
     loss_err = abs(first["loss"] - loss_1) / abs(loss_1)
     grad_err = float((first["grads"] - grads_1).norm() / grads_1.norm())

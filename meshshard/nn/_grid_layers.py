@@ -21,7 +21,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
