@@ -29,6 +29,8 @@ _LAZY: dict[str, str] = {
     "GridTensor": "meshshard._grid_tensor",
     "GridLayout": "meshshard._grid_tensor",
     "grid_layout": "meshshard._grid_tensor",
+    "load_checkpoint": "meshshard._checkpoint",
+    "CheckpointError": "meshshard._checkpoint",
 }
 
 __all__ = ["__version__", *_LAZY]
