@@ -567,10 +567,10 @@ def fully_shard_data_parallel(
     ``fully_shard`` (e.g. ``reshard_after_forward``). Do not also wrap it in :class:`DomainParallel`.
 
     FSDP2 gathers a unit's parameters when the unit's ``forward`` runs. A module whose parameters
-    are used through other methods needs them named in ``forward_methods`` (registered with
-    ``torch.distributed.fsdp.register_fsdp_forward_method`` on each of ``modules`` that has them):
-    MeshGraphNet's processor blocks are run through ``node_projections`` and ``update``, so
-    ``modules=model.processor, forward_methods=("node_projections", "update")``.
+    are used through other methods called from outside its ``forward`` needs them named in
+    ``forward_methods`` (registered with ``torch.distributed.fsdp.register_fsdp_forward_method`` on
+    each of ``modules`` that has them). MeshGraphNet runs each processor step inside its block's
+    ``forward``, so ``modules=model.processor`` needs none.
     """
     from torch.distributed.fsdp import FSDPModule, fully_shard, register_fsdp_forward_method
 

@@ -111,8 +111,7 @@ def _train_sharded(rank: int, world: int, domain: int, how: str, layout: str = "
         model.register_comm_hook(mesh, ddp_comm_hook)
     elif how == "fsdp":
         inner = model
-        model = fully_shard_data_parallel(inner, mesh, modules=list(inner.processor),
-                                          forward_methods=("node_projections", "update"))
+        model = fully_shard_data_parallel(inner, mesh, modules=list(inner.processor))
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     losses, reductions = [], []
     n = case.num_nodes // 2 if layout == "special" else case.num_nodes
