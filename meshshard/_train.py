@@ -393,8 +393,8 @@ def _check_counts(args: Any) -> str | None:
             return f"Expected {flag} to be a positive integer (got {value})"
     if args.hidden_layers < 0:
         return f"Expected --hidden-layers to be 0 or more (got {args.hidden_layers})"
-    if args.eval_every < 0:
-        return f"Expected --eval-every to be 0 (off) or a positive integer (got {args.eval_every})"
+    if args.val_every < 0:
+        return f"Expected --val-every to be 0 (off) or a positive integer (got {args.val_every})"
     if args.nproc < 0:
         return f"Expected --nproc to be 0 (not launching) or a positive integer (got {args.nproc})"
     if not (np.isfinite(args.lr) and args.lr > 0):

@@ -122,7 +122,7 @@ def test_bad_counts_environment_and_checkpoints_are_one_line_and_exit_2(
         ("--every", "0"): "Expected --every to be a positive integer (got 0)",
         ("--steps", "-1"): "Expected --steps to be a positive integer (got -1)",
         ("--log-every", "0"): "Expected --log-every to be a positive integer (got 0)",
-        ("--eval-every", "-2"): "Expected --eval-every to be 0 (off) or a positive integer (got -2)",
+        ("--val-every", "-2"): "Expected --val-every to be 0 (off) or a positive integer (got -2)",
         ("--nproc", "-1"): "Expected --nproc to be 0 (not launching) or a positive integer (got -1)",
         ("--lr", "nan"): "Expected --lr to be a positive number (got nan)",
     }
