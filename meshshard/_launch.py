@@ -32,7 +32,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RankFailed", "Terminated", "launch_local", "free_port"]
+__all__ = ["RankFailed", "Terminated", "launch_local", "free_port", "run_command"]
 
 GRACE_S = 5.0
 
@@ -166,3 +166,25 @@ def launch_local(fn: Callable[..., Any], nprocs: int, *args: Any, grace_s: float
     if received[0] == signal.SIGTERM:
         raise Terminated
     raise KeyboardInterrupt
+
+
+def run_command(name: str, worker: Callable[[dict[str, Any]], Any], nproc: int, payload: dict[str, Any]) -> int:
+    """Run ``worker(payload)`` for the command ``meshshard NAME``: on ``nproc`` local ranks when
+    asked and not already launched (torchrun or SLURM), else in this process. Returns the exit code:
+    0; 2 for bad input (``ValueError``, or an error marked ``user_error``); 1 for a failure; 143 when
+    stopped by SIGTERM. Errors print as one line; ``MESHSHARD_DEBUG`` adds the traceback."""
+    launched = "RANK" in os.environ or "SLURM_PROCID" in os.environ
+    try:
+        if nproc and not launched:
+            launch_local(worker, nproc, payload)
+        else:
+            worker(payload)
+    except (ValueError, RuntimeError, OSError) as err:
+        if _debug() and not isinstance(err, RankFailed):
+            traceback.print_exc()  # a rank under --nproc printed its own
+        print(f"meshshard {name}: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2 if isinstance(err, ValueError) or getattr(err, "user_error", False) else 1
+    except Terminated:
+        print(f"meshshard {name}: terminated (SIGTERM); every local rank was stopped", file=sys.stderr)
+        return 143
+    return 0

@@ -719,21 +719,9 @@ def _run(args: argparse.Namespace) -> int:
         if not Path(path).is_dir():
             print(f"meshshard predict: error: {path}: no such {what}", file=sys.stderr)
             return 2
-    launched = "RANK" in os.environ or "SLURM_PROCID" in os.environ
-    from ._launch import Terminated, launch_local
+    from ._launch import run_command
 
-    try:
-        if args.nproc and not launched:
-            launch_local(_predict_worker, args.nproc, asdict(cfg))
-        else:
-            _predict_worker(asdict(cfg))
-    except (ValueError, RuntimeError) as err:
-        print(f"meshshard predict: error: {err}", file=sys.stderr)
-        return 2 if isinstance(err, ValueError) or getattr(err, "user_error", False) else 1
-    except Terminated:
-        print("meshshard predict: terminated (SIGTERM); every local rank was stopped", file=sys.stderr)
-        return 143
-    return 0
+    return run_command("predict", _predict_worker, args.nproc, asdict(cfg))
 
 
 def register(subparsers: Any) -> None:

@@ -36,7 +36,6 @@ import json
 import os
 import sys
 import time
-import traceback
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -430,23 +429,9 @@ def _run(args: Any) -> int:
     except ValueError as err:
         print(f"meshshard train: error: {err}", file=sys.stderr)
         return 2
-    launched = "RANK" in os.environ or "SLURM_PROCID" in os.environ
-    from ._launch import RankFailed, Terminated, launch_local
+    from ._launch import run_command
 
-    try:
-        if args.nproc and not launched:
-            launch_local(_train_worker, args.nproc, asdict(cfg))
-        else:
-            _train_worker(asdict(cfg))
-    except (ValueError, RuntimeError, OSError) as err:  # PeerFailure and RankFailed are RuntimeErrors
-        if os.environ.get("MESHSHARD_DEBUG", "") not in ("", "0") and not isinstance(err, RankFailed):
-            traceback.print_exc()  # a rank under --nproc printed its own
-        print(f"meshshard train: error: {' '.join(str(err).split())}", file=sys.stderr)
-        return 2 if isinstance(err, ValueError) or getattr(err, "user_error", False) else 1
-    except Terminated:
-        print("meshshard train: terminated (SIGTERM); every local rank was stopped", file=sys.stderr)
-        return 143
-    return 0
+    return run_command("train", _train_worker, args.nproc, asdict(cfg))
 
 
 def register(subparsers: Any) -> None:
