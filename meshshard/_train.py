@@ -72,6 +72,7 @@ class TrainConfig:
     quiet: bool = False
     checkpoint_steps: bool = False
     dtype: str = "float32"
+    precision: str = "fp32"
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
@@ -188,6 +189,12 @@ def train(cfg: TrainConfig) -> list[float]:
     if cfg.dtype not in ("float32", "float64"):
         raise ValueError(f"Expected --dtype float32 or float64 (got {cfg.dtype!r})")
     dtype = getattr(torch, cfg.dtype)
+    if cfg.precision not in ("fp32", "bf16-mixed") or (cfg.precision == "bf16-mixed" and cfg.dtype != "float32"):
+        raise ValueError(f"Expected --precision fp32, or bf16-mixed with --dtype float32 (got {cfg.precision!r}, {cfg.dtype})")
+    # bf16-mixed: matrix products in bfloat16 under autocast; weights, optimizer state, the
+    # aggregation (MeshGraphNet sums half-precision messages in float32) and the loss stay float32
+    def autocast() -> Any:
+        return torch.autocast(ctx.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16-mixed")
     # RUN: refused, started over or resumed, decided on every rank from files, before any collective
     stale = _runlog.check_run_folder(cfg.out, cfg.resume, cfg.force)
     identity = _runlog.run_identity(meta, cfg.data)
@@ -240,7 +247,9 @@ def train(cfg: TrainConfig) -> list[float]:
         with torch.no_grad():
             for s in reader.val[mesh.data_rank::cfg.data_parallel]:
                 b = reader.sample(int(s))
-                total += float(((model(b.x, b.graph, b.edge_attr) - b.y) ** 2).mean())
+                with autocast():
+                    pred = model(b.x, b.graph, b.edge_attr)
+                total += float(((pred.float() - b.y) ** 2).mean())
         if dist.is_initialized():
             dist.all_reduce(total)  # every domain rank of a data group holds that group's sum
         return float(total) / (domain * len(reader.val))
@@ -257,8 +266,9 @@ def train(cfg: TrainConfig) -> list[float]:
         b = reader.sample(s)
         bad_row = _non_finite_row(b.x.to_local(), b.y.to_local(), b.owned_ids, s)
         try:
-            pred = model(b.x, b.graph, b.edge_attr)
-            loss = ((pred - b.y) ** 2).mean()
+            with autocast():
+                pred = model(b.x, b.graph, b.edge_attr)
+            loss = ((pred.to(b.y.dtype) - b.y) ** 2).mean()
             _maybe_fail(ctx.rank, step)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -411,7 +421,7 @@ def _run(args: Any) -> int:
         latent_size=args.latent, hidden_layers=args.hidden_layers, message_passing_steps=args.mp_steps,
         activation=args.activation, data_parallel=args.data_parallel, checkpoint_every=args.every,
         resume=args.resume, force=args.force, seed=args.seed, log_every=args.log_every, quiet=args.quiet,
-        val_every=args.val_every, dtype=args.dtype,
+        val_every=args.val_every, dtype=args.dtype, precision=args.precision,
         checkpoint_steps=args.checkpoint_steps,
     )
     for path, what in ((cfg.partition, "partition folder"), (cfg.data, "dataset folder")):
@@ -459,6 +469,8 @@ def register(subparsers: Any) -> None:
                    help="mean loss over the validation split every K steps and at the end (0: off)")
     p.add_argument("--checkpoint-steps", action="store_true", help="activation checkpointing per processor step")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16-mixed"],
+                   help="bf16-mixed: bfloat16 matrix products under autocast, float32 weights, sums and loss")
     p.add_argument("--nproc", type=int, default=0, help="start this many local ranks (when not under torchrun)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_run)

@@ -175,3 +175,23 @@ def test_partition_and_world_size_must_agree(setup: dict) -> None:
                                           r"\(got 2 parts in .*partition\)\n$") as err:
         run_ranks(_train_rank, 4, cfg, timeout=60)
     assert "in train\n" in err.value.details  # raised by train() itself, before any training step
+
+
+def test_bf16_mixed_precision_trains_close_to_float32(setup: dict) -> None:
+    """--precision bf16-mixed: bfloat16 products, float32 weights and sums; losses near the float32 run's."""
+    base = {"partition": str(setup["root"] / "partition1"), "data_parallel": 1, "dtype": "float32"}
+    fp32, _ = _run_one(setup, "fp32", **base)
+    bf16, ckpt = _run_one(setup, "bf16", **base, precision="bf16-mixed")
+    assert all(np.isfinite(bf16))
+    assert all(p.dtype == torch.float32 for p in ckpt["model"].values())  # master weights stay float32
+    rel = max(abs(a - b) / abs(b) for a, b in zip(bf16, fp32))
+    assert 0 < rel < 0.05, (bf16, fp32)
+    with pytest.raises(ValueError, match=r"Expected --precision fp32, or bf16-mixed with --dtype float32 \(got 'bf16-mixed', float64\)"):
+        train(TrainConfig.from_dict(asdict(setup["cfg"]) | base | {"out": str(setup["root"] / "bf16-64"), "dtype": "float64",
+                                                                  "precision": "bf16-mixed"}))
+
+
+def _run_one(setup: dict, name: str, **changes) -> tuple[list[float], dict]:
+    cfg = asdict(setup["cfg"]) | {"out": str(setup["root"] / name)} | changes
+    losses = run_ranks(_train_rank, 1, cfg, timeout=180)[0]
+    return losses, load_checkpoint(Path(cfg["out"]) / "checkpoint.pt")
