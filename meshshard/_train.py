@@ -249,7 +249,7 @@ def train(cfg: TrainConfig) -> list[float]:
                 b = reader.sample(int(s))
                 with autocast():
                     pred = model(b.x, b.graph, b.edge_attr)
-                total += float(((pred.float() - b.y) ** 2).mean())
+                total += float(((pred.to(b.y.dtype) - b.y) ** 2).mean())
         if dist.is_initialized():
             dist.all_reduce(total)  # every domain rank of a data group holds that group's sum
         return float(total) / (domain * len(reader.val))
