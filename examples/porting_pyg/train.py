@@ -78,6 +78,11 @@ def worker(parts: str, steps: int, check: str | None) -> None:
     model = GraphSAGE(3, 32, 2).double()
     reference = copy.deepcopy(model)
     losses = train(DomainParallel(model), x, graph, target, steps)
+    import torch.distributed as dist
+
+    if dist.is_initialized():  # leave no gloo thread running at exit (it can abort the process)
+        dist.barrier()
+        dist.destroy_process_group()
     if ctx.rank != 0:
         return
     print(f"sharded on {ctx.world_size} ranks: loss {losses[0]:.6f} -> {losses[-1]:.6f} in {steps} steps")
