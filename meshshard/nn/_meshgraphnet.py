@@ -48,6 +48,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .._graph import ShardGraph
 from .._tensor import ShardTensor
+from ._edge_mlp import edge_mlp, scatter_sum
 
 __all__ = ["MLP", "MeshGraphNet", "ProcessorBlock"]
 
@@ -97,8 +98,15 @@ class ProcessorBlock(nn.Module):
     their inputs (``e``, the two node products, ``h`` and the aggregate) and are recomputed in the
     backward; on a mesh with ``E ~ 13 N`` this saves about ``E L`` values per step instead of
     ``6 E L``. The recomputation repeats the same operations, so gradients are bitwise those of
-    ``recompute=False``. The aggregation is ``index_add_`` into a fresh ``(num_dst, L)`` buffer
-    (nothing per edge is saved for it), accumulated in float32 when the messages are half precision.
+    ``recompute=False``. The aggregation is ``index_add_`` into a fresh ``(num_dst, L)`` buffer in a
+    Function that keeps only ``dst`` (autograd's ``index_add_`` would keep the whole ``(E, L)``
+    message), accumulated in float32 when the messages are half precision.
+
+    With ReLU and no autocast, the edge MLP runs as one autograd Function
+    (:func:`~meshshard.nn._edge_mlp.edge_mlp`): autograd's operations and order, bitwise the same
+    results, but written into a few reused ``(E, H)`` buffers instead of one fresh tensor per
+    operation (on CPU each fresh tensor pays its page faults). Other activations and autocast run
+    the same equations under autograd.
 
     Shapes:
         h: ``(N_rows, L)``; e: ``(E, L)``; edge_index: ``(2, E)`` into the rows of ``h`` (sources)
@@ -150,12 +158,25 @@ class ProcessorBlock(nn.Module):
             Returns ``(N_dst, L)`` and ``(E, L)``.
         """
         src, dst = edge_index[0], edge_index[1]
-        message = self._run(self._message, e, src_proj, dst_proj, src, dst)
+        if self._fused(e):
+            mlp = self.edge_mlp
+            params = [mlp[0].weight[:, : self.latent], mlp[0].bias]
+            params += [p for layer in list(mlp)[2:-1:2] for p in (layer.weight, layer.bias)]
+            params += [mlp[-1].weight, mlp[-1].bias]
+            message = edge_mlp(e, src_proj, dst_proj, src, dst, params, mlp[-1].eps, self.recompute)
+        else:
+            message = self._run(self._message, e, src_proj, dst_proj, src, dst)
         acc = torch.float32 if message.dtype in (torch.float16, torch.bfloat16) else message.dtype
-        aggregate = torch.zeros(h_dst.shape[0], message.shape[1], dtype=acc, device=message.device)
-        aggregate.index_add_(0, dst, message.to(acc))
+        aggregate = scatter_sum(message, dst, h_dst.shape[0], acc)
         h_new = h_dst + self._run(self._node, h_dst, aggregate)
-        return h_new, e + message
+        # in place: nothing keeps the message for the backward (scatter_sum keeps only dst)
+        return h_new, message.add_(e) if message.dtype == e.dtype else e + message
+
+    def _fused(self, e: Tensor) -> bool:
+        """Whether the edge MLP runs as one autograd Function (ReLU, no autocast): same
+        operations, fewer fresh ``(E, H)`` buffers (see :func:`edge_mlp`)."""
+        relu = len(self.edge_mlp) == 2 or type(self.edge_mlp[1]) is nn.ReLU
+        return relu and not torch.is_autocast_enabled(e.device.type)
 
     def _run(self, fn: Callable[..., Tensor], *args: Tensor) -> Tensor:
         if self.recompute and torch.is_grad_enabled():

@@ -1,0 +1,126 @@
+"""The MeshGraphNet edge MLP and the sum at destinations as autograd Functions that allocate little.
+
+On CPU, each fresh ``(E, L)`` tensor costs its page faults on first touch (large blocks come
+straight from ``mmap``), as much as an element-wise pass over it; the edge MLP under autograd makes
+one per operation, twice when recomputed. These Functions do the same operations, in the same order
+and with the same kernels as autograd, but into a few reused buffers:
+
+- :func:`edge_mlp`: ``LayerNorm(... relu(W_2 relu(W_e e + b + P_s[src] + P_d[dst]) + b_2) ...)``
+  keeps its inputs, the LayerNorm statistics and, unless ``recompute``, the hidden activations;
+  with ``recompute`` the backward reruns the forward into its buffers first;
+- :func:`scatter_sum`: ``out[i] = sum of message[k] over k with index[k] == i``, which keeps only
+  ``index`` (``index_add_`` under autograd keeps the whole ``(E, L)`` message as well).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+
+def edge_mlp(
+    e: Tensor, src_proj: Tensor, dst_proj: Tensor, src: Tensor, dst: Tensor, params: list[Tensor], eps: float, recompute: bool
+) -> Tensor:
+    """The edge MLP on the lean first layer, ReLU between layers, LayerNorm at the end.
+
+    ``params`` is ``[W_e, b_0, W_1, b_1, ..., W_k, b_k, gamma, beta]``: ``W_e`` the first layer's
+    weight columns for ``e``; ``(W_i, b_i)`` the ``k >= 0`` layers after it. Gradients equal those of
+    the same operations under autograd (the backward runs autograd's formulas, in its order).
+
+    Shapes:
+        e: ``(E, L)``; src_proj: ``(N_rows, H)``; dst_proj: ``(N_dst, H)``; src, dst: ``(E,)``.
+        Returns ``(E, H_out)``.
+    """
+    return _EdgeMLP.apply(e, src_proj, dst_proj, src, dst, eps, recompute, *params)
+
+
+def scatter_sum(message: Tensor, index: Tensor, num_rows: int, dtype: torch.dtype) -> Tensor:
+    """``zeros(num_rows, H, dtype).index_add_(0, index, message.to(dtype))``; the backward
+    (``grad[index]``, in ``message``'s dtype) keeps only ``index``.
+
+    Shapes:
+        message: ``(E, H)``; index: ``(E,)`` in ``[0, num_rows)``. Returns ``(num_rows, H)``.
+    """
+    return _ScatterSum.apply(message, index, num_rows, dtype)
+
+
+class _ScatterSum(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, message: Tensor, index: Tensor, num_rows: int, dtype: torch.dtype) -> Tensor:
+        ctx.save_for_backward(index)
+        ctx.message_dtype = message.dtype
+        out = torch.zeros(num_rows, message.shape[1], dtype=dtype, device=message.device)
+        return out.index_add_(0, index, message.to(dtype))
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None, None]:
+        (index,) = ctx.saved_tensors
+        return grad.index_select(0, index).to(ctx.message_dtype), None, None, None
+
+
+def _first_layer(e: Tensor, src_proj: Tensor, dst_proj: Tensor, src: Tensor, dst: Tensor, w: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+    """``W_e e + b + P_s[src] + P_d[dst]`` and a spare ``(E, H)`` buffer (the gathers' scratch)."""
+    z = torch.addmm(b, e, w.t())
+    spare = torch.index_select(src_proj, 0, src)
+    z.add_(spare)
+    z.add_(torch.index_select(dst_proj, 0, dst, out=spare))
+    return z, spare
+
+
+def _hidden(z: Tensor, spare: Tensor | None, layers: list[tuple[Tensor, Tensor]], keep: bool) -> tuple[Tensor, list[Tensor]]:
+    """ReLU then each ``(W_i, b_i)`` from the first layer's output ``z``: the last pre-LayerNorm
+    values and the ReLU outputs (kept in their own buffers when ``keep``, else ping-ponged)."""
+    acts = []
+    for w, b in layers:
+        a = z.relu_()
+        acts.append(a)
+        z = torch.addmm(b, a, w.t()) if spare is None else torch.addmm(b, a, w.t(), out=spare)
+        spare = None if keep else a
+    return z, acts
+
+
+class _EdgeMLP(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, e: Tensor, src_proj: Tensor, dst_proj: Tensor, src: Tensor, dst: Tensor, eps: float, recompute: bool, *params: Tensor) -> Tensor:
+        w_e, b_0, gamma, beta = params[0], params[1], params[-2], params[-1]
+        layers = list(zip(params[2:-2:2], params[3:-2:2]))
+        z, spare = _first_layer(e, src_proj, dst_proj, src, dst, w_e, b_0)
+        z, acts = _hidden(z, spare, layers, keep=not recompute)
+        y, mean, rstd = torch.native_layer_norm(z, [z.shape[1]], gamma, beta, eps)
+        ctx.eps, ctx.recompute, ctx.num_params = eps, recompute, len(params)
+        ctx.save_for_backward(e, src_proj, dst_proj, src, dst, mean, rstd, *params, *(() if recompute else (z, *acts)))
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_y: Tensor) -> tuple[Tensor | None, ...]:
+        saved = ctx.saved_tensors
+        e, src_proj, dst_proj, src, dst, mean, rstd = saved[:7]
+        params = saved[7 : 7 + ctx.num_params]
+        w_e, b_0, gamma, beta = params[0], params[1], params[-2], params[-1]
+        layers = list(zip(params[2:-2:2], params[3:-2:2]))
+        if ctx.recompute:
+            z, spare = _first_layer(e, src_proj, dst_proj, src, dst, w_e, b_0)
+            z, acts = _hidden(z, spare, layers, keep=True)
+        else:
+            z, acts = saved[7 + ctx.num_params], list(saved[8 + ctx.num_params :])
+        need = ctx.needs_input_grad
+        grad_z, grad_gamma, grad_beta = torch.ops.aten.native_layer_norm_backward(
+            grad_y, z, [z.shape[1]], mean, rstd, gamma, beta, [True, need[-2], need[-1]]
+        )
+        free = z if ctx.recompute else None  # the pre-LayerNorm buffer, no longer needed
+        grads_layers: list[Tensor | None] = []
+        for (w, b), a in zip(reversed(layers), reversed(acts)):
+            grads_layers[:0] = [grad_z.t().mm(a), grad_z.sum(0)]  # addmm's weight and bias gradients
+            grad_a = grad_z.mm(w) if free is None else torch.mm(grad_z, w, out=free)
+            free = grad_z if ctx.recompute else None
+            grad_z = torch.ops.aten.threshold_backward.grad_input(grad_a, a, 0, grad_input=grad_a)
+        grad_e = grad_z.mm(w_e) if need[0] else None
+        grad_src = torch.zeros_like(src_proj).index_add_(0, src, grad_z) if need[1] else None
+        grad_dst = torch.zeros_like(dst_proj).index_add_(0, dst, grad_z) if need[2] else None
+        grads_first = [e.t().mm(grad_z).t(), grad_z.sum(0)]  # W_e is a column slice: autograd's order
+        return (grad_e, grad_src, grad_dst, None, None, None, None, *grads_first, *grads_layers, grad_gamma, grad_beta)
