@@ -9,7 +9,8 @@ lattice (side 37: 50,653 nodes, 693,792 directed edges), the same inputs (3 node
 ``[rel pos, |rel pos|]`` edge features, 1 output) and Adam, one fresh process per run, so peak
 RSS is the run's own. Runs are interleaved (A B C ... A B C ...) for ``--rounds`` rounds; each run
 times ``--iters`` training steps after one warm-up step. Reported per implementation: median and
-min step time over all timed steps, peak RSS (``ru_maxrss``, the whole process: Python, torch and
+min step time over all timed steps, the median CPU seconds per step (all threads and ranks; less
+sensitive than wall time to other work on a shared machine), peak RSS (``ru_maxrss``, the whole process: Python, torch and
 the mesh included), the parameter count, and ratios to PhysicsNeMo.
 
 Implementations:
@@ -126,9 +127,9 @@ def worker(args: argparse.Namespace) -> None:
         result["parameters"] = sum(p.numel() for p in model.parameters())
         opt = torch.optim.Adam(model.parameters(), lr=1e-4)
         result["rss_before_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        times = []
+        times, cpu = [], []
         for i in range(args.iters + 1):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             loss = ((model(*inputs) - y) ** 2).mean()
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -137,7 +138,8 @@ def worker(args: argparse.Namespace) -> None:
             opt.step()
             if i:
                 times.append(time.perf_counter() - start)
-        result["step_s"] = times
+                cpu.append(time.process_time() - start_cpu)
+        result["step_s"], result["step_cpu_s"] = times, cpu
         result["loss"] = float(loss)
     except (RuntimeError, MemoryError, ImportError) as err:
         result["status"] = f"failed: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
@@ -195,6 +197,7 @@ def run_one(impl: str, work: Path, args: argparse.Namespace, side: int, num_node
     return {
         "impl": impl, "status": "ok", "parameters": rows[0]["parameters"],
         "step_s": [max(ts) for ts in zip(*(r["step_s"] for r in rows))],  # a step ends when its slowest rank does
+        "step_cpu_s": [sum(ts) for ts in zip(*(r["step_cpu_s"] for r in rows))],  # CPU seconds, all ranks
         "peak_rss_mb": max(r["peak_rss_mb"] for r in rows), "loss": rows[0]["loss"],
     }
 
@@ -238,6 +241,7 @@ def summarize(runs: dict[str, list[dict]]) -> dict[str, dict]:
             "step_s_median": round(statistics.median([t for r in ok for t in r["step_s"]]), 3),
             "step_s_min": round(min(t for r in ok for t in r["step_s"]), 3),
             "step_s_round_medians": [round(m, 3) for m in medians],
+            "step_cpu_s_median": round(statistics.median([t for r in ok for t in r["step_cpu_s"]]), 3),
             "peak_rss_mb": round(statistics.median(r["peak_rss_mb"] for r in ok), 1),
         }
     return out
@@ -250,7 +254,7 @@ def ratios(table: dict[str, dict]) -> dict[str, float]:
 
     out = {}
     for peer in ("physicsnemo", "physicsnemo-concat", "pyg"):
-        for key, name in (("peak_rss_mb", "memory"), ("step_s_median", "time")):
+        for key, name in (("peak_rss_mb", "memory"), ("step_s_median", "time"), ("step_cpu_s_median", "CPU time")):
             a, b = get("meshshard", key), get(peer, key)
             if a and b:
                 out[f"{name} meshshard / {peer}"] = round(a / b, 3)
@@ -261,12 +265,13 @@ def ratios(table: dict[str, dict]) -> dict[str, float]:
 
 
 def print_table(table: dict[str, dict], rat: dict[str, float]) -> None:
-    print(f"\n{'implementation':<22} {'median step s':>13} {'min step s':>10} {'peak RSS MB':>12} {'parameters':>11}")
+    print(f"\n{'implementation':<22} {'median step s':>13} {'min step s':>10} {'CPU s/step':>10} {'peak RSS MB':>12} {'parameters':>11}")
     for impl, row in table.items():
         if row["status"] != "ok":
             print(f"{impl:<22} {row['status']}")
             continue
-        print(f"{impl:<22} {row['step_s_median']:>13.2f} {row['step_s_min']:>10.2f} {row['peak_rss_mb']:>12,.0f} {row['parameters']:>11,}")
+        print(f"{impl:<22} {row['step_s_median']:>13.2f} {row['step_s_min']:>10.2f} {row['step_cpu_s_median']:>10.2f} "
+              f"{row['peak_rss_mb']:>12,.0f} {row['parameters']:>11,}")
     for name, value in rat.items():
         print(f"  {name:<52} {value:.2f}")
 

@@ -22,16 +22,25 @@ from torch.autograd.function import once_differentiable
 
 
 def edge_mlp(
-    e: Tensor, src_proj: Tensor, dst_proj: Tensor, src: Tensor, dst: Tensor, params: list[Tensor], eps: float, recompute: bool
+    e: Tensor,
+    src_proj: Tensor | None,
+    dst_proj: Tensor | None,
+    src: Tensor | None,
+    dst: Tensor | None,
+    params: list[Tensor | None],
+    eps: float,
+    recompute: bool,
 ) -> Tensor:
-    """The edge MLP on the lean first layer, ReLU between layers, LayerNorm at the end.
+    """An MLP on edges, ReLU between layers, LayerNorm at the end, its first layer in the lean form.
 
-    ``params`` is ``[W_e, b_0, W_1, b_1, ..., W_k, b_k, gamma, beta]``: ``W_e`` the first layer's
-    weight columns for ``e``; ``(W_i, b_i)`` the ``k >= 0`` layers after it. Gradients equal those of
-    the same operations under autograd (the backward runs autograd's formulas, in its order).
+    ``params`` is ``[W_0, b_0, W_1, b_1, ..., W_k, b_k, gamma, beta]``: ``W_0`` the first layer's
+    weight columns for ``e``; ``(W_i, b_i)`` the ``k >= 0`` layers after it. The first layer is
+    ``P_s[src] + P_d[dst] + W_0 e`` with ``b_0=None`` (the bias is then in ``P_d``), or
+    ``W_0 e + b_0`` with no node products (``src_proj=dst_proj=src=dst=None``: the edge encoder).
+    Gradients equal those of the same operations under autograd (autograd's formulas, in its order).
 
     Shapes:
-        e: ``(E, L)``; src_proj: ``(N_rows, H)``; dst_proj: ``(N_dst, H)``; src, dst: ``(E,)``.
+        e: ``(E, F)``; src_proj: ``(N_rows, H)``; dst_proj: ``(N_dst, H)``; src, dst: ``(E,)``.
         Returns ``(E, H_out)``.
     """
     return _EdgeMLP.apply(e, src_proj, dst_proj, src, dst, eps, recompute, *params)
@@ -62,13 +71,14 @@ class _ScatterSum(torch.autograd.Function):
         return grad.index_select(0, index).to(ctx.message_dtype), None, None, None
 
 
-def _first_layer(e: Tensor, src_proj: Tensor, dst_proj: Tensor, src: Tensor, dst: Tensor, w: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
-    """``W_e e + b + P_s[src] + P_d[dst]`` and a spare ``(E, H)`` buffer (the gathers' scratch)."""
-    z = torch.addmm(b, e, w.t())
-    spare = torch.index_select(src_proj, 0, src)
-    z.add_(spare)
-    z.add_(torch.index_select(dst_proj, 0, dst, out=spare))
-    return z, spare
+def _first_layer(e: Tensor, src_proj: Tensor | None, dst_proj: Tensor | None, src: Tensor, dst: Tensor, w: Tensor, b: Tensor | None) -> tuple[Tensor, Tensor | None]:
+    """``P_s[src] + P_d[dst] + W_0 e`` (the GEMM accumulates into the gathered sum: no bias pass;
+    ``b`` is then inside ``P_d``), or ``W_0 e + b`` without node products; and the spare buffer."""
+    if src_proj is None:
+        return torch.addmm(b, e, w.t()), None
+    z = torch.index_select(src_proj, 0, src)
+    spare = torch.index_select(dst_proj, 0, dst)
+    return z.add_(spare).addmm_(e, w.t()), spare
 
 
 def _hidden(z: Tensor, spare: Tensor | None, layers: list[tuple[Tensor, Tensor]], keep: bool) -> tuple[Tensor, list[Tensor]]:
@@ -85,7 +95,8 @@ def _hidden(z: Tensor, spare: Tensor | None, layers: list[tuple[Tensor, Tensor]]
 
 class _EdgeMLP(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, e: Tensor, src_proj: Tensor, dst_proj: Tensor, src: Tensor, dst: Tensor, eps: float, recompute: bool, *params: Tensor) -> Tensor:
+    def forward(ctx: Any, e: Tensor, src_proj: Tensor | None, dst_proj: Tensor | None, src: Tensor | None, dst: Tensor | None,
+                eps: float, recompute: bool, *params: Tensor | None) -> Tensor:
         w_e, b_0, gamma, beta = params[0], params[1], params[-2], params[-1]
         layers = list(zip(params[2:-2:2], params[3:-2:2]))
         z, spare = _first_layer(e, src_proj, dst_proj, src, dst, w_e, b_0)
@@ -122,5 +133,7 @@ class _EdgeMLP(torch.autograd.Function):
         grad_e = grad_z.mm(w_e) if need[0] else None
         grad_src = torch.zeros_like(src_proj).index_add_(0, src, grad_z) if need[1] else None
         grad_dst = torch.zeros_like(dst_proj).index_add_(0, dst, grad_z) if need[2] else None
-        grads_first = [e.t().mm(grad_z).t(), grad_z.sum(0)]  # W_e is a column slice: autograd's order
+        column_major = w_e.stride(1) == 1 and w_e.stride(0) == w_e.shape[1]  # W_0.t() as addmm saw it
+        grad_w_e = grad_z.t().mm(e) if column_major else e.t().mm(grad_z).t()  # autograd's choice of order
+        grads_first = [grad_w_e, grad_z.sum(0) if need[8] else None]
         return (grad_e, grad_src, grad_dst, None, None, None, None, *grads_first, *grads_layers, grad_gamma, grad_beta)

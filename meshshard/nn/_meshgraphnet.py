@@ -13,9 +13,10 @@ except the decoder. Aggregation is ``index_add_`` (sum at ``dst``) in the tensor
 for half-precision messages).
 
 Memory: the edge MLP's first layer is applied to ``h`` once per node and gathered per edge (never
-the ``(E, 3L)`` concatenation), and by default every MLP is recomputed in the backward from its
-inputs, so a processor step keeps about ``E L + 4 N L`` values for the backward instead of about
-``6 E L`` (see :class:`ProcessorBlock`). The ``state_dict`` is that of the concatenated form.
+the ``(E, 3L)`` concatenation), and by default the MLPs on edges (the edge encoder and every edge
+MLP) are recomputed in the backward from their inputs, so a processor step keeps about
+``E L + 8 N L`` values for the backward instead of about ``6 E L`` (see :class:`ProcessorBlock`).
+The ``state_dict`` is that of the concatenated form.
 
 One module, one ``state_dict``, two inputs:
 
@@ -86,7 +87,7 @@ class ProcessorBlock(nn.Module):
     The edge MLP's first layer acts on ``[e, h[src], h[dst]]``. Its weight ``W = [W_e, W_s, W_d]``
     (the ``state_dict`` layout of the concatenated form, unchanged) is applied in pieces::
 
-        W [e, h[src], h[dst]] + b = (W_e e + b) + (W_s h)[src] + (W_d h)[dst]
+        W [e, h[src], h[dst]] + b = (W_s h)[src] + (W_d h + b)[dst] + W_e e
 
     The node products ``W_s h`` and ``W_d h`` are computed once per node (:meth:`node_projections`)
     and gathered per edge, so the ``(E, 3L)`` concatenation is never built or saved, and the first
@@ -94,19 +95,20 @@ class ProcessorBlock(nn.Module):
     rounding (a different summation order). The node MLP's first layer is split the same way over
     ``[h, aggregate]``.
 
-    With ``recompute=True`` (the default) the edge and node MLPs keep nothing for the backward but
-    their inputs (``e``, the two node products, ``h`` and the aggregate) and are recomputed in the
-    backward; on a mesh with ``E ~ 13 N`` this saves about ``E L`` values per step instead of
-    ``6 E L``. The recomputation repeats the same operations, so gradients are bitwise those of
-    ``recompute=False``. The aggregation is ``index_add_`` into a fresh ``(num_dst, L)`` buffer in a
+    With ``recompute=True`` (the default) the edge MLP keeps nothing for the backward but its
+    inputs (``e`` and the two node products) and the LayerNorm statistics, and is recomputed in the
+    backward; the node MLP, on ``N_dst`` rows only, keeps its activations (recomputing it saved
+    little memory for its time). On a mesh with ``E ~ 13 N`` a step keeps about ``E L + 8 N L``
+    values instead of ``6 E L``. The recomputation repeats the same operations, so gradients are
+    bitwise those of ``recompute=False``. The aggregation is ``index_add_`` into a fresh ``(num_dst, L)`` buffer in a
     Function that keeps only ``dst`` (autograd's ``index_add_`` would keep the whole ``(E, L)``
     message), accumulated in float32 when the messages are half precision.
 
     With ReLU and no autocast, the edge MLP runs as one autograd Function
-    (:func:`~meshshard.nn._edge_mlp.edge_mlp`): autograd's operations and order, bitwise the same
-    results, but written into a few reused ``(E, H)`` buffers instead of one fresh tensor per
-    operation (on CPU each fresh tensor pays its page faults). Other activations and autocast run
-    the same equations under autograd.
+    (:func:`~meshshard.nn._edge_mlp.edge_mlp`): autograd's formulas, written into a few reused
+    ``(E, H)`` buffers instead of one fresh tensor per operation (on CPU each fresh tensor pays its
+    page faults), the first layer's GEMM accumulating into the gathered node products. Other
+    activations and autocast run the same equations under autograd.
 
     Shapes:
         h: ``(N_rows, L)``; e: ``(E, L)``; edge_index: ``(2, E)`` into the rows of ``h`` (sources)
@@ -122,11 +124,12 @@ class ProcessorBlock(nn.Module):
         self.node_mlp = MLP(2 * latent, latent, latent, hidden_layers, activation, layer_norm=True)
 
     def node_projections(self, h: Tensor) -> tuple[Tensor, Tensor]:
-        """``(W_s h, W_d h)``: the edge MLP's first layer applied to every row of ``h`` as a source
-        and as a destination. Shapes: ``h (N_rows, L)`` -> two ``(N_rows, H)``."""
-        weight = self.edge_mlp[0].weight
+        """``(W_s h, W_d h + b)``: the edge MLP's first layer applied to every row of ``h`` as a source
+        and as a destination, its bias with the destination (added once per edge, on ``N`` rows).
+        Shapes: ``h (N_rows, L)`` -> two ``(N_rows, H)``."""
+        first = self.edge_mlp[0]
         latent = self.latent
-        return F.linear(h, weight[:, latent : 2 * latent]), F.linear(h, weight[:, 2 * latent :])
+        return F.linear(h, first.weight[:, latent : 2 * latent]), F.linear(h, first.weight[:, 2 * latent :], first.bias)
 
     def forward(
         self,
@@ -160,23 +163,20 @@ class ProcessorBlock(nn.Module):
         src, dst = edge_index[0], edge_index[1]
         if self._fused(e):
             mlp = self.edge_mlp
-            params = [mlp[0].weight[:, : self.latent], mlp[0].bias]
-            params += [p for layer in list(mlp)[2:-1:2] for p in (layer.weight, layer.bias)]
-            params += [mlp[-1].weight, mlp[-1].bias]
+            params = _fused_params(mlp, mlp[0].weight[:, : self.latent], None)
             message = edge_mlp(e, src_proj, dst_proj, src, dst, params, mlp[-1].eps, self.recompute)
         else:
             message = self._run(self._message, e, src_proj, dst_proj, src, dst)
         acc = torch.float32 if message.dtype in (torch.float16, torch.bfloat16) else message.dtype
         aggregate = scatter_sum(message, dst, h_dst.shape[0], acc)
-        h_new = h_dst + self._run(self._node, h_dst, aggregate)
+        h_new = h_dst + self._node(h_dst, aggregate)  # on N_dst rows: saved, not recomputed
         # in place: nothing keeps the message for the backward (scatter_sum keeps only dst)
         return h_new, message.add_(e) if message.dtype == e.dtype else e + message
 
     def _fused(self, e: Tensor) -> bool:
         """Whether the edge MLP runs as one autograd Function (ReLU, no autocast): same
         operations, fewer fresh ``(E, H)`` buffers (see :func:`edge_mlp`)."""
-        relu = len(self.edge_mlp) == 2 or type(self.edge_mlp[1]) is nn.ReLU
-        return relu and not torch.is_autocast_enabled(e.device.type)
+        return _fusable(self.edge_mlp, e)
 
     def _run(self, fn: Callable[..., Tensor], *args: Tensor) -> Tensor:
         if self.recompute and torch.is_grad_enabled():
@@ -184,8 +184,7 @@ class ProcessorBlock(nn.Module):
         return fn(*args)
 
     def _message(self, e: Tensor, src_proj: Tensor, dst_proj: Tensor, src: Tensor, dst: Tensor) -> Tensor:
-        first = self.edge_mlp[0]
-        z = F.linear(e, first.weight[:, : self.latent], first.bias)
+        z = F.linear(e, self.edge_mlp[0].weight[:, : self.latent])  # the bias is in dst_proj
         z = z.add_(src_proj.index_select(0, src)).add_(dst_proj.index_select(0, dst))
         return _rest(self.edge_mlp, z)
 
@@ -194,6 +193,19 @@ class ProcessorBlock(nn.Module):
         z = F.linear(h, first.weight[:, : self.latent], first.bias)
         z = z.add_(F.linear(aggregate.to(z.dtype), first.weight[:, self.latent :]))
         return _rest(self.node_mlp, z)
+
+
+def _fusable(mlp: MLP, x: Tensor) -> bool:
+    """Whether ``mlp`` (ending in LayerNorm) runs as one autograd Function: ReLU, no autocast."""
+    relu = len(mlp) == 2 or type(mlp[1]) is nn.ReLU
+    return relu and type(mlp[-1]) is nn.LayerNorm and not torch.is_autocast_enabled(x.device.type)
+
+
+def _fused_params(mlp: MLP, first_weight: Tensor, first_bias: Tensor | None) -> list[Tensor | None]:
+    """``[W_0, b_0, W_1, b_1, ..., gamma, beta]`` of ``mlp`` for :func:`edge_mlp`."""
+    params = [first_weight, first_bias]
+    params += [p for layer in list(mlp)[2:-1:2] for p in (layer.weight, layer.bias)]
+    return params + [mlp[-1].weight, mlp[-1].bias]
 
 
 def _rest(mlp: MLP, z: Tensor) -> Tensor:
@@ -216,9 +228,10 @@ class MeshGraphNet(nn.Module):
         activation: ``"relu"`` (paper), ``"silu"``, ``"gelu"``, ``"tanh"`` or ``"elu"``.
         checkpoint_steps: recompute each processor block in the backward (memory for time); the
             block's halo exchange runs before it and is not repeated.
-        recompute: recompute every MLP in the backward from its inputs instead of saving its
-            hidden activations (the default; see :class:`ProcessorBlock`). Bitwise the same
-            gradients; ``False`` trades memory for about a quarter less compute in the backward.
+        recompute: recompute the MLPs on edges (edge encoder, edge MLPs) and the node encoder and
+            decoder in the backward from their inputs instead of saving their hidden activations
+            (the default; see :class:`ProcessorBlock`). Bitwise the same gradients; ``False``
+            trades about ``3 E L`` values per step for a quarter less compute in the backward.
 
     Shapes:
         See the module docstring: whole graph ``(N, node_in) -> (N, node_out)``; shard
@@ -263,10 +276,19 @@ class MeshGraphNet(nn.Module):
             return checkpoint(mlp, x, use_reentrant=False, preserve_rng_state=False)
         return mlp(x)
 
+    def _encode_edges(self, edge_attr: Tensor) -> Tensor:
+        """The edge encoder: one autograd Function into reused buffers where it fits (ReLU, no
+        autocast; see :func:`~meshshard.nn._edge_mlp.edge_mlp`), recomputed when ``recompute``."""
+        mlp = self.edge_encoder
+        if not _fusable(mlp, edge_attr):
+            return self._mlp(mlp, edge_attr)
+        params = _fused_params(mlp, mlp[0].weight, mlp[0].bias)
+        return edge_mlp(edge_attr, None, None, None, None, params, mlp[-1].eps, self.recompute and torch.is_grad_enabled())
+
     def _forward_whole(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor) -> Tensor:
         _check_inputs(x, edge_index, edge_attr, x.shape[0] if isinstance(x, Tensor) else None)
         h = self._mlp(self.node_encoder, x)
-        e = self._mlp(self.edge_encoder, edge_attr)
+        e = self._encode_edges(edge_attr)
         for block in self.processor:
             h, e = block(h, e, edge_index, h.shape[0], checkpoint_update=self.checkpoint_steps)
         return self._mlp(self.decoder, h)
@@ -278,7 +300,7 @@ class MeshGraphNet(nn.Module):
             raise ValueError(f"Expected 'x' laid out by the graph's spec {graph.spec!r} (got {x.spec!r})")
         _check_inputs(x.to_local(), graph.edge_index, edge_attr, graph.num_local)
         steps = len(self.processor)
-        e = self._mlp(self.edge_encoder, edge_attr)
+        e = self._encode_edges(edge_attr)
         spec = graph.spec
         if graph.halo_hops == 1:
             # Only the source products W_s h cross ranks (as many values as h itself): the node
