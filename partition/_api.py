@@ -83,6 +83,7 @@ def _run(
     the metadata, and the shards one at a time (see :func:`plan_partitions`)."""
     check_num_parts(num_parts, graph.num_nodes)
     refinement = None
+    cut = None  # known when METIS's choice is kept as is
     extra: dict[str, Any] = {}
     if parts is not None:
         parts = check_assignment(np.asarray(parts), graph.num_nodes, num_parts)
@@ -96,10 +97,12 @@ def _run(
         if method == "metis":
             params.update(recursive=recursive, tries=tries)
             extra["metis"] = choice or None
+            cut = choice.get("edge_cut")
         before = load_imbalance(graph, parts, num_parts, tpwgts)
         if before > 1.0 + imbalance + 1e-12:
             with steps.step("refine"):
-                cut_before = edge_cut(graph, parts)
+                cut_before = edge_cut(graph, parts) if cut is None else cut
+                cut = None
                 parts, moved = refine_balance(graph, parts, num_parts, imbalance=imbalance,
                                               tpwgts=tpwgts)
             refinement = {"edge_cut_before": cut_before, "load_imbalance_before": before,
@@ -109,7 +112,7 @@ def _run(
              "refinement": refinement, **extra}
     with steps.step("plans", total=num_parts) as advance:
         return plan_partitions(graph, parts, num_parts, halo_hops=halo_hops, attrs=attrs,
-                               progress=advance)
+                               progress=advance, edge_cut=cut)
 
 
 def _memory_input(graph: Graph) -> dict[str, Any]:

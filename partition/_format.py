@@ -140,6 +140,7 @@ import os
 import warnings
 import zipfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -306,20 +307,29 @@ def write_partitions(
 
     def fill(folder: Path) -> None:
         meta = dict(metadata)
-        entries = []
+        digests: list[Future[str]] = []
         stream = iter(partitions)
-        for rank, entry in enumerate(meta["parts"]):
-            part = next(stream, None)
-            if part is None or part.rank != rank or part.num_parts != num_parts:
+        # One writer thread: part r is written and hashed (zlib, hashlib and the file system
+        # let go of the GIL) while part r + 1 is built; at most two parts are alive.
+        with ThreadPoolExecutor(max_workers=1) as writer:
+            for rank in range(num_parts):
+                part = next(stream, None)
+                if part is None or part.rank != rank or part.num_parts != num_parts:
+                    raise ValueError("Expected one partition per rank, in rank order")
+                if digests:
+                    digests[-1].result()  # raises what the writer raised; bounds the queue
+                    if progress is not None:
+                        progress(1)
+                digests.append(writer.submit(_write_npz, folder / part_file_name(rank),
+                                             part.arrays()))
+                del part
+            if next(stream, None) is not None:
                 raise ValueError("Expected one partition per rank, in rank order")
-            digest = _write_npz(folder / part_file_name(rank), part.arrays())
-            del part
-            entries.append({**entry, "file": part_file_name(rank), "sha256": digest})
-            if progress is not None:
-                progress(1)
-        if next(stream, None) is not None:
-            raise ValueError("Expected one partition per rank, in rank order")
-        meta["parts"] = entries
+            hashes = [d.result() for d in digests]
+        if progress is not None and digests:
+            progress(1)
+        meta["parts"] = [{**entry, "file": part_file_name(rank), "sha256": digest}
+                         for rank, (entry, digest) in enumerate(zip(meta["parts"], hashes))]
         (folder / METADATA_FILE).write_text(dump_metadata(meta))
 
     write_folder(out, fill)

@@ -251,12 +251,10 @@ def nodal_graph(cells: Cells, num_nodes: int, *, pos: np.ndarray | None = None) 
             lo, hi = _unique_pairs(chunk[:, pairs[:, 0]].ravel(), chunk[:, pairs[:, 1]].ravel())
             los.append(lo)
             his.append(hi)
-    if len(los) > 1:  # pairs shared by two chunks: once more over what is left
-        lo, hi = np.concatenate(los), np.concatenate(his)
+    if los:  # pairs shared by two chunks merge in symmetric_csr
+        lo = los[0] if len(los) == 1 else np.concatenate(los)
+        hi = his[0] if len(his) == 1 else np.concatenate(his)
         los, his = [], []
-        lo, hi = _unique_pairs(lo, hi)
-    elif los:
-        lo, hi = los.pop(), his.pop()
     else:
         lo, hi = np.zeros(0, dtype=dtype), np.zeros(0, dtype=dtype)
     indptr, indices = symmetric_csr(lo, hi, num_nodes)

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from meshshard.partition._assign import edge_cut, imbalance
+from meshshard.partition._assign import edge_cut as count_cut
+from meshshard.partition._assign import imbalance
 from meshshard.partition._format import MAX_HOPS, make_metadata
 from meshshard.partition._graph import Graph, sorted_unique
 from meshshard.partition._partition import Partition
@@ -154,6 +155,7 @@ def plan_partitions(
     halo_hops: int = 1,
     attrs: Mapping[str, Any] | None = None,
     progress: Callable[[int], None] | None = None,
+    edge_cut: int | None = None,
 ) -> tuple[dict[str, Any], Iterator[Partition]]:
     """The partition's metadata, and every rank's :class:`Partition` built one at a time.
 
@@ -168,6 +170,7 @@ def plan_partitions(
         halo_hops: ``k >= 1``, see the module docstring.
         attrs: Extra metadata entries (``method``, ``graph``, ``input``, ``parameters``, ...).
         progress: Called with 1 after each rank's halo is found.
+        edge_cut: The edge cut of ``parts``, when the caller knows it already.
 
     Shapes:
         parts: ``(N,)`` integer in ``[0, R)``. The iterator yields ``R`` partitions.
@@ -201,7 +204,8 @@ def plan_partitions(
             "num_owned_edges": owned_edges, "num_send": int(send_counts.sum())})
     del degree
     metadata = make_metadata(
-        num_nodes=n, num_edges=graph.num_edges, edge_cut=edge_cut(graph, parts),
+        num_nodes=n, num_edges=graph.num_edges,
+        edge_cut=count_cut(graph, parts) if edge_cut is None else edge_cut,
         imbalance=imbalance(parts, num_parts), halo_hops=halo_hops,
         pos_dim=None if graph.pos is None else int(graph.pos.shape[1]),
         attrs=attrs or {}, parts=summary)
