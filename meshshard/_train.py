@@ -258,13 +258,16 @@ def train(cfg: TrainConfig) -> list[float]:
     if cfg.val_every > 0 and not validating and ctx.rank == 0 and not cfg.quiet:
         print(f"note: {cfg.data} has no validation samples (meshshard dataset --val-fraction / --val-samples); "
               "no validation loss is logged", file=sys.stderr)
+    checked: dict[int, tuple | None] = {}  # sample -> its first non-finite row on this rank, or None
     for step in range(start, cfg.steps):
         if validating and step % cfg.val_every == 0:
             log.eval(step, validate())
         t0 = time.perf_counter()
         s = int(reader.train[sample_index(cfg.seed, step, mesh.data_rank, cfg.data_parallel, len(reader.train))])
         b = reader.sample(s)
-        bad_row = _non_finite_row(b.x.to_local(), b.y.to_local(), b.owned_ids, s)
+        if s not in checked:  # the data do not change: each sample is checked the first time it is read
+            checked[s] = _non_finite_row(b.x.to_local(), b.y.to_local(), b.owned_ids, s)
+        bad_row = checked[s]
         try:
             with autocast():
                 pred = model(b.x, b.graph, b.edge_attr)

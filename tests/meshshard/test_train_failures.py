@@ -84,6 +84,26 @@ def test_non_finite_data_loss_or_gradient_stops_every_rank_and_keeps_the_last_go
     assert not (setup["root"] / "diverges" / "checkpoint.pt").exists()
 
 
+def _finite_checks(rank: int, world: int, cfg: dict) -> list[int]:
+    import meshshard._train as trainer
+
+    checked: list[int] = []
+    real = trainer._non_finite_row
+    trainer._non_finite_row = lambda x, y, owned, sample: checked.append(sample) or real(x, y, owned, sample)
+    train(TrainConfig.from_dict(cfg))
+    return checked
+
+
+def test_each_training_sample_is_checked_for_non_finite_values_once(setup: dict) -> None:  # noqa: F811
+    steps = 10
+    cfg = asdict(setup["cfg"]) | {"partition": str(setup["root"] / "partition1"), "data_parallel": 1, "steps": steps,
+                                  "checkpoint_every": steps, "out": str(setup["root"] / "checked_once")}
+    train_ids = open_dataset(cfg["data"]).train
+    read = [int(train_ids[sample_index(cfg["seed"], k, 0, 1, len(train_ids))]) for k in range(steps)]
+    assert len(set(read)) < len(read), "some sample is read twice"
+    assert run_ranks(_finite_checks, 1, cfg, timeout=120)[0] == list(dict.fromkeys(read))  # first reads only
+
+
 def test_a_non_finite_gradient_is_reported_with_the_step_and_samples() -> None:
     from meshshard._train import NonFiniteLoss, _check_finite, _local_flags
 
