@@ -427,11 +427,10 @@ def _run(args: Any) -> int:
         val_every=args.val_every, dtype=args.dtype, precision=args.precision,
         checkpoint_steps=args.checkpoint_steps,
     )
-    for path, what in ((cfg.partition, "partition folder"), (cfg.data, "dataset folder")):
-        if not Path(path).is_dir():
-            print(f"meshshard train: error: {path}: no such {what}", file=sys.stderr)
-            return 2
-    try:  # the RUN checks again here, so that a refusal is one line before any rank starts
+    from ._launch import check_input_folders, run_command
+
+    def check() -> None:  # the RUN checks again here, so that a refusal is one line before any rank starts
+        check_input_folders((cfg.partition, "partition folder"), (cfg.data, "dataset folder"))
         _runlog.check_run_folder(cfg.out, cfg.resume, cfg.force)
         if cfg.resume:
             from meshshard.partition import check_partition_matches
@@ -439,12 +438,8 @@ def _run(args: Any) -> int:
             saved = load_checkpoint(Path(cfg.out) / "checkpoint.pt")
             _runlog.check_resume(saved.get("config", {}), saved.get("identity"), asdict(cfg),
                                  _runlog.run_identity(check_partition_matches(cfg.data, cfg.partition), cfg.data))
-    except ValueError as err:
-        print(f"meshshard train: error: {err}", file=sys.stderr)
-        return 2
-    from ._launch import run_command
 
-    return run_command("train", _train_worker, args.nproc, asdict(cfg))
+    return run_command("train", _train_worker, args.nproc, asdict(cfg), check)
 
 
 def register(subparsers: Any) -> None:

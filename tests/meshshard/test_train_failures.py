@@ -7,6 +7,7 @@ trainings in a row, so the ranks start once.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -127,6 +128,36 @@ def _cli(setup: dict, out: Path, *extra: str) -> list[str]:  # noqa: F811
     cfg = setup["cfg"]
     return ["train", str(setup["root"] / "partition1"), "--data", cfg.data, "--out", str(out), "--latent", "8",
             "--hidden-layers", "1", "--mp-steps", "2", "--quiet", "--steps", "2", *extra]
+
+
+def test_missing_folders_and_a_file_as_output_folder_are_one_line_and_exit_2(
+    setup: dict, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    """train and predict share these refusals (meshshard._launch), made before any rank starts."""
+    from meshshard._predict import check_output
+    from meshshard.cli import main
+
+    for name in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "MESHSHARD_DEBUG"):
+        monkeypatch.delenv(name, raising=False)
+    root, data = setup["root"], setup["cfg"].data
+    missing, file, out = root / "missing", root / "a-file", root / "never-made"
+    file.write_text("x")
+    cases = {
+        ("train", str(missing), "--data", data, "--out", str(out)): f"meshshard train: error: {missing}: no such partition folder",
+        ("train", str(root / "partition1"), "--data", str(missing), "--out", str(out)):
+            f"meshshard train: error: {missing}: no such dataset folder",
+        ("train", str(root / "partition1"), "--data", data, "--out", str(file)):
+            f"meshshard train: error: {file}: exists and is not a folder",
+        ("predict", str(missing), "--data", data, "--out", str(out)): f"meshshard predict: error: {missing}: no such run folder",
+        ("predict", str(root), "--data", str(missing), "--out", str(out)):
+            f"meshshard predict: error: {missing}: no such dataset folder",
+    }
+    for argv, message in cases.items():
+        assert main(list(argv)) == 2, argv
+        assert capsys.readouterr().err == message + "\n", argv
+    assert not out.exists()
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(file))}: exists and is not a folder$"):
+        check_output(file, force=True)
 
 
 def test_bad_counts_environment_and_checkpoints_are_one_line_and_exit_2(
