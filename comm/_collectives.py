@@ -308,35 +308,25 @@ def _sum_ghosts_to_owners(
     return _send_back_and_add(rows[n:], index, base, send_counts, recv_counts, rank, group, phase)
 
 
-class _AppendHalo(Function):
-    """Forward: the owned rows plus the ghost rows; backward: the ghost rows' gradients summed back
-    to their owners. :class:`_SumToOwners` is the same pair of passes the other way round."""
+class _HaloPass(Function):
+    """The halo exchange one way and its adjoint the other. ``reverse=False``: the owned rows then
+    the ghost rows (:func:`append_halo`), whose backward sums the ghost rows' gradients back to their
+    owners; ``reverse=True``: that sum run forward (``HaloPlan.sum_to_owners``), whose backward appends."""
 
     @staticmethod
-    def forward(ctx: Any, x0: Tensor, index: Tensor, send_counts: list[int], recv_counts: list[int], rank: int, group: Any) -> Tensor:
+    def forward(
+        ctx: Any, x0: Tensor, index: Tensor, send_counts: list[int], recv_counts: list[int], rank: int, group: Any, reverse: bool
+    ) -> Tensor:
         ctx.save_for_backward(index)
         ctx.args = (send_counts, recv_counts, rank, group)
-        return _append_ghosts(x0, index, send_counts, recv_counts, rank, group, "forward")
+        ctx.reverse = reverse
+        return (_sum_ghosts_to_owners if reverse else _append_ghosts)(x0, index, *ctx.args, "forward")
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         (index,) = ctx.saved_tensors
-        grad_x = _sum_ghosts_to_owners(grad, index, *ctx.args, "backward")
-        return grad_x, None, None, None, None, None
-
-
-class _SumToOwners(Function):
-    @staticmethod
-    def forward(ctx: Any, x0: Tensor, index: Tensor, send_counts: list[int], recv_counts: list[int], rank: int, group: Any) -> Tensor:
-        ctx.save_for_backward(index)
-        ctx.args = (send_counts, recv_counts, rank, group)
-        return _sum_ghosts_to_owners(x0, index, send_counts, recv_counts, rank, group, "forward")
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        (index,) = ctx.saved_tensors
-        grad_x = _append_ghosts(grad.contiguous(), index, *ctx.args, "backward")
-        return grad_x, None, None, None, None, None
+        grad_x = (_append_ghosts if ctx.reverse else _sum_ghosts_to_owners)(grad, index, *ctx.args, "backward")
+        return grad_x, None, None, None, None, None, None
 
 
 class _AllGatherV(Function):
@@ -539,7 +529,7 @@ def append_halo(
             f"recv_counts[{rank}] = {rc[rank]})"
         )
     index = _check_index(send_index, sc, x.shape[0] if check_index else None, x, 0)
-    return _AppendHalo.apply(x, index, sc, rc, rank, group)
+    return _HaloPass.apply(x, index, sc, rc, rank, group, False)
 
 
 def all_to_all_v(x: Tensor, send_counts: Counts, recv_counts: Counts, *, dim: int = 0, group: Any = None) -> Tensor:

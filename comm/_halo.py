@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from ._collectives import (
-    _SumToOwners,
+    _HaloPass,
     all_gather_v,
     all_to_all_v,
     append_halo,
@@ -224,7 +224,8 @@ class HaloPlan:
         :meth:`append` runs backward) and one backward (the exchange :meth:`append` runs forward).
         """
         self._check_rows(x, self.num_owned + self.num_ghost, "the owned then the ghost rows")
-        return _SumToOwners.apply(x, self.index_on(x.device), list(self.send_counts), list(self.recv_counts), self.rank, self.group)
+        index = self.index_on(x.device)
+        return _HaloPass.apply(x, index, list(self.send_counts), list(self.recv_counts), self.rank, self.group, True)
 
     def _check_rows(self, x: Tensor, rows: int | None = None, what: str = "the owned rows") -> None:
         rows = self.num_owned if rows is None else rows
