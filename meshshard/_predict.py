@@ -35,7 +35,6 @@ import json
 import math
 import os
 import re
-import sys
 import time
 import warnings
 from dataclasses import dataclass
