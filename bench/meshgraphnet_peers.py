@@ -35,7 +35,8 @@ Every process runs with ``MALLOC_MMAP_THRESHOLD_=4194304`` (see ``bench/meshgrap
 
 ``--fit-gb G``: the largest mesh for which one training step fits in G GB of peak RSS, for
 meshshard and the best peer that runs: peak RSS grows linearly with the mesh, so two sizes are
-measured, the side at G GB is extrapolated, and one run at that side confirms it.
+measured, the side at G GB is extrapolated, and one run at that side confirms it (GB = 10^9 bytes;
+``--iters 1`` is enough there: the peak is reached in the first step's backward).
 
 Targets (issue 12, ratios within one run): peak memory <= 0.5x PhysicsNeMo's default and <= 0.75x
 its concat trick; step time <= 0.8x both; 2 ranks <= 0.55x our own single process per rank.
@@ -289,15 +290,18 @@ def fit(work: Path, args: argparse.Namespace, impls: list[str]) -> dict:
         else:
             (n0, m0), (n1, m1) = points
             per_node = (m1 - m0) / (n1 - n0)
-            n_fit = n0 + (args.fit_gb * 1024 - m0) / per_node
+            limit_mb = args.fit_gb * 1e9 / 2**20  # GB = 10^9 bytes; peak RSS is in MiB
+            n_fit = n0 + (limit_mb - m0) / per_node
             side = int(n_fit ** (1 / 3))
             n = prepare(work, side, False)
             check = run_one(impl, work, args, side, n)
             out[impl] = {"status": "ok", "measured": points, "kb_per_node": round(per_node * 1024, 1),
                          "extrapolated_nodes": int(n_fit), "confirm_side": side, "confirm_nodes": n,
-                         "confirm_peak_rss_mb": check.get("peak_rss_mb"), "confirm_status": check["status"]}
+                         "confirm_peak_rss_mb": check.get("peak_rss_mb"), "confirm_status": check["status"],
+                         "confirm_fits": check["status"] == "ok" and check["peak_rss_mb"] <= limit_mb}
             print(f"  {impl}: {per_node * 1024:,.0f} KB/node -> {int(n_fit):,} nodes in {args.fit_gb} GB; "
-                  f"confirm side {side} ({n:,} nodes): {check['status']}, {check.get('peak_rss_mb', float('nan')):,.0f} MB", flush=True)
+                  f"confirm side {side} ({n:,} nodes): {check['status']}, {check.get('peak_rss_mb', float('nan')):,.0f} MB "
+                  f"(limit {limit_mb:,.0f} MB: {'fits' if out[impl]['confirm_fits'] else 'does not fit'})", flush=True)
     return out
 
 

@@ -137,3 +137,29 @@ def test_bf16_autocast_accumulates_in_float32_and_stays_close() -> None:
         y16 = ours(x.float(), edge_index, ea.float())
     error = ((y16.float() - y32).norm() / y32.norm()).item()
     assert 0 < error < 0.05, error
+
+
+@pytest.mark.parametrize("recompute", [True, False])
+def test_per_edge_the_backward_keeps_e_and_no_message(recompute: bool) -> None:
+    """Floating-point values kept for the backward on edge rows: each step's input ``e`` (``E L``)
+    and its LayerNorm statistics, plus the hidden activations (``3 E L``, and as many for the edge
+    encoder) without ``recompute``; never the message (``index_add_`` under autograd kept it: one
+    more ``E L`` per step)."""
+    ours, _, x, edge_index, ea, _ = _setup()
+    ours.recompute = recompute
+    for block in ours.processor:
+        block.recompute = recompute
+    num_edges, latent, steps = edge_index.shape[1], 16, 3
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.is_floating_point() and t.dim() > 0 and t.shape[0] == num_edges:
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes() // t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        ours(x.requires_grad_(), edge_index, ea.requires_grad_())
+    per_step, encoder = (latent, 0) if recompute else (4 * latent, 3 * latent)
+    small = num_edges * (ea.shape[1] + 2 * (steps + 1))  # edge_attr; mean and rstd of each LayerNorm
+    bound = num_edges * (steps * per_step + encoder) + small
+    assert sum(seen.values()) <= bound, (sum(seen.values()), bound)
