@@ -49,7 +49,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .._graph import ShardGraph
 from .._tensor import ShardTensor
-from ._edge_mlp import edge_mlp, scatter_sum
+from ._edge_mlp import edge_mlp, scatter_sum, segment_lengths
 
 __all__ = ["MLP", "MeshGraphNet", "ProcessorBlock"]
 
@@ -139,20 +139,25 @@ class ProcessorBlock(nn.Module):
         num_dst: int,
         halo: Callable[[Tensor], Tensor] | None = None,
         checkpoint_update: bool = False,
+        dst_lengths: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """One step. ``halo``, on a 1-hop shard, appends the ghost rows to the source products
         (``(N_own, H) -> (N_own + N_ghost, H)``, the step's one exchange); ``checkpoint_update``
         recomputes everything after the exchange in the backward. The whole step runs inside this
-        call, so wrappers that act around ``forward`` (FSDP2 units) see every parameter use."""
+        call, so wrappers that act around ``forward`` (FSDP2 units) see every parameter use.
+        ``dst_lengths`` (``segment_lengths(edge_index[1], num_dst)``, when ``dst`` is sorted) lets
+        the sums at destinations run by segments."""
         src_proj, dst_proj = self.node_projections(h)
         if halo is not None:
             src_proj = halo(src_proj)
-        args = (h[:num_dst], e, src_proj, dst_proj[:num_dst], edge_index)
+        args = (h[:num_dst], e, src_proj, dst_proj[:num_dst], edge_index, dst_lengths)
         if checkpoint_update and torch.is_grad_enabled():
             return checkpoint(self.update, *args, use_reentrant=False)
         return self.update(*args)
 
-    def update(self, h_dst: Tensor, e: Tensor, src_proj: Tensor, dst_proj: Tensor, edge_index: Tensor) -> tuple[Tensor, Tensor]:
+    def update(
+        self, h_dst: Tensor, e: Tensor, src_proj: Tensor, dst_proj: Tensor, edge_index: Tensor, dst_lengths: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         """The step from the node products: messages, their sum at each destination, the node update.
 
         Shapes:
@@ -164,11 +169,11 @@ class ProcessorBlock(nn.Module):
         if self._fused(e):
             mlp = self.edge_mlp
             params = _fused_params(mlp, mlp[0].weight[:, : self.latent], None)
-            message = edge_mlp(e, src_proj, dst_proj, src, dst, params, mlp[-1].eps, self.recompute)
+            message = edge_mlp(e, src_proj, dst_proj, src, dst, params, mlp[-1].eps, self.recompute, dst_lengths)
         else:
             message = self._run(self._message, e, src_proj, dst_proj, src, dst)
         acc = torch.float32 if message.dtype in (torch.float16, torch.bfloat16) else message.dtype
-        aggregate = scatter_sum(message, dst, h_dst.shape[0], acc)
+        aggregate = scatter_sum(message, dst, h_dst.shape[0], acc, dst_lengths)
         h_new = h_dst + self._node(h_dst, aggregate)  # on N_dst rows: saved, not recomputed
         # in place: nothing keeps the message for the backward (scatter_sum keeps only dst)
         return h_new, message.add_(e) if message.dtype == e.dtype else e + message
@@ -289,8 +294,9 @@ class MeshGraphNet(nn.Module):
         _check_inputs(x, edge_index, edge_attr, x.shape[0] if isinstance(x, Tensor) else None)
         h = self._mlp(self.node_encoder, x)
         e = self._encode_edges(edge_attr)
+        lengths = segment_lengths(edge_index[1], h.shape[0])
         for block in self.processor:
-            h, e = block(h, e, edge_index, h.shape[0], checkpoint_update=self.checkpoint_steps)
+            h, e = block(h, e, edge_index, h.shape[0], None, self.checkpoint_steps, lengths)
         return self._mlp(self.decoder, h)
 
     def _forward_shard(self, x: ShardTensor, graph: ShardGraph, edge_attr: Tensor) -> ShardTensor:
@@ -310,8 +316,9 @@ class MeshGraphNet(nn.Module):
             def halo(rows: Tensor) -> Tensor:
                 return ShardTensor(rows, spec).with_halo()
 
+            lengths = segment_lengths(graph.edge_index[1], graph.num_owned)
             for block in self.processor:
-                h, e = block(h, e, graph.edge_index, graph.num_owned, halo, self.checkpoint_steps)
+                h, e = block(h, e, graph.edge_index, graph.num_owned, halo, self.checkpoint_steps, lengths)
             return ShardTensor(self._mlp(self.decoder, h), spec)
         if graph.halo_hops < steps:
             raise ValueError(
@@ -321,8 +328,9 @@ class MeshGraphNet(nn.Module):
             )
         # the one exchange: every local row, owned and ghost; then every step updates them all
         h = ShardTensor(self._mlp(self.node_encoder, x.to_local()), spec).with_halo()
+        lengths = segment_lengths(graph.edge_index[1], graph.num_local)
         for block in self.processor:
-            h, e = block(h, e, graph.edge_index, graph.num_local, checkpoint_update=self.checkpoint_steps)
+            h, e = block(h, e, graph.edge_index, graph.num_local, None, self.checkpoint_steps, lengths)
         return ShardTensor(self._mlp(self.decoder, h[: graph.num_owned]), spec)
 
 

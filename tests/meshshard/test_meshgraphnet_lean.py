@@ -163,3 +163,18 @@ def test_per_edge_the_backward_keeps_e_and_no_message(recompute: bool) -> None:
     small = num_edges * (ea.shape[1] + 2 * (steps + 1))  # edge_attr; mean and rstd of each LayerNorm
     bound = num_edges * (steps * per_step + encoder) + small
     assert sum(seen.values()) <= bound, (sum(seen.values()), bound)
+
+
+def test_edge_order_does_not_matter() -> None:
+    """Edges sorted by destination (sums by segments) and shuffled (``index_add_``) give the same
+    output and gradients."""
+    ours, _, x, edge_index, ea, w = _setup()
+    perm = torch.randperm(edge_index.shape[1], generator=torch.Generator().manual_seed(1))
+    a = _run(ours, x, edge_index, ea, w)
+    ours.zero_grad()
+    b = _run(ours, x, edge_index[:, perm], ea[perm], w)
+    _assert_close(a[0], b[0], "output")
+    _assert_close(a[1], b[1], "node input grad")
+    _assert_close(a[2][perm], b[2], "edge input grad")
+    for name in a[3]:
+        _assert_close(a[3][name], b[3][name], f"grad of {name}")
