@@ -35,8 +35,9 @@ Every process runs with ``MALLOC_MMAP_THRESHOLD_=4194304`` (see ``bench/meshgrap
 
 ``--fit-gb G``: the largest mesh for which one training step fits in G GB of peak RSS, for
 meshshard and the best peer that runs: peak RSS grows linearly with the mesh, so two sizes are
-measured, the side at G GB is extrapolated, and one run at that side confirms it (GB = 10^9 bytes;
-``--iters 1`` is enough there: the peak is reached in the first step's backward).
+measured, the side at G GB is extrapolated, and a run at that side confirms it; while it misses,
+the line through the last two runs gives the next side (``--fit-refine``). GB = 10^9 bytes;
+``--iters 1`` is enough there: the peak is reached in the first step's backward.
 
 Targets (issue 12, ratios within one run): peak memory <= 0.5x PhysicsNeMo's default and <= 0.75x
 its concat trick; step time <= 0.8x both; 2 ranks <= 0.55x our own single process per rank.
@@ -275,33 +276,50 @@ def print_table(table: dict[str, dict], rat: dict[str, float]) -> None:
 
 
 def fit(work: Path, args: argparse.Namespace, impls: list[str]) -> dict:
-    """Peak RSS at two sides, linear in N; the side at ``--fit-gb``; one confirming run there."""
+    """Peak RSS at two sides, linear in N; the side at ``--fit-gb``; confirming runs there.
+
+    A lattice's edges per node grow with its side (fewer nodes on the boundary), so a line through
+    two small sizes underestimates a large one: while a confirming run misses the limit (over it, or
+    under it by more than 5%), the line through the last two runs gives the next side, up to
+    ``--fit-refine`` more runs. The largest confirmed side that fits is reported."""
     out = {}
+    limit_mb = args.fit_gb * 1e9 / 2**20  # GB = 10^9 bytes; peak RSS is in MiB
     for impl in impls:
-        points = []
+        points: list[tuple[int, float]] = []
+        confirms: list[dict] = []
         for side in args.fit_sides:
             n = prepare(work, side, False)
             row = run_one(impl, work, args, side, n)
             if row["status"] != "ok":
-                out[impl] = {"status": row["status"], "measured": points}
                 break
             points.append((n, row["peak_rss_mb"]))
             print(f"  {impl}: {n:,} nodes -> {row['peak_rss_mb']:,.0f} MB", flush=True)
-        else:
-            (n0, m0), (n1, m1) = points
+        while len(points) >= 2 and len(confirms) <= args.fit_refine:
+            (n0, m0), (n1, m1) = points[-2:]
             per_node = (m1 - m0) / (n1 - n0)
-            limit_mb = args.fit_gb * 1e9 / 2**20  # GB = 10^9 bytes; peak RSS is in MiB
-            n_fit = n0 + (limit_mb - m0) / per_node
+            n_fit = n1 + (limit_mb - m1) / per_node
             side = int(n_fit ** (1 / 3))
+            tried = {c["side"]: c["fits"] for c in confirms}
+            while side in tried and not tried[side]:
+                side -= 1  # the line points back at a side that did not fit: one smaller
+            if side in tried:
+                break
             n = prepare(work, side, False)
             check = run_one(impl, work, args, side, n)
-            out[impl] = {"status": "ok", "measured": points, "kb_per_node": round(per_node * 1024, 1),
-                         "extrapolated_nodes": int(n_fit), "confirm_side": side, "confirm_nodes": n,
-                         "confirm_peak_rss_mb": check.get("peak_rss_mb"), "confirm_status": check["status"],
-                         "confirm_fits": check["status"] == "ok" and check["peak_rss_mb"] <= limit_mb}
-            print(f"  {impl}: {per_node * 1024:,.0f} KB/node -> {int(n_fit):,} nodes in {args.fit_gb} GB; "
-                  f"confirm side {side} ({n:,} nodes): {check['status']}, {check.get('peak_rss_mb', float('nan')):,.0f} MB "
-                  f"(limit {limit_mb:,.0f} MB: {'fits' if out[impl]['confirm_fits'] else 'does not fit'})", flush=True)
+            peak = check.get("peak_rss_mb")
+            fits = check["status"] == "ok" and peak <= limit_mb
+            confirms.append({"side": side, "nodes": n, "extrapolated_nodes": int(n_fit), "kb_per_node": round(per_node * 1024, 1),
+                             "status": check["status"], "peak_rss_mb": peak, "fits": fits})
+            print(f"  {impl}: {per_node * 1024:,.0f} KB/node -> {int(n_fit):,} nodes in {args.fit_gb} GB; confirm side {side} "
+                  f"({n:,} nodes): {check['status']}, {peak or float('nan'):,.0f} MB (limit {limit_mb:,.0f} MB: "
+                  f"{'fits' if fits else 'does not fit'})", flush=True)
+            if check["status"] != "ok" or (fits and peak >= 0.95 * limit_mb):
+                break
+            points.append((n, peak))
+        best = max((c for c in confirms if c["fits"]), key=lambda c: c["nodes"], default=None)
+        out[impl] = {"status": "ok" if best else "no confirmed fit", "limit_mb": round(limit_mb), "measured": points[: len(args.fit_sides)],
+                     "confirms": confirms, "largest_confirmed_nodes": best["nodes"] if best else None,
+                     "largest_confirmed_side": best["side"] if best else None}
     return out
 
 
@@ -315,6 +333,7 @@ def main() -> int:
     parser.add_argument("--only", help="comma-separated subset of " + ",".join(IMPLEMENTATIONS))
     parser.add_argument("--fit-gb", type=float, help="find the largest mesh whose step fits in this many GB")
     parser.add_argument("--fit-sides", type=int, nargs=2, default=(20, 28))
+    parser.add_argument("--fit-refine", type=int, default=2, help="confirming runs after the first, while one misses")
     parser.add_argument("--json")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--impl", help=argparse.SUPPRESS)
