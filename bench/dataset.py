@@ -23,12 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _runner import peak_rss_mb
 
 
 def make_sources(folder: Path, side: int, samples: int, fmt: str) -> float:
@@ -80,7 +81,7 @@ def main() -> None:
     seconds = time.perf_counter() - start
     if done.returncode:
         sys.exit(f"meshshard dataset failed: {done.stderr.strip()}")
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    peak = peak_rss_mb(children=True)
     meta = json.loads((out / "dataset.json").read_text())
     source_bytes = sum(p.stat().st_size for p in src.iterdir() if p.is_file())
     data_bytes = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
@@ -90,7 +91,7 @@ def main() -> None:
         "directed_edges": meta["meshes"][0]["num_edges"], "samples": meta["num_samples"],
         "fields": len(meta["input_channels"]) + len(meta["target_channels"]), "format": args.format,
         "kind": meta["kind"], "build_s": round(seconds, 2), "s_per_sample": round(seconds / meta["num_samples"], 2),
-        "peak_rss_mb": round(peak / 1024, 1), "source_mb": round(source_bytes / 2**20, 1),
+        "peak_rss_mb": round(peak, 1), "source_mb": round(source_bytes / 2**20, 1),
         "dataset_mb": round(data_bytes / 2**20, 1),
         "all_samples_fields_mb": round(one_sample_fields * meta["num_samples"] / 2**20, 1),
         "sources_generated_s": round(generated, 1), "cpu_count": os.cpu_count(),

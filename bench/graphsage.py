@@ -17,15 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+
+from _runner import peak_rss_mb, read_json, run_workers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -88,7 +88,7 @@ def worker(args: argparse.Namespace) -> None:
         g = graph.edge_index  # one part: local numbering is the global one; plain PyG, no ShardConv
     model = model_for(4, args.hidden, 1, shard)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    base = peak_rss_mb()
     times, sent = [], 0
     for i in range(args.repeats + 1):
         with count_collectives() as log:
@@ -106,7 +106,7 @@ def worker(args: argparse.Namespace) -> None:
     mine = {
         "rank": ctx.rank, "world_size": ctx.world_size, "nodes_owned": graph.num_owned, "nodes_local": graph.num_local,
         "edges_local": int(graph.edge_index.shape[1]), "step_s": statistics.median(times),
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "rss_before_step_mb": base,
+        "peak_rss_mb": peak_rss_mb(), "rss_before_step_mb": base,
         "bytes_sent_per_step": sent, "loss": float(loss.detach()),
     }
     everyone = [mine]
@@ -121,17 +121,10 @@ def worker(args: argparse.Namespace) -> None:
 
 def run_config(part_dir: Path, ranks: int, threads: int, args: argparse.Namespace) -> list[dict]:
     out = tempfile.mktemp(suffix=".json")
-    cmd = [sys.executable, __file__, "--worker", "--partition", str(part_dir), "--threads", str(threads),
-           "--hidden", str(args.hidden), "--side", str(args.side), "--repeats", str(args.repeats), "--out-json", out]
-    if ranks > 1:
-        from meshshard._launch import free_port
-
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-port", str(free_port())] + cmd[1:]
+    flags = ["--worker", "--partition", str(part_dir), "--threads", str(threads),
+             "--hidden", str(args.hidden), "--side", str(args.side), "--repeats", str(args.repeats), "--out-json", out]
     env = os.environ | {"OMP_NUM_THREADS": str(threads), "MESHSHARD_TIMEOUT": "120"}
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
-    if not os.path.exists(out):
-        raise SystemExit(f"{ranks}-rank run failed: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}")
-    return json.loads(Path(out).read_text())
+    return read_json(out, run_workers(__file__, flags, ranks, env), f"{ranks}-rank run")
 
 
 def main() -> int:

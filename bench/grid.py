@@ -30,13 +30,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _runner import peak_rss_mb, read_json, run_workers
 
 
 def _model(channels: int, layers: int):
@@ -100,7 +100,7 @@ def worker(args: argparse.Namespace) -> None:
         if sharded:
             sum_gradients(model.parameters())
 
-    rss_idle_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # torch, model, input
+    rss_idle_mib = peak_rss_mb()  # torch, model, input
     step()
     with count_collectives() as log:
         step()
@@ -112,7 +112,7 @@ def worker(args: argparse.Namespace) -> None:
         step()
         times.append(time.perf_counter() - start)
     sent = log.bytes_sent("indexed_all_to_all_v")
-    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_mib = peak_rss_mb()
     row = torch.tensor([statistics.median(times), rss_mib, sent, rss_idle_mib], dtype=torch.float64)
     if sharded:
         rows = [torch.zeros_like(row) for _ in range(ctx.world_size)]
@@ -133,20 +133,12 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace, size: int, ranks: int, proc_grid: str, work: Path) -> dict:
-    from meshshard._launch import free_port
-
     out = work / f"r{size}-{ranks}-{proc_grid}.json"
     flags = ["--worker", "--size", str(size), "--proc-grid", proc_grid, "--channels", str(args.channels),
              "--layers", str(args.layers), "--repeats", str(args.repeats), "--threads", str(args.threads),
              "--out-json", str(out)]
-    if ranks == 1:
-        cmd = [sys.executable, __file__, *flags]
-    else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
-               "--master-port", str(free_port()), __file__, *flags]
     env = os.environ | {"OMP_NUM_THREADS": str(args.threads), "MALLOC_MMAP_THRESHOLD_": "4194304"}
-    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    return json.loads(out.read_text())
+    return read_json(out, run_workers(__file__, flags, ranks, env), f"{ranks}-rank run")
 
 
 def main() -> int:

@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -98,8 +97,8 @@ def main() -> int:
 
     import meshio
 
-    from meshshard._launch import free_port
     from _meshes import make_box_mesh
+    from _runner import read_json, run_workers
     from meshshard.partition import partition_file
 
     work = Path(tempfile.mkdtemp(prefix="meshshard-bench-halo-"))
@@ -107,11 +106,10 @@ def main() -> int:
     meshio.write(work / "box.vtk", meshio.Mesh(points, [("tetra", tets)]), binary=True)
     part = partition_file(work / "box.vtk", work / "parts", args.ranks)
     out = work / "result.json"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.ranks), "--master-port",
-           str(free_port()), __file__, "--worker", "--partition", str(part), "--out-json", str(out),
-           "--features", str(args.features), "--repeats", str(args.repeats)]
-    subprocess.run(cmd, env=os.environ | {"OMP_NUM_THREADS": "1"}, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    r = json.loads(out.read_text())
+    flags = ["--worker", "--partition", str(part), "--out-json", str(out), "--features", str(args.features),
+             "--repeats", str(args.repeats)]
+    done = run_workers(__file__, flags, args.ranks, os.environ | {"OMP_NUM_THREADS": "1"}, torchrun=True)
+    r = read_json(out, done)
     print(json.dumps(r))
     print(f"\nwith_halo() fwd+bwd vs 2x bare all_to_all_single, {r['num_nodes']:,} nodes, {r['ranks']} ranks, float32 x {r['features']}")
     print(f"{'ghosts (rank 0)':>16} {'MiB':>7} {'with_halo ms':>13} {'bare ms':>9} {'ratio':>6} {'outside collective':>19}")

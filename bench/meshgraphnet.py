@@ -31,11 +31,12 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _runner import peak_rss_mb, run_workers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,7 +69,7 @@ def worker(args: argparse.Namespace) -> None:
     y = ShardTensor.from_local(torch.randn(graph.num_owned, 1, generator=g), graph.spec)
     if args.cap_mb:
         resource.setrlimit(resource.RLIMIT_AS, (int(args.cap_mb * 2**20), resource.RLIM_INFINITY))
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    base = peak_rss_mb()
     times, status, sent = [], "ok", 0
     try:
         for i in range(4):
@@ -87,7 +88,7 @@ def worker(args: argparse.Namespace) -> None:
     mine = {
         "rank": ctx.rank, "world_size": ctx.world_size, "halo_hops": graph.halo_hops, "status": status,
         "nodes_owned": graph.num_owned, "nodes_local": graph.num_local, "edges_local": int(graph.edge_index.shape[1]),
-        "step_s": statistics.median(times) if times else None, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "step_s": statistics.median(times) if times else None, "peak_rss_mb": peak_rss_mb(),
         "rss_before_step_mb": base, "peak_address_space_mb": _status_mb("VmPeak"), "bytes_sent_per_step": sent,
     }
     everyone = [mine]
@@ -103,16 +104,12 @@ def worker(args: argparse.Namespace) -> None:
 
 def run_config(part_dir: Path, ranks: int, threads: int, args: argparse.Namespace, cap_mb: float = 0.0) -> list[dict]:
     out = tempfile.mktemp(suffix=".json")
-    cmd = [sys.executable, __file__, "--worker", "--partition", str(part_dir), "--threads", str(threads),
-           "--latent", str(args.latent), "--steps", str(args.steps), "--out-json", out, "--cap-mb", str(cap_mb)]
-    if ranks > 1:
-        from meshshard._launch import free_port
-
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-port", str(free_port())] + cmd[1:]
+    flags = ["--worker", "--partition", str(part_dir), "--threads", str(threads),
+             "--latent", str(args.latent), "--steps", str(args.steps), "--out-json", out, "--cap-mb", str(cap_mb)]
     env = os.environ | {"OMP_NUM_THREADS": str(threads), "MESHSHARD_TIMEOUT": "120"}
     if not args.default_malloc:
         env["MALLOC_MMAP_THRESHOLD_"] = str(4 * 2**20)
-    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=1200)
+    run_workers(__file__, flags, ranks, env)  # a capped run may be killed: what it wrote is read below
     results = []
     for path in [out] + [f"{out}.rank{r}" for r in range(ranks)]:
         if os.path.exists(path):

@@ -45,13 +45,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _runner import peak_rss_mb, run_workers
 
 ROOT = Path(__file__).resolve().parents[1]
 STUBS = Path(__file__).resolve().parent / "_stubs"
@@ -125,7 +126,7 @@ def worker(args: argparse.Namespace) -> None:
         model = _build(args.impl, 3, ea.shape[1], args.latent, args.mp_steps)
         result["parameters"] = sum(p.numel() for p in model.parameters())
         opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-        result["rss_before_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        result["rss_before_mb"] = peak_rss_mb()
         times = []
         for i in range(args.iters + 1):
             start = time.perf_counter()
@@ -141,7 +142,7 @@ def worker(args: argparse.Namespace) -> None:
         result["loss"] = float(loss)
     except (RuntimeError, MemoryError, ImportError) as err:
         result["status"] = f"failed: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["peak_rss_mb"] = peak_rss_mb()
     rank = int(os.environ.get("RANK", "0"))
     Path(f"{args.out_json}.rank{rank}").write_text(json.dumps(result))
 
@@ -177,14 +178,10 @@ def run_one(impl: str, work: Path, args: argparse.Namespace, side: int, num_node
     out = tempfile.mktemp(prefix="mgn-peers-", dir=work)
     ranks = 2 if impl == "meshshard-2ranks" else 1
     threads = 1 if ranks > 1 else 2
-    cmd = [sys.executable, __file__, "--worker", "--impl", impl, "--mesh", str(work / f"mesh{side}"),
-           "--partition", str(work / f"parts{side}"), "--num-nodes", str(num_nodes), "--threads", str(threads),
-           "--latent", str(args.latent), "--mp-steps", str(args.mp_steps), "--iters", str(args.iters), "--out-json", out]
-    if ranks > 1:
-        from meshshard._launch import free_port
-
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-port", str(free_port())] + cmd[1:]
-    done = subprocess.run(cmd, env=_env(impl, threads), capture_output=True, text=True, timeout=3600)
+    flags = ["--worker", "--impl", impl, "--mesh", str(work / f"mesh{side}"),
+             "--partition", str(work / f"parts{side}"), "--num-nodes", str(num_nodes), "--threads", str(threads),
+             "--latent", str(args.latent), "--mp-steps", str(args.mp_steps), "--iters", str(args.iters), "--out-json", out]
+    done = run_workers(__file__, flags, ranks, _env(impl, threads), timeout=3600)
     rows = [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(ranks) if Path(f"{out}.rank{r}").exists()]
     if not rows:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]

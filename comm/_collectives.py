@@ -228,13 +228,20 @@ class _AllToAllV(Function):
 
 
 def _send_back_and_add(
-    grad_received: Tensor, index: Tensor, base: Tensor, send_counts: list[int], recv_counts: list[int], rank: int, group: Any
+    grad_received: Tensor,
+    index: Tensor,
+    base: Tensor,
+    send_counts: list[int],
+    recv_counts: list[int],
+    rank: int,
+    group: Any,
+    phase: str = "backward",
 ) -> Tensor:
     """The adjoint of an indexed exchange: send the received rows' gradients back to the ranks
     they came from, then ``index_add`` them into ``base`` (in its, accumulation, dtype) at the
     rows that were sent. Returns the result in ``grad_received``'s dtype."""
     grad_sent = _exchange_rows(
-        grad_received, recv_counts, send_counts, rank, group, "indexed_all_to_all_v", "backward", pooled_result=True
+        grad_received, recv_counts, send_counts, rank, group, "indexed_all_to_all_v", phase, pooled_result=True
     )
     base.index_add_(0, index, grad_sent.to(base.dtype))
     return base.to(grad_received.dtype)
@@ -279,27 +286,47 @@ class _IndexedAllToAllV(Function):
         return grad_x, None, None, None, None, None
 
 
-class _AppendHalo(Function):
+def _append_ghosts(x0: Tensor, index: Tensor, send_counts: list[int], recv_counts: list[int], rank: int, group: Any, phase: str) -> Tensor:
+    """``(N_own, ...)`` -> ``(N_own + N_ghost, ...)``: the owned rows, then the rows received."""
+    n = x0.shape[0]
+    result = x0.new_empty((n + sum(recv_counts), *x0.shape[1:]))
+    result[:n].copy_(x0)
+    send = _select_into_workspace(x0, index)
+    _exchange(send, None, send_counts, recv_counts, rank, group, "indexed_all_to_all_v", phase, out=result[n:])
+    return result
+
+
+def _sum_ghosts_to_owners(
+    rows: Tensor, index: Tensor, send_counts: list[int], recv_counts: list[int], rank: int, group: Any, phase: str
+) -> Tensor:
+    """``(N_own + N_ghost, ...)`` -> ``(N_own, ...)``, the adjoint of :func:`_append_ghosts`: the
+    owned rows (copied once) plus the ghost rows sent back to their owners and ``index_add``ed at the
+    rows they came from (half precision accumulates in float32)."""
+    n = rows.shape[0] - sum(recv_counts)
+    rows = rows.contiguous()
+    base = rows[:n].to(_accumulation_dtype(rows.dtype), copy=True)
+    return _send_back_and_add(rows[n:], index, base, send_counts, recv_counts, rank, group, phase)
+
+
+class _HaloPass(Function):
+    """The halo exchange one way and its adjoint the other. ``reverse=False``: the owned rows then
+    the ghost rows (:func:`append_halo`), whose backward sums the ghost rows' gradients back to their
+    owners; ``reverse=True``: that sum run forward (``HaloPlan.sum_to_owners``), whose backward appends."""
+
     @staticmethod
-    def forward(ctx: Any, x0: Tensor, index: Tensor, send_counts: list[int], recv_counts: list[int], rank: int, group: Any) -> Tensor:
+    def forward(
+        ctx: Any, x0: Tensor, index: Tensor, send_counts: list[int], recv_counts: list[int], rank: int, group: Any, reverse: bool
+    ) -> Tensor:
         ctx.save_for_backward(index)
         ctx.args = (send_counts, recv_counts, rank, group)
-        n = x0.shape[0]
-        result = x0.new_empty((n + sum(recv_counts), *x0.shape[1:]))
-        result[:n].copy_(x0)
-        send = _select_into_workspace(x0, index)
-        _exchange(send, None, send_counts, recv_counts, rank, group, "indexed_all_to_all_v", "forward", out=result[n:])
-        return result
+        ctx.reverse = reverse
+        return (_sum_ghosts_to_owners if reverse else _append_ghosts)(x0, index, *ctx.args, "forward")
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         (index,) = ctx.saved_tensors
-        send_counts, recv_counts, rank, group = ctx.args
-        n = grad.shape[0] - sum(recv_counts)
-        grad = grad.contiguous()
-        base = grad[:n].to(_accumulation_dtype(grad.dtype), copy=True)  # the owned rows' own gradient
-        grad_x = _send_back_and_add(grad[n:], index, base, send_counts, recv_counts, rank, group)
-        return grad_x, None, None, None, None, None
+        grad_x = (_append_ghosts if ctx.reverse else _sum_ghosts_to_owners)(grad, index, *ctx.args, "backward")
+        return grad_x, None, None, None, None, None, None
 
 
 class _AllGatherV(Function):
@@ -502,7 +529,7 @@ def append_halo(
             f"recv_counts[{rank}] = {rc[rank]})"
         )
     index = _check_index(send_index, sc, x.shape[0] if check_index else None, x, 0)
-    return _AppendHalo.apply(x, index, sc, rc, rank, group)
+    return _HaloPass.apply(x, index, sc, rc, rank, group, False)
 
 
 def all_to_all_v(x: Tensor, send_counts: Counts, recv_counts: Counts, *, dim: int = 0, group: Any = None) -> Tensor:

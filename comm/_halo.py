@@ -10,7 +10,9 @@ receives are exactly its ghost (or halo) rows in local order:
 The graph halo of a partition (``ShardSpec``) and the geometric halo of a point cloud
 (``BallQueryPlan``) are both a ``HaloPlan``, and every exchange goes through it:
 :meth:`HaloPlan.append` (owned rows followed by the ghost rows, :func:`append_halo`) or
-:meth:`HaloPlan.exchange` (the ghost rows only, :func:`indexed_all_to_all_v`).
+:meth:`HaloPlan.exchange` (the ghost rows only, :func:`indexed_all_to_all_v`), and the reverse
+way, :meth:`HaloPlan.sum_to_owners` (ghost rows added back into their owners' rows: the backward of
+``append`` run forward).
 
 Checked once, when built, never per exchange. :meth:`HaloPlan.build` checks the plan locally, then
 every rank shares its counts (and any local problem) in one small ``all_gather_v`` of one row of
@@ -33,6 +35,7 @@ import torch
 from torch import Tensor
 
 from ._collectives import (
+    _HaloPass,
     all_gather_v,
     all_to_all_v,
     append_halo,
@@ -208,11 +211,28 @@ class HaloPlan:
             x, self.index_on(x.device), self.send_counts, self.recv_counts, group=self.group, check_index=False
         )
 
-    def _check_rows(self, x: Tensor) -> None:
+    def sum_to_owners(self, x: Tensor) -> Tensor:
+        """The adjoint of :meth:`append`: the owned rows of ``x`` plus its ghost rows, sent back to
+        their owners and added at the rows they came from (an owned row sent to several ranks gets
+        all their parts), differentiable. For sums that other ranks hold parts of: the out-degrees
+        of nodes whose outgoing edges are stored on other ranks, say.
+
+        Shapes:
+            x: ``(N_own + N_ghost, ...)``; result: ``(N_own, ...)``.
+
+        Communication: one ``indexed_all_to_all_v`` forward (the reverse exchange, the one
+        :meth:`append` runs backward) and one backward (the exchange :meth:`append` runs forward).
+        """
+        self._check_rows(x, self.num_owned + self.num_ghost, "the owned then the ghost rows")
+        index = self.index_on(x.device)
+        return _HaloPass.apply(x, index, list(self.send_counts), list(self.recv_counts), self.rank, self.group, True)
+
+    def _check_rows(self, x: Tensor, rows: int | None = None, what: str = "the owned rows") -> None:
+        rows = self.num_owned if rows is None else rows
         if not isinstance(x, Tensor):
             raise TypeError(f"Expected 'x' to be a torch.Tensor (got {type(x).__name__})")
-        if x.dim() == 0 or x.shape[0] != self.num_owned:
-            raise ValueError(f"Expected 'x' to have {self.num_owned} rows, the owned rows of the plan (got shape {tuple(x.shape)})")
+        if x.dim() == 0 or x.shape[0] != rows:
+            raise ValueError(f"Expected 'x' to have {rows} rows, {what} of the plan (got shape {tuple(x.shape)})")
 
 
 def _check_sends(send_index: Any, send_counts: Any, num_owned: int, rank: int, world: int) -> tuple[Tensor, list[int]]:

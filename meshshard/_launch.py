@@ -32,7 +32,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RankFailed", "Terminated", "launch_local", "free_port", "run_command"]
+__all__ = ["RankFailed", "Terminated", "launch_local", "free_port", "run_command", "check_input_folders", "check_output_folder"]
 
 GRACE_S = 5.0
 
@@ -168,13 +168,38 @@ def launch_local(fn: Callable[..., Any], nprocs: int, *args: Any, grace_s: float
     raise KeyboardInterrupt
 
 
-def run_command(name: str, worker: Callable[[dict[str, Any]], Any], nproc: int, payload: dict[str, Any]) -> int:
+def check_input_folders(*folders: tuple[str | os.PathLike[str], str]) -> None:
+    """Raise ``ValueError("PATH: no such WHAT")`` for the first ``(PATH, WHAT)`` that is not a folder."""
+    for path, what in folders:
+        if not Path(path).is_dir():
+            raise ValueError(f"{path}: no such {what}")
+
+
+def check_output_folder(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a ``Path``; an output folder may be missing, but one that exists must be a
+    folder, not a link (else ``ValueError("PATH: exists and is not a folder")``)."""
+    path = Path(path)
+    if path.exists() and (not path.is_dir() or path.is_symlink()):
+        raise ValueError(f"{path}: exists and is not a folder")
+    return path
+
+
+def run_command(
+    name: str,
+    worker: Callable[[dict[str, Any]], Any],
+    nproc: int,
+    payload: dict[str, Any],
+    check: Callable[[], Any] | None = None,
+) -> int:
     """Run ``worker(payload)`` for the command ``meshshard NAME``: on ``nproc`` local ranks when
-    asked and not already launched (torchrun or SLURM), else in this process. Returns the exit code:
-    0; 2 for bad input (``ValueError``, or an error marked ``user_error``); 1 for a failure; 143 when
-    stopped by SIGTERM. Errors print as one line; ``MESHSHARD_DEBUG`` adds the traceback."""
+    asked and not already launched (torchrun or SLURM), else in this process. ``check`` runs first,
+    here: the command's refusals (missing folders, say) before any rank starts. Returns the exit
+    code: 0; 2 for bad input (``ValueError``, or an error marked ``user_error``); 1 for a failure;
+    143 when stopped by SIGTERM. Errors print as one line; ``MESHSHARD_DEBUG`` adds the traceback."""
     launched = "RANK" in os.environ or "SLURM_PROCID" in os.environ
     try:
+        if check is not None:
+            check()
         if nproc and not launched:
             launch_local(worker, nproc, payload)
         else:

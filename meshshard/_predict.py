@@ -35,7 +35,6 @@ import json
 import math
 import os
 import re
-import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -43,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from meshshard._launch import check_input_folders, check_output_folder, run_command
 
 __all__ = ["GATHER_MAX_NODES", "PredictConfig", "predict", "register"]
 
@@ -119,10 +120,8 @@ def file_stem(name: str) -> str:
 def check_output(out: Path, force: bool) -> list[Path]:
     """Refuse an existing non-empty PRED unless ``force``; with ``force`` return what to delete:
     only files and piece folders meshshard predict writes (anything else refuses)."""
-    if not out.exists():
+    if not check_output_folder(out).exists():
         return []
-    if not out.is_dir() or out.is_symlink():
-        raise ValueError(f"{out}: exists and is not a folder")
     entries = list(out.iterdir())
     if not entries:
         return []
@@ -715,13 +714,8 @@ def _run(args: argparse.Namespace) -> int:
     cfg = PredictConfig(run=args.run, data=args.data, out=args.out, samples=args.samples, partition=args.partition,
                         gather=True if args.gather else (False if args.pieces else None), dtype=args.dtype,
                         force=args.force, plots=not args.no_plots, quiet=args.quiet)
-    for path, what in ((cfg.run, "run folder"), (cfg.data, "dataset folder")):
-        if not Path(path).is_dir():
-            print(f"meshshard predict: error: {path}: no such {what}", file=sys.stderr)
-            return 2
-    from ._launch import run_command
-
-    return run_command("predict", _predict_worker, args.nproc, asdict(cfg))
+    folders = ((cfg.run, "run folder"), (cfg.data, "dataset folder"))
+    return run_command("predict", _predict_worker, args.nproc, asdict(cfg), lambda: check_input_folders(*folders))
 
 
 def register(subparsers: Any) -> None:

@@ -28,6 +28,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from meshshard._launch import check_output_folder
+
 __all__ = [
     "RUN_FILES",
     "EXACTNESS_KEYS",
@@ -54,11 +56,9 @@ EXACTNESS_KEYS = ("latent_size", "hidden_layers", "message_passing_steps", "acti
 def check_run_folder(out: str | os.PathLike[str], resume: bool, force: bool) -> list[Path]:
     """Raise a one-line ``ValueError`` unless RUN may be used as asked; return what ``--force``
     must delete (our files only)."""
-    out = Path(out)
     if resume and force:
         raise ValueError("Expected --resume or --force, not both (--resume continues RUN, --force starts it over)")
-    if out.exists() and (not out.is_dir() or out.is_symlink()):
-        raise ValueError(f"{out}: exists and is not a folder")
+    out = check_output_folder(out)
     ckpt = out / "checkpoint.pt"
     ours = [out / name for name in RUN_FILES if (out / name).is_file() and not (out / name).is_symlink()]
     if resume:

@@ -258,13 +258,16 @@ def train(cfg: TrainConfig) -> list[float]:
     if cfg.val_every > 0 and not validating and ctx.rank == 0 and not cfg.quiet:
         print(f"note: {cfg.data} has no validation samples (meshshard dataset --val-fraction / --val-samples); "
               "no validation loss is logged", file=sys.stderr)
+    checked: dict[int, tuple | None] = {}  # sample -> its first non-finite row on this rank, or None
     for step in range(start, cfg.steps):
         if validating and step % cfg.val_every == 0:
             log.eval(step, validate())
         t0 = time.perf_counter()
         s = int(reader.train[sample_index(cfg.seed, step, mesh.data_rank, cfg.data_parallel, len(reader.train))])
         b = reader.sample(s)
-        bad_row = _non_finite_row(b.x.to_local(), b.y.to_local(), b.owned_ids, s)
+        if s not in checked:  # the data do not change: each sample is checked the first time it is read
+            checked[s] = _non_finite_row(b.x.to_local(), b.y.to_local(), b.owned_ids, s)
+        bad_row = checked[s]
         try:
             with autocast():
                 pred = model(b.x, b.graph, b.edge_attr)
@@ -424,11 +427,10 @@ def _run(args: Any) -> int:
         val_every=args.val_every, dtype=args.dtype, precision=args.precision,
         checkpoint_steps=args.checkpoint_steps,
     )
-    for path, what in ((cfg.partition, "partition folder"), (cfg.data, "dataset folder")):
-        if not Path(path).is_dir():
-            print(f"meshshard train: error: {path}: no such {what}", file=sys.stderr)
-            return 2
-    try:  # the RUN checks again here, so that a refusal is one line before any rank starts
+    from ._launch import check_input_folders, run_command
+
+    def check() -> None:  # the RUN checks again here, so that a refusal is one line before any rank starts
+        check_input_folders((cfg.partition, "partition folder"), (cfg.data, "dataset folder"))
         _runlog.check_run_folder(cfg.out, cfg.resume, cfg.force)
         if cfg.resume:
             from meshshard.partition import check_partition_matches
@@ -436,12 +438,8 @@ def _run(args: Any) -> int:
             saved = load_checkpoint(Path(cfg.out) / "checkpoint.pt")
             _runlog.check_resume(saved.get("config", {}), saved.get("identity"), asdict(cfg),
                                  _runlog.run_identity(check_partition_matches(cfg.data, cfg.partition), cfg.data))
-    except ValueError as err:
-        print(f"meshshard train: error: {err}", file=sys.stderr)
-        return 2
-    from ._launch import run_command
 
-    return run_command("train", _train_worker, args.nproc, asdict(cfg))
+    return run_command("train", _train_worker, args.nproc, asdict(cfg), check)
 
 
 def register(subparsers: Any) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +15,12 @@ import numpy as np
 
 from meshshard.partition._assign import (assign_parts, check_num_parts, edge_cut,
                                          load_imbalance, refine_balance, target_weights)
-from meshshard.partition._format import check_output_dir, save_partition
+from meshshard.partition._format import check_output_dir, write_partitions
 from meshshard.partition._graph import Cells, Graph, dual_graph, knn_graph, nodal_graph, \
     radius_graph
 from meshshard.partition._io import InputData, check_finite, read_input
 from meshshard.partition._partition import Partition
-from meshshard.partition._plan import build_partitions, check_assignment
+from meshshard.partition._plan import check_assignment, plan_partitions
 from meshshard.partition._progress import Steps
 
 __all__ = ["GRAPHS", "build_graph", "partition_file", "partition_graph", "partition_mesh",
@@ -78,10 +78,12 @@ def _run(
     tries: int | None = None,
     tpwgts: Sequence[float] | None = None,
     attrs: dict[str, Any],
-) -> list[Partition]:
-    """Assign (unless ``parts`` is given), refine when over ``imbalance``, build the shards."""
+) -> tuple[dict[str, Any], Iterator[Partition]]:
+    """Assign (unless ``parts`` is given), refine when over ``imbalance``, plan the shards:
+    the metadata, and the shards one at a time (see :func:`plan_partitions`)."""
     check_num_parts(num_parts, graph.num_nodes)
     refinement = None
+    cut = None  # known when METIS's choice is kept as is
     extra: dict[str, Any] = {}
     if parts is not None:
         parts = check_assignment(np.asarray(parts), graph.num_nodes, num_parts)
@@ -95,10 +97,12 @@ def _run(
         if method == "metis":
             params.update(recursive=recursive, tries=tries)
             extra["metis"] = choice or None
+            cut = choice.get("edge_cut")
         before = load_imbalance(graph, parts, num_parts, tpwgts)
         if before > 1.0 + imbalance + 1e-12:
             with steps.step("refine"):
-                cut_before = edge_cut(graph, parts)
+                cut_before = edge_cut(graph, parts) if cut is None else cut
+                cut = None
                 parts, moved = refine_balance(graph, parts, num_parts, imbalance=imbalance,
                                               tpwgts=tpwgts)
             refinement = {"edge_cut_before": cut_before, "load_imbalance_before": before,
@@ -107,8 +111,8 @@ def _run(
              "load_imbalance": load_imbalance(graph, parts, num_parts, tpwgts),
              "refinement": refinement, **extra}
     with steps.step("plans", total=num_parts) as advance:
-        return build_partitions(graph, parts, num_parts, halo_hops=halo_hops, attrs=attrs,
-                                progress=advance)
+        return plan_partitions(graph, parts, num_parts, halo_hops=halo_hops, attrs=attrs,
+                               progress=advance, edge_cut=cut)
 
 
 def _memory_input(graph: Graph) -> dict[str, Any]:
@@ -173,9 +177,11 @@ def partition_graph(
         graph = Graph.from_edge_index(edge_index, num_nodes, pos=pos_np)
     if graph.num_nodes == 0:
         raise ValueError("Expected at least one node (got an empty graph)")
-    return _run(graph, num_parts, Steps(), method=method, parts=parts, halo_hops=halo_hops,
-                imbalance=imbalance, seed=seed, recursive=recursive, tries=tries,
-                tpwgts=tpwgts, attrs={"graph": graph.kind, "input": _memory_input(graph)})
+    _, partitions = _run(graph, num_parts, Steps(), method=method, parts=parts,
+                         halo_hops=halo_hops, imbalance=imbalance, seed=seed,
+                         recursive=recursive, tries=tries, tpwgts=tpwgts,
+                         attrs={"graph": graph.kind, "input": _memory_input(graph)})
+    return list(partitions)
 
 
 def partition_mesh(
@@ -286,6 +292,8 @@ def partition_file(
         data = read_input(input, format=format, max_expansion=max_expansion)
     with steps.step("graph"):
         g = build_graph(data, graph, knn=knn, radius=radius, ncommon=ncommon)
+    source = {"kind": data.kind, "name": data.name, "sha256": data.sha256}
+    del data  # the cells go before METIS runs: the graph is all that is needed from here on
     params: dict[str, Any] = {}
     if g.kind == "knn":
         params["knn"] = knn
@@ -293,10 +301,9 @@ def partition_file(
         params["radius"] = radius
     if g.kind == "dual":
         params["ncommon"] = ncommon
-    attrs = {"graph": g.kind, "input": {"kind": data.kind, "name": data.name,
-                                        "sha256": data.sha256}, "parameters": params}
-    partitions = _run(g, num_parts, steps, method=method, halo_hops=halo_hops,
-                      imbalance=imbalance, seed=seed, recursive=recursive, tries=tries,
-                      tpwgts=tpwgts, attrs=attrs)
-    with steps.step("write", total=num_parts) as advance:
-        return save_partition(partitions, out, force=force, progress=advance)
+    attrs = {"graph": g.kind, "input": source, "parameters": params}
+    metadata, partitions = _run(g, num_parts, steps, method=method, halo_hops=halo_hops,
+                                imbalance=imbalance, seed=seed, recursive=recursive,
+                                tries=tries, tpwgts=tpwgts, attrs=attrs)
+    with steps.step("write", total=num_parts) as advance:  # each part built, written, let go
+        return write_partitions(metadata, partitions, out, force=force, progress=advance)

@@ -297,10 +297,23 @@ def morton_parts(
     return parts
 
 
+#: Directed edges looked at together by :func:`edge_cut` (bounds its scratch memory).
+EDGE_CHUNK = 1 << 24
+
+
 def edge_cut(graph: Graph, parts: np.ndarray) -> int:
-    """Undirected edges whose two ends are in different parts."""
-    dst = np.repeat(parts, graph.degree())
-    return int(np.count_nonzero(parts[graph.indices] != dst)) // 2
+    """Undirected edges whose two ends are in different parts (rows taken about
+    :data:`EDGE_CHUNK` edges at a time)."""
+    n = graph.num_nodes
+    bounds = np.unique(np.searchsorted(
+        graph.indptr, np.arange(0, graph.num_edges + EDGE_CHUNK, EDGE_CHUNK), side="right") - 1)
+    bounds = np.unique(np.clip(np.append(bounds, [0, n]), 0, n))
+    cut = 0
+    for start, stop in zip(bounds[:-1], bounds[1:]):
+        lo, hi = graph.indptr[start], graph.indptr[stop]
+        dst = np.repeat(parts[start:stop], np.diff(graph.indptr[start:stop + 1]))
+        cut += int(np.count_nonzero(parts[graph.indices[lo:hi]] != dst))
+    return cut // 2
 
 
 def imbalance(parts: np.ndarray, num_parts: int) -> float:

@@ -54,7 +54,7 @@ def _cmd_partition(args: argparse.Namespace) -> int:
         from meshshard.partition._grid_cli import grid_command
         return grid_command(args, _error)
     try:
-        with Steps(enabled=not args.quiet) as steps:
+        with Steps(enabled=not args.quiet, track_memory=True) as steps:
             folder = partition_file(
                 args.input, out, args.parts, format=args.format, graph=args.graph, knn=args.knn,
                 radius=args.radius, ncommon=args.ncommon, method=args.method,
@@ -64,7 +64,7 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     except (ValueError, OSError, MemoryError) as err:
         return _error("partition", args.input, err)
     if not args.quiet:
-        print_summary(read_metadata(folder), steps.seconds)
+        print_summary(read_metadata(folder), steps.seconds, steps.peak_mb)
     return 0
 
 

@@ -205,7 +205,7 @@ def partition_dataset(
     docstring). Each partition records the mesh's checksum as its ``input.sha256``."""
     from meshshard.partition._api import _run
     from meshshard.partition._assign import check_num_parts
-    from meshshard.partition._format import save_partition
+    from meshshard.partition._format import write_partitions
     from meshshard.partition._progress import Steps
 
     dataset = open_dataset(data)
@@ -221,9 +221,9 @@ def partition_dataset(
         graph = mesh.graph()
         attrs = {"graph": graph.kind, "input": {"kind": "dataset", "name": f"{dataset.path.name}/meshes/{m:05d}",
                                                   "sha256": mesh.sha256}, "parameters": {}}
-        partitions = _run(graph, num_parts, Steps(), method=method, halo_hops=halo_hops, imbalance=imbalance,
-                          seed=seed, attrs=attrs)
-        save_partition(partitions, folder)
+        metadata, partitions = _run(graph, num_parts, Steps(), method=method, halo_hops=halo_hops,
+                                    imbalance=imbalance, seed=seed, attrs=attrs)
+        write_partitions(metadata, partitions, folder)
         if progress is not None:
             progress(1)
 

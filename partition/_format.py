@@ -139,7 +139,8 @@ import json
 import os
 import warnings
 import zipfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +158,7 @@ __all__ = [
     "part_file_name",
     "make_metadata",
     "save_partition",
+    "write_partitions",
     "load_partition",
     "read_metadata",
     "check_output_dir",
@@ -280,21 +282,54 @@ def save_partition(
     Returns:
         The folder's path.
     """
-    out = Path(out_dir)
-    for note in check_output_dir(out, force):
-        warnings.warn(note, stacklevel=2)
     if not partitions or [p.rank for p in partitions] != list(range(partitions[0].num_parts)):
         raise ValueError("Expected one partition per rank, in rank order")
+    return write_partitions(partitions[0].metadata, partitions, out_dir, force=force,
+                            progress=progress)
+
+
+def write_partitions(
+    metadata: Mapping[str, Any],
+    partitions: Iterable[Partition],
+    out_dir: str | os.PathLike[str],
+    *,
+    force: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> Path:
+    """:func:`save_partition` from the metadata and the parts one at a time, as
+    :func:`meshshard.partition._plan.plan_partitions` makes them: each part file is written
+    and its arrays let go before the next part is built, so memory holds one part.
+    """
+    out = Path(out_dir)
+    for note in check_output_dir(out, force):
+        warnings.warn(note, stacklevel=3)
+    num_parts = len(metadata["parts"])
 
     def fill(folder: Path) -> None:
-        meta = dict(partitions[0].metadata)
-        entries = []
-        for p, entry in zip(partitions, meta["parts"]):
-            digest = _write_npz(folder / part_file_name(p.rank), p.arrays())
-            entries.append({**entry, "file": part_file_name(p.rank), "sha256": digest})
-            if progress is not None:
-                progress(1)
-        meta["parts"] = entries
+        meta = dict(metadata)
+        digests: list[Future[str]] = []
+        stream = iter(partitions)
+        # One writer thread: part r is written and hashed (zlib, hashlib and the file system
+        # let go of the GIL) while part r + 1 is built; at most two parts are alive.
+        with ThreadPoolExecutor(max_workers=1) as writer:
+            for rank in range(num_parts):
+                part = next(stream, None)
+                if part is None or part.rank != rank or part.num_parts != num_parts:
+                    raise ValueError("Expected one partition per rank, in rank order")
+                if digests:
+                    digests[-1].result()  # raises what the writer raised; bounds the queue
+                    if progress is not None:
+                        progress(1)
+                digests.append(writer.submit(_write_npz, folder / part_file_name(rank),
+                                             part.arrays()))
+                del part
+            if next(stream, None) is not None:
+                raise ValueError("Expected one partition per rank, in rank order")
+            hashes = [d.result() for d in digests]
+        if progress is not None and digests:
+            progress(1)
+        meta["parts"] = [{**entry, "file": part_file_name(rank), "sha256": digest}
+                         for rank, (entry, digest) in enumerate(zip(meta["parts"], hashes))]
         (folder / METADATA_FILE).write_text(dump_metadata(meta))
 
     write_folder(out, fill)

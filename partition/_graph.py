@@ -200,27 +200,64 @@ def cell_edge_pairs(cell_type: str, nodes_per_cell: int) -> np.ndarray:
     return np.array(list(itertools.combinations(range(nodes_per_cell), 2)), dtype=np.int64)
 
 
+#: Cell-edge pairs handled at once by :func:`nodal_graph` (bounds its working memory).
+PAIR_CHUNK = 1 << 25
+
+
+def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct undirected pairs ``{a[i], b[i]}`` as ``(lo, hi)``, ``lo < hi``, self-loops
+    dropped; sorted by ``(lo, hi)``.
+
+    A counting sort by ``lo`` (scipy's COO-to-CSR) over the rows the pairs use, then small
+    per-row sorts: linear in the pairs, and only ``O(rows spanned)`` besides.
+    """
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    keep = lo != hi
+    if not keep.all():
+        lo, hi = lo[keep], hi[keep]
+    if not len(lo):
+        return lo, hi
+    first = lo.min()
+    lo -= first
+    rows = int(lo.max()) + 1
+    half = sp.csr_array((np.ones(len(lo), dtype=bool), (lo, hi)),
+                        shape=(rows, int(hi.max()) + 1))
+    del lo, hi
+    half.sum_duplicates()
+    lo = np.repeat(np.arange(first, first + rows, dtype=half.indices.dtype), np.diff(half.indptr))
+    return lo, half.indices
+
+
 def nodal_graph(cells: Cells, num_nodes: int, *, pos: np.ndarray | None = None) -> Graph:
     """Mesh nodes joined along the edges of every cell (see the module docstring).
 
-    Nodes that no cell uses stay in the graph, isolated.
+    Nodes that no cell uses stay in the graph, isolated. The cells are taken
+    :data:`PAIR_CHUNK` cell-edge pairs at a time and each chunk's pairs made distinct before
+    the next, so the memory is that of the graph's edges, not of every cell's (a tet mesh lists
+    each edge about 5 times).
 
     Shapes:
         cells: blocks of ``(C_b, k_b)`` node ids. pos: ``(N, D)``.
     """
     dtype = _index_dtype(num_nodes)
-    src, dst = [], []
+    los, his = [], []
     for cell_type, conn in cells:
         pairs = cell_edge_pairs(cell_type, conn.shape[1])
-        if len(pairs) and len(conn):
-            conn = conn.astype(dtype, copy=False)
-            src.append(conn[:, pairs[:, 0]].ravel())
-            dst.append(conn[:, pairs[:, 1]].ravel())
-    if not src:
-        src, dst = [np.zeros(0, dtype=dtype)], [np.zeros(0, dtype=dtype)]
-    a = src[0] if len(src) == 1 else np.concatenate(src)
-    b = dst[0] if len(dst) == 1 else np.concatenate(dst)
-    indptr, indices = symmetric_csr(a, b, num_nodes)
+        if not len(pairs) or not len(conn):
+            continue
+        step = max(1, PAIR_CHUNK // len(pairs))
+        for start in range(0, len(conn), step):
+            chunk = conn[start:start + step].astype(dtype, copy=False)
+            lo, hi = _unique_pairs(chunk[:, pairs[:, 0]].ravel(), chunk[:, pairs[:, 1]].ravel())
+            los.append(lo)
+            his.append(hi)
+    if los:  # pairs shared by two chunks merge in symmetric_csr
+        lo = los[0] if len(los) == 1 else np.concatenate(los)
+        hi = his[0] if len(his) == 1 else np.concatenate(his)
+        los, his = [], []
+    else:
+        lo, hi = np.zeros(0, dtype=dtype), np.zeros(0, dtype=dtype)
+    indptr, indices = symmetric_csr(lo, hi, num_nodes)
     return Graph(indptr, indices, pos=pos, kind="nodal")
 
 

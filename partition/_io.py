@@ -30,7 +30,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from meshshard.partition._graph import Cells, Graph
-from meshshard.partition._safe_io import decompress, read_npy, read_npz, read_regular
+from meshshard.partition._safe_io import decompress, hash_regular, read_npy, read_npz, \
+    read_regular
 
 __all__ = ["InputData", "read_input", "read_metis_graph", "read_metis_mesh", "FORMATS"]
 
@@ -56,7 +57,8 @@ class InputData:
         graph: The graph of a METIS graph file.
 
     Shapes:
-        pos: ``(N, D)`` float64, ``D`` 2 or 3. cells: ``(C_b, k_b)`` int64 node ids.
+        pos: ``(N, D)`` float64, ``D`` 2 or 3. cells: ``(C_b, k_b)`` node ids, int32 from
+        a meshio file (int64 beyond 2^31 nodes), int64 otherwise.
     """
 
     name: str
@@ -91,11 +93,18 @@ def read_input(path: str | Path, *, format: str = "auto",
         raise ValueError("is a directory, expected a file")
     if not path.exists():
         raise ValueError("no such file")
-    stored = read_regular(path)
-    digest = hashlib.sha256(stored).hexdigest()
-    raw = decompress(stored, path.suffix, expansion=max_expansion)
+    compressed = path.suffix.lower() in (".bz2", ".gz")
+    if compressed:
+        stored = read_regular(path)
+        digest = hashlib.sha256(stored).hexdigest()
+        raw = decompress(stored, path.suffix, expansion=max_expansion)
+        del stored
+    else:  # hashed in chunks: a mesh that meshio reads itself is never held as bytes too
+        digest, raw = hash_regular(path)
     if format == "auto":
         format = _detect_format(path, raw)
+    if format != "meshio" and not compressed:
+        raw = read_regular(path)
     if format == "metis-graph":
         graph = read_metis_graph(raw)
         data = InputData(path.name, digest, "graph", graph.num_nodes, graph=graph)
@@ -337,14 +346,19 @@ def _read_meshio(path: Path) -> tuple[np.ndarray, list[tuple[str, np.ndarray]]]:
     pos = np.asarray(mesh.points, dtype=np.float64)
     if pos.ndim != 2 or pos.shape[1] not in (2, 3):
         raise ValueError(f"Expected 2-D or 3-D points (got shape {pos.shape})")
+    dtype = np.int32 if len(pos) < 2**31 else np.int64  # half the memory of big meshes
     cells = []
-    for block in mesh.cells:
+    blocks, mesh.cells = mesh.cells, []
+    for block in blocks:
         conn = np.asarray(block.data)
+        block.data = None  # each block's original goes as soon as it is converted
         if conn.dtype == object or conn.ndim != 2:
             raise ValueError(f"Cell type {block.type!r} with a varying node count is not supported")
-        conn = conn.astype(np.int64)
+        if not np.issubdtype(conn.dtype, np.integer):
+            raise ValueError(f"Expected integer {block.type} node ids (got dtype {conn.dtype})")
         if conn.size and (conn.min() < 0 or conn.max() >= len(pos)):
             raise ValueError(f"Expected {block.type} node ids in [0, {len(pos)}) "
                              f"(got [{conn.min()}, {conn.max()}])")
-        cells.append((block.type, conn))
+        cells.append((block.type, conn.astype(dtype, copy=False)))
+        del conn
     return pos, cells

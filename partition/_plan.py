@@ -15,17 +15,18 @@ part's own rows, so the total cost is ``O(N + sum of local edges)``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
-from meshshard.partition._assign import edge_cut, imbalance
+from meshshard.partition._assign import edge_cut as count_cut
+from meshshard.partition._assign import imbalance
 from meshshard.partition._format import MAX_HOPS, make_metadata
 from meshshard.partition._graph import Graph, sorted_unique
 from meshshard.partition._partition import Partition
 
-__all__ = ["build_partitions", "check_assignment"]
+__all__ = ["build_partitions", "check_assignment", "plan_partitions"]
 
 
 def check_assignment(parts: np.ndarray, num_nodes: int, num_parts: int) -> np.ndarray:
@@ -57,55 +58,76 @@ def _row_entries(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.n
     return np.arange(len(shift), dtype=np.int64) + shift, lengths
 
 
-def _local_graph(
-    graph: Graph,
-    parts: np.ndarray,
-    owned: np.ndarray,
-    halo_hops: int,
-    hop: np.ndarray,
-    global_to_local: np.ndarray,
-) -> dict[str, np.ndarray]:
-    """One part's ghosts, hop distances, local edges and positions.
+def _ghost_layers(
+    graph: Graph, owned: np.ndarray, halo_hops: int, hop: np.ndarray
+) -> list[np.ndarray]:
+    """``[owned, ring 1, ..., ring k]``: the nodes first reached at each hop from ``owned``.
 
-    ``hop`` and ``global_to_local`` are ``(N,)`` scratch arrays filled with -1; they are
-    restored before returning.
+    ``hop`` is an ``(N,)`` int8 scratch array filled with -1; it is restored before returning.
     """
     hop[owned] = 0
     layers, frontier = [owned], owned
     for h in range(1, halo_hops + 1):
         entries, _ = _row_entries(graph.indptr, frontier)
         reached = graph.indices[entries]
+        del entries
         frontier = sorted_unique(reached[hop[reached] < 0])
         hop[frontier] = h
         layers.append(frontier)
+    for layer in layers:
+        hop[layer] = -1
+    return layers
+
+
+def _halo(graph: Graph, parts: np.ndarray, owned: np.ndarray, halo_hops: int,
+          hop: np.ndarray) -> dict[str, np.ndarray]:
+    """One part's ghosts in local order, their owners and hop distances, and the ghost rows
+    whose edges are stored too (``k > 1``)."""
+    layers = _ghost_layers(graph, owned, halo_hops, hop)
     ghosts = np.concatenate(layers[1:])
+    hops = np.repeat(np.arange(1, halo_hops + 1, dtype=np.int8), [len(x) for x in layers[1:]])
     owner = parts[ghosts]
     order = np.lexsort((ghosts, owner))
-    ghost_ids, ghost_owner = ghosts[order], owner[order]
+    inner = np.sort(np.concatenate(layers[1:halo_hops])) if halo_hops > 1 else owned[:0]
+    return {"ghost_ids": ghosts[order], "ghost_owner": owner[order],
+            "ghost_hops": hops[order], "inner": inner}
+
+
+def _local_graph(
+    graph: Graph,
+    owned: np.ndarray,
+    halo: Mapping[str, np.ndarray],
+    global_to_local: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """One part's local edges, hop distances and positions, from its ghosts.
+
+    ``global_to_local`` is an ``(N,)`` scratch array filled with -1; it is restored before
+    returning.
+    """
+    ghost_ids = halo["ghost_ids"]
     local = np.concatenate([owned, ghost_ids])
     global_to_local[local] = np.arange(len(local), dtype=np.int64)
-    inner = np.sort(np.concatenate(layers[1:halo_hops])) if halo_hops > 1 else owned[:0]
-    dst_rows = np.concatenate([owned, inner])
+    dst_rows = np.concatenate([owned, halo["inner"]])
     entries, lengths = _row_entries(graph.indptr, dst_rows)
-    edge_index = np.stack([global_to_local[graph.indices[entries]],
-                           np.repeat(global_to_local[dst_rows], lengths)])
+    edge_index = np.empty((2, len(entries)), dtype=np.int64)
+    np.take(global_to_local, graph.indices[entries], out=edge_index[0])
+    edge_index[1] = np.repeat(global_to_local[dst_rows], lengths)
     out = {
         "owned_ids": owned,
         "ghost_ids": ghost_ids,
-        "ghost_owner": ghost_owner,
-        "node_hops": hop[local].astype(np.int8),
+        "ghost_owner": halo["ghost_owner"],
+        "node_hops": np.concatenate([np.zeros(len(owned), dtype=np.int8), halo["ghost_hops"]]),
         "edge_index": edge_index,
         "global_edge_ids": entries,
     }
     if graph.pos is not None:
         out["pos"] = np.ascontiguousarray(graph.pos[local], dtype=np.float64)
-    hop[local] = -1
     global_to_local[local] = -1
     return out
 
 
 def _send_plans(
-    locals_: list[dict[str, np.ndarray]], local_of: np.ndarray, num_parts: int
+    halos: list[dict[str, np.ndarray]], local_of: np.ndarray, num_parts: int
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Every rank's ``(send_index, send_counts)``: what each rank's ghosts ask of it.
 
@@ -113,16 +135,94 @@ def _send_plans(
     sorted by owner they become, for each owner ``r``, the rows ``r`` sends, grouped by
     destination ``q`` and in ``q``'s ghost order.
     """
-    sizes = [len(loc["ghost_ids"]) for loc in locals_]
+    sizes = [len(h["ghost_ids"]) for h in halos]
     dest = np.repeat(np.arange(num_parts, dtype=np.int64), sizes)
-    gids = np.concatenate([loc["ghost_ids"] for loc in locals_])
-    owner = np.concatenate([loc["ghost_owner"] for loc in locals_])
+    gids = np.concatenate([h["ghost_ids"] for h in halos])
+    owner = np.concatenate([h["ghost_owner"] for h in halos])
     order = np.argsort(owner, kind="stable")
     gids, dest, owner = gids[order], dest[order], owner[order]
     counts = np.bincount(owner * num_parts + dest, minlength=num_parts * num_parts)
     counts = counts.reshape(num_parts, num_parts)
     bounds = np.concatenate([[0], np.cumsum(counts.sum(axis=1))])
     return [(local_of[gids[bounds[r]:bounds[r + 1]]], counts[r]) for r in range(num_parts)]
+
+
+def plan_partitions(
+    graph: Graph,
+    parts: np.ndarray,
+    num_parts: int,
+    *,
+    halo_hops: int = 1,
+    attrs: Mapping[str, Any] | None = None,
+    progress: Callable[[int], None] | None = None,
+    edge_cut: int | None = None,
+) -> tuple[dict[str, Any], Iterator[Partition]]:
+    """The partition's metadata, and every rank's :class:`Partition` built one at a time.
+
+    The ghosts and halo plans of every rank are found first (their size is the halo's, not the
+    graph's); each rank's local edges and positions are only built when the iterator reaches
+    it, so a caller that writes each part and lets it go holds one part at a time.
+
+    Args:
+        graph: The whole graph.
+        parts: Owning rank of each node.
+        num_parts: Number of ranks ``R`` (ranks with no node are allowed).
+        halo_hops: ``k >= 1``, see the module docstring.
+        attrs: Extra metadata entries (``method``, ``graph``, ``input``, ``parameters``, ...).
+        progress: Called with 1 after each rank's halo is found.
+        edge_cut: The edge cut of ``parts``, when the caller knows it already.
+
+    Shapes:
+        parts: ``(N,)`` integer in ``[0, R)``. The iterator yields ``R`` partitions.
+    """
+    n = graph.num_nodes
+    parts = check_assignment(parts, n, num_parts)
+    if not 1 <= halo_hops <= MAX_HOPS:
+        raise ValueError(f"Expected 1 <= --halo-hops <= {MAX_HOPS} (got {halo_hops})")
+    owned_order = np.argsort(parts, kind="stable")
+    counts = np.bincount(parts, minlength=num_parts)
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    hop = np.full(n, -1, dtype=np.int8)
+    halos = []
+    for r in range(num_parts):
+        owned = owned_order[offsets[r]:offsets[r + 1]]
+        halos.append(_halo(graph, parts, owned, halo_hops, hop))
+        if progress is not None:
+            progress(1)
+    del hop
+    local_of = np.empty(n, dtype=np.int64)
+    local_of[owned_order] = np.arange(n, dtype=np.int64) - np.repeat(offsets[:-1], counts)
+    plans = _send_plans(halos, local_of, num_parts)
+    del local_of
+    degree = graph.degree()
+    summary = []
+    for r, (halo, (_, send_counts)) in enumerate(zip(halos, plans)):
+        owned_edges = int(degree[owned_order[offsets[r]:offsets[r + 1]]].sum())
+        summary.append({
+            "part": r, "num_owned": int(counts[r]), "num_ghost": len(halo["ghost_ids"]),
+            "num_edges": owned_edges + int(degree[halo["inner"]].sum()),
+            "num_owned_edges": owned_edges, "num_send": int(send_counts.sum())})
+    del degree
+    metadata = make_metadata(
+        num_nodes=n, num_edges=graph.num_edges,
+        edge_cut=count_cut(graph, parts) if edge_cut is None else edge_cut,
+        imbalance=imbalance(parts, num_parts), halo_hops=halo_hops,
+        pos_dim=None if graph.pos is None else int(graph.pos.shape[1]),
+        attrs=attrs or {}, parts=summary)
+
+    def build() -> Iterator[Partition]:
+        global_to_local = np.full(n, -1, dtype=np.int64)
+        for r in range(num_parts):
+            owned = owned_order[offsets[r]:offsets[r + 1]]
+            halo, (send_index, send_counts) = halos[r], plans[r]
+            halos[r] = plans[r] = None  # type: ignore[call-overload]  # each goes once built
+            yield Partition(
+                rank=r, num_parts=num_parts, num_nodes=n, halo_hops=halo_hops,
+                num_owned_per_part=counts, send_index=send_index, send_counts=send_counts,
+                recv_counts=np.bincount(halo["ghost_owner"], minlength=num_parts),
+                metadata=metadata, **_local_graph(graph, owned, halo, global_to_local))
+
+    return metadata, build()
 
 
 def build_partitions(
@@ -134,54 +234,12 @@ def build_partitions(
     attrs: Mapping[str, Any] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> list[Partition]:
-    """Every rank's :class:`Partition` for the assignment ``parts``.
-
-    Args:
-        graph: The whole graph.
-        parts: Owning rank of each node.
-        num_parts: Number of ranks ``R`` (ranks with no node are allowed).
-        halo_hops: ``k >= 1``, see the module docstring.
-        attrs: Extra metadata entries (``method``, ``graph``, ``input``, ``parameters``, ...).
-        progress: Called with 1 after each rank.
+    """Every rank's :class:`Partition` for the assignment ``parts``, all in memory (see
+    :func:`plan_partitions` for the arguments, and for one part at a time).
 
     Shapes:
         parts: ``(N,)`` integer in ``[0, R)``. Returns ``R`` partitions.
     """
-    n = graph.num_nodes
-    parts = check_assignment(parts, n, num_parts)
-    if not 1 <= halo_hops <= MAX_HOPS:
-        raise ValueError(f"Expected 1 <= --halo-hops <= {MAX_HOPS} (got {halo_hops})")
-    owned_order = np.argsort(parts, kind="stable")
-    counts = np.bincount(parts, minlength=num_parts)
-    offsets = np.concatenate([[0], np.cumsum(counts)])
-    local_of = np.empty(n, dtype=np.int64)
-    local_of[owned_order] = np.arange(n, dtype=np.int64) - np.repeat(offsets[:-1], counts)
-    hop = np.full(n, -1, dtype=np.int8)
-    global_to_local = np.full(n, -1, dtype=np.int64)
-    locals_ = []
-    for r in range(num_parts):
-        owned = owned_order[offsets[r]:offsets[r + 1]]
-        locals_.append(_local_graph(graph, parts, owned, halo_hops, hop, global_to_local))
-        if progress is not None:
-            progress(1)
-    plans = _send_plans(locals_, local_of, num_parts)
-    degree = graph.degree()
-    summary = [
-        {"part": r, "num_owned": len(loc["owned_ids"]), "num_ghost": len(loc["ghost_ids"]),
-         "num_edges": int(loc["edge_index"].shape[1]),
-         "num_owned_edges": int(degree[loc["owned_ids"]].sum()),
-         "num_send": int(send_counts.sum())}
-        for r, (loc, (_, send_counts)) in enumerate(zip(locals_, plans))
-    ]
-    metadata = make_metadata(
-        num_nodes=n, num_edges=graph.num_edges, edge_cut=edge_cut(graph, parts),
-        imbalance=imbalance(parts, num_parts), halo_hops=halo_hops,
-        pos_dim=None if graph.pos is None else int(graph.pos.shape[1]),
-        attrs=attrs or {}, parts=summary)
-    return [
-        Partition(rank=r, num_parts=num_parts, num_nodes=n, halo_hops=halo_hops,
-                  num_owned_per_part=counts, send_index=send_index, send_counts=send_counts,
-                  recv_counts=np.bincount(loc["ghost_owner"], minlength=num_parts),
-                  metadata=metadata, **loc)
-        for r, (loc, (send_index, send_counts)) in enumerate(zip(locals_, plans))
-    ]
+    _, partitions = plan_partitions(graph, parts, num_parts, halo_hops=halo_hops, attrs=attrs,
+                                    progress=progress)
+    return list(partitions)

@@ -21,12 +21,14 @@ def _rows(parts: list[Mapping[str, Any]]) -> list[Mapping[str, Any] | None]:
 
 
 def print_summary(meta: Mapping[str, Any], seconds: Mapping[str, float] | None = None,
-                  file: IO[str] | None = None) -> None:
+                  peak_mb: Mapping[str, float] | None = None, file: IO[str] | None = None
+                  ) -> None:
     """Print a table of parts (owned, ghosts, edges, sends) and the totals.
 
     Args:
         meta: The partition's metadata.
         seconds: Wall time of each pipeline step, when known.
+        peak_mb: Peak resident memory (MiB) during each step, when known.
         file: Where to print (default: stdout).
     """
     from rich.console import Console
@@ -65,5 +67,8 @@ def print_summary(meta: Mapping[str, Any], seconds: Mapping[str, float] | None =
         total = sum(seconds.values())
         steps = "  ".join(f"{name} {t:.2f}s" for name, t in seconds.items())
         lines.append(f"time {total:.2f}s: {steps}")
+    if peak_mb:
+        steps = "  ".join(f"{name} {mb:,.0f}" for name, mb in peak_mb.items())
+        lines.append(f"peak memory {max(peak_mb.values()):,.0f} MiB: {steps}")
     for line in lines:
         console.print(line)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import hashlib
 import io
 import os
 import re
@@ -36,7 +37,7 @@ import zipfile
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -44,6 +45,7 @@ __all__ = [
     "MAX_EXPANSION",
     "check_destination",
     "decompress",
+    "hash_regular",
     "interrupted_hint",
     "read_inside",
     "read_npy",
@@ -205,8 +207,12 @@ def write_folder(out: str | os.PathLike[str], fill: Callable[[Path], T]) -> T:
 
 
 def _open_regular(path: Path, label: object, max_bytes: int | None, *,
-                  follow: bool = True) -> bytes:
-    """Read a regular file through a non-blocking descriptor, at most ``max_bytes``."""
+                  follow: bool = True, digest: Any = None, head: int | None = None) -> bytes:
+    """Read a regular file through a non-blocking descriptor, at most ``max_bytes``.
+
+    With ``digest`` (a ``hashlib`` object) the file is streamed through it in 16 MiB chunks
+    and only its first ``head`` bytes are returned, so a large file is never held whole.
+    """
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
     if not follow:
         flags |= getattr(os, "O_NOFOLLOW", 0)
@@ -226,8 +232,14 @@ def _open_regular(path: Path, label: object, max_bytes: int | None, *,
             raise ValueError(f"{label}: is larger than expected ({info.st_size:,} bytes, at "
                              f"most {max_bytes:,})")
         with os.fdopen(fd, "rb", closefd=False) as file:
-            data = file.read(info.st_size)
-        return data
+            if digest is None:
+                return file.read(info.st_size)
+            first = b""
+            while chunk := file.read(1 << 24):
+                digest.update(chunk)
+                if len(first) < (head or 0):
+                    first += chunk[:(head or 0) - len(first)]
+            return first
     finally:
         os.close(fd)
 
@@ -236,6 +248,14 @@ def read_regular(path: str | os.PathLike[str], *, max_bytes: int | None = None) 
     """The bytes of the regular file ``path`` (a FIFO, device or folder is refused, never
     opened for a blocking read)."""
     return _open_regular(Path(path), path, max_bytes)
+
+
+def hash_regular(path: str | os.PathLike[str], *, head: int = 4096) -> tuple[str, bytes]:
+    """SHA-256 of the regular file ``path``, streamed (never held whole), and its first
+    ``head`` bytes; refused like :func:`read_regular`."""
+    digest = hashlib.sha256()
+    first = _open_regular(Path(path), path, None, digest=digest, head=head)
+    return digest.hexdigest(), first
 
 
 def read_inside(folder: str | os.PathLike[str], name: object, *, max_bytes: int) -> bytes:

@@ -477,7 +477,8 @@ def _cheb_norm(
     n_own = graph.num_owned
     weight = edge_weight if edge_weight is not None else torch.ones(src.shape[0], dtype=dtype, device=src.device)
     per_source = torch.zeros(graph.num_local, dtype=weight.dtype, device=weight.device).index_add(0, src, weight)
-    deg_own = _sum_to_owners(graph, per_source[:, None])[:, 0]
+    halo = graph.spec.halo  # ghosts' parts go back to their owners
+    deg_own = halo.sum_to_owners(per_source[:, None])[:, 0] if halo is not None else per_source[:n_own]
     if normalization is None:
         edge_w, loop_w = -weight, deg_own
     elif normalization == "sym":
@@ -512,18 +513,6 @@ def _global_max(graph: ShardGraph, values: Tensor, dtype: torch.dtype) -> Tensor
     ties = (values.detach() == top.to(values)).to(values.dtype)
     group = graph.spec.group
     return sum_to_replicated((values * ties).sum(), group=group) / sum_to_replicated(ties.sum(), group=group)
-
-
-def _sum_to_owners(graph: ShardGraph, local: Tensor) -> Tensor:
-    """``(N_local, ...)`` per-node parts -> ``(N_own, ...)`` totals: ghost parts sent back to owners."""
-    from meshshard.comm import all_to_all_v
-
-    spec = graph.spec
-    own = local[: graph.num_owned]
-    if not spec.has_halo or spec.world_size == 1:
-        return own
-    back = all_to_all_v(local[graph.num_owned:], list(spec.recv_counts), list(spec.send_counts), group=spec.group)
-    return own.index_add(0, spec._on("send_index", local.device), back)
 
 
 _HANDLERS: dict[str, Callable[..., Tensor]] = {

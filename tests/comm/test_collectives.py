@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from meshshard.comm import (
+    HaloPlan,
     all_gather_v,
     append_halo,
     all_to_all_v,
@@ -173,6 +174,36 @@ def _check_append_halo(rank: int, world: int, dtype: torch.dtype) -> None:
     _close(x.grad, xs[rank].grad.to(dtype), dtype, f"append_halo grad {dtype}")
 
 
+def _check_sum_to_owners(rank: int, world: int, dtype: torch.dtype) -> None:
+    """HaloPlan.sum_to_owners against one process (ghost rows added at the rows they came from),
+    its gradient (HaloPlan.append of the weights) and, in float64, the adjoint identity with append."""
+    plan = make_plan(world, 19, dtype, row=(2, 3))
+    for r in range(world):
+        plan.index[r][r] = plan.index[r][r][:0]
+    halo = HaloPlan.from_layout(plan.send_index(rank), plan.send_counts(rank), plan.recv_counts(rank), num_owned=len(plan.xs[rank]))
+    g = torch.Generator().manual_seed(9)
+    ys = [torch.randn(len(plan.xs[q]) + sum(plan.recv_counts(q)), 2, 3, generator=g, dtype=torch.float64) for q in range(world)]
+    ws = [torch.randn(len(plan.xs[q]), 2, 3, generator=g, dtype=torch.float64) for q in range(world)]
+    y = ys[rank].to(dtype).requires_grad_()
+    with count_collectives() as log:
+        out = halo.sum_to_owners(y)
+        (out * ws[rank].to(dtype)).sum().backward()
+    assert (log.count("indexed_all_to_all_v", "forward"), log.count("indexed_all_to_all_v", "backward")) == (1, 1), log
+    expected = ys[rank][: len(plan.xs[rank])].clone()
+    for q in range(world):  # rank q's ghost rows from this rank, grouped by source rank
+        start = len(plan.xs[q]) + sum(plan.recv_counts(q)[:rank])
+        expected.index_add_(0, plan.index[rank][q], ys[q][start : start + len(plan.index[rank][q])])
+    _close(out.detach(), expected.to(dtype), dtype, f"sum_to_owners forward {dtype}")
+    _close(y.grad, halo.append(ws[rank].to(dtype)), dtype, f"sum_to_owners grad {dtype}")
+    if dtype == torch.float64:  # sum over ranks <append(x), y> == sum over ranks <x, sum_to_owners(y)>
+        x = ws[rank]
+        sums = torch.stack([(halo.append(x) * ys[rank]).sum(), (x * halo.sum_to_owners(ys[rank])).sum()])
+        if dist.is_initialized():
+            dist.all_reduce(sums)
+        lhs, rhs = sums.tolist()
+        assert abs(lhs - rhs) <= 1e-12 * max(1.0, abs(lhs)), f"sum_to_owners adjoint: {lhs} != {rhs}"
+
+
 def _check_zero_width_and_empty(rank: int, world: int) -> None:
     # rows with no features, and a plan where nobody sends anything
     x = torch.zeros(4, 0, requires_grad=True)
@@ -198,6 +229,7 @@ def _battery(rank: int, world: int) -> str:
         _check_gathers(rank, world, dtype)
     for dtype in (torch.float64, torch.float32, torch.bfloat16):
         _check_append_halo(rank, world, dtype)
+        _check_sum_to_owners(rank, world, dtype)
     _check_indexed_dim1(rank, world)
     _check_adjoint(rank, world)
     _check_half_accumulation(rank, world)

@@ -45,5 +45,8 @@ def test_world_of_one_plan_exchanges_nothing() -> None:
     assert plan.index_on("cpu") is plan.index_on(torch.device("cpu"))  # cached per device
     with pytest.raises(ValueError, match=r"Expected 'x' to have 3 rows, the owned rows of the plan \(got shape \(2, 2\)\)"):
         plan.append(x[:2])
+    assert torch.equal(plan.sum_to_owners(x), x)
+    with pytest.raises(ValueError, match=r"Expected 'x' to have 3 rows, the owned then the ghost rows of the plan \(got shape \(2, 2\)\)"):
+        plan.sum_to_owners(x[:2])
     learned = HaloPlan.from_send_counts(torch.zeros(0, dtype=torch.int32), [0], num_owned=0)
     assert learned.recv_counts == (0,) and learned.send_index.dtype == torch.int64

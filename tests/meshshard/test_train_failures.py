@@ -7,6 +7,7 @@ trainings in a row, so the ranks start once.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -84,6 +85,26 @@ def test_non_finite_data_loss_or_gradient_stops_every_rank_and_keeps_the_last_go
     assert not (setup["root"] / "diverges" / "checkpoint.pt").exists()
 
 
+def _finite_checks(rank: int, world: int, cfg: dict) -> list[int]:
+    import meshshard._train as trainer
+
+    checked: list[int] = []
+    real = trainer._non_finite_row
+    trainer._non_finite_row = lambda x, y, owned, sample: checked.append(sample) or real(x, y, owned, sample)
+    train(TrainConfig.from_dict(cfg))
+    return checked
+
+
+def test_each_training_sample_is_checked_for_non_finite_values_once(setup: dict) -> None:  # noqa: F811
+    steps = 10
+    cfg = asdict(setup["cfg"]) | {"partition": str(setup["root"] / "partition1"), "data_parallel": 1, "steps": steps,
+                                  "checkpoint_every": steps, "out": str(setup["root"] / "checked_once")}
+    train_ids = open_dataset(cfg["data"]).train
+    read = [int(train_ids[sample_index(cfg["seed"], k, 0, 1, len(train_ids))]) for k in range(steps)]
+    assert len(set(read)) < len(read), "some sample is read twice"
+    assert run_ranks(_finite_checks, 1, cfg, timeout=120)[0] == list(dict.fromkeys(read))  # first reads only
+
+
 def test_a_non_finite_gradient_is_reported_with_the_step_and_samples() -> None:
     from meshshard._train import NonFiniteLoss, _check_finite, _local_flags
 
@@ -107,6 +128,36 @@ def _cli(setup: dict, out: Path, *extra: str) -> list[str]:  # noqa: F811
     cfg = setup["cfg"]
     return ["train", str(setup["root"] / "partition1"), "--data", cfg.data, "--out", str(out), "--latent", "8",
             "--hidden-layers", "1", "--mp-steps", "2", "--quiet", "--steps", "2", *extra]
+
+
+def test_missing_folders_and_a_file_as_output_folder_are_one_line_and_exit_2(
+    setup: dict, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    """train and predict share these refusals (meshshard._launch), made before any rank starts."""
+    from meshshard._predict import check_output
+    from meshshard.cli import main
+
+    for name in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "MESHSHARD_DEBUG"):
+        monkeypatch.delenv(name, raising=False)
+    root, data = setup["root"], setup["cfg"].data
+    missing, file, out = root / "missing", root / "a-file", root / "never-made"
+    file.write_text("x")
+    cases = {
+        ("train", str(missing), "--data", data, "--out", str(out)): f"meshshard train: error: {missing}: no such partition folder",
+        ("train", str(root / "partition1"), "--data", str(missing), "--out", str(out)):
+            f"meshshard train: error: {missing}: no such dataset folder",
+        ("train", str(root / "partition1"), "--data", data, "--out", str(file)):
+            f"meshshard train: error: {file}: exists and is not a folder",
+        ("predict", str(missing), "--data", data, "--out", str(out)): f"meshshard predict: error: {missing}: no such run folder",
+        ("predict", str(root), "--data", str(missing), "--out", str(out)):
+            f"meshshard predict: error: {missing}: no such dataset folder",
+    }
+    for argv, message in cases.items():
+        assert main(list(argv)) == 2, argv
+        assert capsys.readouterr().err == message + "\n", argv
+    assert not out.exists()
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(file))}: exists and is not a folder$"):
+        check_output(file, force=True)
 
 
 def test_bad_counts_environment_and_checkpoints_are_one_line_and_exit_2(

@@ -1,0 +1,54 @@
+"""What the bench scripts share: starting their worker processes and reading what the workers report.
+
+A script runs its own ``--worker`` mode in a child: one process, or R local ranks under torchrun
+(``python -m torch.distributed.run`` on a free loopback port). The worker writes its figures as JSON
+to a file the script names; peak memory is ``ru_maxrss`` (Linux: KiB), reported in MiB.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["peak_rss_mb", "worker_command", "run_workers", "read_json"]
+
+
+def peak_rss_mb(children: bool = False) -> float:
+    """Peak resident set so far of this process, or (``children``) of its largest finished child, in MiB."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def worker_command(script: str | Path, flags: Sequence[str], ranks: int, torchrun: bool | None = None) -> list[str]:
+    """``python SCRIPT FLAGS``; under torchrun on ``ranks`` local ranks when ``torchrun`` (default:
+    when ``ranks > 1``)."""
+    if not (ranks > 1 if torchrun is None else torchrun):
+        return [sys.executable, str(script), *flags]
+    from meshshard._launch import free_port
+
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
+            "--master-port", str(free_port()), str(script), *flags]
+
+
+def run_workers(
+    script: str | Path, flags: Sequence[str], ranks: int, env: Mapping[str, str], *,
+    torchrun: bool | None = None, timeout: float = 1200,
+) -> subprocess.CompletedProcess[str]:
+    """Run :func:`worker_command` with ``env``, its output captured; a failed run does not raise
+    (see :func:`read_json`)."""
+    cmd = worker_command(script, flags, ranks, torchrun)
+    return subprocess.run(cmd, env=dict(env), capture_output=True, text=True, timeout=timeout)
+
+
+def read_json(path: str | Path, done: subprocess.CompletedProcess[str], what: str = "the worker run") -> Any:
+    """The JSON that the finished run ``done`` wrote to ``path``; if the run failed or wrote nothing,
+    exit naming its last line on stderr (or its exit code)."""
+    path = Path(path)
+    if done.returncode or not path.is_file():
+        lines = done.stderr.strip().splitlines() if done.stderr else []
+        raise SystemExit(f"{what} failed: {lines[-1] if lines else f'exit code {done.returncode}'}")
+    return json.loads(path.read_text())
