@@ -73,29 +73,6 @@ def _die_with_parent() -> None:
         pass
 
 
-#: glibc's mmap threshold set in each rank by :func:`lean_malloc` (bytes).
-MMAP_THRESHOLD = 4 << 20
-
-
-def lean_malloc() -> bool:
-    """Fix glibc's mmap threshold at :data:`MMAP_THRESHOLD` in this process, unless the user
-    set one (``MALLOC_MMAP_THRESHOLD_`` or ``GLIBC_TUNABLES``) or the C library is not glibc.
-
-    By default glibc raises its threshold after each large free, so a shard's mid-sized
-    activations then come from the heap, which fragments and keeps freed memory: per-rank
-    peaks stop shrinking as ranks are added (see the README). Returns whether it was set.
-    """
-    if "MALLOC_MMAP_THRESHOLD_" in os.environ or "GLIBC_TUNABLES" in os.environ:
-        return False
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        return bool(libc.mallopt(-3, MMAP_THRESHOLD))  # M_MMAP_THRESHOLD
-    except (OSError, AttributeError):
-        return False
-
-
 def _entry(local_rank: int, fn: Callable[..., Any], world: int, port: int, args: tuple, report: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
@@ -104,7 +81,6 @@ def _entry(local_rank: int, fn: Callable[..., Any], world: int, port: int, args:
         LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
     )
     os.environ.setdefault("MESHSHARD_TIMEOUT", "120")
-    lean_malloc()
     try:
         import torch
 
@@ -227,7 +203,6 @@ def run_command(
         if nproc and not launched:
             launch_local(worker, nproc, payload)
         else:
-            lean_malloc()
             worker(payload)
     except (ValueError, RuntimeError, OSError) as err:
         if _debug() and not isinstance(err, RankFailed):

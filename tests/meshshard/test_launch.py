@@ -88,13 +88,3 @@ def test_errors_under_nproc_are_one_line_with_the_first_failing_rank(setup: dict
     assert "rank 1: MESHSHARD_FAIL_AT=1:1: dying in the middle of step 1" in run.stderr
     assert run.stderr.strip().splitlines()[-1] == "meshshard train: error: rank 1 exited with code 17", run.stderr
     assert "Traceback" not in run.stderr, run.stderr
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
-def test_lean_malloc_unless_the_user_chose() -> None:
-    code = "from meshshard._launch import lean_malloc; print(lean_malloc())"
-    env = {k: v for k, v in os.environ.items() if k not in ("MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")}
-    said = [subprocess.run([sys.executable, "-c", code], env=env | extra, capture_output=True, text=True,
-                           check=True).stdout.strip()
-            for extra in ({}, {"MALLOC_MMAP_THRESHOLD_": "65536"}, {"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0"})]
-    assert said == ["True", "False", "False"]
