@@ -21,11 +21,9 @@ the part that scales with the shard is visible:
 The peak RSS is what the process holds, not what its tensors hold: with glibc's default
 allocator, freed blocks under its dynamic mmap threshold (up to 32 MB) stay in the heap and RSS
 creeps up from step to step, most where a rank's tensors are a few MB to a few tens of MB (many
-ranks, or a small mesh). ``meshshard train`` therefore fixes the threshold at 4 MiB in each rank
-(``meshshard._launch.lean_malloc``): that is the default here. ``--mmap-threshold BYTES`` runs the
-ranks with ``GLIBC_TUNABLES=glibc.malloc.mmap_threshold=BYTES`` instead (every larger block is
-returned to the system when freed), and ``--mmap-threshold 0`` with glibc's own dynamic
-threshold (a no-op ``GLIBC_TUNABLES`` entry, which makes ``meshshard train`` leave it alone).
+ranks, or a small mesh). ``--mmap-threshold BYTES`` runs the ranks with
+``GLIBC_TUNABLES=glibc.malloc.mmap_threshold=BYTES`` (a fixed threshold: every larger block is
+returned to the system when freed), so the peak is that of the live tensors.
 
     python bench/train_memory.py [--side 100] [--samples 20] [--ranks 1,2,4] [--steps 2]
                                  [--latent 16] [--mp-steps 2] [--mmap-threshold BYTES]
@@ -185,9 +183,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--latent", type=int, default=16)
     parser.add_argument("--mp-steps", type=int, default=2)
-    parser.add_argument("--mmap-threshold", type=int, default=None,
-                        help="run the ranks with glibc's mmap threshold fixed at this many bytes (0: glibc's "
-                             "dynamic default; none: meshshard's, 4 MiB)")
+    parser.add_argument("--mmap-threshold", type=int, default=0,
+                        help="run the ranks with glibc's mmap threshold fixed at this many bytes (0: glibc's default)")
     parser.add_argument("--no-val", action="store_true", help="no validation pass (it runs before step 0 otherwise)")
     parser.add_argument("--cache", type=Path, default=Path("/tmp/meshshard-bench"),
                         help="folder for the dataset (shared with bench/dataset.py), partitions and runs")
@@ -198,20 +195,16 @@ def main() -> int:
         parser.error("Expected --side >= 2, --steps >= 1 and positive --ranks")
 
     data, built_s = ensure_dataset(args.cache, args.side, args.samples)
-    if args.mmap_threshold is not None:  # read by glibc when each rank starts; this process keeps its allocator
-        tunable = (f"glibc.malloc.mmap_threshold={args.mmap_threshold}" if args.mmap_threshold
-                   else "glibc.malloc.mmap_max=65536")  # glibc's default value: nothing changes
+    if args.mmap_threshold:  # read by glibc when each rank starts; this process keeps its allocator
         os.environ["GLIBC_TUNABLES"] = ":".join(
             [t for t in os.environ.get("GLIBC_TUNABLES", "").split(":") if t and "mmap_threshold" not in t]
-            + [tunable])
+            + [f"glibc.malloc.mmap_threshold={args.mmap_threshold}"])
     work = args.cache / f"train-memory-{args.side}-{args.samples}"
     work.mkdir(parents=True, exist_ok=True)
     rows = [run_one(args, data, work, p) for p in sorted(ranks)]
     title = (f"meshshard train, peak memory per rank: {rows[0]['num_nodes']:,}-node tet mesh, MeshGraphNet latent "
              f"{args.latent}, {args.mp_steps} message-passing steps, float32, {args.steps} steps; allocator: "
-             + ("meshshard's (glibc, mmap threshold fixed at 4 MiB)" if args.mmap_threshold is None
-                else f"glibc, mmap threshold {args.mmap_threshold:,} B" if args.mmap_threshold
-                else "glibc defaults"))
+             + (f"glibc, mmap threshold {args.mmap_threshold:,} B" if args.mmap_threshold else "glibc defaults"))
     print_table(rows, title)
     result = {"benchmark": "train_memory", "side": args.side, "samples": args.samples, "steps": args.steps,
               "latent": args.latent, "mp_steps": args.mp_steps, "validation": not args.no_val,
