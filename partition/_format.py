@@ -178,8 +178,9 @@ _PART_COUNTS = ("num_owned", "num_ghost", "num_edges", "num_owned_edges", "num_s
 _DTYPES: dict[str, np.dtype] = {name: np.dtype(np.int64) for name in PART_ARRAYS}
 _DTYPES.update(node_hops=np.dtype(np.int8), pos=np.dtype(np.float64))
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
-#: Part files written at once by :func:`write_partitions` (2 was no faster on 2 cores).
-WRITERS = 1
+#: Part files written at once by :func:`write_partitions` (on 2 idle cores, 2 writers write a
+#: 5M-node mesh's 64 parts in 1.7-2.9 s against 3.2-4.2 s for one).
+WRITERS = 2
 
 
 def part_file_name(rank: int) -> str:
@@ -314,8 +315,8 @@ def write_partitions(
         meta = dict(metadata)
         digests: list[Future[str]] = []
         stream = iter(partitions)
-        # A writer thread: part r is written and hashed (zlib, hashlib and the file system let
-        # go of the GIL) while part r + 1 is built; at most WRITERS + 1 parts are alive.
+        # Writer threads: parts r - 1 and r are written and hashed (zlib, hashlib and the file
+        # system let go of the GIL) while part r + 1 is built; at most WRITERS + 1 parts alive.
         with ThreadPoolExecutor(max_workers=WRITERS) as writer:
             for rank in range(num_parts):
                 part = next(stream, None)
