@@ -52,3 +52,10 @@ def read_json(path: str | Path, done: subprocess.CompletedProcess[str], what: st
         lines = done.stderr.strip().splitlines() if done.stderr else []
         raise SystemExit(f"{what} failed: {lines[-1] if lines else f'exit code {done.returncode}'}")
     return json.loads(path.read_text())
+
+
+def emit(result: Any, path: str | Path | None) -> None:
+    """Print a benchmark's result as one JSON line, and write it indented to ``path`` if given."""
+    print(json.dumps(result))
+    if path:
+        Path(path).write_text(json.dumps(result, indent=2) + "\n")

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from _meshes import make_box_mesh
+from _runner import emit
 
 
 def run(cmd: list[str]) -> float:
@@ -111,9 +112,7 @@ def measure(args: argparse.Namespace, work: Path) -> int:
     print_table(rows, f"meshshard predict: {nodes:,}-node tet mesh, MeshGraphNet latent {args.latent}, "
                       f"{args.mp_steps} message-passing steps, 2 samples")
     result = {"benchmark": "predict", "side": args.side, "latent": args.latent, "mp_steps": args.mp_steps, "rows": rows}
-    print(json.dumps(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    emit(result, args.json)
     return 0
 
 

@@ -46,6 +46,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _runner import emit
+
 MS = [sys.executable, "-m", "meshshard"]
 
 
@@ -210,9 +212,7 @@ def main() -> int:
               "latent": args.latent, "mp_steps": args.mp_steps, "validation": not args.no_val,
               "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
               "dataset_built_s": round(built_s, 1), "cpu_count": os.cpu_count(), "rows": rows}
-    print(json.dumps(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    emit(result, args.json)
     return 0
 
 

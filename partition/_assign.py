@@ -305,9 +305,8 @@ def edge_cut(graph: Graph, parts: np.ndarray) -> int:
     """Undirected edges whose two ends are in different parts (rows taken about
     :data:`EDGE_CHUNK` edges at a time)."""
     n = graph.num_nodes
-    bounds = np.unique(np.searchsorted(
-        graph.indptr, np.arange(0, graph.num_edges + EDGE_CHUNK, EDGE_CHUNK), side="right") - 1)
-    bounds = np.unique(np.clip(np.append(bounds, [0, n]), 0, n))
+    starts = np.searchsorted(graph.indptr, np.arange(0, graph.num_edges, EDGE_CHUNK), side="right") - 1
+    bounds = np.unique(np.r_[0, starts, n])  # rows, cut every ~EDGE_CHUNK edges
     cut = 0
     for start, stop in zip(bounds[:-1], bounds[1:]):
         lo, hi = graph.indptr[start], graph.indptr[stop]

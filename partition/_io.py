@@ -93,18 +93,16 @@ def read_input(path: str | Path, *, format: str = "auto",
         raise ValueError("is a directory, expected a file")
     if not path.exists():
         raise ValueError("no such file")
-    compressed = path.suffix.lower() in (".bz2", ".gz")
-    if compressed:
+    if format == "meshio" or (format == "auto" and _meshio_by_name(path)):
+        # hashed in chunks: a mesh that meshio reads itself is never held as bytes too
+        digest, raw = hash_regular(path)
+    else:  # parsed from bytes: read once, hashed from memory
         stored = read_regular(path)
         digest = hashlib.sha256(stored).hexdigest()
         raw = decompress(stored, path.suffix, expansion=max_expansion)
         del stored
-    else:  # hashed in chunks: a mesh that meshio reads itself is never held as bytes too
-        digest, raw = hash_regular(path)
     if format == "auto":
         format = _detect_format(path, raw)
-    if format != "meshio" and not compressed:
-        raw = read_regular(path)
     if format == "metis-graph":
         graph = read_metis_graph(raw)
         data = InputData(path.name, digest, "graph", graph.num_nodes, graph=graph)
@@ -132,6 +130,13 @@ def check_finite(pos: np.ndarray) -> None:
         raise ValueError(
             f"Expected finite coordinates (got {int(bad.sum())} nodes with NaN or inf, "
             f"the first is node {first})")
+
+
+def _meshio_by_name(path: Path) -> bool:
+    """Whether the name alone makes ``path`` a meshio input (not compressed, not a METIS graph,
+    point cloud or ``.mesh``, which :func:`_detect_format` tells apart by content)."""
+    suffix = path.suffix.lower()
+    return suffix not in (".bz2", ".gz", ".npy", ".npz", ".mesh", *_GRAPH_SUFFIXES)
 
 
 def _detect_format(path: Path, raw: bytes) -> str:

@@ -225,21 +225,11 @@ def plan_partitions(
     return metadata, build()
 
 
-def build_partitions(
-    graph: Graph,
-    parts: np.ndarray,
-    num_parts: int,
-    *,
-    halo_hops: int = 1,
-    attrs: Mapping[str, Any] | None = None,
-    progress: Callable[[int], None] | None = None,
-) -> list[Partition]:
-    """Every rank's :class:`Partition` for the assignment ``parts``, all in memory (see
-    :func:`plan_partitions` for the arguments, and for one part at a time).
+def build_partitions(graph: Graph, parts: np.ndarray, num_parts: int, **options: Any) -> list[Partition]:
+    """Every rank's :class:`Partition` for the assignment ``parts``, all in memory
+    (:func:`plan_partitions`'s arguments and parts, gathered in a list).
 
     Shapes:
         parts: ``(N,)`` integer in ``[0, R)``. Returns ``R`` partitions.
     """
-    _, partitions = plan_partitions(graph, parts, num_parts, halo_hops=halo_hops, attrs=attrs,
-                                    progress=progress)
-    return list(partitions)
+    return list(plan_partitions(graph, parts, num_parts, **options)[1])
