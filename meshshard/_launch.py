@@ -86,6 +86,11 @@ def _entry(local_rank: int, fn: Callable[..., Any], world: int, port: int, args:
 
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
         fn(*args)
+        # Done: leave without the interpreter's teardown, where gloo's threads can still abort the
+        # rank ("terminate called without an active exception") after its work is all written.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     except BaseException as err:  # noqa: BLE001 - every failure is reported to the launcher, on one line
         if _debug():
             traceback.print_exc()
