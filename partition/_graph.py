@@ -22,7 +22,9 @@ Builders (all vectorised, no Python loop per node, edge or cell):
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -154,21 +156,59 @@ def sorted_unique(values: np.ndarray) -> np.ndarray:
 def symmetric_csr(a: np.ndarray, b: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     """CSR of the undirected graph with edges ``a[i] - b[i]``, without self-loops or duplicates.
 
-    Built by scipy's C++ COO-to-CSR conversion (a counting sort by row, then small per-row
-    sorts), several times faster than a global sort of edge keys on large meshes.
+    The pairs are oriented ``lo < hi`` and made distinct (:func:`_upper_csr`), then mirrored
+    (:func:`_mirror`).
 
     Shapes:
         a, b: ``(M,)`` integer. Returns indptr ``(N + 1,)`` and sorted-per-row indices ``(E,)``,
         both int64.
     """
-    keep = a != b
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    return _mirror(_upper_csr(lo, hi, num_nodes))
+
+
+def _upper_csr(lo: np.ndarray, hi: np.ndarray, num_nodes: int) -> sp.csr_array:
+    """The distinct pairs ``(lo[i], hi[i])``, self-loops dropped, as a CSR matrix in canonical
+    form (row ``lo``, sorted distinct columns ``hi``).
+
+    scipy's C++ COO-to-CSR conversion (a counting sort by row, then small per-row sorts) is
+    several times faster than a global sort of edge keys on large meshes.
+
+    Shapes:
+        lo, hi: ``(M,)`` integer, ``lo <= hi``. Returns an ``(N, N)`` matrix.
+    """
+    keep = lo != hi
     if not keep.all():
-        a, b = a[keep], b[keep]
-    ones = np.ones(len(a), dtype=bool)  # bool: duplicates merge, never overflow
-    half = sp.csr_array((ones, (a, b)), shape=(num_nodes, num_nodes))
-    full = (half + half.T).tocsr()
-    full.sort_indices()
-    return full.indptr.astype(np.int64), full.indices.astype(np.int64)
+        lo, hi = lo[keep], hi[keep]
+    del keep
+    ones = np.ones(len(lo), dtype=bool)  # bool: duplicates merge, never overflow
+    upper = sp.csr_array((ones, (lo, hi)), shape=(num_nodes, num_nodes))
+    upper.sum_duplicates()
+    return upper
+
+
+def _mirror(upper: sp.csr_array) -> tuple[np.ndarray, np.ndarray]:
+    """The symmetric CSR ``upper + upper.T`` of a canonical strictly upper triangular matrix,
+    as int64 ``(indptr, indices)`` with sorted rows.
+
+    No sort: row ``r`` is the column ``r`` of ``upper`` (its rows ``< r``, ascending after the
+    stable counting sort of ``upper.T.tocsr()``) followed by the row ``r`` of ``upper``
+    (columns ``> r``, ascending). The two are written into the int64 result through a mask of
+    the slots of each part, so no int32 copy of the whole graph is made.
+    """
+    n = upper.shape[0]
+    lower = upper.T.tocsr()
+    indptr = np.add(upper.indptr, lower.indptr, dtype=np.int64)
+    runs = np.empty(2 * n, dtype=np.int64)  # row r: lower part, then upper part
+    np.subtract(lower.indptr[1:], lower.indptr[:-1], out=runs[0::2])
+    np.subtract(upper.indptr[1:], upper.indptr[:-1], out=runs[1::2])
+    is_upper = np.repeat(np.tile(np.array([False, True]), n), runs)
+    del runs
+    indices = np.empty(len(is_upper), dtype=np.int64)
+    indices[is_upper] = upper.indices[:upper.nnz]
+    np.logical_not(is_upper, out=is_upper)
+    indices[is_upper] = lower.indices[:lower.nnz]
+    return indptr, indices
 
 
 def _index_dtype(num_nodes: int) -> type:
@@ -200,21 +240,41 @@ def cell_edge_pairs(cell_type: str, nodes_per_cell: int) -> np.ndarray:
     return np.array(list(itertools.combinations(range(nodes_per_cell), 2)), dtype=np.int64)
 
 
-#: Cell-edge pairs handled at once by :func:`nodal_graph` (bounds its working memory).
+#: Cell-edge pairs in flight at once in :func:`nodal_graph`, over all its workers (bounds its
+#: working memory).
 PAIR_CHUNK = 1 << 25
+#: Threads of :func:`nodal_graph` (scipy's sparse kernels and numpy's ``take`` and ufuncs let go
+#: of the GIL, so on two cores two chunks are made distinct at once).
+GRAPH_WORKERS = max(1, min(2, os.cpu_count() or 1))
+#: Below this many cell-edge pairs :func:`nodal_graph` takes the cells in one piece.
+_SMALL = 1 << 20
 
 
-def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct undirected pairs ``{a[i], b[i]}`` as ``(lo, hi)``, ``lo < hi``, self-loops
-    dropped; sorted by ``(lo, hi)``.
+def _chunk_pairs(conn: np.ndarray, pairs: np.ndarray, dtype: type) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct undirected pairs of ``conn``'s cell edges as ``(lo, hi)``, ``lo < hi``,
+    self-loops dropped; sorted by ``(lo, hi)``.
 
     A counting sort by ``lo`` (scipy's COO-to-CSR) over the rows the pairs use, then small
-    per-row sorts: linear in the pairs, and only ``O(rows spanned)`` besides.
+    per-row sorts: linear in the pairs, and only ``O(rows spanned)`` besides. The pairs are
+    oriented in place (``lo`` overwrites the first end's buffer) to allocate as little as
+    possible: page faults on fresh memory cost as much as the sort.
+
+    Shapes:
+        conn: ``(C, k)`` node ids. pairs: ``(P, 2)`` local node pairs. Returns two ``(U,)``.
     """
-    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    conn = conn.astype(dtype, copy=False)
+    a = np.empty((len(conn), len(pairs)), dtype=dtype)
+    b = np.empty_like(a)
+    # np.take along axis 1 is ~10x faster than conn[:, pairs[:, 0]] here
+    np.take(conn, pairs[:, 0], axis=1, out=a)
+    np.take(conn, pairs[:, 1], axis=1, out=b)
+    lo, hi = a.reshape(-1), np.maximum(a, b).reshape(-1)
+    np.minimum(a, b, out=a)
+    del a, b
     keep = lo != hi
     if not keep.all():
         lo, hi = lo[keep], hi[keep]
+    del keep
     if not len(lo):
         return lo, hi
     first = lo.min()
@@ -224,42 +284,51 @@ def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]
                         shape=(rows, int(hi.max()) + 1))
     del lo, hi
     half.sum_duplicates()
-    lo = np.repeat(np.arange(first, first + rows, dtype=half.indices.dtype), np.diff(half.indptr))
+    lo = np.repeat(np.arange(first, first + rows, dtype=dtype), np.diff(half.indptr))
     return lo, half.indices
 
 
 def nodal_graph(cells: Cells, num_nodes: int, *, pos: np.ndarray | None = None) -> Graph:
     """Mesh nodes joined along the edges of every cell (see the module docstring).
 
-    Nodes that no cell uses stay in the graph, isolated. The cells are taken
-    :data:`PAIR_CHUNK` cell-edge pairs at a time and each chunk's pairs made distinct before
-    the next, so the memory is that of the graph's edges, not of every cell's (a tet mesh lists
-    each edge about 5 times).
+    Nodes that no cell uses stay in the graph, isolated. The cells are taken in chunks of at
+    most ``PAIR_CHUNK / GRAPH_WORKERS`` cell-edge pairs, :data:`GRAPH_WORKERS` chunks at a
+    time, and each chunk's pairs made distinct, so the memory is that of the graph's edges,
+    not of every cell's (a tet mesh lists each edge about 5 times). The pairs that two chunks
+    share merge last; the result does not depend on the chunking.
 
     Shapes:
         cells: blocks of ``(C_b, k_b)`` node ids. pos: ``(N, D)``.
     """
     dtype = _index_dtype(num_nodes)
-    los, his = [], []
+    jobs = []
     for cell_type, conn in cells:
         pairs = cell_edge_pairs(cell_type, conn.shape[1])
         if not len(pairs) or not len(conn):
             continue
-        step = max(1, PAIR_CHUNK // len(pairs))
-        for start in range(0, len(conn), step):
-            chunk = conn[start:start + step].astype(dtype, copy=False)
-            # np.take along axis 1 is ~10x faster than chunk[:, pairs[:, 0]] here
-            lo, hi = _unique_pairs(np.take(chunk, pairs[:, 0], axis=1).ravel(),
-                                   np.take(chunk, pairs[:, 1], axis=1).ravel())
-            los.append(lo)
-            his.append(hi)
-    if los:  # pairs shared by two chunks merge in symmetric_csr
-        lo = los[0] if len(los) == 1 else np.concatenate(los)
-        hi = his[0] if len(his) == 1 else np.concatenate(his)
-        los, his = [], []
+        total = len(conn) * len(pairs)
+        pieces = 1 if total <= _SMALL else GRAPH_WORKERS * -(-total // PAIR_CHUNK)
+        step = -(-len(conn) // pieces)
+        jobs += [(conn[start:start + step], pairs) for start in range(0, len(conn), step)]
+    if len(jobs) > 1 and GRAPH_WORKERS > 1:
+        with ThreadPoolExecutor(GRAPH_WORKERS) as pool:  # map: at most GRAPH_WORKERS running
+            found = list(pool.map(lambda job: _chunk_pairs(*job, dtype), jobs))
     else:
-        lo, hi = np.zeros(0, dtype=dtype), np.zeros(0, dtype=dtype)
-    indptr, indices = symmetric_csr(lo, hi, num_nodes)
+        found = [_chunk_pairs(*job, dtype) for job in jobs]
+    del jobs
+    if len(found) == 1:  # already distinct and sorted
+        lo, hi = found.pop()
+        indptr = np.zeros(num_nodes + 1, dtype=hi.dtype)
+        np.cumsum(np.bincount(lo, minlength=num_nodes), out=indptr[1:])
+        upper = sp.csr_array((np.ones(len(hi), dtype=bool), hi, indptr),
+                             shape=(num_nodes, num_nodes))
+    else:
+        lo = np.concatenate([f[0] for f in found]) if found else np.zeros(0, dtype=dtype)
+        hi = np.concatenate([f[1] for f in found]) if found else np.zeros(0, dtype=dtype)
+        found.clear()
+        upper = _upper_csr(lo, hi, num_nodes)  # pairs shared by two chunks merge here
+    del lo, hi
+    indptr, indices = _mirror(upper)
     return Graph(indptr, indices, pos=pos, kind="nodal")
 
 

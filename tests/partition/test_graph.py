@@ -7,6 +7,7 @@ import pytest
 from scipy.spatial.distance import cdist
 
 from meshshard.partition import Graph
+from .conftest import grid_triangles
 from meshshard.partition._graph import cell_edge_pairs, dual_graph, knn_graph, nodal_graph, \
     radius_graph
 
@@ -95,3 +96,84 @@ def test_radius_graph_matches_brute_force() -> None:
     assert (dense == expected).all()
     with pytest.raises(ValueError, match=r"Expected --radius > 0 \(got 0.0\)"):
         radius_graph(pos, 0.0)
+
+
+def _reference_nodal(cells: list[tuple[str, np.ndarray]], num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """The nodal graph's CSR the plain way: every cell-edge pair both ways, np.unique of the keys."""
+    ends = [c[:, cell_edge_pairs(t, c.shape[1])].reshape(-1, 2) for t, c in cells if len(c)]
+    pairs = np.concatenate(ends).astype(np.int64)
+    pairs = pairs[pairs[:, 0] != pairs[:, 1]]
+    keys = np.unique(np.concatenate([pairs[:, 0] * num_nodes + pairs[:, 1],
+                                     pairs[:, 1] * num_nodes + pairs[:, 0]]))
+    dst, src = keys // num_nodes, keys % num_nodes
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=num_nodes))])
+    return indptr, src
+
+
+def _random_mesh(seed: int, num_nodes: int) -> list[tuple[str, np.ndarray]]:
+    """Mixed cell blocks over random nodes (repeated cells and nodes no cell uses included),
+    shuffled so that every chunk of cells spans all rows."""
+    rng = np.random.default_rng(seed)
+    used = num_nodes - 7  # the last 7 nodes stay isolated
+    tets = rng.integers(0, used, (900, 4))
+    tets = np.concatenate([tets, tets[:50], tets[::-7, ::-1]])  # the same cells again, reversed
+    blocks = [("tetra", tets), ("triangle", rng.integers(0, used, (300, 3))),
+              ("hexahedron", rng.integers(0, used, (40, 8))), ("line", rng.integers(0, used, (25, 2))),
+              ("tetra10", rng.integers(0, used, (30, 10))), ("vertex", rng.integers(0, used, (5, 1))),
+              ("quad", np.zeros((0, 4), dtype=np.int64))]
+    return [(t, c.astype(np.int32 if seed % 2 else np.int64)) for t, c in blocks]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize(("chunk", "workers"), [(None, 1), (64, 1), (64, 2), (1000, 2)])
+def test_nodal_graph_matches_reference(monkeypatch: pytest.MonkeyPatch, seed: int,
+                                       chunk: int | None, workers: int) -> None:
+    from meshshard.partition import _graph
+
+    num_nodes = 400
+    cells = _random_mesh(seed, num_nodes)
+    if chunk is not None:  # many chunks: pairs that several chunks share must merge
+        monkeypatch.setattr(_graph, "PAIR_CHUNK", chunk)
+        monkeypatch.setattr(_graph, "_SMALL", 0)
+    monkeypatch.setattr(_graph, "GRAPH_WORKERS", workers)
+    graph = nodal_graph(cells, num_nodes)
+    indptr, indices = _reference_nodal(cells, num_nodes)
+    assert graph.indptr.dtype == np.int64 and graph.indices.dtype == np.int64
+    np.testing.assert_array_equal(graph.indptr, indptr)
+    np.testing.assert_array_equal(graph.indices, indices)
+    assert graph.degree()[-7:].tolist() == [0] * 7
+
+
+def test_nodal_graph_of_a_lattice_does_not_depend_on_the_chunks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cells in mesh order (chunks share only the pairs along their boundaries)."""
+    from meshshard.partition import _graph
+
+    points, triangles = grid_triangles(40, 30)
+    cells = [("triangle", triangles)]
+    indptr, indices = _reference_nodal(cells, len(points))
+    for chunk, workers in [(None, 2), (999, 1), (999, 2), (50, 2)]:
+        monkeypatch.setattr(_graph, "PAIR_CHUNK", chunk or _graph.PAIR_CHUNK)
+        monkeypatch.setattr(_graph, "_SMALL", 0 if chunk else _graph._SMALL)
+        monkeypatch.setattr(_graph, "GRAPH_WORKERS", workers)
+        graph = nodal_graph(cells, len(points))
+        np.testing.assert_array_equal(graph.indptr, indptr)
+        np.testing.assert_array_equal(graph.indices, indices)
+
+
+def test_nodal_graph_with_no_edges() -> None:
+    graph = nodal_graph([("vertex", np.arange(3)[:, None]), ("line", np.array([[2, 2]]))], 4)
+    assert graph.indptr.tolist() == [0] * 5 and graph.num_edges == 0
+    assert graph.indices.dtype == np.int64
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_symmetric_csr_matches_reference(seed: int) -> None:
+    from meshshard.partition._graph import symmetric_csr
+
+    rng = np.random.default_rng(seed)
+    a, b = rng.integers(0, 50, 700), rng.integers(0, 50, 700)  # self-loops, both directions
+    indptr, indices = symmetric_csr(a, b, 60)
+    keys = np.unique(np.concatenate([a * 60 + b, b * 60 + a])[np.tile(a != b, 2)])
+    np.testing.assert_array_equal(indptr, np.r_[0, np.cumsum(np.bincount(keys // 60, minlength=60))])
+    np.testing.assert_array_equal(indices, keys % 60)
