@@ -158,10 +158,11 @@ def metis_search(
     limit = 1.0 + imbalance + 1e-12
     found = []
     for rec in variants:
-        parts = metis_parts(graph, num_parts, seed=seed, imbalance=imbalance, recursive=rec,
-                            tpwgts=tpwgts, ncuts=ncuts)
-        found.append((parts, {"variant": "recursive" if rec else "kway",
-                              "edge_cut": edge_cut(graph, parts),
+        parts, cut = _metis_call(graph, num_parts, seed=seed, imbalance=imbalance,
+                                 recursive=rec, tpwgts=tpwgts, ncuts=ncuts)
+        if graph.edge_weights is not None:  # METIS's cut is weighted; ours counts edges
+            cut = edge_cut(graph, parts)
+        found.append((parts, {"variant": "recursive" if rec else "kway", "edge_cut": cut,
                               "load_imbalance": load_imbalance(graph, parts, num_parts,
                                                                tpwgts)}))
     balanced = [f for f in found if f[1]["load_imbalance"] <= limit]
@@ -193,10 +194,27 @@ def metis_parts(
     Shapes:
         Returns ``(N,)`` int64.
     """
+    return _metis_call(graph, num_parts, seed=seed, imbalance=imbalance, recursive=recursive,
+                       tpwgts=tpwgts, ncuts=ncuts)[0]
+
+
+def _metis_call(
+    graph: Graph,
+    num_parts: int,
+    *,
+    seed: int,
+    imbalance: float,
+    recursive: bool,
+    tpwgts: np.ndarray | None,
+    ncuts: int,
+) -> tuple[np.ndarray, int]:
+    """:func:`metis_parts`, and METIS's objective: the edge cut of the parts (weighted by
+    ``graph.edge_weights`` when there are any), which METIS counts as it refines, so that
+    it need not be counted again over every edge."""
     import pymetis
 
     if num_parts == 1:
-        return np.zeros(graph.num_nodes, dtype=np.int64)
+        return np.zeros(graph.num_nodes, dtype=np.int64), 0
     options = pymetis.Options(seed=int(seed), ufactor=max(1, round(1000 * imbalance)),
                               ncuts=int(ncuts))
     adjacency = pymetis.CSRAdjacency(adj_starts=graph.indptr, adjacent=graph.indices)
@@ -204,7 +222,7 @@ def metis_parts(
     result = pymetis.part_graph(
         num_parts, adjacency=adjacency, vweights=vweights, eweights=graph.edge_weights,
         tpwgts=None if tpwgts is None else tpwgts.tolist(), recursive=recursive, options=options)
-    return np.asarray(result.vertex_part, dtype=np.int64)
+    return np.asarray(result.vertex_part, dtype=np.int64), int(result.edge_cuts)
 
 
 def _split_sizes(weights: np.ndarray, share: float) -> int:

@@ -69,6 +69,31 @@ def grid() -> Graph:
     return Graph.from_edge_index(edges, len(points), pos=points)
 
 
+def test_metis_cut_is_the_counted_cut(elt4: Graph, grid: Graph) -> None:
+    """The search takes the edge cut from METIS's objective instead of counting it again:
+    the two agree for k-way and recursive, several tries, vertex weights (two constraints),
+    targets and a graph in pieces; with edge weights METIS's cut is weighted, so it is counted."""
+    from meshshard.partition._assign import _metis_call, metis_search
+
+    pieces = Graph.from_edge_index(np.array([[0, 1, 2, 5, 6, 7], [1, 2, 0, 6, 7, 5]]), 9)
+    weights = np.stack([np.arange(grid.num_nodes) % 3 + 1, np.ones(grid.num_nodes)], 1)
+    weighted = Graph(grid.indptr, grid.indices, vertex_weights=weights.astype(np.int64))
+    tp = np.array([0.5, 0.3, 0.2])
+    for graph in (elt4, grid, pieces, weighted):
+        for k, recursive, ncuts, tpwgts in [(2, False, 1, None), (3, True, 1, None),
+                                            (7, False, 3, None), (5, True, 2, None),
+                                            (3, False, 1, tp)]:
+            parts, cut = _metis_call(graph, k, seed=1, imbalance=0.03, recursive=recursive,
+                                     tpwgts=tpwgts, ncuts=ncuts)
+            assert cut == edge_cut(graph, parts), (graph, k, recursive, ncuts)
+    edge_weights = np.full(grid.num_edges, 3, dtype=np.int64)
+    heavy = Graph(grid.indptr, grid.indices, edge_weights=edge_weights)
+    parts, choice = metis_search(heavy, 4, recursive=False, tries=1)
+    assert choice["edge_cut"] == edge_cut(heavy, parts)
+    assert _metis_call(heavy, 4, seed=0, imbalance=0.03, recursive=False, tpwgts=None,
+                       ncuts=1)[1] == 3 * choice["edge_cut"]
+
+
 @pytest.mark.parametrize("method", ["rcb", "morton"])
 @pytest.mark.parametrize("num_parts", [1, 3, 7])
 def test_geometric_methods_balance(grid: Graph, method: str, num_parts: int) -> None:
