@@ -9,13 +9,17 @@ For rank ``r`` with owned set ``O`` and ``k = halo_hops``:
 - halo plan: ``r`` receives each ghost from its owner, and sends to rank ``q`` its owned nodes
   that are ghosts on ``q``, in ``q``'s ghost order.
 
-Work is vectorised per part (a loop over parts, none over nodes or edges), and touches only the
-part's own rows, so the total cost is ``O(N + sum of local edges)``.
+Work is vectorised per part (a loop over parts, none over nodes or edges; two threads find the
+halos of two parts at once), and touches only the part's own rows, so the total cost is
+``O(N + sum of local edges)``.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -27,6 +31,10 @@ from meshshard.partition._graph import Graph, sorted_unique
 from meshshard.partition._partition import Partition
 
 __all__ = ["build_partitions", "check_assignment", "plan_partitions"]
+
+#: Threads that find the parts' halos in :func:`plan_partitions` (the result does not depend
+#: on it).
+PLAN_WORKERS = max(1, min(2, os.cpu_count() or 1))
 
 
 def check_assignment(parts: np.ndarray, num_nodes: int, num_parts: int) -> np.ndarray:
@@ -182,14 +190,22 @@ def plan_partitions(
     owned_order = np.argsort(parts, kind="stable")
     counts = np.bincount(parts, minlength=num_parts)
     offsets = np.concatenate([[0], np.cumsum(counts)])
-    hop = np.full(n, -1, dtype=np.int8)
-    halos = []
-    for r in range(num_parts):
+    scratch = threading.local()  # each thread's hop array (-1 between parts)
+
+    def halo_of(r: int) -> dict[str, np.ndarray]:
+        if not hasattr(scratch, "hop"):
+            scratch.hop = np.full(n, -1, dtype=np.int8)
         owned = owned_order[offsets[r]:offsets[r + 1]]
-        halos.append(_halo(graph, parts, owned, halo_hops, hop))
-        if progress is not None:
-            progress(1)
-    del hop
+        return _halo(graph, parts, owned, halo_hops, scratch.hop)
+
+    halos = []
+    # numpy's gathers let go of the GIL: on two cores two parts' halos are found at once
+    with ThreadPoolExecutor(PLAN_WORKERS) as pool:
+        for halo in pool.map(halo_of, range(num_parts)):
+            halos.append(halo)
+            if progress is not None:
+                progress(1)
+    del scratch
     local_of = np.empty(n, dtype=np.int64)
     local_of[owned_order] = np.arange(n, dtype=np.int64) - np.repeat(offsets[:-1], counts)
     plans = _send_plans(halos, local_of, num_parts)

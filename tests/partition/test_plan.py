@@ -141,6 +141,24 @@ def test_empty_rank_and_rank_without_ghosts() -> None:
     assert partitions[0].num_owned_per_part.tolist() == [3, 0, 2]
 
 
+@pytest.mark.parametrize("hops", [1, 3])
+def test_threads_do_not_change_the_plans(monkeypatch: pytest.MonkeyPatch, hops: int) -> None:
+    """Two threads find the halos of two parts at once, each with its own scratch array."""
+    from meshshard.partition import _plan
+
+    graph = random_graph(np.random.default_rng(5), 300, 900)
+    parts = np.random.default_rng(6).integers(0, 7, size=300)
+    found = []
+    for workers in (1, 2):
+        monkeypatch.setattr(_plan, "PLAN_WORKERS", workers)
+        found.append(build_partitions(graph, parts, 7, halo_hops=hops))
+    for one, two in zip(*found):
+        assert one.arrays().keys() == two.arrays().keys()
+        for name, array in one.arrays().items():
+            np.testing.assert_array_equal(array, two.arrays()[name], err_msg=name)
+    assert found[0][0].metadata == found[1][0].metadata
+
+
 @pytest.mark.parametrize(("parts", "hops", "match"), [
     (np.array([0, 1]), 1, r"Expected 'parts' of shape \(3,\) \(got \(2,\)\)"),
     (np.array([0, 1, 5]), 1, r"Expected 'parts' in \[0, 2\) \(got range \[0, 5\]\)"),
