@@ -248,22 +248,78 @@ def check_output_dir(out: Path, force: bool, inputs: Sequence[str | os.PathLike[
     return check_destination(out, force=force, is_ours=check_is_partition, inputs=inputs)
 
 
+class _HashingFile:
+    """A binary file being written, and the SHA-256 of its final bytes, without reading it back.
+
+    zipfile writes each member's local header, its data, then seeks back to rewrite the header
+    (same length, now with the CRC and sizes) and returns to the end. So writes are kept from
+    the oldest byte that may still be rewritten (small ones copied, large ones by reference:
+    the arrays outlive the archive) and hashed each time the position returns to the end.
+    :meth:`hexdigest` is ``None`` after any other pattern (then hash the file).
+    """
+
+    def __init__(self, file: Any) -> None:
+        self._file = file
+        self._pos = self._end = 0
+        self._kept: list[tuple[int, Any]] = []  # (offset, bytes), contiguous, not hashed yet
+        self._digest = hashlib.sha256()
+        self._ok = True
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        if self._pos == self._end:
+            self._kept.append((self._pos, view if len(view) >= 1 << 16 else bytes(view)))
+        else:  # a rewrite: of a kept block, whole, or the digest cannot follow
+            at = [i for i, (offset, old) in enumerate(self._kept)
+                  if offset == self._pos and len(old) == len(view)]
+            self._ok = self._ok and len(at) == 1
+            if at:
+                self._kept[at[0]] = (self._pos, bytes(view))
+        self._file.write(view)
+        self._pos += len(view)
+        self._end = max(self._end, self._pos)
+        return len(view)
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        self._pos = self._file.seek(pos, whence)
+        if self._pos == self._end:
+            for _, data in self._kept:
+                self._digest.update(data)
+            self._kept.clear()
+        return self._pos
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def hexdigest(self) -> str | None:
+        self.seek(self._end)
+        return self._digest.hexdigest() if self._ok else None
+
+
 def _write_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> str:
     """Write an uncompressed ``.npz`` archive whose bytes depend only on the arrays (fixed
-    member order and timestamps); return its SHA-256."""
-    with open(path, "wb") as file, zipfile.ZipFile(file, "w", zipfile.ZIP_STORED) as archive:
-        for name, array in arrays.items():
-            info = zipfile.ZipInfo(f"{name}.npy", date_time=_ZIP_DATE)
-            info.external_attr = 0o644 << 16
-            array = np.ascontiguousarray(array, dtype=_DTYPES[name])
-            with archive.open(info, "w", force_zip64=True) as member:
-                # the bytes np.save writes (format 1.0 header), without its copy of the data
-                np.lib.format.write_array_header_1_0(
-                    member, np.lib.format.header_data_from_array_1_0(array))
-                member.write(memoryview(array.reshape(-1)).cast("B"))
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        while chunk := file.read(1 << 24):
+    member order and timestamps); return its SHA-256 (taken as the bytes are written)."""
+    with open(path, "wb") as raw:
+        file = _HashingFile(raw)
+        with zipfile.ZipFile(file, "w", zipfile.ZIP_STORED) as archive:  # type: ignore[arg-type]
+            for name, array in arrays.items():
+                info = zipfile.ZipInfo(f"{name}.npy", date_time=_ZIP_DATE)
+                info.external_attr = 0o644 << 16
+                array = np.ascontiguousarray(array, dtype=_DTYPES[name])
+                with archive.open(info, "w", force_zip64=True) as member:
+                    # the bytes np.save writes (format 1.0 header), without its copy of the data
+                    np.lib.format.write_array_header_1_0(
+                        member, np.lib.format.header_data_from_array_1_0(array))
+                    member.write(memoryview(array.reshape(-1)).cast("B"))
+        found = file.hexdigest()
+    if found is not None:
+        return found
+    digest = hashlib.sha256()  # zipfile wrote in a way the running digest could not follow
+    with open(path, "rb") as raw:
+        while chunk := raw.read(1 << 24):
             digest.update(chunk)
     return digest.hexdigest()
 

@@ -70,6 +70,34 @@ def test_metadata_records_counts_and_checksums(mesh_file: Path, tmp_path: Path) 
     assert all(len(p["sha256"]) == 64 for p in meta["parts"])
 
 
+def test_part_digest_is_taken_as_written(tmp_path: Path) -> None:
+    """The SHA-256 of a part file follows zipfile's writes (header rewritten after the data)
+    and equals the file's; np.load reads the arrays back. A write pattern it cannot follow
+    falls back to hashing the file."""
+    import hashlib
+    import zipfile
+
+    rng = np.random.default_rng(0)
+    arrays = {"owned_ids": np.arange(5), "ghost_ids": np.zeros(0, dtype=np.int64),
+              "node_hops": np.zeros(7, dtype=np.int8),
+              "edge_index": rng.integers(0, 9, (2, 40_000)),  # 640 kB: kept by reference
+              "pos": rng.random((7, 3))}
+    digest = _format._write_npz(tmp_path / "p.npz", arrays)
+    assert digest == hashlib.sha256((tmp_path / "p.npz").read_bytes()).hexdigest()
+    with np.load(tmp_path / "p.npz") as loaded:
+        for name, array in arrays.items():
+            np.testing.assert_array_equal(loaded[name], array)
+
+    with open(tmp_path / "q.npz", "wb") as raw:
+        file = _format._HashingFile(raw)
+        with zipfile.ZipFile(file, "w") as archive:  # type: ignore[arg-type]
+            archive.writestr("a", b"x" * 10)
+        assert file.hexdigest() == hashlib.sha256((tmp_path / "q.npz").read_bytes()).hexdigest()
+        file.seek(3)
+        file.write(b"yy")  # not a whole kept block: the digest cannot follow
+        assert file.hexdigest() is None
+
+
 @pytest.fixture
 def folder(mesh_file: Path, tmp_path: Path) -> Path:
     return partition_file(mesh_file, tmp_path / "p", 3)
