@@ -250,6 +250,22 @@ GRAPH_WORKERS = max(1, min(2, os.cpu_count() or 1))
 _SMALL = 1 << 20
 
 
+def release_freed_memory() -> None:
+    """Give the memory that threads freed back to the system (glibc's ``malloc_trim``; a no-op
+    where there is none).
+
+    Each worker thread allocates from its own malloc arena, which keeps what it frees; the main
+    thread (METIS) cannot reuse it, so without this it adds to the next step's peak.
+    """
+    import ctypes
+
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(0)
+
+
 def _chunk_pairs(conn: np.ndarray, pairs: np.ndarray, dtype: type) -> tuple[np.ndarray, np.ndarray]:
     """The distinct undirected pairs of ``conn``'s cell edges as ``(lo, hi)``, ``lo < hi``,
     self-loops dropped; sorted by ``(lo, hi)``.
@@ -329,6 +345,8 @@ def nodal_graph(cells: Cells, num_nodes: int, *, pos: np.ndarray | None = None) 
         upper = _upper_csr(lo, hi, num_nodes)  # pairs shared by two chunks merge here
     del lo, hi
     indptr, indices = _mirror(upper)
+    del upper
+    release_freed_memory()  # the chunks' arrays, freed to the workers' arenas
     return Graph(indptr, indices, pos=pos, kind="nodal")
 
 
