@@ -57,13 +57,23 @@ def check_assignment(parts: np.ndarray, num_nodes: int, num_parts: int) -> np.nd
 def _row_entries(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Positions in ``indices`` of every entry of ``rows``, row after row, and the row lengths.
 
+    One running sum: steps of 1 within a row, and at the first entry of each row the jump from
+    the previous row's last entry to this row's first.
+
     Shapes:
         rows: ``(M,)``. Returns ``(sum of lengths,)`` int64 and ``(M,)`` int64.
     """
     starts = indptr[rows]
     lengths = indptr[rows + 1] - starts
-    shift = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
-    return np.arange(len(shift), dtype=np.int64) + shift, lengths
+    entries = np.ones(int(lengths.sum()), dtype=np.int64)
+    if len(entries):
+        filled = lengths > 0
+        starts, sizes = starts[filled], lengths[filled]
+        jump = starts.copy()
+        jump[1:] -= starts[:-1] + sizes[:-1] - 1
+        entries[np.cumsum(sizes) - sizes] = jump
+        np.cumsum(entries, out=entries)
+    return entries, lengths
 
 
 def _ghost_layers(
@@ -118,7 +128,9 @@ def _local_graph(
     dst_rows = np.concatenate([owned, halo["inner"]])
     entries, lengths = _row_entries(graph.indptr, dst_rows)
     edge_index = np.empty((2, len(entries)), dtype=np.int64)
-    np.take(global_to_local, graph.indices[entries], out=edge_index[0])
+    # in place, unbuffered (mode "clip": every id is in range by construction)
+    np.take(graph.indices, entries, out=edge_index[0], mode="clip")
+    np.take(global_to_local, edge_index[0], out=edge_index[0], mode="clip")
     edge_index[1] = np.repeat(global_to_local[dst_rows], lengths)
     out = {
         "owned_ids": owned,
@@ -129,7 +141,7 @@ def _local_graph(
         "global_edge_ids": entries,
     }
     if graph.pos is not None:
-        out["pos"] = np.ascontiguousarray(graph.pos[local], dtype=np.float64)
+        out["pos"] = np.take(np.asarray(graph.pos, dtype=np.float64), local, axis=0)
     global_to_local[local] = -1
     return out
 
