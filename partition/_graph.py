@@ -266,17 +266,20 @@ def release_freed_memory() -> None:
     trim(0)
 
 
-def _chunk_pairs(conn: np.ndarray, pairs: np.ndarray, dtype: type) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct undirected pairs of ``conn``'s cell edges as ``(lo, hi)``, ``lo < hi``,
-    self-loops dropped; sorted by ``(lo, hi)``.
+#: A chunk's distinct pairs by rows: ``(first, indptr, hi)``, row ``first + i`` (a ``lo``) holding
+#: the sorted ``hi[indptr[i]:indptr[i + 1]]``; its first and last rows are not empty.
+Rows = tuple[int, np.ndarray, np.ndarray]
 
-    A counting sort by ``lo`` (scipy's COO-to-CSR) over the rows the pairs use, then small
-    per-row sorts: linear in the pairs, and only ``O(rows spanned)`` besides. The pairs are
-    oriented in place (``lo`` overwrites the first end's buffer) to allocate as little as
-    possible: page faults on fresh memory cost as much as the sort.
+
+def _chunk_pairs(conn: np.ndarray, pairs: np.ndarray, dtype: type) -> Rows | None:
+    """The distinct undirected pairs ``(lo, hi)``, ``lo < hi``, of ``conn``'s cell edges, self-
+    loops dropped, by rows (:func:`_distinct_rows`); ``None`` when there are none.
+
+    The pairs are oriented in place (``lo`` overwrites the first end's buffer) to allocate as
+    little as possible: page faults on fresh memory cost as much as the sort.
 
     Shapes:
-        conn: ``(C, k)`` node ids. pairs: ``(P, 2)`` local node pairs. Returns two ``(U,)``.
+        conn: ``(C, k)`` node ids. pairs: ``(P, 2)`` local node pairs.
     """
     conn = conn.astype(dtype, copy=False)
     a = np.empty((len(conn), len(pairs)), dtype=dtype)
@@ -291,17 +294,82 @@ def _chunk_pairs(conn: np.ndarray, pairs: np.ndarray, dtype: type) -> tuple[np.n
     if not keep.all():
         lo, hi = lo[keep], hi[keep]
     del keep
+    return _distinct_rows(lo, hi, dtype)
+
+
+def _distinct_rows(lo: np.ndarray, hi: np.ndarray, dtype: type) -> Rows | None:
+    """The distinct pairs ``(lo[i], hi[i])`` by rows (``lo`` is overwritten); ``None`` for no
+    pairs.
+
+    A counting sort by ``lo`` (scipy's COO-to-CSR) over the rows the pairs use, then small
+    per-row sorts: linear in the pairs, and only ``O(rows spanned)`` besides.
+    """
     if not len(lo):
-        return lo, hi
-    first = lo.min()
+        return None
+    first = int(lo.min())
     lo -= first
     rows = int(lo.max()) + 1
     half = sp.csr_array((np.ones(len(lo), dtype=bool), (lo, hi)),
                         shape=(rows, int(hi.max()) + 1))
     del lo, hi
     half.sum_duplicates()
-    lo = np.repeat(np.arange(first, first + rows, dtype=dtype), np.diff(half.indptr))
-    return lo, half.indices
+    return first, half.indptr, half.indices.astype(dtype, copy=False)
+
+
+def _expand(rows: Rows, start: int = 0, stop: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs ``(lo, hi)`` of the local rows ``start:stop`` of a chunk."""
+    first, indptr, hi = rows
+    stop = len(indptr) - 1 if stop is None else stop
+    lo = np.repeat(np.arange(first + start, first + stop, dtype=hi.dtype),
+                   np.diff(indptr[start:stop + 1]))
+    return lo, hi[indptr[start]:indptr[stop]]
+
+
+def _merge_chunks(found: list[Rows | None], num_nodes: int) -> sp.csr_array:
+    """The union of the chunks' pairs as a canonical upper triangular CSR matrix.
+
+    Cells in mesh order make chunks over successive row (``lo``) ranges, neighbours sharing a
+    thin band of rows. Then only the pairs in those bands are made distinct again, and the
+    other rows are laid out as they are. Chunks in any other order are merged all together.
+    """
+    chunks = sorted((f for f in found if f is not None),
+                    key=lambda f: (f[0], f[0] + len(f[1]) - 1))
+    found.clear()
+    first = [f[0] for f in chunks]
+    last = [f[0] + len(f[1]) - 2 for f in chunks]
+    banded = all(last[k] <= last[k + 1] for k in range(len(chunks) - 1)) and all(
+        last[k - 1] < first[k + 1] for k in range(1, len(chunks) - 1))
+    if not banded:
+        pairs = [_expand(f) for f in chunks]
+        chunks.clear()
+        lo = np.concatenate([p[0] for p in pairs])
+        hi = np.concatenate([p[1] for p in pairs])
+        pairs.clear()
+        return _upper_csr(lo, hi, num_nodes)
+    counts = np.zeros(num_nodes + 1, dtype=np.int64)  # counts[r + 1]: pairs of row r
+    his = []
+    tail: tuple[np.ndarray, np.ndarray] | None = None
+    for k, rows in enumerate(chunks):
+        start = 0 if k == 0 else max(0, last[k - 1] + 1 - first[k])  # before: shared with k - 1
+        stop = last[k] + 1 - first[k]  # from here on: shared with k + 1
+        if k + 1 < len(chunks):
+            stop = min(stop, max(first[k + 1] - first[k], start))
+        if tail is not None:  # the band of rows shared with chunk k - 1
+            head = _expand(rows, 0, start)
+            band = _distinct_rows(np.concatenate([tail[0], head[0]]),
+                                  np.concatenate([tail[1], head[1]]), rows[2].dtype)
+            if band is not None:
+                counts[band[0] + 1:band[0] + len(band[1])] = np.diff(band[1])
+                his.append(band[2])
+        indptr = rows[1]
+        counts[first[k] + start + 1:first[k] + stop + 1] = np.diff(indptr[start:stop + 1])
+        his.append(rows[2][indptr[start]:indptr[stop]])
+        tail = _expand(rows, stop)
+    chunks.clear()
+    np.cumsum(counts, out=counts)
+    hi = np.concatenate(his) if his else np.zeros(0, dtype=_index_dtype(num_nodes))
+    del his, tail
+    return sp.csr_array((np.ones(len(hi), dtype=bool), hi, counts), shape=(num_nodes, num_nodes))
 
 
 def nodal_graph(cells: Cells, num_nodes: int, *, pos: np.ndarray | None = None) -> Graph:
@@ -311,7 +379,7 @@ def nodal_graph(cells: Cells, num_nodes: int, *, pos: np.ndarray | None = None) 
     most ``PAIR_CHUNK / GRAPH_WORKERS`` cell-edge pairs, :data:`GRAPH_WORKERS` chunks at a
     time, and each chunk's pairs made distinct, so the memory is that of the graph's edges,
     not of every cell's (a tet mesh lists each edge about 5 times). The pairs that two chunks
-    share merge last; the result does not depend on the chunking.
+    share merge last (:func:`_merge_chunks`); the result does not depend on the chunking.
 
     Shapes:
         cells: blocks of ``(C_b, k_b)`` node ids. pos: ``(N, D)``.
@@ -332,18 +400,7 @@ def nodal_graph(cells: Cells, num_nodes: int, *, pos: np.ndarray | None = None) 
     else:
         found = [_chunk_pairs(*job, dtype) for job in jobs]
     del jobs
-    if len(found) == 1:  # already distinct and sorted
-        lo, hi = found.pop()
-        indptr = np.zeros(num_nodes + 1, dtype=hi.dtype)
-        np.cumsum(np.bincount(lo, minlength=num_nodes), out=indptr[1:])
-        upper = sp.csr_array((np.ones(len(hi), dtype=bool), hi, indptr),
-                             shape=(num_nodes, num_nodes))
-    else:
-        lo = np.concatenate([f[0] for f in found]) if found else np.zeros(0, dtype=dtype)
-        hi = np.concatenate([f[1] for f in found]) if found else np.zeros(0, dtype=dtype)
-        found.clear()
-        upper = _upper_csr(lo, hi, num_nodes)  # pairs shared by two chunks merge here
-    del lo, hi
+    upper = _merge_chunks(found, num_nodes)
     indptr, indices = _mirror(upper)
     del upper
     release_freed_memory()  # the chunks' arrays, freed to the workers' arenas

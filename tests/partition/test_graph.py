@@ -146,19 +146,29 @@ def test_nodal_graph_matches_reference(monkeypatch: pytest.MonkeyPatch, seed: in
 
 def test_nodal_graph_of_a_lattice_does_not_depend_on_the_chunks(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Cells in mesh order (chunks share only the pairs along their boundaries)."""
+    """Cells in mesh order (the two triangles of a square together): chunks over successive
+    rows, spliced without merging them all together; the halves in turn, or chunks narrower
+    than a row of the mesh: merged together."""
     from meshshard.partition import _graph
 
     points, triangles = grid_triangles(40, 30)
-    cells = [("triangle", triangles)]
-    indptr, indices = _reference_nodal(cells, len(points))
-    for chunk, workers in [(None, 2), (999, 1), (999, 2), (50, 2)]:
-        monkeypatch.setattr(_graph, "PAIR_CHUNK", chunk or _graph.PAIR_CHUNK)
-        monkeypatch.setattr(_graph, "_SMALL", 0 if chunk else _graph._SMALL)
-        monkeypatch.setattr(_graph, "GRAPH_WORKERS", workers)
-        graph = nodal_graph(cells, len(points))
-        np.testing.assert_array_equal(graph.indptr, indptr)
-        np.testing.assert_array_equal(graph.indices, indices)
+    half = len(triangles) // 2
+    in_order = np.stack([triangles[:half], triangles[half:]], 1).reshape(-1, 3)
+    merged = []
+    merge_all = _graph._upper_csr
+    monkeypatch.setattr(_graph, "_upper_csr", lambda *a: merged.append(len(a[0])) or merge_all(*a))
+    for cells, settings in [(in_order, [(None, 2), (999, 1), (999, 2), (2000, 2)]),
+                            (triangles, [(None, 2), (999, 2), (50, 2)])]:
+        indptr, indices = _reference_nodal([("triangle", cells)], len(points))
+        for chunk, workers in settings:
+            monkeypatch.setattr(_graph, "PAIR_CHUNK", chunk or (1 << 25))
+            monkeypatch.setattr(_graph, "_SMALL", 0 if chunk else 1 << 20)
+            monkeypatch.setattr(_graph, "GRAPH_WORKERS", workers)
+            graph = nodal_graph([("triangle", cells)], len(points))
+            np.testing.assert_array_equal(graph.indptr, indptr)
+            np.testing.assert_array_equal(graph.indices, indices)
+        assert bool(merged) == (cells is triangles), merged
+        merged.clear()
 
 
 def test_nodal_graph_with_no_edges() -> None:
@@ -177,3 +187,43 @@ def test_symmetric_csr_matches_reference(seed: int) -> None:
     keys = np.unique(np.concatenate([a * 60 + b, b * 60 + a])[np.tile(a != b, 2)])
     np.testing.assert_array_equal(indptr, np.r_[0, np.cumsum(np.bincount(keys // 60, minlength=60))])
     np.testing.assert_array_equal(indices, keys % 60)
+
+
+def _as_chunk(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    keys = np.unique(lo.astype(np.int64) * 1000 + hi)
+    return (keys // 1000).astype(np.int32), (keys % 1000).astype(np.int32)
+
+
+@pytest.mark.parametrize("layout", ["bands", "bands, reversed", "sparse", "nested", "wide", "one",
+                                    "none"])
+def test_merge_chunks_matches_the_union(monkeypatch: pytest.MonkeyPatch, layout: str) -> None:
+    """Chunks over successive row ranges that overlap their neighbours' (as cells in mesh order
+    give) are spliced, only the shared bands made distinct again; any other layout is merged
+    all together. Either way: the distinct union, sorted."""
+    from meshshard.partition import _graph
+
+    rng = np.random.default_rng(3)
+    ranges = {"bands": [(0, 120), (100, 260), (250, 400), (400, 402), (401, 600)],
+              "nested": [(0, 300), (100, 150), (280, 600)],  # a chunk inside another's rows
+              "wide": [(0, 300), (100, 400), (250, 600)],  # the first and last overlap too
+              "one": [(5, 600)], "none": [],
+              "sparse": [(0, 100), (150, 300), (290, 600)]}  # gaps, and rows with no pair
+    ranges["bands, reversed"] = ranges["bands"][::-1]
+    los, his = [], []
+    size = 40 if layout == "sparse" else 900
+    for a, b in ranges[layout]:
+        lo = rng.integers(a, b, size).astype(np.int32)
+        los.append(lo)
+        his.append(lo + rng.integers(1, 50, size).astype(np.int32))
+    chunks = [_graph._distinct_rows(lo.copy(), hi, np.int32) for lo, hi in zip(los, his)]
+    chunks.append(_graph._distinct_rows(np.zeros(0, np.int32), np.zeros(0, np.int32), np.int32))
+    expected_lo, expected_hi = _as_chunk(np.concatenate(los or [np.zeros(0, np.int32)]),
+                                         np.concatenate(his or [np.zeros(0, np.int32)]))
+    if layout.startswith("bands") or layout in ("sparse", "one", "none"):
+        def refuse(*args: object) -> None:
+            raise AssertionError("merged all together")
+        monkeypatch.setattr(_graph, "_upper_csr", refuse)
+    upper = _graph._merge_chunks(chunks, 700)
+    assert upper.shape == (700, 700)
+    np.testing.assert_array_equal(np.repeat(np.arange(700), np.diff(upper.indptr)), expected_lo)
+    np.testing.assert_array_equal(upper.indices, expected_hi)
