@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -271,29 +272,32 @@ def release_freed_memory() -> None:
 Rows = tuple[int, np.ndarray, np.ndarray]
 
 
-def _chunk_pairs(conn: np.ndarray, pairs: np.ndarray, dtype: type) -> Rows | None:
+def _chunk_pairs(conn: np.ndarray, pairs: np.ndarray, dtype: type,
+                 scratch: threading.local) -> Rows | None:
     """The distinct undirected pairs ``(lo, hi)``, ``lo < hi``, of ``conn``'s cell edges, self-
     loops dropped, by rows (:func:`_distinct_rows`); ``None`` when there are none.
 
-    The pairs are oriented in place (``lo`` overwrites the first end's buffer) to allocate as
-    little as possible: page faults on fresh memory cost as much as the sort.
+    The pairs are oriented in place, in buffers that each thread keeps (``scratch``) from
+    one chunk to the next: page faults on fresh memory cost as much as the sort.
 
     Shapes:
         conn: ``(C, k)`` node ids. pairs: ``(P, 2)`` local node pairs.
     """
     conn = conn.astype(dtype, copy=False)
-    a = np.empty((len(conn), len(pairs)), dtype=dtype)
-    b = np.empty_like(a)
+    size = len(conn) * len(pairs)
+    if getattr(scratch, "size", -1) < size:
+        scratch.size = size
+        scratch.lo, scratch.b, scratch.hi = (np.empty(size, dtype=dtype) for _ in range(3))
+        scratch.keep = np.empty(size, dtype=bool)
+    lo, b, hi, keep = scratch.lo[:size], scratch.b[:size], scratch.hi[:size], scratch.keep[:size]
     # np.take along axis 1 is ~10x faster than conn[:, pairs[:, 0]] here
-    np.take(conn, pairs[:, 0], axis=1, out=a)
-    np.take(conn, pairs[:, 1], axis=1, out=b)
-    lo, hi = a.reshape(-1), np.maximum(a, b).reshape(-1)
-    np.minimum(a, b, out=a)
-    del a, b
-    keep = lo != hi
+    np.take(conn, pairs[:, 0], axis=1, out=lo.reshape(len(conn), len(pairs)))
+    np.take(conn, pairs[:, 1], axis=1, out=b.reshape(len(conn), len(pairs)))
+    np.maximum(lo, b, out=hi)
+    np.minimum(lo, b, out=lo)
+    np.not_equal(lo, hi, out=keep)
     if not keep.all():
         lo, hi = lo[keep], hi[keep]
-    del keep
     return _distinct_rows(lo, hi, dtype)
 
 
@@ -394,12 +398,13 @@ def nodal_graph(cells: Cells, num_nodes: int, *, pos: np.ndarray | None = None) 
         pieces = 1 if total <= _SMALL else GRAPH_WORKERS * -(-total // PAIR_CHUNK)
         step = -(-len(conn) // pieces)
         jobs += [(conn[start:start + step], pairs) for start in range(0, len(conn), step)]
+    scratch = threading.local()
     if len(jobs) > 1 and GRAPH_WORKERS > 1:
         with ThreadPoolExecutor(GRAPH_WORKERS) as pool:  # map: at most GRAPH_WORKERS running
-            found = list(pool.map(lambda job: _chunk_pairs(*job, dtype), jobs))
+            found = list(pool.map(lambda job: _chunk_pairs(*job, dtype, scratch), jobs))
     else:
-        found = [_chunk_pairs(*job, dtype) for job in jobs]
-    del jobs
+        found = [_chunk_pairs(*job, dtype, scratch) for job in jobs]
+    del jobs, scratch
     upper = _merge_chunks(found, num_nodes)
     indptr, indices = _mirror(upper)
     del upper
