@@ -195,21 +195,31 @@ def _mirror(upper: sp.csr_array) -> tuple[np.ndarray, np.ndarray]:
     No sort: row ``r`` is the column ``r`` of ``upper`` (its rows ``< r``, ascending after the
     stable counting sort of ``upper.T.tocsr()``) followed by the row ``r`` of ``upper``
     (columns ``> r``, ascending). The two are written into the int64 result through a mask of
-    the slots of each part, so no int32 copy of the whole graph is made.
+    the slots of each part, :data:`_MIRROR_BLOCK` entries at a time (small buffers that the
+    allocator reuses), so no int32 copy of the whole graph is made.
     """
     n = upper.shape[0]
     lower = upper.T.tocsr()
     indptr = np.add(upper.indptr, lower.indptr, dtype=np.int64)
-    runs = np.empty(2 * n, dtype=np.int64)  # row r: lower part, then upper part
-    np.subtract(lower.indptr[1:], lower.indptr[:-1], out=runs[0::2])
-    np.subtract(upper.indptr[1:], upper.indptr[:-1], out=runs[1::2])
-    is_upper = np.repeat(np.tile(np.array([False, True]), n), runs)
-    del runs
-    indices = np.empty(len(is_upper), dtype=np.int64)
-    indices[is_upper] = upper.indices[:upper.nnz]
-    np.logical_not(is_upper, out=is_upper)
-    indices[is_upper] = lower.indices[:lower.nnz]
+    indices = np.empty(int(indptr[-1]), dtype=np.int64)
+    rows = max(1, n * _MIRROR_BLOCK // max(len(indices), 1))
+    sides = np.tile(np.array([False, True]), min(rows, n))  # row r: lower part, then upper
+    runs = np.empty(2 * min(rows, n), dtype=np.int64)
+    for start in range(0, n, rows):
+        stop = min(n, start + rows)
+        up, low = upper.indptr[start:stop + 1], lower.indptr[start:stop + 1]
+        np.subtract(low[1:], low[:-1], out=runs[0:2 * (stop - start):2])
+        np.subtract(up[1:], up[:-1], out=runs[1:2 * (stop - start):2])
+        is_upper = np.repeat(sides[:2 * (stop - start)], runs[:2 * (stop - start)])
+        block = indices[indptr[start]:indptr[stop]]
+        block[is_upper] = upper.indices[up[0]:up[-1]]
+        np.logical_not(is_upper, out=is_upper)
+        block[is_upper] = lower.indices[low[0]:low[-1]]
     return indptr, indices
+
+
+#: Entries of the symmetric CSR that :func:`_mirror` fills at a time.
+_MIRROR_BLOCK = 1 << 21
 
 
 def _index_dtype(num_nodes: int) -> type:

@@ -135,6 +135,7 @@ def test_nodal_graph_matches_reference(monkeypatch: pytest.MonkeyPatch, seed: in
     if chunk is not None:  # many chunks: pairs that several chunks share must merge
         monkeypatch.setattr(_graph, "PAIR_CHUNK", chunk)
         monkeypatch.setattr(_graph, "_SMALL", 0)
+        monkeypatch.setattr(_graph, "_MIRROR_BLOCK", 50)  # the result filled in many blocks
     monkeypatch.setattr(_graph, "GRAPH_WORKERS", workers)
     graph = nodal_graph(cells, num_nodes)
     indptr, indices = _reference_nodal(cells, num_nodes)
