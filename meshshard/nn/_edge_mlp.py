@@ -342,5 +342,7 @@ def edge_step(
         e: ``(E, L)``; src_proj: ``(N_rows, L)``; dst_proj: ``(num_dst, L)``; src, dst: ``(E,)``.
         Returns ``(E, L)`` and ``(num_dst, L)``.
     """
+    if chain and torch.is_grad_enabled() and _CALIBRATION is None:
+        _sole_holder_refs()  # measured once per process, here rather than inside a backward
     return _EdgeStep.apply(e, src_proj, dst_proj, src, dst, dst_lengths, num_dst, acc, eps, recompute,
                            scratch if scratch is not None else Scratch(), chain, *params)
