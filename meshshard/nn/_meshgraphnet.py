@@ -49,7 +49,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .._graph import ShardGraph
 from .._tensor import ShardTensor
-from ._edge_mlp import edge_mlp, scatter_sum, segment_lengths
+from ._edge_mlp import Scratch, edge_mlp, edge_step, scatter_sum, segment_lengths
 
 __all__ = ["MLP", "MeshGraphNet", "ProcessorBlock"]
 
@@ -104,11 +104,11 @@ class ProcessorBlock(nn.Module):
     Function that keeps only ``dst`` (autograd's ``index_add_`` would keep the whole ``(E, L)``
     message), accumulated in float32 when the messages are half precision.
 
-    With ReLU and no autocast, the edge MLP runs as one autograd Function
-    (:func:`~meshshard.nn._edge_mlp.edge_mlp`): autograd's formulas, written into a few reused
-    ``(E, H)`` buffers instead of one fresh tensor per operation (on CPU each fresh tensor pays its
-    page faults), the first layer's GEMM accumulating into the gathered node products. Other
-    activations and autocast run the same equations under autograd.
+    With ReLU and no autocast, the edge MLP, the sum at destinations and the residual run as one
+    autograd Function (:func:`~meshshard.nn._edge_mlp.edge_step`): autograd's formulas, written
+    into ``(E, H)`` buffers reused from step to step instead of one fresh tensor per operation (on
+    CPU each fresh tensor pays its page faults), the first layer's GEMM accumulating into the
+    gathered node products. Other activations and autocast run the same equations under autograd.
 
     Shapes:
         h: ``(N_rows, L)``; e: ``(E, L)``; edge_index: ``(2, E)`` into the rows of ``h`` (sources)
@@ -140,23 +140,31 @@ class ProcessorBlock(nn.Module):
         halo: Callable[[Tensor], Tensor] | None = None,
         checkpoint_update: bool = False,
         dst_lengths: Tensor | None = None,
+        scratch: Scratch | None = None,
     ) -> tuple[Tensor, Tensor]:
         """One step. ``halo``, on a 1-hop shard, appends the ghost rows to the source products
         (``(N_own, H) -> (N_own + N_ghost, H)``, the step's one exchange); ``checkpoint_update``
         recomputes everything after the exchange in the backward. The whole step runs inside this
         call, so wrappers that act around ``forward`` (FSDP2 units) see every parameter use.
         ``dst_lengths`` (``segment_lengths(edge_index[1], num_dst)``, when ``dst`` is sorted) lets
-        the sums at destinations run by segments."""
+        the sums at destinations run by segments. ``scratch``: the buffers shared by the edge MLPs
+        of one forward and backward (:class:`~meshshard.nn._edge_mlp.Scratch`), given only when the
+        returned ``e`` goes to the next step and nowhere else (MeshGraphNet's processor): the
+        gradient of ``e`` is then one buffer added into down the chain (see
+        :func:`~meshshard.nn._edge_mlp.edge_step`)."""
         src_proj, dst_proj = self.node_projections(h)
         if halo is not None:
             src_proj = halo(src_proj)
-        args = (h[:num_dst], e, src_proj, dst_proj[:num_dst], edge_index, dst_lengths)
+        if num_dst < h.shape[0]:  # (a slice of every row would cost a zero-filled copy in the backward)
+            h, dst_proj = h[:num_dst], dst_proj[:num_dst]
+        args = (h, e, src_proj, dst_proj, edge_index, dst_lengths, scratch)
         if checkpoint_update and torch.is_grad_enabled():
             return checkpoint(self.update, *args, use_reentrant=False)
         return self.update(*args)
 
     def update(
-        self, h_dst: Tensor, e: Tensor, src_proj: Tensor, dst_proj: Tensor, edge_index: Tensor, dst_lengths: Tensor | None = None
+        self, h_dst: Tensor, e: Tensor, src_proj: Tensor, dst_proj: Tensor, edge_index: Tensor, dst_lengths: Tensor | None = None,
+        scratch: Scratch | None = None,
     ) -> tuple[Tensor, Tensor]:
         """The step from the node products: messages, their sum at each destination, the node update.
 
@@ -166,17 +174,20 @@ class ProcessorBlock(nn.Module):
             Returns ``(N_dst, L)`` and ``(E, L)``.
         """
         src, dst = edge_index[0], edge_index[1]
+        acc = torch.float32 if e.dtype in (torch.float16, torch.bfloat16) else e.dtype
         if self._fused(e):
             mlp = self.edge_mlp
             params = _fused_params(mlp, mlp[0].weight[:, : self.latent], None)
-            message = edge_mlp(e, src_proj, dst_proj, src, dst, params, mlp[-1].eps, self.recompute, dst_lengths)
+            e_next, aggregate = edge_step(e, src_proj, dst_proj, src, dst, h_dst.shape[0], acc, params, mlp[-1].eps,
+                                          self.recompute, dst_lengths, scratch, chain=scratch is not None)
         else:
             message = self._run(self._message, e, src_proj, dst_proj, src, dst)
-        acc = torch.float32 if message.dtype in (torch.float16, torch.bfloat16) else message.dtype
-        aggregate = scatter_sum(message, dst, h_dst.shape[0], acc, dst_lengths)
+            acc = torch.float32 if message.dtype in (torch.float16, torch.bfloat16) else message.dtype
+            aggregate = scatter_sum(message, dst, h_dst.shape[0], acc, dst_lengths)
+            # in place: nothing keeps the message for the backward (scatter_sum keeps only dst)
+            e_next = message.add_(e) if message.dtype == e.dtype else e + message
         h_new = h_dst + self._node(h_dst, aggregate)  # on N_dst rows: saved, not recomputed
-        # in place: nothing keeps the message for the backward (scatter_sum keeps only dst)
-        return h_new, message.add_(e) if message.dtype == e.dtype else e + message
+        return h_new, e_next
 
     def _fused(self, e: Tensor) -> bool:
         """Whether the edge MLP runs as one autograd Function (ReLU, no autocast): same
@@ -281,22 +292,25 @@ class MeshGraphNet(nn.Module):
             return checkpoint(mlp, x, use_reentrant=False, preserve_rng_state=False)
         return mlp(x)
 
-    def _encode_edges(self, edge_attr: Tensor) -> Tensor:
+    def _encode_edges(self, edge_attr: Tensor, scratch: Scratch) -> Tensor:
         """The edge encoder: one autograd Function into reused buffers where it fits (ReLU, no
-        autocast; see :func:`~meshshard.nn._edge_mlp.edge_mlp`), recomputed when ``recompute``."""
+        autocast; see :func:`~meshshard.nn._edge_mlp.edge_mlp`), recomputed when ``recompute``.
+        Its backward is the last edge MLP's of a backward pass: it lets ``scratch``'s buffers go."""
         mlp = self.edge_encoder
         if not _fusable(mlp, edge_attr):
             return self._mlp(mlp, edge_attr)
         params = _fused_params(mlp, mlp[0].weight, mlp[0].bias)
-        return edge_mlp(edge_attr, None, None, None, None, params, mlp[-1].eps, self.recompute and torch.is_grad_enabled())
+        return edge_mlp(edge_attr, None, None, None, None, params, mlp[-1].eps, self.recompute and torch.is_grad_enabled(),
+                        scratch=scratch, release=True)
 
     def _forward_whole(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor) -> Tensor:
         _check_inputs(x, edge_index, edge_attr, x.shape[0] if isinstance(x, Tensor) else None)
         h = self._mlp(self.node_encoder, x)
-        e = self._encode_edges(edge_attr)
+        scratch = Scratch()
+        e = self._encode_edges(edge_attr, scratch)
         lengths = segment_lengths(edge_index[1], h.shape[0])
         for block in self.processor:
-            h, e = block(h, e, edge_index, h.shape[0], None, self.checkpoint_steps, lengths)
+            h, e = block(h, e, edge_index, h.shape[0], None, self.checkpoint_steps, lengths, scratch)
         return self._mlp(self.decoder, h)
 
     def _forward_shard(self, x: ShardTensor, graph: ShardGraph, edge_attr: Tensor) -> ShardTensor:
@@ -306,7 +320,8 @@ class MeshGraphNet(nn.Module):
             raise ValueError(f"Expected 'x' laid out by the graph's spec {graph.spec!r} (got {x.spec!r})")
         _check_inputs(x.to_local(), graph.edge_index, edge_attr, graph.num_local)
         steps = len(self.processor)
-        e = self._encode_edges(edge_attr)
+        scratch = Scratch()
+        e = self._encode_edges(edge_attr, scratch)
         spec = graph.spec
         if graph.halo_hops == 1:
             # Only the source products W_s h cross ranks (as many values as h itself): the node
@@ -318,7 +333,7 @@ class MeshGraphNet(nn.Module):
 
             lengths = segment_lengths(graph.edge_index[1], graph.num_owned)
             for block in self.processor:
-                h, e = block(h, e, graph.edge_index, graph.num_owned, halo, self.checkpoint_steps, lengths)
+                h, e = block(h, e, graph.edge_index, graph.num_owned, halo, self.checkpoint_steps, lengths, scratch)
             return ShardTensor(self._mlp(self.decoder, h), spec)
         if graph.halo_hops < steps:
             raise ValueError(
@@ -330,7 +345,7 @@ class MeshGraphNet(nn.Module):
         h = ShardTensor(self._mlp(self.node_encoder, x.to_local()), spec).with_halo()
         lengths = segment_lengths(graph.edge_index[1], graph.num_local)
         for block in self.processor:
-            h, e = block(h, e, graph.edge_index, graph.num_local, None, self.checkpoint_steps, lengths)
+            h, e = block(h, e, graph.edge_index, graph.num_local, None, self.checkpoint_steps, lengths, scratch)
         return ShardTensor(self._mlp(self.decoder, h[: graph.num_owned]), spec)
 
 

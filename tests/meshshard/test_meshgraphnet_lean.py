@@ -178,3 +178,51 @@ def test_edge_order_does_not_matter() -> None:
     _assert_close(a[2][perm], b[2], "edge input grad")
     for name in a[3]:
         _assert_close(a[3][name], b[3][name], f"grad of {name}")
+
+
+def _edge_latent_hooks(model: MeshGraphNet, hook) -> list:
+    """Register ``hook`` on the gradient of every processor step's returned edge latent ``e``."""
+    handles = []
+
+    def on_step(_module, _inputs, outputs):
+        outputs[1].register_hook(hook)
+
+    for block in model.processor:
+        handles.append(block.register_forward_hook(on_step))
+    return handles
+
+
+def test_the_edge_gradient_is_one_buffer_added_into_down_the_processor() -> None:
+    """The gradient of ``e`` between processor steps is written in place (one buffer for the whole
+    chain, no fresh (E, L) tensor per step): the hooks see one storage, and the result still
+    equals the PyG reference (checked above with the same model)."""
+    ours, ref, x, edge_index, ea, w = _setup(steps=4)
+    seen: list[int] = []
+    handles = _edge_latent_hooks(ours, lambda g: seen.append(None if g is None else g.untyped_storage().data_ptr()))
+    a = _run(ours, x, edge_index, ea, w)
+    for h in handles:
+        h.remove()
+    assert len(seen) == 4 and seen[0] is None and seen[1] is not None and len(set(seen[1:])) == 1, seen  # the last e: no gradient
+    b = _run(ref, x, edge_index, ea, w)
+    _assert_close(a[2], b[2], "edge input grad")
+    for name in a[3]:
+        _assert_close(a[3][name], b[3][name], f"grad of {name}")
+
+
+def test_a_hook_that_keeps_an_edge_gradient_keeps_it_unchanged() -> None:
+    """A gradient someone else holds is never written into: a hook that keeps the gradients of the
+    edge latents finds them as they were when it got them, and every gradient is as without it."""
+    ours, _, x, edge_index, ea, w = _setup(steps=4)
+    plain = _run(ours, x, edge_index, ea, w)
+    ours.zero_grad()
+    kept: list[tuple[torch.Tensor, torch.Tensor]] = []
+    handles = _edge_latent_hooks(ours, lambda g: kept.append((g, g.clone())) if g is not None else None)
+    hooked = _run(ours, x, edge_index, ea, w)
+    for h in handles:
+        h.remove()
+    assert len(kept) == 3
+    for held, copy in kept:
+        assert torch.equal(held, copy)
+    assert torch.equal(plain[2], hooked[2])
+    for name in plain[3]:
+        assert torch.equal(plain[3][name], hooked[3][name]), name
