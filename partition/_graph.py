@@ -272,7 +272,7 @@ def release_freed_memory() -> None:
 
     try:
         trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # no glibc (TypeError: Windows' CDLL(None))
         return
     trim(0)
 
