@@ -174,16 +174,14 @@ class ProcessorBlock(nn.Module):
             Returns ``(N_dst, L)`` and ``(E, L)``.
         """
         src, dst = edge_index[0], edge_index[1]
-        acc = torch.float32 if e.dtype in (torch.float16, torch.bfloat16) else e.dtype
         if self._fused(e):
             mlp = self.edge_mlp
             params = _fused_params(mlp, mlp[0].weight[:, : self.latent], None)
-            e_next, aggregate = edge_step(e, src_proj, dst_proj, src, dst, h_dst.shape[0], acc, params, mlp[-1].eps,
-                                          self.recompute, dst_lengths, scratch, chain=scratch is not None)
+            e_next, aggregate = edge_step(e, src_proj, dst_proj, src, dst, h_dst.shape[0], _sum_dtype(e), params,
+                                          mlp[-1].eps, self.recompute, dst_lengths, scratch, chain=scratch is not None)
         else:
-            message = self._run(self._message, e, src_proj, dst_proj, src, dst)
-            acc = torch.float32 if message.dtype in (torch.float16, torch.bfloat16) else message.dtype
-            aggregate = scatter_sum(message, dst, h_dst.shape[0], acc, dst_lengths)
+            message = self._run(self._message, e, src_proj, dst_proj, src, dst)  # half precision under autocast
+            aggregate = scatter_sum(message, dst, h_dst.shape[0], _sum_dtype(message), dst_lengths)
             # in place: nothing keeps the message for the backward (scatter_sum keeps only dst)
             e_next = message.add_(e) if message.dtype == e.dtype else e + message
         h_new = h_dst + self._node(h_dst, aggregate)  # on N_dst rows: saved, not recomputed
@@ -209,6 +207,11 @@ class ProcessorBlock(nn.Module):
         z = F.linear(h, first.weight[:, : self.latent], first.bias)
         z = z.add_(F.linear(aggregate.to(z.dtype), first.weight[:, self.latent :]))
         return _rest(self.node_mlp, z)
+
+
+def _sum_dtype(message: Tensor) -> torch.dtype:
+    """The dtype of the sums at destinations: float32 for half-precision messages."""
+    return torch.float32 if message.dtype in (torch.float16, torch.bfloat16) else message.dtype
 
 
 def _fusable(mlp: MLP, x: Tensor) -> bool:
