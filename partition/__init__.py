@@ -23,22 +23,66 @@ targets=...)`` (``meshshard dataset``), ``write_dataset`` / ``write_dataset_from
 
 from __future__ import annotations
 
-from meshshard.partition._api import (GRAPHS, build_graph, partition_file, partition_graph,
-                                      partition_mesh, partition_points)
-from meshshard.partition._dataset import (Dataset, Normalisation, check_partition_matches,
-                                          dataset_partition_folder, open_dataset, write_dataset,
-                                          write_dataset_from_pyg)
-from meshshard.partition._dataset_build import build_dataset, partition_dataset
-from meshshard.partition._assign import (METHODS, assign_parts, edge_cut, imbalance,
-                                         refine_balance)
-from meshshard.partition._format import (FORMAT_NAME, FORMAT_VERSION, load_partition,
-                                         read_metadata, save_partition)
-from meshshard.partition._graph import Graph
-from meshshard.partition._grid import GridLayout, grid_layout, partition_grid
-from meshshard.partition._io import InputData, read_input
-from meshshard.partition._partition import Partition
-from meshshard.partition._plan import build_partitions
-from meshshard.partition._verify import check_partitions, verify_partition
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time see __getattr__ below
+    from meshshard.partition._api import (GRAPHS, build_graph, partition_file, partition_graph,
+                                          partition_mesh, partition_points)
+    from meshshard.partition._dataset import (Dataset, Normalisation, check_partition_matches,
+                                              dataset_partition_folder, open_dataset, write_dataset,
+                                              write_dataset_from_pyg)
+    from meshshard.partition._dataset_build import build_dataset, partition_dataset
+    from meshshard.partition._assign import (METHODS, assign_parts, edge_cut, imbalance,
+                                             refine_balance)
+    from meshshard.partition._format import (FORMAT_NAME, FORMAT_VERSION, load_partition,
+                                             read_metadata, save_partition)
+    from meshshard.partition._graph import Graph
+    from meshshard.partition._grid import GridLayout, grid_layout, partition_grid
+    from meshshard.partition._io import InputData, read_input
+    from meshshard.partition._partition import Partition
+    from meshshard.partition._plan import build_partitions
+    from meshshard.partition._verify import check_partitions, verify_partition
+
+# name -> module that defines it. Resolved on first use, so that a training rank that only
+# loads its part (``load_partition``) does not import scipy, pymetis or meshio.
+_LAZY: dict[str, str] = {
+    "GRAPHS": "meshshard.partition._api",
+    "build_graph": "meshshard.partition._api",
+    "partition_file": "meshshard.partition._api",
+    "partition_graph": "meshshard.partition._api",
+    "partition_mesh": "meshshard.partition._api",
+    "partition_points": "meshshard.partition._api",
+    "Dataset": "meshshard.partition._dataset",
+    "Normalisation": "meshshard.partition._dataset",
+    "check_partition_matches": "meshshard.partition._dataset",
+    "dataset_partition_folder": "meshshard.partition._dataset",
+    "open_dataset": "meshshard.partition._dataset",
+    "write_dataset": "meshshard.partition._dataset",
+    "write_dataset_from_pyg": "meshshard.partition._dataset",
+    "build_dataset": "meshshard.partition._dataset_build",
+    "partition_dataset": "meshshard.partition._dataset_build",
+    "METHODS": "meshshard.partition._assign",
+    "assign_parts": "meshshard.partition._assign",
+    "edge_cut": "meshshard.partition._assign",
+    "imbalance": "meshshard.partition._assign",
+    "refine_balance": "meshshard.partition._assign",
+    "FORMAT_NAME": "meshshard.partition._format",
+    "FORMAT_VERSION": "meshshard.partition._format",
+    "load_partition": "meshshard.partition._format",
+    "read_metadata": "meshshard.partition._format",
+    "save_partition": "meshshard.partition._format",
+    "Graph": "meshshard.partition._graph",
+    "GridLayout": "meshshard.partition._grid",
+    "grid_layout": "meshshard.partition._grid",
+    "partition_grid": "meshshard.partition._grid",
+    "InputData": "meshshard.partition._io",
+    "read_input": "meshshard.partition._io",
+    "Partition": "meshshard.partition._partition",
+    "build_partitions": "meshshard.partition._plan",
+    "check_partitions": "meshshard.partition._verify",
+    "verify_partition": "meshshard.partition._verify",
+}
 
 __all__ = [
     "FORMAT_NAME",
@@ -77,3 +121,16 @@ __all__ = [
     "write_dataset",
     "write_dataset_from_pyg",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'meshshard.partition' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

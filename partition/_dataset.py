@@ -133,11 +133,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from meshshard.partition._graph import Cells, Graph, nodal_graph
+if TYPE_CHECKING:  # imported where used: a training rank reading samples needs no scipy
+    from meshshard.partition._graph import Cells, Graph
 
 __all__ = [
     "FORMAT_NAME",
@@ -602,6 +603,8 @@ def _write_all(tmp: Path, samples: Iterable[Sample], names: Sequence[str], train
                 raise ValueError(f"{where}: Expected {meshes[0]['pos_dim']}-D points like the first sample "
                                  f"(got {pos.shape[1]}-D)")
             mesh_of[digest] = len(meshes)
+            from meshshard.partition._graph import Graph, nodal_graph
+
             graph = nodal_graph(cells, len(pos)) if cells else Graph.from_edge_index(ei, len(pos))
             folder = tmp / "meshes" / f"{len(meshes):05d}"
             _save_npy(folder / "points.npy", pos)
@@ -793,6 +796,8 @@ class Mesh:
 
     def graph(self) -> Graph:
         """The nodal graph training uses (edges of the cells, or the stored edge_index)."""
+        from meshshard.partition._graph import Graph, nodal_graph
+
         if self.cells:
             return nodal_graph(self.cells, self.num_nodes, pos=self.points)
         return Graph.from_edge_index(self.edge_index, self.num_nodes, pos=self.points)

@@ -92,6 +92,18 @@ def test_importing_comm_does_not_load_partition() -> None:
     assert "meshshard.partition" not in loaded and "pymetis" not in loaded
 
 
+def test_a_training_rank_loads_no_partitioning_libraries() -> None:
+    # Every rank pays for what it imports (about 14 MB for scipy alone); loading a part, a dataset
+    # sample and the layers needs numpy and torch only. Partitioning modules are imported on use.
+    loaded = _loaded_after("import meshshard.nn, meshshard.comm, meshshard._train; "
+                           "from meshshard import ShardGraph, ShardTensor, edge_features; "
+                           "from meshshard.partition import load_partition, open_dataset")
+    assert not {"scipy", "pymetis", "meshio"} & loaded, sorted({"scipy", "pymetis", "meshio"} & loaded)
+    from meshshard import partition
+
+    assert partition.build_graph.__module__ == "meshshard.partition._api"  # still reachable, lazily
+
+
 def test_layers_are_not_installed_under_bare_names() -> None:
     loaded = _loaded_after("import meshshard.partition, meshshard.comm")
     assert "partition" not in loaded and "comm" not in loaded
