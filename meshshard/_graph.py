@@ -111,6 +111,15 @@ class ShardGraph:
             dist.all_reduce(hist, group=self.spec.group)
         return hist
 
+    def dst_lengths(self, num_rows: int) -> Tensor | None:
+        """``(num_rows,)`` int64: how many local edges end at each of the first ``num_rows`` local
+        nodes (:func:`segment_lengths` of ``edge_index[1]``; ``None`` if it is not sorted). Local,
+        computed once per ``num_rows``: the layers sum messages by these segments every step."""
+        key = ("dst_lengths", num_rows)
+        if key not in self._cache:
+            self._cache[key] = segment_lengths(self.edge_index[1], num_rows)
+        return self._cache[key]
+
     def _exchange_ghosts(self, own: Tensor) -> Tensor:
         """``(N_own, ...)`` owned rows -> ``(N_local, ...)`` owned plus ghost rows (one exchange)."""
         spec = self.spec
@@ -129,6 +138,15 @@ class ShardGraph:
             f"local={self.num_local}, edges={self.edge_index.shape[1]} ({self.num_owned_edges} owned), "
             f"halo_hops={self.halo_hops})"
         )
+
+
+def segment_lengths(index: Tensor, num_rows: int) -> Tensor | None:
+    """How many entries of ``index`` hold each row ``0..num_rows-1`` if ``index`` is sorted
+    (non-decreasing) and not empty, else ``None``. Shapes: ``index (E,)`` -> ``(num_rows,)``."""
+    if index.numel() == 0 or not bool((index[1:] >= index[:-1]).all()):
+        return None
+    lengths = torch.bincount(index, minlength=num_rows)
+    return lengths if len(lengths) == num_rows else None  # an index out of range: index_add_ says so
 
 
 def edge_features(pos: Tensor, edge_index: Tensor) -> Tensor:

@@ -19,8 +19,8 @@ backward. On the 50k-node benchmark mesh (``bench/meshgraphnet_peers.py``) this 
 step from about 11.5 s to about 8.5 s on 2 cores: the arithmetic is unchanged, the page faults are
 gone.
 
-Sums at destinations take :func:`segment_lengths` when ``dst`` is sorted (as a partition's CSR
-order leaves it): ``segment_reduce`` over runs of equal ``dst``, about half the time of
+Sums at destinations take segment lengths (:func:`meshshard._graph.segment_lengths`) when ``dst``
+is sorted (as a partition's CSR order leaves it): ``segment_reduce`` over runs of equal ``dst``, about half the time of
 ``index_add_`` on CPU, the same values (each row's terms added in edge order either way).
 """
 
@@ -33,15 +33,6 @@ from typing import Any
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
-
-
-def segment_lengths(index: Tensor, num_rows: int) -> Tensor | None:
-    """How many entries of ``index`` hold each row ``0..num_rows-1`` if ``index`` is sorted
-    (non-decreasing) and not empty, else ``None``. Shapes: ``index (E,)`` -> ``(num_rows,)``."""
-    if index.numel() == 0 or not bool((index[1:] >= index[:-1]).all()):
-        return None
-    lengths = torch.bincount(index, minlength=num_rows)
-    return lengths if len(lengths) == num_rows else None  # an index out of range: index_add_ says so
 
 
 def _sum_at(values: Tensor, index: Tensor, num_rows: int, lengths: Tensor | None) -> Tensor:
@@ -71,7 +62,7 @@ def edge_mlp(
     ``P_s[src] + P_d[dst] + W_0 e`` with ``b_0=None`` (the bias is then in ``P_d``), or
     ``W_0 e + b_0`` with no node products (``src_proj=dst_proj=src=dst=None``: the edge encoder).
     Gradients equal those of the same operations under autograd (autograd's formulas, in its order).
-    ``dst_lengths`` (from :func:`segment_lengths`, ``dst`` sorted) sums ``P_d``'s gradient by segments.
+    ``dst_lengths`` (from :func:`meshshard._graph.segment_lengths`, ``dst`` sorted) sums ``P_d``'s gradient by segments.
     Temporaries come from ``scratch`` (a :class:`Scratch` shared with the other edge MLPs of the
     forward); ``release`` clears it at the end of this MLP's backward (the last one to run).
 
@@ -85,7 +76,7 @@ def edge_mlp(
 
 def scatter_sum(message: Tensor, index: Tensor, num_rows: int, dtype: torch.dtype, lengths: Tensor | None = None) -> Tensor:
     """``zeros(num_rows, H, dtype).index_add_(0, index, message.to(dtype))``, by segments when
-    ``lengths`` (:func:`segment_lengths`); the backward (``grad[index]``, in ``message``'s dtype)
+    ``lengths`` (:func:`meshshard._graph.segment_lengths`); the backward (``grad[index]``, in ``message``'s dtype)
     keeps only ``index``.
 
     Shapes:

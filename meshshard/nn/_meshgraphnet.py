@@ -47,9 +47,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from .._graph import ShardGraph
+from .._graph import ShardGraph, segment_lengths
 from .._tensor import ShardTensor
-from ._edge_mlp import Scratch, edge_mlp, edge_step, scatter_sum, segment_lengths
+from ._edge_mlp import Scratch, edge_mlp, edge_step, scatter_sum
 
 __all__ = ["MLP", "MeshGraphNet", "ProcessorBlock"]
 
@@ -334,7 +334,7 @@ class MeshGraphNet(nn.Module):
             def halo(rows: Tensor) -> Tensor:
                 return ShardTensor(rows, spec).with_halo()
 
-            lengths = segment_lengths(graph.edge_index[1], graph.num_owned)
+            lengths = graph.dst_lengths(graph.num_owned)
             for block in self.processor:
                 h, e = block(h, e, graph.edge_index, graph.num_owned, halo, self.checkpoint_steps, lengths, scratch)
             return ShardTensor(self._mlp(self.decoder, h), spec)
@@ -346,7 +346,7 @@ class MeshGraphNet(nn.Module):
             )
         # the one exchange: every local row, owned and ghost; then every step updates them all
         h = ShardTensor(self._mlp(self.node_encoder, x.to_local()), spec).with_halo()
-        lengths = segment_lengths(graph.edge_index[1], graph.num_local)
+        lengths = graph.dst_lengths(graph.num_local)
         for block in self.processor:
             h, e = block(h, e, graph.edge_index, graph.num_local, None, self.checkpoint_steps, lengths, scratch)
         return ShardTensor(self._mlp(self.decoder, h[: graph.num_owned]), spec)

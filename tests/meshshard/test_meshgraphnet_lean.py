@@ -226,3 +226,19 @@ def test_a_hook_that_keeps_an_edge_gradient_keeps_it_unchanged() -> None:
     assert torch.equal(plain[2], hooked[2])
     for name in plain[3]:
         assert torch.equal(plain[3][name], hooked[3][name]), name
+
+
+def test_a_shard_graph_counts_edges_per_destination_once() -> None:
+    # MeshGraphNet sums messages by destination segments at every step; the graph counts them once.
+    import dataclasses
+
+    from meshshard import ShardGraph
+    from meshshard.partition import partition_graph
+
+    _, edge_index = _mesh()
+    graph = ShardGraph.from_partition(partition_graph(edge_index.numpy(), 1)[0])
+    lengths = graph.dst_lengths(graph.num_owned)
+    assert torch.equal(lengths, torch.bincount(graph.edge_index[1], minlength=graph.num_owned))
+    assert graph.dst_lengths(graph.num_owned) is lengths
+    swapped = graph.edge_index[:, torch.randperm(graph.edge_index.shape[1], generator=torch.Generator().manual_seed(0))]
+    assert dataclasses.replace(graph, edge_index=swapped, _cache={}).dst_lengths(graph.num_owned) is None
