@@ -1,3 +1,3 @@
-from meshshard.cli import main
+from meshshard.cli import entry
 
-raise SystemExit(main())
+entry()

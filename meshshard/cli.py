@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -88,5 +89,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def entry() -> None:
+    """The ``meshshard`` command and ``python -m meshshard``: :func:`main`, then exit with its code.
+
+    A rank that fails under torchrun or SLURM still has its process group up. The interpreter's
+    teardown would destroy it while gloo's threads wait on a peer, and abort the process
+    ("terminate called without an active exception"), turning exit code 1 into SIGABRT. Such a
+    rank leaves without that teardown, its output flushed."""
+    code = main()
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    raise SystemExit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    entry()
