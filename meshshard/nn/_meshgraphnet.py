@@ -12,6 +12,13 @@ Every MLP has ``hidden_layers`` hidden layers of width ``latent_size`` and ends 
 except the decoder. Aggregation is ``index_add_`` (sum at ``dst``) in the tensors' dtype (float32
 for half-precision messages).
 
+Mixed precision (``torch.autocast`` to bfloat16 or float16): the linear layers run in half
+precision; the LayerNorms run in float32 on every device (:class:`FloatLayerNorm`; CUDA's
+autocast does so for ``layer_norm``, CPU's would not), so the latent streams ``h`` and ``e``, the
+messages and their sums stay float32. On a 50k-node mesh, LayerNorm in bfloat16 put the gradients of
+the edge MLPs' LayerNorm parameters (sums over 700k edges that nearly cancel) 80% off float32's;
+in float32 the worst tensor is 8% off (``bench/meshgraphnet_peers.py --only meshshard,meshshard-bf16``).
+
 Memory: the edge MLP's first layer is applied to ``h`` once per node and gathered per edge (never
 the ``(E, 3L)`` concatenation), and by default the MLPs on edges (the edge encoder and every edge
 MLP) are recomputed in the backward from their inputs, so a processor step keeps about
@@ -58,6 +65,22 @@ _ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
 }
 
 
+class FloatLayerNorm(nn.LayerNorm):
+    """``nn.LayerNorm`` (same parameters, same ``state_dict``) that runs in float32 under autocast.
+
+    Its input, output, weight and bias are float32 whenever the input is half precision (a linear
+    layer's output under autocast): the statistics of a row and the output that feeds a residual
+    sum keep float32's precision. Outside autocast it is ``nn.LayerNorm``."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.dtype not in (torch.float16, torch.bfloat16) or not torch.is_autocast_enabled(x.device.type):
+            return super().forward(x)
+        with torch.autocast(x.device.type, enabled=False):
+            weight = None if self.weight is None else self.weight.float()
+            bias = None if self.bias is None else self.bias.float()
+            return F.layer_norm(x.float(), self.normalized_shape, weight, bias, self.eps)
+
+
 class MLP(nn.Sequential):
     """``hidden_layers`` hidden layers of width ``hidden``, then an output layer, then LayerNorm.
 
@@ -77,7 +100,7 @@ class MLP(nn.Sequential):
             width = hidden
         layers.append(nn.Linear(width, out_features))
         if layer_norm:
-            layers.append(nn.LayerNorm(out_features))
+            layers.append(FloatLayerNorm(out_features))
         super().__init__(*layers)
 
 
@@ -217,7 +240,7 @@ def _sum_dtype(message: Tensor) -> torch.dtype:
 def _fusable(mlp: MLP, x: Tensor) -> bool:
     """Whether ``mlp`` (ending in LayerNorm) runs as one autograd Function: ReLU, no autocast."""
     relu = len(mlp) == 2 or type(mlp[1]) is nn.ReLU
-    return relu and type(mlp[-1]) is nn.LayerNorm and not torch.is_autocast_enabled(x.device.type)
+    return relu and type(mlp[-1]) is FloatLayerNorm and not torch.is_autocast_enabled(x.device.type)
 
 
 def _fused_params(mlp: MLP, first_weight: Tensor, first_bias: Tensor | None) -> list[Tensor | None]:
