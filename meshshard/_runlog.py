@@ -50,7 +50,8 @@ __all__ = [
 #: The files ``meshshard train`` writes in RUN (and ``--force`` may delete); nothing else is touched.
 RUN_FILES = ("checkpoint.pt", "log.jsonl", "first_step.pt", "loss.png")
 #: Settings that a resumed run must keep, or its steps would not repeat the uninterrupted run's.
-EXACTNESS_KEYS = ("latent_size", "hidden_layers", "message_passing_steps", "activation", "dtype", "seed", "data_parallel")
+EXACTNESS_KEYS = ("latent_size", "hidden_layers", "message_passing_steps", "activation", "dtype", "precision", "seed",
+                  "data_parallel")
 
 
 def check_run_folder(out: str | os.PathLike[str], resume: bool, force: bool) -> list[Path]:

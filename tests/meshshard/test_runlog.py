@@ -38,12 +38,16 @@ def test_an_existing_run_is_refused_and_force_deletes_only_our_files(tmp_path: P
 
 def test_resume_refuses_changes_that_break_exactness_and_reports_an_lr_change() -> None:
     saved = {"latent_size": 8, "hidden_layers": 1, "message_passing_steps": 2, "activation": "relu",
-             "dtype": "float64", "seed": 0, "data_parallel": 1, "lr": 0.01, "out": "run"}
+             "dtype": "float64", "precision": "fp32", "seed": 0, "data_parallel": 1, "lr": 0.01, "out": "run"}
     ident = {"partition_meshes": [[10, "a"]], "dataset": {"meshes": ["m"]}}
     _runlog.check_resume(saved, ident, saved | {"lr": 0.5, "steps": 99}, ident)
     assert _runlog.lr_change(saved, 0.5) == 0.01 and _runlog.lr_change(saved, 0.01) is None
     with pytest.raises(ValueError, match=r"run: cannot resume with changed settings: latent_size 8 -> 16; dtype 'float64' -> 'float32'"):
         _runlog.check_resume(saved, ident, saved | {"latent_size": 16, "dtype": "float32"}, ident)
+    with pytest.raises(ValueError, match=r"changed settings: precision 'fp32' -> 'bf16-mixed' \("):
+        _runlog.check_resume(saved, ident, saved | {"precision": "bf16-mixed"}, ident)
+    older = {k: v for k, v in saved.items() if k != "precision"}  # a run saved before --precision existed
+    _runlog.check_resume(older, ident, saved, ident)
     with pytest.raises(ValueError, match=r"the partition's mesh \(parts/ was made for another mesh\)"):
         _runlog.check_resume(saved, ident, saved | {"partition": "parts/"}, ident | {"partition_meshes": [[10, "b"]]})
     with pytest.raises(ValueError, match=r"the dataset \(.* is not the one the run trained on\)"):
