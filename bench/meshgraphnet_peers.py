@@ -1,6 +1,7 @@
 """Benchmark: one MeshGraphNet training step, meshshard against what a user would pick instead.
 
     python bench/meshgraphnet_peers.py [--side 37] [--latent 64] [--mp-steps 6] [--rounds 3] [--json FILE]
+    python bench/meshgraphnet_peers.py --only meshshard,meshshard-bf16     # bf16 autocast, and its error
     python bench/meshgraphnet_peers.py --fit-gb 20 [--latent 128 --mp-steps 15]   # largest mesh in 20 GB
 
 Every implementation trains the same model (encoder, ``--mp-steps`` processor blocks, decoder;
@@ -23,7 +24,12 @@ Implementations:
   (the ``nvidia-physicsnemo`` package) by default and with ``do_concat_trick=True``;
 - ``pyg``: a plain PyTorch Geometric implementation (``tests/meshshard/_reference_meshgraphnet.py``);
 - ``meshshard-2ranks``: meshshard on a 2-part METIS partition, 2 local ranks of 1 thread each
-  (single-process runs use 2 threads); its peak RSS is per rank.
+  (single-process runs use 2 threads); its peak RSS is per rank;
+- ``meshshard-bf16``: meshshard under bfloat16 autocast (what ``meshshard train --precision
+  bf16-mixed`` does: float32 weights, Adam state, sums at destinations and loss). Not in the
+  default set; after its timed steps it also reports its error against float32 from the same
+  initial weights: relative L2 error of the output, of the loss, and of every parameter's
+  gradient (all concatenated, and the worst tensor).
 
 Setting up the peers (optional; not dependencies of meshshard): ``bash bench/setup_peers.sh``.
 PhysicsNeMo's MeshGraphNet needs ``torch_scatter``, which has no wheel for torch 2.13 on CPU and is
@@ -61,7 +67,8 @@ from _runner import peak_rss_mb, run_workers
 
 ROOT = Path(__file__).resolve().parents[1]
 STUBS = Path(__file__).resolve().parent / "_stubs"
-IMPLEMENTATIONS = ("meshshard", "meshshard-saved", "physicsnemo", "physicsnemo-concat", "pyg", "meshshard-2ranks")
+IMPLEMENTATIONS = ("meshshard", "meshshard-saved", "physicsnemo", "physicsnemo-concat", "pyg", "meshshard-2ranks", "meshshard-bf16")
+DEFAULT = IMPLEMENTATIONS[:-1]  # meshshard-bf16 with --only
 
 
 # ----------------------------------------------------------------------------- worker side
@@ -100,6 +107,7 @@ def worker(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     result: dict = {"impl": args.impl, "status": "ok"}
+    initial = None  # meshshard-bf16: the weights before training, for the error against float32
     try:
         if args.impl == "meshshard-2ranks":
             from meshshard.partition import load_partition
@@ -131,11 +139,17 @@ def worker(args: argparse.Namespace) -> None:
         model = _build(args.impl, 3, ea.shape[1], args.latent, args.mp_steps)
         result["parameters"] = sum(p.numel() for p in model.parameters())
         opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+        bf16 = args.impl == "meshshard-bf16"
+        if bf16:
+            initial = {k: v.clone() for k, v in model.state_dict().items()}
         result["rss_before_mb"] = peak_rss_mb()
         times, cpu = [], []
         for i in range(args.iters + 1):
             start, start_cpu = time.perf_counter(), time.process_time()
-            loss = ((model(*inputs) - y) ** 2).mean()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                out = model(*inputs)
+            loss = ((out.float() - y) ** 2).mean()
+            del out
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if ctx is not None:
@@ -149,8 +163,35 @@ def worker(args: argparse.Namespace) -> None:
     except (RuntimeError, MemoryError, ImportError) as err:
         result["status"] = f"failed: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
     result["peak_rss_mb"] = peak_rss_mb()
+    if result["status"] == "ok" and initial is not None:
+        model.load_state_dict(initial)
+        result["error_vs_fp32"] = _error_vs_fp32(model, inputs, y)
     rank = int(os.environ.get("RANK", "0"))
     Path(f"{args.out_json}.rank{rank}").write_text(json.dumps(result))
+
+
+def _error_vs_fp32(model, inputs: tuple, y) -> dict[str, float]:
+    """Relative L2 errors of one bf16-autocast forward and backward against float32's, same weights."""
+    import torch
+
+    def run(enabled: bool):
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled):
+            out = model(*inputs)
+        out = (out.to_local() if hasattr(out, "to_local") else out).float()
+        loss = ((out - y) ** 2).mean()
+        loss.backward()
+        return out.detach(), loss.detach(), [p.grad.detach().clone() for p in model.parameters()]
+
+    out32, loss32, grads32 = run(False)
+    out16, loss16, grads16 = run(True)
+
+    def rel(a, b) -> float:
+        return float((a - b).norm() / b.norm())
+
+    return {"output": rel(out16, out32), "loss": rel(loss16, loss32),
+            "gradients": rel(torch.cat([g.flatten() for g in grads16]), torch.cat([g.flatten() for g in grads32])),
+            "worst_gradient_tensor": max(rel(a, b) for a, b in zip(grads16, grads32))}
 
 
 # ----------------------------------------------------------------------------- driver side
@@ -200,7 +241,7 @@ def run_one(impl: str, work: Path, args: argparse.Namespace, side: int, num_node
         "step_s": [max(ts) for ts in zip(*(r["step_s"] for r in rows))],  # a step ends when its slowest rank does
         "step_cpu_s": [sum(ts) for ts in zip(*(r["step_cpu_s"] for r in rows))],  # CPU seconds, all ranks
         "peak_rss_mb": max(r["peak_rss_mb"] for r in rows), "rss_before_mb": max(r["rss_before_mb"] for r in rows),
-        "loss": rows[0]["loss"],
+        "loss": rows[0]["loss"], **({"error_vs_fp32": rows[0]["error_vs_fp32"]} if "error_vs_fp32" in rows[0] else {}),
     }
 
 
@@ -246,6 +287,7 @@ def summarize(runs: dict[str, list[dict]]) -> dict[str, dict]:
             "step_cpu_s_median": round(statistics.median([t for r in ok for t in r["step_cpu_s"]]), 3),
             "peak_rss_mb": round(statistics.median(r["peak_rss_mb"] for r in ok), 1),
             "rss_before_mb": round(statistics.median(r["rss_before_mb"] for r in ok), 1),
+            **({"error_vs_fp32": ok[0]["error_vs_fp32"]} if "error_vs_fp32" in ok[0] else {}),
         }
     return out
 
@@ -266,6 +308,10 @@ def ratios(table: dict[str, dict]) -> dict[str, float]:
         out["memory per rank, 2 ranks / meshshard 1 process"] = round(a / b, 3)
         a0, b0 = get("meshshard-2ranks", "rss_before_mb"), get("meshshard", "rss_before_mb")
         out["same, above each process's memory at its first step"] = round((a - a0) / (b - b0), 3)
+    for key, name in (("peak_rss_mb", "memory"), ("step_s_median", "time")):
+        a, b = get("meshshard-bf16", key), get("meshshard", key)
+        if a and b:
+            out[f"{name} meshshard-bf16 / meshshard"] = round(a / b, 3)
     return out
 
 
@@ -279,6 +325,11 @@ def print_table(table: dict[str, dict], rat: dict[str, float]) -> None:
               f"{row['peak_rss_mb']:>12,.0f} {row['parameters']:>11,}")
     for name, value in rat.items():
         print(f"  {name:<52} {value:.2f}")
+    for impl, row in table.items():
+        if "error_vs_fp32" in row:
+            err = row["error_vs_fp32"]
+            print(f"  {impl} against float32, same weights, relative L2: output {err['output']:.2e}, loss {err['loss']:.2e}, "
+                  f"gradients {err['gradients']:.2e} (worst tensor {err['worst_gradient_tensor']:.2e})")
 
 
 def fit(work: Path, args: argparse.Namespace, impls: list[str]) -> dict:
@@ -353,7 +404,7 @@ def main() -> int:
         worker(args)
         return 0
 
-    impls = args.only.split(",") if args.only else list(IMPLEMENTATIONS)
+    impls = args.only.split(",") if args.only else list(DEFAULT)
     unknown = sorted(set(impls) - set(IMPLEMENTATIONS))
     if unknown:
         parser.error(f"unknown implementation(s) {unknown}; choose from {list(IMPLEMENTATIONS)}")
