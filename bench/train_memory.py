@@ -18,15 +18,17 @@ the part that scales with the shard is visible:
   it halves from 1 to 2 ranks, and ``(peak - idle) / (owned + ghost)`` stays about constant;
 - the ratio of the largest rank's peak to the one-rank peak.
 
-The peak RSS is what the process holds, not what its tensors hold: with glibc's default
-allocator, freed blocks under its dynamic mmap threshold (up to 32 MB) stay in the heap and RSS
-creeps up from step to step, most where a rank's tensors are a few MB to a few tens of MB (many
-ranks, or a small mesh). ``--mmap-threshold BYTES`` runs the ranks with
-``GLIBC_TUNABLES=glibc.malloc.mmap_threshold=BYTES`` (a fixed threshold: every larger block is
-returned to the system when freed), so the peak is that of the live tensors.
+The peak RSS is what the process holds, not what its tensors hold. glibc raises its mmap
+threshold after large frees (up to 32 MB), so freed blocks under it stay in the heap and RSS creeps
+up from step to step, most where a rank's tensors are a few MB to a few tens of MB (many ranks, or
+a small mesh). Each rank of ``meshshard train`` therefore fixes its threshold at 1 MiB
+(``meshshard._launch.fix_mmap_threshold``): every larger block is returned to the system when
+freed. ``--glibc-dynamic`` runs the ranks with glibc's own dynamic threshold instead
+(``MESHSHARD_MMAP_THRESHOLD=0``); ``--mmap-threshold BYTES`` with another fixed one
+(``GLIBC_TUNABLES=glibc.malloc.mmap_threshold=BYTES``, which the ranks leave alone).
 
     python bench/train_memory.py [--side 100] [--samples 20] [--ranks 1,2,4] [--steps 2]
-                                 [--latent 16] [--mp-steps 2] [--mmap-threshold BYTES]
+                                 [--latent 16] [--mp-steps 2] [--mmap-threshold BYTES | --glibc-dynamic]
                                  [--cache DIR] [--json FILE]
     python bench/train_memory.py --side 30 --samples 4     # smoke check, about a minute
 
@@ -187,6 +189,8 @@ def main() -> int:
     parser.add_argument("--mp-steps", type=int, default=2)
     parser.add_argument("--mmap-threshold", type=int, default=0,
                         help="run the ranks with glibc's mmap threshold fixed at this many bytes (0: glibc's default)")
+    parser.add_argument("--glibc-dynamic", action="store_true",
+                        help="run the ranks with glibc's dynamic mmap threshold (MESHSHARD_MMAP_THRESHOLD=0)")
     parser.add_argument("--no-val", action="store_true", help="no validation pass (it runs before step 0 otherwise)")
     parser.add_argument("--cache", type=Path, default=Path("/tmp/meshshard-bench"),
                         help="folder for the dataset (shared with bench/dataset.py), partitions and runs")
@@ -197,6 +201,8 @@ def main() -> int:
         parser.error("Expected --side >= 2, --steps >= 1 and positive --ranks")
 
     data, built_s = ensure_dataset(args.cache, args.side, args.samples)
+    if args.glibc_dynamic:
+        os.environ["MESHSHARD_MMAP_THRESHOLD"] = "0"
     if args.mmap_threshold:  # read by glibc when each rank starts; this process keeps its allocator
         os.environ["GLIBC_TUNABLES"] = ":".join(
             [t for t in os.environ.get("GLIBC_TUNABLES", "").split(":") if t and "mmap_threshold" not in t]
@@ -206,11 +212,13 @@ def main() -> int:
     rows = [run_one(args, data, work, p) for p in sorted(ranks)]
     title = (f"meshshard train, peak memory per rank: {rows[0]['num_nodes']:,}-node tet mesh, MeshGraphNet latent "
              f"{args.latent}, {args.mp_steps} message-passing steps, float32, {args.steps} steps; allocator: "
-             + (f"glibc, mmap threshold {args.mmap_threshold:,} B" if args.mmap_threshold else "glibc defaults"))
+             + (f"glibc, mmap threshold {args.mmap_threshold:,} B" if args.mmap_threshold
+                else "glibc, dynamic mmap threshold" if args.glibc_dynamic else "meshshard's (mmap threshold fixed at 1 MiB)"))
     print_table(rows, title)
     result = {"benchmark": "train_memory", "side": args.side, "samples": args.samples, "steps": args.steps,
               "latent": args.latent, "mp_steps": args.mp_steps, "validation": not args.no_val,
               "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
+              "meshshard_mmap_threshold": os.environ.get("MESHSHARD_MMAP_THRESHOLD", "default (1 MiB)"),
               "dataset_built_s": round(built_s, 1), "cpu_count": os.cpu_count(), "rows": rows}
     emit(result, args.json)
     return 0

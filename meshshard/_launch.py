@@ -32,9 +32,42 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RankFailed", "Terminated", "launch_local", "free_port", "run_command", "check_input_folders", "check_output_folder"]
+__all__ = ["RankFailed", "Terminated", "launch_local", "free_port", "run_command", "check_input_folders", "check_output_folder",
+           "fix_mmap_threshold"]
 
 GRACE_S = 5.0
+#: The mmap threshold a rank's allocator gets (:func:`fix_mmap_threshold`), in bytes.
+MMAP_THRESHOLD = 1 << 20
+
+
+def fix_mmap_threshold(nbytes: int | None = None) -> bool:
+    """Fix glibc's mmap threshold of this process at ``nbytes`` (default ``MESHSHARD_MMAP_THRESHOLD``
+    from the environment, else 1 MiB; ``0`` keeps glibc's dynamic threshold), unless the user chose one.
+
+    glibc raises its threshold after large frees (up to 32 MB), so a rank's mid-sized tensors (a
+    few MB: node features of a shard) then come from the heap, which fragments and keeps what
+    they free: peak RSS per rank grows beyond its live tensors, the more so the smaller the shard.
+    A fixed threshold serves every larger block by ``mmap`` and returns it when freed. Measured on a
+    50k-node mesh (``bench/meshgraphnet.py``, latent 32): per rank, above its memory at the
+    first step, 0.62x / 0.36x of one process on 2 / 4 ranks at 4 MiB, 0.54x / 0.32x at 1 MiB.
+
+    Leaves the allocator alone when ``MALLOC_MMAP_THRESHOLD_`` is set or ``GLIBC_TUNABLES`` names
+    an mmap threshold, and where there is no glibc. Returns whether it changed the threshold.
+    """
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ or "mmap_threshold" in tunables:
+        return False
+    if nbytes is None:
+        nbytes = int(os.environ.get("MESHSHARD_MMAP_THRESHOLD", MMAP_THRESHOLD))
+    if nbytes <= 0:
+        return False
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError, TypeError):  # no glibc (TypeError: Windows' CDLL(None))
+        return False
+    return bool(mallopt(-3, int(nbytes)))  # -3: M_MMAP_THRESHOLD
 
 
 class Terminated(SystemExit):
@@ -81,6 +114,7 @@ def _entry(local_rank: int, fn: Callable[..., Any], world: int, port: int, args:
         LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
     )
     os.environ.setdefault("MESHSHARD_TIMEOUT", "120")
+    fix_mmap_threshold()
     try:
         import torch
 
@@ -208,6 +242,7 @@ def run_command(
         if nproc and not launched:
             launch_local(worker, nproc, payload)
         else:
+            fix_mmap_threshold()  # this process is the rank (torchrun, SLURM, or one process)
             worker(payload)
     except (ValueError, RuntimeError, OSError) as err:
         if _debug() and not isinstance(err, RankFailed):
