@@ -6,19 +6,22 @@ The mesh is a jittered ``side^3`` lattice of tetrahedra (side 37: 50,653 nodes).
 configuration runs in fresh processes (so peak RSS is its own) and loads its shard with
 ``load_partition`` from a partition made once per part count; one process is the same code on a
 1-part partition. Per configuration: time of a training step (forward + backward + gradient
-all-reduce; median of 3 after a warm-up), peak RSS per rank, bytes each rank sends per step.
+all-reduce; median of 3 after a warm-up), peak RSS per rank, and the part of it above the
+rank's memory before its first step (torch, the shard, the model: what sharding cannot divide),
+each as a ratio to one process; bytes each rank sends per step.
 One process uses both cores; each of 2 ranks uses one.
 
 Then the memory cap: every process runs under ``RLIMIT_AS`` (the limit ``prlimit --as`` sets) set
 halfway between the one-process peak address space and the 2-rank one; the one-process step is
 expected to fail and the 2-rank step to succeed under the same cap per rank.
 
-Allocator: every process runs with ``MALLOC_MMAP_THRESHOLD_=4194304`` (glibc). By default glibc
-raises its mmap threshold after large frees (up to 32 MB), so the mid-sized activations of a
-shard land on the heap and fragment it: peak RSS then grows beyond the live memory, and more so
-the smaller the shard (measured on 50k nodes: 4 ranks 1,827 MB per rank with the default, 1,065 MB
-with the fixed threshold; one process 3,475 and 3,228 MB). The same setting applies to every
-configuration; ``--default-malloc`` turns it off.
+Allocator: every process runs with ``MALLOC_MMAP_THRESHOLD_=1048576`` (glibc; ``--mmap-threshold``),
+the threshold each rank of ``meshshard train`` fixes for itself. By default glibc raises its mmap
+threshold after large frees (up to 32 MB), so the mid-sized activations of a shard land on the
+heap and fragment it: peak RSS then grows beyond the live memory, and more so the smaller the
+shard (measured on 50k nodes, latent 32, per rank above its memory at the first step: 2 / 4 ranks
+0.62x / 0.36x of one process at 4 MiB, 0.54x / 0.32x at 1 MiB). ``--default-malloc`` keeps glibc's
+dynamic threshold.
 
 Targets (issue 5): peak RSS per rank <= 0.6x one process at 2 ranks, <= 0.35x at 4; 2 ranks on
 2 cores no slower than one process on both cores.
@@ -108,7 +111,7 @@ def run_config(part_dir: Path, ranks: int, threads: int, args: argparse.Namespac
              "--latent", str(args.latent), "--steps", str(args.steps), "--out-json", out, "--cap-mb", str(cap_mb)]
     env = os.environ | {"OMP_NUM_THREADS": str(threads), "MESHSHARD_TIMEOUT": "120"}
     if not args.default_malloc:
-        env["MALLOC_MMAP_THRESHOLD_"] = str(4 * 2**20)
+        env["MALLOC_MMAP_THRESHOLD_"] = str(args.mmap_threshold)
     run_workers(__file__, flags, ranks, env)  # a capped run may be killed: what it wrote is read below
     results = []
     for path in [out] + [f"{out}.rank{r}" for r in range(ranks)]:
@@ -129,10 +132,16 @@ def summarize(name: str, rows: list[dict], single: dict | None) -> dict:
         "bytes_sent_per_rank_per_step": max(r["bytes_sent_per_step"] for r in ok),
         "max_local_nodes": max(r["nodes_local"] for r in ok),
         "peak_address_space_mb": round(max(r["peak_address_space_mb"] for r in ok), 1),
+        "rss_before_step_mb": round(max(r["rss_before_step_mb"] for r in ok), 1),
         "status": "ok",
     }
     if single:
         out["memory_vs_single"] = round(peak / single["peak_rss_mb_per_rank"], 3)
+        # what sharding divides: the memory above each process's own before its first step (torch,
+        # the shard and the model: about 260 MB per process here, the same at every rank count)
+        out["memory_above_start_vs_single"] = round(
+            max(r["peak_rss_mb"] - r["rss_before_step_mb"] for r in ok)
+            / (single["peak_rss_mb_per_rank"] - single["rss_before_step_mb"]), 3)
         out["time_vs_single"] = round(out["step_s"] / single["step_s"], 3)
     return out
 
@@ -144,6 +153,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=4, help="message-passing steps")
     parser.add_argument("--json")
     parser.add_argument("--default-malloc", action="store_true", help="keep glibc's dynamic mmap threshold")
+    parser.add_argument("--mmap-threshold", type=int, default=2**20,
+                        help="MALLOC_MMAP_THRESHOLD_ of every process, in bytes (default 1 MiB)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--partition", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
@@ -185,16 +196,18 @@ def main() -> int:
         {"config": f"2 ranks under {cap:,.0f} MB each", "status": summarize("", run_config(parts[(2, 1)], 2, 1, args, cap), None)["status"]},
     ]
 
-    print(f"\n{'configuration':<24} {'step s':>8} {'x single':>8} {'peak RSS/rank MB':>17} {'x single':>8} {'sent/rank/step':>15} {'local nodes':>12}")
+    print(f"\n{'configuration':<24} {'step s':>8} {'x single':>8} {'peak RSS/rank MB':>17} {'x single':>8} {'above start':>11} "
+          f"{'sent/rank/step':>15} {'local nodes':>12}")
     for r in results:
         if r["status"] != "ok":
             print(f"{r['config']:<24} {r['status']}")
             continue
         print(f"{r['config']:<24} {r['step_s']:>8.2f} {r.get('time_vs_single', 1.0):>8.2f} {r['peak_rss_mb_per_rank']:>17,.0f} "
-              f"{r.get('memory_vs_single', 1.0):>8.2f} {r['bytes_sent_per_rank_per_step'] / 2**20:>12.2f} MB {r['max_local_nodes']:>12,}")
+              f"{r.get('memory_vs_single', 1.0):>8.2f} {r.get('memory_above_start_vs_single', 1.0):>11.2f} "
+              f"{r['bytes_sent_per_rank_per_step'] / 2**20:>12.2f} MB {r['max_local_nodes']:>12,}")
     for c in capped:
         print(f"{c['config']:<40} {c['status']}")
-    summary = {"malloc_mmap_threshold": None if args.default_malloc else 4 * 2**20, "nodes": len(points), "tets": len(tets), "latent": args.latent, "mp_steps": args.steps, "results": results, "memory_cap": capped}
+    summary = {"malloc_mmap_threshold": None if args.default_malloc else args.mmap_threshold, "nodes": len(points), "tets": len(tets), "latent": args.latent, "mp_steps": args.steps, "results": results, "memory_cap": capped}
     print(json.dumps(summary))
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2))
