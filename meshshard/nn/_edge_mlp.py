@@ -54,6 +54,7 @@ def edge_mlp(
     dst_lengths: Tensor | None = None,
     scratch: Scratch | None = None,
     release: bool = False,
+    half: torch.dtype | None = None,
 ) -> Tensor:
     """An MLP on edges, ReLU between layers, LayerNorm at the end, its first layer in the lean form.
 
@@ -65,13 +66,16 @@ def edge_mlp(
     ``dst_lengths`` (from :func:`meshshard._graph.segment_lengths`, ``dst`` sorted) sums ``P_d``'s gradient by segments.
     Temporaries come from ``scratch`` (a :class:`Scratch` shared with the other edge MLPs of the
     forward); ``release`` clears it at the end of this MLP's backward (the last one to run).
+    ``half`` (autocast's dtype, ``e`` and the parameters float32, the node products already in it):
+    the linear layers run in it, forward and backward, as under autocast; the LayerNorm, the output
+    and the gradients of ``e`` and of the parameters stay float32.
 
     Shapes:
         e: ``(E, F)``; src_proj: ``(N_rows, H)``; dst_proj: ``(N_dst, H)``; src, dst: ``(E,)``.
         Returns ``(E, H_out)``.
     """
     return _EdgeMLP.apply(e, src_proj, dst_proj, src, dst, dst_lengths, eps, recompute,
-                          scratch if scratch is not None else Scratch(), release, *params)
+                          scratch if scratch is not None else Scratch(), release, half, *params)
 
 
 def scatter_sum(message: Tensor, index: Tensor, num_rows: int, dtype: torch.dtype, lengths: Tensor | None = None) -> Tensor:
@@ -115,10 +119,12 @@ class Scratch:
         self._free: dict[tuple[int, int, torch.dtype, torch.device], list[Tensor]] = {}
         self.handed: Tensor | None = None  # the gradient of e last handed down a chain of edge steps
 
-    def take(self, rows: int, cols: int, like: Tensor) -> Tensor:
-        """A ``(rows, cols)`` buffer of ``like``'s dtype and device, contents undefined."""
-        free = self._free.get((rows, cols, like.dtype, like.device))
-        return free.pop() if free else like.new_empty(rows, cols)
+    def take(self, rows: int, cols: int, like: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+        """A ``(rows, cols)`` buffer of ``like``'s device and of ``dtype`` (default ``like``'s),
+        contents undefined."""
+        dtype = like.dtype if dtype is None else dtype
+        free = self._free.get((rows, cols, dtype, like.device))
+        return free.pop() if free else like.new_empty(rows, cols, dtype=dtype)
 
     def give(self, *buffers: Tensor | None) -> None:
         """Hand back buffers that nothing else refers to any more."""
@@ -132,9 +138,13 @@ class Scratch:
 
 
 def _first_layer(e: Tensor, src_proj: Tensor | None, dst_proj: Tensor | None, src: Tensor, dst: Tensor, w: Tensor,
-                 b: Tensor | None, scratch: Scratch) -> tuple[Tensor, Tensor | None]:
+                 b: Tensor | None, scratch: Scratch, half: torch.dtype | None = None) -> tuple[Tensor, Tensor | None]:
     """``P_s[src] + P_d[dst] + W_0 e`` (the GEMM accumulates into the gathered sum: no bias pass;
-    ``b`` is then inside ``P_d``), or ``W_0 e + b`` without node products; and the spare buffer."""
+    ``b`` is then inside ``P_d``), or ``W_0 e + b`` without node products; and the spare buffer.
+    With ``half`` (autocast's dtype; ``e`` and the node products already in it) ``W_0`` and ``b``
+    are cast to it, as autocast runs ``F.linear``."""
+    if half is not None:
+        w, b = w.to(half), None if b is None else b.to(half)
     rows, cols = e.shape[0], w.shape[0]
     if src_proj is None:
         return torch.addmm(b, e, w.t(), out=scratch.take(rows, cols, e)), None
@@ -158,17 +168,37 @@ def _hidden(z: Tensor, spare: Tensor | None, layers: list[tuple[Tensor, Tensor]]
     return z, acts, spare
 
 
-def _forward(ctx: Any, e: Tensor, src_proj: Tensor | None, dst_proj: Tensor | None, src: Tensor | None, dst: Tensor | None,
-             dst_lengths: Tensor | None, eps: float, recompute: bool, scratch: Scratch, params: tuple[Tensor | None, ...]) -> Tensor:
-    """The MLP's forward (its output a fresh tensor), what the backward needs saved on ``ctx``."""
-    w_e, b_0, gamma, beta = params[0], params[1], params[-2], params[-1]
+def _layers(params: tuple[Tensor | None, ...], half: torch.dtype | None) -> list[tuple[Tensor, Tensor]]:
+    """The ``(W_i, b_i)`` after the first layer, cast to ``half`` when given (as autocast casts them)."""
     layers = list(zip(params[2:-2:2], params[3:-2:2]))
-    z, spare = _first_layer(e, src_proj, dst_proj, src, dst, w_e, b_0, scratch)
+    return layers if half is None else [(w.to(half), b.to(half)) for w, b in layers]
+
+
+def _as_float(z: Tensor, dtype: torch.dtype, scratch: Scratch) -> Tensor:
+    """``z`` in ``dtype`` (a scratch copy when it differs): the LayerNorm runs in ``e``'s dtype."""
+    return z if z.dtype == dtype else scratch.take(*z.shape, z, dtype).copy_(z)
+
+
+def _forward(ctx: Any, e: Tensor, src_proj: Tensor | None, dst_proj: Tensor | None, src: Tensor | None, dst: Tensor | None,
+             dst_lengths: Tensor | None, eps: float, recompute: bool, scratch: Scratch, params: tuple[Tensor | None, ...],
+             half: torch.dtype | None = None) -> Tensor:
+    """The MLP's forward (its output a fresh tensor), what the backward needs saved on ``ctx``.
+    ``half``: the linear layers in that dtype (autocast's), the LayerNorm in ``e``'s; only ``e``
+    cast to ``half`` is kept for the backward (all that the first layer's gradients need)."""
+    w_e, b_0, gamma, beta = params[0], params[1], params[-2], params[-1]
+    layers = _layers(params, half)
+    ctx.e_dtype = e.dtype
+    if half is not None:
+        e = e.to(half)
+    z, spare = _first_layer(e, src_proj, dst_proj, src, dst, w_e, b_0, scratch, half)
     z, acts, spare = _hidden(z, spare, layers, not recompute, scratch)
-    y, mean, rstd = torch.native_layer_norm(z, [z.shape[1]], gamma, beta, eps)
+    z_norm = _as_float(z, ctx.e_dtype, scratch)
+    y, mean, rstd = torch.native_layer_norm(z_norm, [z.shape[1]], gamma, beta, eps)
+    if z_norm is not z:
+        scratch.give(z_norm)
     if recompute:
         scratch.give(z, spare)  # the two buffers of the ping-pong (or z alone)
-    ctx.eps, ctx.recompute, ctx.num_params, ctx.scratch = eps, recompute, len(params), scratch
+    ctx.eps, ctx.recompute, ctx.num_params, ctx.scratch, ctx.half = eps, recompute, len(params), scratch, half
     ctx.dst_lengths = dst_lengths  # (N_dst,) counts, or None
     ctx.save_for_backward(e, src_proj, dst_proj, src, dst, mean, rstd, *params, *(() if recompute else (z, *acts)))
     return y
@@ -180,23 +210,31 @@ def _backward(ctx: Any, saved: tuple[Tensor, ...], grad_y: Tensor, own_grad_y: b
     ``own_grad_y``), ``saved`` being ``ctx.saved_tensors`` (read once): the gradients of
     ``(src_proj, dst_proj, *params)``, and the gradient of ``e``: ``residual + grad_z @ W_0``
     (``residual`` is the gradient reaching ``e`` by another path, or None), written into
-    ``residual`` when ``own_residual``, else into a buffer taken from the scratch and not given back."""
-    scratch = ctx.scratch
+    ``residual`` when ``own_residual``, else into a buffer taken from the scratch and not given back.
+    With ``ctx.half`` the linear layers' gradients are computed in it (as under autocast) and the
+    parameters' gradients returned in the parameters' dtype."""
+    scratch, half = ctx.scratch, ctx.half
     e, src_proj, dst_proj, src, dst, mean, rstd = saved[:7]
     params = saved[7 : 7 + ctx.num_params]
     w_e, b_0, gamma, beta = params[0], params[1], params[-2], params[-1]
-    layers = list(zip(params[2:-2:2], params[3:-2:2]))
+    layers = _layers(params, half)
     if ctx.recompute:
-        z, spare = _first_layer(e, src_proj, dst_proj, src, dst, w_e, b_0, scratch)
+        z, spare = _first_layer(e, src_proj, dst_proj, src, dst, w_e, b_0, scratch, half)
         z, acts, _ = _hidden(z, spare, layers, True, scratch)
     else:
         z, acts = saved[7 + ctx.num_params], list(saved[8 + ctx.num_params :])
     need = ctx.needs_input_grad
+    z_norm = _as_float(z, ctx.e_dtype, scratch)
     grad_z, grad_gamma, grad_beta = torch.ops.aten.native_layer_norm_backward(
-        grad_y, z, [z.shape[1]], mean, rstd, gamma, beta, [True, need[-2], need[-1]]
+        grad_y, z_norm, [z.shape[1]], mean, rstd, gamma, beta, [True, need[-2], need[-1]]
     )
     free = z if ctx.recompute else None  # the pre-LayerNorm buffer, no longer needed
-    if own_grad_y:
+    if z_norm is not z:  # back to the linear layers' dtype
+        scratch.give(z_norm)
+        grad_z = scratch.take(*grad_z.shape, grad_z, z.dtype).copy_(grad_z)
+        if own_grad_y:
+            scratch.give(grad_y)
+    elif own_grad_y:
         free, spent = grad_y, free
         scratch.give(spent)
     grads_layers: list[Tensor | None] = []
@@ -207,6 +245,14 @@ def _backward(ctx: Any, saved: tuple[Tensor, ...], grad_y: Tensor, own_grad_y: b
         grad_z = torch.ops.aten.threshold_backward.grad_input(grad_a, a, 0, grad_input=grad_a)
     if not need[0]:
         grad_e = None
+    elif half is not None:  # grad_z @ W_0 in half precision, added in e's dtype
+        part = torch.mm(grad_z, w_e.to(half), out=scratch.take(grad_z.shape[0], w_e.shape[1], grad_z))
+        if own_residual:
+            grad_e = residual.add_(part)
+        else:
+            out = scratch.take(grad_z.shape[0], w_e.shape[1], grad_z, ctx.e_dtype)
+            grad_e = out.copy_(part) if residual is None else torch.add(residual, part, out=out)
+        scratch.give(part)
     elif own_residual:
         grad_e = residual.addmm_(grad_z, w_e)
     else:
@@ -217,15 +263,20 @@ def _backward(ctx: Any, saved: tuple[Tensor, ...], grad_y: Tensor, own_grad_y: b
     grad_w_e = e.t().mm(grad_z).t()  # (e^T grad_z)^T: 8x faster than grad_z^T e for a narrow e (4 edge features)
     grads_first = [grad_w_e, grad_z.sum(0) if need[-ctx.num_params + 1] else None]
     scratch.give(grad_z, free, *(acts if ctx.recompute else ()))
-    return (grad_src, grad_dst, *grads_first, *grads_layers, grad_gamma, grad_beta), grad_e
+    grads = [*grads_first, *grads_layers, grad_gamma, grad_beta]
+    if half is not None:  # as autocast's casts do in their backward: to the parameters' dtype
+        grads = [g if g is None or p is None or g.dtype == p.dtype else g.to(p.dtype) for g, p in zip(grads, params)]
+    return (grad_src, grad_dst, *grads), grad_e
 
 
 class _EdgeMLP(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, e: Tensor, src_proj: Tensor | None, dst_proj: Tensor | None, src: Tensor | None, dst: Tensor | None,
-                dst_lengths: Tensor | None, eps: float, recompute: bool, scratch: Scratch, release: bool, *params: Tensor | None) -> Tensor:
+                dst_lengths: Tensor | None, eps: float, recompute: bool, scratch: Scratch, release: bool, half: torch.dtype | None,
+                *params: Tensor | None) -> Tensor:
         ctx.release = release
-        return _forward(ctx, e, src_proj, dst_proj, src, dst, dst_lengths, eps, recompute, scratch, params)
+        with torch.autocast(e.device.type, enabled=False):  # the dtypes are chosen here (half), not by autocast
+            return _forward(ctx, e, src_proj, dst_proj, src, dst, dst_lengths, eps, recompute, scratch, params, half)
 
     @staticmethod
     @once_differentiable
@@ -233,7 +284,7 @@ class _EdgeMLP(torch.autograd.Function):
         (grad_src, grad_dst, *grads_params), grad_e = _backward(ctx, ctx.saved_tensors, grad_y, own_grad_y=False)
         if ctx.release:
             ctx.scratch.clear()
-        return (grad_e, grad_src, grad_dst, None, None, None, None, None, None, None, *grads_params)
+        return (grad_e, grad_src, grad_dst, None, None, None, None, None, None, None, None, *grads_params)
 
 
 class _EdgeStep(torch.autograd.Function):
@@ -247,18 +298,19 @@ class _EdgeStep(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, e: Tensor, src_proj: Tensor, dst_proj: Tensor, src: Tensor, dst: Tensor, dst_lengths: Tensor | None,
                 num_dst: int, acc: torch.dtype, eps: float, recompute: bool, scratch: Scratch, chain: bool,
-                *params: Tensor | None) -> tuple[Tensor, Tensor]:
+                half: torch.dtype | None, *params: Tensor | None) -> tuple[Tensor, Tensor]:
         ctx.set_materialize_grads(False)
         ctx.chain = chain
-        y = _forward(ctx, e, src_proj, dst_proj, src, dst, dst_lengths, eps, recompute, scratch, params)
-        aggregate = _sum_at(y.to(acc), dst, num_dst, dst_lengths)
-        return y.add_(e), aggregate
+        with torch.autocast(e.device.type, enabled=False):  # the dtypes are chosen here (half), not by autocast
+            y = _forward(ctx, e, src_proj, dst_proj, src, dst, dst_lengths, eps, recompute, scratch, params, half)
+            aggregate = _sum_at(y.to(acc), dst, num_dst, dst_lengths)
+            return y.add_(e), aggregate
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad_next: Tensor | None, grad_aggregate: Tensor | None) -> tuple[Tensor | None, ...]:
         refs = sys.getrefcount(grad_next)  # first: before this frame adds any name for it
-        none = (None,) * (12 + ctx.num_params)
+        none = (None,) * (13 + ctx.num_params)
         if grad_next is None and grad_aggregate is None:
             return none
         scratch = ctx.scratch
@@ -267,19 +319,19 @@ class _EdgeStep(torch.autograd.Function):
             _CALIBRATION.append(refs)
         own_next = handed and _CALIBRATION is None and refs <= _sole_holder_refs() and grad_next.is_contiguous()
         saved = ctx.saved_tensors
-        e, dst = saved[0], saved[4]
+        dst, dtype = saved[4], ctx.e_dtype  # the message's dtype: e's (saved[0] may be e in half precision)
         if grad_aggregate is None:
             grad_y = scratch.take(*grad_next.shape, grad_next).copy_(grad_next)
-        elif grad_aggregate.dtype == e.dtype:
-            grad_y = torch.index_select(grad_aggregate, 0, dst, out=scratch.take(len(dst), grad_aggregate.shape[1], e))
+        elif grad_aggregate.dtype == dtype:
+            grad_y = torch.index_select(grad_aggregate, 0, dst, out=scratch.take(len(dst), grad_aggregate.shape[1], grad_aggregate))
         else:  # half-precision messages, float32 sums: as autograd, gather then cast
-            grad_y = scratch.take(len(dst), grad_aggregate.shape[1], e).copy_(grad_aggregate.index_select(0, dst))
+            grad_y = scratch.take(len(dst), grad_aggregate.shape[1], grad_aggregate, dtype).copy_(grad_aggregate.index_select(0, dst))
         if grad_next is not None and grad_aggregate is not None:
             grad_y.add_(grad_next)
         (grad_src, grad_dst, *grads_params), grad_e = _backward(ctx, saved, grad_y, True, grad_next, own_next)
         if ctx.chain:
             scratch.handed = grad_e
-        return (grad_e, grad_src, grad_dst, *none[3:12], *grads_params)
+        return (grad_e, grad_src, grad_dst, *none[3:13], *grads_params)
 
 
 #: While :func:`_sole_holder_refs` measures: the reference counts seen, else None.
@@ -319,6 +371,7 @@ def edge_step(
     e: Tensor, src_proj: Tensor, dst_proj: Tensor, src: Tensor, dst: Tensor, num_dst: int, acc: torch.dtype,
     params: list[Tensor | None], eps: float, recompute: bool, dst_lengths: Tensor | None = None, scratch: Scratch | None = None,
     chain: bool = False,
+    half: torch.dtype | None = None,
 ) -> tuple[Tensor, Tensor]:
     """A processor step's edge half: the message ``y = edge_mlp(e, src_proj, dst_proj, ...)``
     (see :func:`edge_mlp`), returned as ``(e + y, sum of y at each destination in dtype acc)``.
@@ -327,7 +380,8 @@ def edge_step(
     ``y + e`` under autograd, with two fewer fresh ``(E, H)`` tensors in the forward and about six
     fewer in the backward (buffers from ``scratch``). ``chain``: the steps sharing ``scratch`` form
     a chain in which each step's ``e + y`` is only the next step's ``e`` (MeshGraphNet's processor);
-    the gradient of ``e`` is then one buffer, handed down the chain and added into.
+    the gradient of ``e`` is then one buffer, handed down the chain and added into. ``half``: as in
+    :func:`edge_mlp`.
 
     Shapes:
         e: ``(E, L)``; src_proj: ``(N_rows, L)``; dst_proj: ``(num_dst, L)``; src, dst: ``(E,)``.
@@ -336,4 +390,4 @@ def edge_step(
     if chain and torch.is_grad_enabled() and _CALIBRATION is None:
         _sole_holder_refs()  # measured once per process, here rather than inside a backward
     return _EdgeStep.apply(e, src_proj, dst_proj, src, dst, dst_lengths, num_dst, acc, eps, recompute,
-                           scratch if scratch is not None else Scratch(), chain, *params)
+                           scratch if scratch is not None else Scratch(), chain, half, *params)

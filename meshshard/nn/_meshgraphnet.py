@@ -15,9 +15,11 @@ for half-precision messages).
 Mixed precision (``torch.autocast`` to bfloat16 or float16): the linear layers run in half
 precision; the LayerNorms run in float32 on every device (:class:`FloatLayerNorm`; CUDA's
 autocast does so for ``layer_norm``, CPU's would not), so the latent streams ``h`` and ``e``, the
-messages and their sums stay float32. On a 50k-node mesh, LayerNorm in bfloat16 put the gradients of
-the edge MLPs' LayerNorm parameters (sums over 700k edges that nearly cancel) 80% off float32's;
-in float32 the worst tensor is 8% off (``bench/meshgraphnet_peers.py --only meshshard,meshshard-bf16``).
+messages and their sums stay float32. On a 50k-node mesh, LayerNorm in bfloat16 put the gradients
+of the edge MLPs' LayerNorm parameters (sums over 700k edges that nearly cancel) 80% off float32's;
+in float32 the worst tensor is 16% off and all gradients together 8%
+(``bench/meshgraphnet_peers.py --only meshshard,meshshard-bf16``). The fused edge MLPs (below) keep
+only ``e`` cast to half precision for their backward: a step's peak memory is 0.80x float32's.
 
 Memory: the edge MLP's first layer is applied to ``h`` once per node and gathered per edge (never
 the ``(E, 3L)`` concatenation), and by default the MLPs on edges (the edge encoder and every edge
@@ -127,11 +129,12 @@ class ProcessorBlock(nn.Module):
     Function that keeps only ``dst`` (autograd's ``index_add_`` would keep the whole ``(E, L)``
     message), accumulated in float32 when the messages are half precision.
 
-    With ReLU and no autocast, the edge MLP, the sum at destinations and the residual run as one
-    autograd Function (:func:`~meshshard.nn._edge_mlp.edge_step`): autograd's formulas, written
-    into ``(E, H)`` buffers reused from step to step instead of one fresh tensor per operation (on
-    CPU each fresh tensor pays its page faults), the first layer's GEMM accumulating into the
-    gathered node products. Other activations and autocast run the same equations under autograd.
+    With ReLU, the edge MLP, the sum at destinations and the residual run as one autograd Function
+    (:func:`~meshshard.nn._edge_mlp.edge_step`): autograd's formulas, written into ``(E, H)``
+    buffers reused from step to step instead of one fresh tensor per operation (on CPU each fresh
+    tensor pays its page faults), the first layer's GEMM accumulating into the gathered node
+    products. Under autocast its linear layers run in autocast's dtype, as autograd would run them.
+    Other activations run the same equations under autograd.
 
     Shapes:
         h: ``(N_rows, L)``; e: ``(E, L)``; edge_index: ``(2, E)`` into the rows of ``h`` (sources)
@@ -201,7 +204,8 @@ class ProcessorBlock(nn.Module):
             mlp = self.edge_mlp
             params = _fused_params(mlp, mlp[0].weight[:, : self.latent], None)
             e_next, aggregate = edge_step(e, src_proj, dst_proj, src, dst, h_dst.shape[0], _sum_dtype(e), params,
-                                          mlp[-1].eps, self.recompute, dst_lengths, scratch, chain=scratch is not None)
+                                          mlp[-1].eps, self.recompute, dst_lengths, scratch, chain=scratch is not None,
+                                          half=_half(e))
         else:
             message = self._run(self._message, e, src_proj, dst_proj, src, dst)  # half precision under autocast
             aggregate = scatter_sum(message, dst, h_dst.shape[0], _sum_dtype(message), dst_lengths)
@@ -211,7 +215,7 @@ class ProcessorBlock(nn.Module):
         return h_new, e_next
 
     def _fused(self, e: Tensor) -> bool:
-        """Whether the edge MLP runs as one autograd Function (ReLU, no autocast): same
+        """Whether the edge MLP runs as one autograd Function (ReLU; see :func:`_fusable`): same
         operations, fewer fresh ``(E, H)`` buffers (see :func:`edge_mlp`)."""
         return _fusable(self.edge_mlp, e)
 
@@ -237,10 +241,19 @@ def _sum_dtype(message: Tensor) -> torch.dtype:
     return torch.float32 if message.dtype in (torch.float16, torch.bfloat16) else message.dtype
 
 
+def _half(x: Tensor) -> torch.dtype | None:
+    """Autocast's dtype where it applies to ``x`` (a float32 tensor under autocast), else None."""
+    if x.dtype != torch.float32 or not torch.is_autocast_enabled(x.device.type):
+        return None
+    return torch.get_autocast_dtype(x.device.type)
+
+
 def _fusable(mlp: MLP, x: Tensor) -> bool:
-    """Whether ``mlp`` (ending in LayerNorm) runs as one autograd Function: ReLU, no autocast."""
+    """Whether ``mlp`` (ending in LayerNorm) runs as one autograd Function: ReLU, and outside
+    autocast or under autocast to bfloat16 / float16 with ``x`` float32 (:func:`_half`)."""
     relu = len(mlp) == 2 or type(mlp[1]) is nn.ReLU
-    return relu and type(mlp[-1]) is FloatLayerNorm and not torch.is_autocast_enabled(x.device.type)
+    autocast = torch.is_autocast_enabled(x.device.type)
+    return relu and type(mlp[-1]) is FloatLayerNorm and (not autocast or _half(x) in (torch.bfloat16, torch.float16))
 
 
 def _fused_params(mlp: MLP, first_weight: Tensor, first_bias: Tensor | None) -> list[Tensor | None]:
@@ -319,15 +332,15 @@ class MeshGraphNet(nn.Module):
         return mlp(x)
 
     def _encode_edges(self, edge_attr: Tensor, scratch: Scratch) -> Tensor:
-        """The edge encoder: one autograd Function into reused buffers where it fits (ReLU, no
-        autocast; see :func:`~meshshard.nn._edge_mlp.edge_mlp`), recomputed when ``recompute``.
+        """The edge encoder: one autograd Function into reused buffers where it fits (ReLU; see
+        :func:`_fusable` and :func:`~meshshard.nn._edge_mlp.edge_mlp`), recomputed when ``recompute``.
         Its backward is the last edge MLP's of a backward pass: it lets ``scratch``'s buffers go."""
         mlp = self.edge_encoder
         if not _fusable(mlp, edge_attr):
             return self._mlp(mlp, edge_attr)
         params = _fused_params(mlp, mlp[0].weight, mlp[0].bias)
         return edge_mlp(edge_attr, None, None, None, None, params, mlp[-1].eps, self.recompute and torch.is_grad_enabled(),
-                        scratch=scratch, release=True)
+                        scratch=scratch, release=True, half=_half(edge_attr))
 
     def _forward_whole(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor) -> Tensor:
         _check_inputs(x, edge_index, edge_attr, x.shape[0] if isinstance(x, Tensor) else None)
