@@ -178,10 +178,9 @@ def _error_vs_fp32(model, inputs: tuple, y) -> dict[str, float]:
         model.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled):
             out = model(*inputs)
-        out = (out.to_local() if hasattr(out, "to_local") else out).float()
-        loss = ((out - y) ** 2).mean()
+        loss = ((out.float() - y) ** 2).mean()
         loss.backward()
-        return out.detach(), loss.detach(), [p.grad.detach().clone() for p in model.parameters()]
+        return out.detach().float(), loss.detach(), [p.grad.detach().clone() for p in model.parameters()]
 
     out32, loss32, grads32 = run(False)
     out16, loss16, grads16 = run(True)

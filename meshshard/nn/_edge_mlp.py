@@ -20,8 +20,9 @@ step from about 11.5 s to about 8.5 s on 2 cores: the arithmetic is unchanged, t
 gone.
 
 Sums at destinations take segment lengths (:func:`meshshard._graph.segment_lengths`) when ``dst``
-is sorted (as a partition's CSR order leaves it): ``segment_reduce`` over runs of equal ``dst``, about half the time of
-``index_add_`` on CPU, the same values (each row's terms added in edge order either way).
+is sorted (as a partition's CSR order leaves it): ``segment_reduce`` over runs of equal ``dst``,
+about half the time of ``index_add_`` on CPU, the same values (each row's terms added in edge
+order either way).
 """
 
 from __future__ import annotations

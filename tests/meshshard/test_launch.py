@@ -134,3 +134,14 @@ def test_a_command_run_in_this_process_fixes_the_threshold_before_its_work(monke
     monkeypatch.setattr(_launch, "fix_mmap_threshold", lambda: calls.append("fixed"))
     assert _launch.run_command("probe", lambda payload: calls.append(payload["work"]), 0, {"work": "worked"}) == 0
     assert calls == ["fixed", "worked"]
+
+
+def test_a_bad_threshold_setting_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from meshshard._launch import fix_mmap_threshold
+
+    for name in ("MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MESHSHARD_MMAP_THRESHOLD", "1MiB")
+    with pytest.raises(ValueError, match=r"Expected MESHSHARD_MMAP_THRESHOLD to be a number of bytes, 0 for glibc's own "
+                                         r"threshold \(got '1MiB'\)"):
+        fix_mmap_threshold()
