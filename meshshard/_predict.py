@@ -35,6 +35,7 @@ import json
 import math
 import os
 import re
+import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -67,6 +68,8 @@ class PredictConfig:
     force: bool = False
     plots: bool = True
     quiet: bool = False
+    model: str | None = None  # --model: needed (and only allowed) when the run trained your own model
+    model_args: dict[str, Any] | None = None  # --model-args; None: those the run trained with
 
 
 # ------------------------------------------------------------------------------------------------
@@ -154,20 +157,43 @@ def _delete(paths: list[Path]) -> None:
 # Model and features
 
 
-def build_model(ckpt: dict[str, Any], data: Any, dtype: Any) -> Any:
-    """The run's MeshGraphNet with its trained weights; a one-line error if DATA does not fit it."""
+def check_model_request(ckpt: dict[str, Any], run: str, model: str | None) -> None:
+    """A run of your own model needs ``--model`` (never imported from the checkpoint); a
+    MeshGraphNet run refuses one. One line, before any rank starts."""
+    trained = ckpt.get("config", {}).get("model") or ""
+    if trained and not model:
+        raise ValueError(f"{run}: trained your own model ({trained}); pass --model with it to rebuild it "
+                         "(predict imports code named on the command line only, never from a checkpoint)")
+    if model and not trained:
+        raise ValueError(f"{run}: trained the built-in MeshGraphNet; leave out --model")
+
+
+def build_model(ckpt: dict[str, Any], data: Any, dtype: Any, model_spec: str | None = None,
+                model_args: dict[str, Any] | None = None) -> Any:
+    """The run's model (MeshGraphNet, or yours from ``model_spec``) with its trained weights; a
+    one-line error if DATA does not fit it."""
+    from meshshard._usermodel import build_user_model
     from meshshard.nn import MeshGraphNet
 
     cfg = ckpt.get("config", {})
-    model = MeshGraphNet(
-        len(data.input_channels), len(data.edge_channels), len(data.target_channels),
-        latent_size=int(cfg.get("latent_size", 64)), hidden_layers=int(cfg.get("hidden_layers", 2)),
-        message_passing_steps=int(cfg.get("message_passing_steps", 6)), activation=cfg.get("activation", "relu"),
-    ).to(dtype)
+    sizes = len(data.input_channels), len(data.edge_channels), len(data.target_channels)
+    if model_spec:
+        args = model_args if model_args is not None else dict(cfg.get("model_args") or {})
+        model = build_user_model(model_spec, args, *sizes).to(dtype)
+    else:
+        model = MeshGraphNet(
+            *sizes, latent_size=int(cfg.get("latent_size", 64)), hidden_layers=int(cfg.get("hidden_layers", 2)),
+            message_passing_steps=int(cfg.get("message_passing_steps", 6)), activation=cfg.get("activation", "relu"),
+        ).to(dtype)
     try:
         model.load_state_dict(ckpt["model"])
     except RuntimeError as err:
         first = str(err).splitlines()[1].strip() if len(str(err).splitlines()) > 1 else str(err)
+        if model_spec:
+            raise ValueError(
+                f"Expected --model {model_spec} with --model-args {json.dumps(args)} to rebuild the run's model, with "
+                f"{sizes[0]} input, {sizes[1]} edge and {sizes[2]} target channels from {data.path}: {first}"
+            ) from None
         raise ValueError(
             f"Expected {data.path} to fit the run's model ({len(data.input_channels)} input, {len(data.target_channels)} target, "
             f"{len(data.edge_channels)} edge channels here): {first}"
@@ -373,29 +399,42 @@ def _piece(data: Any, mesh: int, owned_ids: np.ndarray, chunk: int = 1 << 20) ->
     return ids, [(t, np.searchsorted(ids, c)) for t, c in kept]
 
 
-def _whole_layout(data: Any, mesh: int, model: Any, normaliser: Any, dtype: Any, device: Any) -> _Layout:
+def _whole_layout(data: Any, mesh: int, model: Any, normaliser: Any, dtype: Any, device: Any, spec: str | None) -> _Layout:
     import torch
 
     from meshshard import edge_features
+    from meshshard._usermodel import check_output
 
     m = data.mesh(mesh)
     edge_index = torch.as_tensor(m.graph().edge_index(), device=device)
     pos = torch.as_tensor(np.asarray(m.points), device=device).to(dtype)
     ea = normaliser.normalise_edges(edge_features(pos, edge_index))
     ids = np.arange(m.num_nodes, dtype=np.int64)
-    return _Layout(mesh, m.num_nodes, ids, lambda x: model(x, edge_index, ea), np.asarray(m.points),
+
+    def forward(x: Any) -> Any:
+        out = model(x, edge_index, ea)
+        if spec:
+            check_output(out, m.num_nodes, len(data.target_channels), spec, sharded=False)
+        return out
+
+    return _Layout(mesh, m.num_nodes, ids, forward, np.asarray(m.points),
                    ids, [(t, np.asarray(c, dtype=np.int64)) for t, c in m.cells])
 
 
-def _shard_layout(data: Any, reader: Any, mesh: int, model: Any, ctx: Any, pieces: bool) -> _Layout:
+def _shard_layout(data: Any, reader: Any, mesh: int, model: Any, ctx: Any, pieces: bool, spec: str | None) -> _Layout:
     from meshshard import ShardTensor
+
+    from meshshard._usermodel import check_output
 
     graph, ea, owned = reader.shard(mesh)
     owned = np.asarray(owned, dtype=np.int64)
     pos_owned = graph.pos[: len(owned)].detach().to("cpu").double().numpy()
 
     def forward(x: Any) -> Any:
-        return model(ShardTensor.from_local(x, graph.spec), graph, ea).to_local()
+        out = model(ShardTensor.from_local(x, graph.spec), graph, ea)
+        if spec:
+            check_output(out, len(owned), len(data.target_channels), spec, sharded=True)
+        return out.to_local()
 
     layout = _Layout(mesh, int(data.meta["meshes"][mesh]["num_nodes"]), owned, forward, pos_owned)
     if pieces:
@@ -592,7 +631,8 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
     dtype = getattr(torch, dtype_name)
     norm = normalisation_of(ckpt, data)
     normaliser = Normaliser(norm, ctx.device, dtype)
-    model = build_model(ckpt, data, dtype).to(ctx.device)
+    check_model_request(ckpt, cfg.run, cfg.model)
+    model = build_model(ckpt, data, dtype, cfg.model, cfg.model_args).to(ctx.device)
     names = [str(e["name"]) for e in data.meta["samples"]]
     picks = select_samples(cfg.samples, names, [int(v) for v in data.val])
     parts, reader = None, None
@@ -628,8 +668,8 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
         gather = True if parts is None else (cfg.gather if cfg.gather is not None else n <= GATHER_MAX_NODES)
         key = (m, gather)
         if key not in layouts:
-            layouts[key] = (_whole_layout(data, m, model, normaliser, dtype, ctx.device) if reader is None
-                            else _shard_layout(data, reader, m, model, ctx, pieces=not gather))
+            layouts[key] = (_whole_layout(data, m, model, normaliser, dtype, ctx.device, cfg.model) if reader is None
+                            else _shard_layout(data, reader, m, model, ctx, pieces=not gather, spec=cfg.model))
         layout = layouts[key]
         x, y = data.rows(s, layout.owned_ids)
         with torch.no_grad():
@@ -711,11 +751,28 @@ def _predict_worker(cfg_dict: dict[str, Any]) -> None:
 def _run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
+    from meshshard._usermodel import load_factory, normalise_spec, parse_model_args
+
+    try:
+        if args.model_args and not args.model:
+            raise ValueError("Expected --model-args only with --model")
+        model = normalise_spec(args.model) if args.model else None
+        model_args = parse_model_args(args.model_args) if args.model_args else None
+    except ValueError as err:
+        print(f"meshshard predict: error: {err}", file=sys.stderr)
+        return 2
     cfg = PredictConfig(run=args.run, data=args.data, out=args.out, samples=args.samples, partition=args.partition,
                         gather=True if args.gather else (False if args.pieces else None), dtype=args.dtype,
-                        force=args.force, plots=not args.no_plots, quiet=args.quiet)
+                        force=args.force, plots=not args.no_plots, quiet=args.quiet, model=model, model_args=model_args)
     folders = ((cfg.run, "run folder"), (cfg.data, "dataset folder"))
-    return run_command("predict", _predict_worker, args.nproc, asdict(cfg), lambda: check_input_folders(*folders))
+
+    def check() -> None:  # one line before any rank starts
+        check_input_folders(*folders)
+        check_model_request(read_run(cfg.run), cfg.run, cfg.model)
+        if cfg.model:
+            load_factory(cfg.model)
+
+    return run_command("predict", _predict_worker, args.nproc, asdict(cfg), check)
 
 
 def register(subparsers: Any) -> None:
@@ -735,6 +792,9 @@ def register(subparsers: Any) -> None:
     group = p.add_mutually_exclusive_group()
     group.add_argument("--gather", action="store_true", help="write one .vtu per sample, whatever its size")
     group.add_argument("--pieces", action="store_true", help=f"write one piece per rank plus a .pvtu even below {GATHER_MAX_NODES:,} nodes")
+    p.add_argument("--model", default=None, metavar="FILE.py:NAME",
+                   help="the run's own model, when it trained one with train --model (never read from the checkpoint)")
+    p.add_argument("--model-args", default=None, metavar="JSON", help="keyword arguments of --model (default: the run's)")
     p.add_argument("--dtype", default=None, choices=["float32", "float64"], help="default: the run's")
     p.add_argument("--no-plots", action="store_true", help="no PNG pictures")
     p.add_argument("--force", action="store_true", help="replace earlier predictions in --out (only files predict writes)")

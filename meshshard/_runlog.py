@@ -50,8 +50,8 @@ __all__ = [
 #: The files ``meshshard train`` writes in RUN (and ``--force`` may delete); nothing else is touched.
 RUN_FILES = ("checkpoint.pt", "log.jsonl", "first_step.pt", "loss.png")
 #: Settings that a resumed run must keep, or its steps would not repeat the uninterrupted run's.
-EXACTNESS_KEYS = ("latent_size", "hidden_layers", "message_passing_steps", "activation", "dtype", "precision", "seed",
-                  "data_parallel")
+EXACTNESS_KEYS = ("model", "model_args", "latent_size", "hidden_layers", "message_passing_steps", "activation", "dtype",
+                  "precision", "seed", "data_parallel")
 
 
 def check_run_folder(out: str | os.PathLike[str], resume: bool, force: bool) -> list[Path]:
@@ -137,7 +137,8 @@ def partition_counts(parts: str | os.PathLike[str], partition_meta: Mapping[str,
 
 
 def banner(*, world_size: int, data_parallel: int, device: Any, backend: str, parameters: int,
-           partition: str, partition_meta: Mapping[str, Any], data: str, steps: int, start: int) -> str:
+           partition: str, partition_meta: Mapping[str, Any], data: str, steps: int, start: int,
+           model: str = "MeshGraphNet") -> str:
     """The lines rank 0 prints before the first step (from metadata files: no communication)."""
     nodes, owned, ghost = partition_counts(partition, partition_meta)
     meshes = len(partition_meta.get("meshes", []))
@@ -146,7 +147,7 @@ def banner(*, world_size: int, data_parallel: int, device: Any, backend: str, pa
     lines = [
         f"meshshard train: {world_size} rank(s) = {data_parallel} data-parallel x {domain} domain-parallel; "
         f"device {device} ({backend}) on each rank",
-        f"  model: MeshGraphNet, {parameters:,} parameters",
+        f"  model: {model}, {parameters:,} parameters",
         f"  partition: {partition}: {where} in {partition_meta.get('num_parts')} parts; per rank "
         f"owned {min(owned):,}..{max(owned):,}, ghosts {min(ghost):,}..{max(ghost):,}",
         f"  dataset: {data}: {data_summary(data)}",

@@ -1,4 +1,4 @@
-"""Training a sharded MeshGraphNet under torchrun: data x domain parallel, exact resume.
+"""Training a sharded MeshGraphNet (or your own model) under torchrun: data x domain parallel, exact resume.
 
 ``torchrun --nproc-per-node R -m meshshard train PARTITION --data DATA --out RUN`` (or
 ``meshshard train ... --nproc R`` to start the ranks locally). The ranks form a
@@ -26,7 +26,8 @@ The run folder::
 
 A resumed run (``--resume``) continues from the checkpoint and its loss trajectory equals the
 uninterrupted run's: the sample order is a pure function of (seed, step) and the computation is
-deterministic on CPU. If a rank dies, the others fail their next collective and exit with an
+deterministic on CPU. ``--model FILE.py:NAME`` trains your own model instead of MeshGraphNet
+(``meshshard/_usermodel.py``). If a rank dies, the others fail their next collective and exit with an
 error that names the step and the last checkpoint.
 """
 
@@ -36,7 +37,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,8 @@ class TrainConfig:
     checkpoint_steps: bool = False
     dtype: str = "float32"
     precision: str = "fp32"
+    model: str = ""  # "": the built-in MeshGraphNet; else FILE.py:NAME or MODULE:NAME (meshshard/_usermodel.py)
+    model_args: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
@@ -107,6 +110,17 @@ def _maybe_fail(rank: int, step: int) -> None:
     if spec and spec == f"{rank}:{step}":
         print(f"rank {rank}: MESHSHARD_FAIL_AT={spec}: dying in the middle of step {step}", file=sys.stderr, flush=True)
         os._exit(17)
+
+
+def _is_peer_failure(err: BaseException) -> bool:
+    """Whether an error raised during a step came from a collective (a dead or stopped peer), not
+    from the model itself (a shape error in your own model, running out of memory)."""
+    import torch.distributed as dist
+
+    if isinstance(err, dist.DistError | OSError):
+        return True
+    text = str(err).lower()
+    return any(word in text for word in ("gloo", "nccl", "connection", "timed out", "timeout", "peer", "socket"))
 
 
 class NonFiniteLoss(RuntimeError):
@@ -172,6 +186,7 @@ def train(cfg: TrainConfig) -> list[float]:
     import torch.distributed as dist
 
     from meshshard._data import DatasetReader
+    from meshshard._usermodel import build_user_model, check_output
     from meshshard.comm import init_device_mesh_2d, init_distributed
     from meshshard.nn import DomainParallel, MeshGraphNet
     from meshshard.partition import check_partition_matches
@@ -205,11 +220,16 @@ def train(cfg: TrainConfig) -> list[float]:
     reader = DatasetReader(cfg.data, cfg.partition, mesh.domain_rank, mesh.domain_group, device=ctx.device, dtype=dtype)
 
     torch.manual_seed(cfg.seed)
-    model = DomainParallel(MeshGraphNet(  # gradients: sum over the domain, mean over the data groups, in backward
-        reader.num_inputs, reader.num_edge_features, reader.num_targets, latent_size=cfg.latent_size,
-        hidden_layers=cfg.hidden_layers, message_passing_steps=cfg.message_passing_steps,
-        activation=cfg.activation, checkpoint_steps=cfg.checkpoint_steps,
-    ).to(ctx.device, dtype), mesh)
+    if cfg.model:
+        inner = build_user_model(cfg.model, cfg.model_args, reader.num_inputs, reader.num_edge_features, reader.num_targets)
+    else:
+        inner = MeshGraphNet(
+            reader.num_inputs, reader.num_edge_features, reader.num_targets, latent_size=cfg.latent_size,
+            hidden_layers=cfg.hidden_layers, message_passing_steps=cfg.message_passing_steps,
+            activation=cfg.activation, checkpoint_steps=cfg.checkpoint_steps,
+        )
+    # gradients: sum over the domain, mean over the data groups, in backward
+    model = DomainParallel(inner.to(ctx.device, dtype), mesh)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     out = Path(cfg.out)
     ckpt_path = out / "checkpoint.pt"
@@ -233,6 +253,7 @@ def train(cfg: TrainConfig) -> list[float]:
             print(_runlog.banner(world_size=ctx.world_size, data_parallel=cfg.data_parallel, device=ctx.device,
                                  backend=dist.get_backend() if dist.is_initialized() else "single process",
                                  parameters=sum(p.numel() for p in model.parameters()), partition=cfg.partition,
+                                 model=f"{type(inner).__name__} from {cfg.model}" if cfg.model else "MeshGraphNet",
                                  partition_meta=meta, data=cfg.data, steps=cfg.steps, start=start), flush=True)
     log = _Logger(ctx.rank == 0, cfg, start, round(reader.mean_nodes()) * cfg.data_parallel)
     if saved is not None:
@@ -271,6 +292,8 @@ def train(cfg: TrainConfig) -> list[float]:
         try:
             with autocast():
                 pred = model(b.x, b.graph, b.edge_attr)
+            if cfg.model and step == start:
+                check_output(pred, len(b.owned_ids), reader.num_targets, cfg.model, sharded=True)
             loss = ((pred.to(b.y.dtype) - b.y) ** 2).mean()
             _maybe_fail(ctx.rank, step)
             opt.zero_grad(set_to_none=True)
@@ -279,11 +302,14 @@ def train(cfg: TrainConfig) -> list[float]:
             if dist.is_initialized():
                 dist.all_reduce(flags)  # each domain rank holds its sample's loss; and every rank's finite checks
         except (RuntimeError, OSError) as err:
-            raise PeerFailure(
-                f"rank {ctx.rank}: step {step} failed: a collective raised, so a peer rank probably died or "
-                f"stopped responding ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}). "
-                f"Last checkpoint: {_describe_checkpoint(ckpt_path)}"
-            ) from err
+            first = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+            if _is_peer_failure(err):
+                raise PeerFailure(
+                    f"rank {ctx.rank}: step {step} failed: a collective raised, so a peer rank probably died or "
+                    f"stopped responding ({first}). Last checkpoint: {_describe_checkpoint(ckpt_path)}"
+                ) from err
+            raise RuntimeError(f"rank {ctx.rank}: step {step} failed in the model's forward or backward ({first}). "
+                               f"Last checkpoint: {_describe_checkpoint(ckpt_path)}") from err
         batch = [int(reader.train[sample_index(cfg.seed, step, d, cfg.data_parallel, len(reader.train))])
                  for d in range(cfg.data_parallel)]
         batch_loss = _check_finite(flags, step=step, samples=batch, data=cfg.data, last=last_saved)
@@ -414,8 +440,34 @@ def _check_counts(args: Any) -> str | None:
     return None
 
 
+#: The built-in MeshGraphNet's settings (argparse default None: given or not is known), and their defaults.
+_MESHGRAPHNET_FLAGS = {"latent": ("--latent", 64), "hidden_layers": ("--hidden-layers", 2), "mp_steps": ("--mp-steps", 6),
+                       "activation": ("--activation", "relu"), "checkpoint_steps": ("--checkpoint-steps", False)}
+
+
+def _model_settings(args: Any) -> str | None:
+    """Fill the MeshGraphNet settings' defaults; with --model, refuse them (one line) and read --model-args."""
+    from ._usermodel import normalise_spec, parse_model_args
+
+    given = [flag for key, (flag, _) in _MESHGRAPHNET_FLAGS.items() if getattr(args, key) not in (None, False)]
+    for key, (_, default) in _MESHGRAPHNET_FLAGS.items():
+        if getattr(args, key) is None:
+            setattr(args, key, default)
+    if not args.model:
+        return "Expected --model-args only with --model" if args.model_args else None
+    if given:
+        return (f"{', '.join(given)} set(s) the built-in MeshGraphNet; with --model, give your model's settings "
+                "as --model-args '{\"name\": value}'")
+    try:
+        args.model = normalise_spec(args.model)
+        args.model_args = parse_model_args(args.model_args)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
 def _run(args: Any) -> int:
-    problem = _check_counts(args)
+    problem = _model_settings(args) or _check_counts(args)
     if problem:
         print(f"meshshard train: error: {problem}", file=sys.stderr)
         return 2
@@ -425,13 +477,21 @@ def _run(args: Any) -> int:
         activation=args.activation, data_parallel=args.data_parallel, checkpoint_every=args.every,
         resume=args.resume, force=args.force, seed=args.seed, log_every=args.log_every, quiet=args.quiet,
         val_every=args.val_every, dtype=args.dtype, precision=args.precision,
-        checkpoint_steps=args.checkpoint_steps,
+        checkpoint_steps=args.checkpoint_steps, model=args.model or "", model_args=args.model_args or {},
     )
     from ._launch import check_input_folders, run_command
 
     def check() -> None:  # the RUN checks again here, so that a refusal is one line before any rank starts
         check_input_folders((cfg.partition, "partition folder"), (cfg.data, "dataset folder"))
         _runlog.check_run_folder(cfg.out, cfg.resume, cfg.force)
+        if cfg.model:  # your model is imported and built once here: its errors come before any rank starts
+            from meshshard.partition import open_dataset
+
+            from ._usermodel import build_user_model
+
+            data = open_dataset(cfg.data)
+            build_user_model(cfg.model, cfg.model_args, len(data.input_channels), len(data.edge_channels),
+                             len(data.target_channels))
         if cfg.resume:
             from meshshard.partition import check_partition_matches
 
@@ -444,8 +504,8 @@ def _run(args: Any) -> int:
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
-        "train", help="train a sharded MeshGraphNet on a partition (under torchrun, or --nproc local ranks)",
-        description="Train MeshGraphNet on a partitioned mesh. Run under torchrun "
+        "train", help="train a sharded MeshGraphNet, or your own model, on a partition (under torchrun, or --nproc local ranks)",
+        description="Train MeshGraphNet, or your own model (--model), on a partitioned mesh. Run under torchrun "
         "(torchrun --nproc-per-node R -m meshshard train ...) or start R local ranks with --nproc R.",
     )
     p.add_argument("partition", help="partitions of the dataset (meshshard partition DATA)")
@@ -453,10 +513,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("--out", required=True, help="run folder: checkpoint.pt, log.jsonl")
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--latent", type=int, default=64, help="latent size (paper: 128)")
-    p.add_argument("--hidden-layers", type=int, default=2)
-    p.add_argument("--mp-steps", type=int, default=6, help="message-passing steps (paper: 15)")
-    p.add_argument("--activation", default="relu")
+    p.add_argument("--model", default=None, metavar="FILE.py:NAME",
+                   help="your own model instead of MeshGraphNet: NAME(node_in, edge_in, node_out, **model_args) in a "
+                   "Python file or module (docs/training.md)")
+    p.add_argument("--model-args", default=None, metavar="JSON", help="keyword arguments of --model, a JSON object")
+    p.add_argument("--latent", type=int, default=None, help="MeshGraphNet's latent size (default 64; paper: 128)")
+    p.add_argument("--hidden-layers", type=int, default=None, help="MeshGraphNet's hidden layers per MLP (default 2)")
+    p.add_argument("--mp-steps", type=int, default=None, help="MeshGraphNet's message-passing steps (default 6; paper: 15)")
+    p.add_argument("--activation", default=None, help="MeshGraphNet's activation (default relu)")
     p.add_argument("--data-parallel", type=int, default=1, help="data-parallel groups; domain size = world / this")
     p.add_argument("--every", type=int, default=20, help="checkpoint every N steps")
     p.add_argument("--resume", action="store_true", help="continue from RUN/checkpoint.pt (a changed --lr is applied)")

@@ -1,0 +1,159 @@
+"""Your own model in ``meshshard train`` and ``meshshard predict``: ``--model FILE.py:NAME``.
+
+``--model`` names a callable in a Python file (``models/gnn.py:build``) or in an importable module
+(``mypackage.models:build``); ``--model-args`` gives it keyword arguments as a JSON object. It is
+called as ``NAME(node_in, edge_in, node_out, **model_args)`` with the dataset's channel counts and
+must return a ``torch.nn.Module`` whose ``forward(x, graph, edge_attr)`` maps
+
+- on shards (training, ``predict`` on R ranks): a ``ShardTensor`` ``x`` of the owned rows
+  ``(N_own, node_in)``, a ``ShardGraph`` and the normalised edge features of the graph's local
+  edges ``(E_local, edge_in)`` to a ``ShardTensor`` ``(N_own, node_out)``;
+- on a whole mesh (``predict`` on one process): ``x`` ``(N, node_in)``, ``edge_index`` ``(2, E)``
+  and ``edge_attr`` ``(E, edge_in)`` to a tensor ``(N, node_out)``.
+
+A model built from ``meshshard.nn.ShardConv`` around PyG layers and row-wise operations does both
+(see ``docs/training.md``). The module is wrapped in ``DomainParallel`` for training.
+
+Safety: code is imported only from a ``--model`` given on the command line. A checkpoint records
+the spec and its arguments as plain text, so a run can be resumed and checked; ``predict`` asks for
+``--model`` again rather than import whatever a checkpoint someone sent you names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["normalise_spec", "parse_model_args", "load_factory", "build_user_model", "check_output"]
+
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _split(spec: str) -> tuple[str, str]:
+    target, sep, name = spec.rpartition(":")
+    if not sep or not target or not name.isidentifier():
+        raise ValueError(f"Expected --model FILE.py:NAME or MODULE:NAME, NAME a function or class (got {spec!r})")
+    return target, name
+
+
+def _is_file(target: str) -> bool:
+    return target.endswith(".py") or os.sep in target or "/" in target
+
+
+def normalise_spec(spec: str) -> str:
+    """``spec`` with a file path made absolute (a module spec is returned as given), so a run
+    records which file it trained with, wherever it is resumed from."""
+    if not spec:
+        return ""
+    target, name = _split(spec)
+    return f"{Path(target).resolve()}:{name}" if _is_file(target) else spec
+
+
+def parse_model_args(text: str | None) -> dict[str, Any]:
+    """``--model-args``: a JSON object of plain values (strings, numbers, booleans, null and lists of them)."""
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as err:
+        raise ValueError(f"Expected --model-args to be a JSON object such as '{{\"hidden\": 64}}' (got {text!r}: {err})") from None
+    if not isinstance(value, dict) or not all(isinstance(k, str) and k.isidentifier() for k in value):
+        raise ValueError(f"Expected --model-args to be a JSON object of keyword arguments (got {text!r})")
+    for key, v in value.items():
+        items = v if isinstance(v, list) else [v]
+        if not all(isinstance(i, _PLAIN) for i in items):
+            raise ValueError(f"Expected --model-args values to be strings, numbers, booleans or lists of them (got {key}={v!r})")
+    return value
+
+
+def _import(target: str, spec: str) -> Any:
+    if _is_file(target):
+        path = Path(target).resolve()
+        if not path.is_file():
+            raise ValueError(f"{target}: no such file (--model {spec})")
+        if path.suffix != ".py":
+            raise ValueError(f"Expected --model to name a .py file (got {target})")
+        name = f"_meshshard_model_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:10]}"
+        if name in sys.modules:
+            return sys.modules[name]
+        loader_spec = importlib.util.spec_from_file_location(name, path)
+        assert loader_spec is not None and loader_spec.loader is not None
+        module = importlib.util.module_from_spec(loader_spec)
+        if str(path.parent) not in sys.path:
+            sys.path.insert(0, str(path.parent))  # the file may import its neighbours, as when run as a script
+        sys.modules[name] = module
+        try:
+            loader_spec.loader.exec_module(module)
+        except Exception as err:
+            del sys.modules[name]
+            raise ValueError(f"--model {spec}: importing {target} failed: {type(err).__name__}: {_first_line(err)}") from err
+        return module
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # a module of the current folder, as python -m would find it
+    try:
+        return importlib.import_module(target)
+    except ModuleNotFoundError as err:
+        raise ValueError(f"--model {spec}: no module {err.name!r} (a file needs its path, e.g. ./{target.replace('.', '/')}.py)") from None
+    except Exception as err:
+        raise ValueError(f"--model {spec}: importing {target} failed: {type(err).__name__}: {_first_line(err)}") from err
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def load_factory(spec: str) -> Callable[..., Any]:
+    """The callable ``--model`` names; a one-line ``ValueError`` for anything that is not one."""
+    target, name = _split(spec)
+    module = _import(target, spec)
+    factory = getattr(module, name, None)
+    if factory is None:
+        offered = sorted(k for k, v in vars(module).items()
+                         if callable(v) and not k.startswith("_") and getattr(v, "__module__", None) == module.__name__)
+        raise ValueError(f"--model {spec}: {target} defines no {name!r} (it defines: {', '.join(offered) or 'nothing callable'})")
+    if not callable(factory):
+        raise ValueError(f"--model {spec}: {name} is a {type(factory).__name__}, not a function or class")
+    return factory
+
+
+def build_user_model(spec: str, model_args: Mapping[str, Any], node_in: int, edge_in: int, node_out: int) -> Any:
+    """``NAME(node_in, edge_in, node_out, **model_args)``, checked to be a ``torch.nn.Module``."""
+    import torch
+
+    factory = load_factory(spec)
+    call = f"{_split(spec)[1]}({node_in}, {edge_in}, {node_out}{''.join(f', {k}={v!r}' for k, v in model_args.items())})"
+    try:
+        model = factory(node_in, edge_in, node_out, **model_args)
+    except Exception as err:
+        hint = (" (it is called with the dataset's input, edge and target channel counts, then --model-args as keywords)"
+                if isinstance(err, TypeError) else "")
+        raise ValueError(f"--model {spec}: {call} failed: {type(err).__name__}: {_first_line(err)}{hint}") from err
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(f"--model {spec}: {call} returned a {type(model).__name__}, not a torch.nn.Module")
+    return model
+
+
+def check_output(out: Any, rows: int, node_out: int, spec: str, sharded: bool) -> None:
+    """Raise a one-line ``ValueError`` unless the model returned one row of ``node_out`` values per
+    node (a ``ShardTensor`` of the owned rows on shards). Every rank reaches the same verdict for
+    the same model, so no rank is left waiting."""
+    from meshshard import ShardTensor
+
+    want = f"a ShardTensor ({rows}, {node_out}) of this rank's rows" if sharded else f"a tensor ({rows}, {node_out})"
+    if sharded and not isinstance(out, ShardTensor):
+        got = f"a {type(out).__name__}" + (f" {tuple(out.shape)}" if hasattr(out, "shape") else "")
+        raise ValueError(f"Expected the model of --model {spec} to return {want} on shards (got {got}); keep the "
+                         "ShardTensor from ShardConv layers and row-wise operations, do not call to_local() at the end")
+    local = out.to_local() if isinstance(out, ShardTensor) else out
+    if not hasattr(local, "shape") or tuple(local.shape) != (rows, node_out):
+        got = tuple(local.shape) if hasattr(local, "shape") else type(out).__name__
+        raise ValueError(f"Expected the model of --model {spec} to return {want}, one row per node and one column per "
+                         f"target channel (got {got})")

@@ -1,0 +1,241 @@
+"""Your own model in ``meshshard train / predict --model FILE.py:NAME``.
+
+Sharded training of a PyG model (the example's GATv2 network, ``examples/own_model/model.py``)
+equals one process training it on the whole mesh, in float64 to 1e-10, on 2 and 3 ranks with
+uneven METIS shards; sharded prediction equals one process; the checkpoint never makes predict
+import code; every wrong ``--model`` or model output is refused in one line.
+
+Mesh: ../shared/data/sfepy/big.mesh (2-D triangles), or a generated triangle mesh when it is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import meshio
+import numpy as np
+import pytest
+import torch
+
+from meshshard._data import whole_sample
+from meshshard._runlog import check_resume
+from meshshard._train import TrainConfig, load_checkpoint, sample_index, train
+from meshshard._usermodel import build_user_model, check_output, load_factory, normalise_spec, parse_model_args
+from meshshard.partition import open_dataset, partition_dataset, write_dataset
+from tests._dist import run_ranks
+from tests._meshes import mesh_file
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "own_model" / "model.py"
+SPEC = f"{EXAMPLE}:build"
+ARGS = {"hidden": 8, "layers": 2, "heads": 2}
+STEPS = 3
+
+
+@pytest.fixture(scope="module")
+def case(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("usermodel")
+    mesh = meshio.read(mesh_file("sfepy/big.mesh", root))
+    points = np.asarray(mesh.points[:, :2], dtype=np.float64)
+    tri = np.concatenate([b.data for b in mesh.cells if b.type == "triangle"]).astype(np.int64)
+    rng = np.random.default_rng(0)
+    waves = rng.normal(size=(5, 2, 2)) * 3
+    inputs = np.stack([np.cos(points @ w) for w in waves])  # (5, N, 2)
+    targets = (inputs[:, :, :1] * inputs[:, :, 1:]) * 4.0 + 1.0
+    write_dataset(root / "data", inputs, targets, pos=points, cells=[("triangle", tri)],
+                  input_names=["a", "b"], target_names=["T"], val_samples=[4], dtype="float64")
+    for k in (1, 2, 3):
+        partition_dataset(root / "data", root / f"parts{k}", k)
+    return {"root": root, "data": str(root / "data")}
+
+
+def _cfg(case: dict, parts: int, name: str, **changes) -> dict:
+    cfg = TrainConfig(partition=str(case["root"] / f"parts{parts}"), data=case["data"], out=str(case["root"] / name),
+                      steps=STEPS, lr=1e-2, quiet=True, dtype="float64", model=SPEC, model_args=dict(ARGS))
+    return asdict(cfg) | changes
+
+
+def _train_rank(rank: int, world: int, cfg: dict) -> list[float]:
+    return train(TrainConfig.from_dict(cfg))
+
+
+def _reference(case: dict) -> tuple[list[float], dict]:
+    """The same model trained by one process on the whole mesh, written out here (not by train)."""
+    data = open_dataset(case["data"])
+    train_ids = data.train
+    samples = {int(s): whole_sample(case["data"], int(s), dtype=torch.float64) for s in train_ids}
+    torch.manual_seed(0)
+    model = build_user_model(SPEC, ARGS, 2, 3, 1).double()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    losses = []
+    for step in range(STEPS):
+        x, y, ei, ea = samples[int(train_ids[sample_index(0, step, 0, 1, len(train_ids))])]
+        loss = ((model(x, ei, ea) - y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses, model.state_dict()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_your_own_pyg_model_trains_on_shards_exactly_as_one_process(case: dict, ranks: int) -> None:
+    cfg = _cfg(case, ranks, f"run{ranks}")
+    losses = run_ranks(_train_rank, ranks, cfg, timeout=180)
+    ref_losses, ref_state = _reference(case)
+    np.testing.assert_allclose(losses[0], ref_losses, rtol=1e-10)
+    assert all(other == losses[0] for other in losses)
+    ckpt = load_checkpoint(Path(cfg["out"]) / "checkpoint.pt")
+    assert ckpt["config"]["model"] == SPEC and ckpt["config"]["model_args"] == ARGS
+    assert set(ckpt["model"]) == set(ref_state)  # DomainParallel adds no key: the user's own state_dict
+    for name, value in ref_state.items():
+        torch.testing.assert_close(ckpt["model"][name], value, rtol=1e-10, atol=1e-12, msg=name)
+
+
+def _cli(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "meshshard", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=os.environ | {"MPLBACKEND": "Agg"})
+
+
+@pytest.mark.slow
+def test_the_commands_train_and_predict_your_model_and_sharded_prediction_equals_one_process(case: dict) -> None:
+    root = case["root"]
+    model = ["--model", SPEC, "--model-args", json.dumps(ARGS)]
+    done = _cli("train", "parts2", "--data", "data", "--out", "cli-run", "--nproc", "2", "--steps", "2",
+                "--dtype", "float64", *model, cwd=root)
+    assert done.returncode == 0, done.stderr
+    assert f"model: AttentionGNN from {SPEC}, " in done.stdout, done.stdout
+    # predict takes the run's --model-args by default; the model file itself must be named again
+    one = _cli("predict", "cli-run", "--data", "data", "--out", "pred1", "--model", SPEC, "--samples", "all", cwd=root)
+    two = _cli("predict", "cli-run", "--data", "data", "--out", "pred2", "--model", SPEC, "--samples", "all",
+               "--nproc", "2", "--pieces", cwd=root)
+    assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
+    for s in range(5):
+        whole = meshio.read(root / "pred1" / f"0000{s}.vtu")
+        pieces = [meshio.read(root / "pred2" / f"0000{s}" / f"part-0000{r}.vtu") for r in range(2)]
+        ids = np.concatenate([p.point_data["global_id"] for p in pieces]).astype(np.int64)
+        sharded = np.concatenate([p.point_data["T_pred"] for p in pieces])
+        np.testing.assert_allclose(sharded, whole.point_data["T_pred"][ids], rtol=1e-10, atol=1e-12)
+        assert np.abs(whole.point_data["T_pred"]).max() > 0
+
+
+@pytest.mark.slow
+def test_predict_never_imports_the_model_a_checkpoint_names(case: dict, tmp_path: Path) -> None:
+    marker = tmp_path / "imported"
+    model_file = tmp_path / "mine.py"
+    model_file.write_text(f"from pathlib import Path\nPath({str(marker)!r}).write_text('yes')\n"
+                          f"import importlib.util, sys\nspec = importlib.util.spec_from_file_location('ex', {str(EXAMPLE)!r})\n"
+                          "ex = importlib.util.module_from_spec(spec); spec.loader.exec_module(ex)\nbuild = ex.build\n")
+    done = _cli("train", str(case["root"] / "parts1"), "--data", case["data"], "--out", "run", "--steps", "1",
+                "--model", f"{model_file}:build", "--model-args", json.dumps(ARGS), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert marker.exists()  # the user named it on the command line: imported
+    marker.unlink()
+    refused = _cli("predict", "run", "--data", case["data"], "--out", "pred", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == (f"meshshard predict: error: run: trained your own model ({model_file}:build); pass "
+                                      "--model with it to rebuild it (predict imports code named on the command line "
+                                      "only, never from a checkpoint)")
+    assert not marker.exists()
+    wrong = _cli("predict", "run", "--data", case["data"], "--out", "pred", "--model", f"{model_file}:build",
+                 "--model-args", '{"hidden": 4, "layers": 2, "heads": 2}', cwd=tmp_path)
+    assert wrong.returncode == 2 and "to rebuild the run's model" in wrong.stderr and "size mismatch" in wrong.stderr
+    assert len(wrong.stderr.strip().splitlines()) == 1
+
+
+def test_model_specs_and_arguments_are_checked_in_one_line(tmp_path: Path, monkeypatch) -> None:
+    assert normalise_spec("") == ""
+    assert normalise_spec("mypackage.models:build") == "mypackage.models:build"
+    monkeypatch.chdir(tmp_path)
+    assert normalise_spec("models/gnn.py:build") == f"{tmp_path / 'models' / 'gnn.py'}:build"
+    for spec in ("model.py", "model.py:", ":build", "model.py:not-a-name"):
+        with pytest.raises(ValueError, match="Expected --model FILE.py:NAME or MODULE:NAME"):
+            load_factory(spec)
+    with pytest.raises(ValueError, match=r"nosuch\.py: no such file"):
+        load_factory("nosuch.py:build")
+    with pytest.raises(ValueError, match="no module 'nosuchmodule'"):
+        load_factory("nosuchmodule:build")
+    (tmp_path / "broken.py").write_text("import torch\nraise RuntimeError('half-written model file')\n")
+    with pytest.raises(ValueError, match="importing broken.py failed: RuntimeError: half-written model file"):
+        load_factory("broken.py:build")
+    (tmp_path / "odd.py").write_text("import torch\nSIZE = 3\ndef make(a, b, c):\n    return [a, b, c]\n"
+                                     "def build(a, b, c):\n    return torch.nn.Linear(a, c)\n")
+    with pytest.raises(ValueError, match=r"defines no 'buld' \(it defines: build, make\)"):
+        load_factory("odd.py:buld")
+    with pytest.raises(ValueError, match="SIZE is a int, not a function or class"):
+        load_factory("odd.py:SIZE")
+    with pytest.raises(ValueError, match=r"make\(2, 3, 1\) returned a list, not a torch.nn.Module"):
+        build_user_model("odd.py:make", {}, 2, 3, 1)
+    with pytest.raises(ValueError, match=r"build\(2, 3, 1, width=4\) failed: TypeError: .*unexpected keyword.*"
+                                         r"called with the dataset's input, edge and target channel counts"):
+        build_user_model("odd.py:build", {"width": 4}, 2, 3, 1)
+    (tmp_path / "pkgmodel.py").write_text("import torch\ndef build(a, b, c, width=4):\n    return torch.nn.Linear(a, c)\n")
+    assert isinstance(build_user_model("pkgmodel:build", {"width": 5}, 2, 3, 1), torch.nn.Linear)  # a module of cwd
+    assert parse_model_args(None) == {} and parse_model_args('{"hidden": 8, "names": ["a", "b"]}') == {"hidden": 8, "names": ["a", "b"]}
+    for text in ("[1]", '{"not a name": 1}', "{hidden: 8}", '{"f": {"nested": 1}}'):
+        with pytest.raises(ValueError, match="Expected --model-args"):
+            parse_model_args(text)
+
+
+def test_a_model_must_return_one_row_per_owned_node(case: dict) -> None:
+    from meshshard import ShardGraph, ShardTensor
+    from meshshard.partition import load_partition
+
+    graph = ShardGraph.from_partition(load_partition(case["root"] / "parts1", 0))
+    rows = graph.spec.num_owned
+    good = ShardTensor.from_local(torch.zeros(rows, 1), graph.spec)
+    check_output(good, rows, 1, "m.py:build", sharded=True)
+    check_output(torch.zeros(rows, 1), rows, 1, "m.py:build", sharded=False)
+    with pytest.raises(ValueError, match=r"return a ShardTensor \(\d+, 1\) of this rank's rows on shards \(got a Tensor"):
+        check_output(torch.zeros(rows, 1), rows, 1, "m.py:build", sharded=True)
+    with pytest.raises(ValueError, match=r"one column per target channel \(got \(\d+, 2\)\)"):
+        check_output(ShardTensor.from_local(torch.zeros(rows, 2), graph.spec), rows, 1, "m.py:build", sharded=True)
+
+
+def test_resuming_refuses_another_model_or_other_model_arguments() -> None:
+    saved = {"model": SPEC, "model_args": ARGS, "seed": 0}
+    check_resume(saved, None, dict(saved), {})
+    for change in ({"model_args": ARGS | {"hidden": 16}}, {"model": ""}):
+        with pytest.raises(ValueError, match="cannot resume with changed settings: model"):
+            check_resume(saved, None, saved | change | {"out": "run"}, {})
+    check_resume({"seed": 0}, None, {"seed": 0, "model": "", "model_args": {}}, {})  # a run saved before --model
+
+
+def test_meshgraphnet_flags_are_refused_with_your_own_model(case: dict) -> None:
+    root = case["root"]
+    done = _cli("train", "parts1", "--data", "data", "--out", "x", "--model", SPEC, "--latent", "8", "--mp-steps", "2", cwd=root)
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("meshshard train: error: --latent, --mp-steps set(s) the built-in MeshGraphNet; with "
+                                   "--model, give your model's settings as --model-args '{\"name\": value}'")
+    done = _cli("train", "parts1", "--data", "data", "--out", "x", "--model-args", "{}", cwd=root)
+    assert done.returncode == 2 and "Expected --model-args only with --model" in done.stderr
+    assert not (root / "x").exists()
+
+
+@pytest.mark.slow
+def test_an_error_in_your_model_is_reported_as_such_not_as_a_dead_peer(case: dict, tmp_path: Path) -> None:
+    (tmp_path / "bad.py").write_text(
+        "import torch\nfrom meshshard.nn import ShardConv\nfrom torch_geometric.nn import SAGEConv\n"
+        "class Net(torch.nn.Module):\n"
+        "    def __init__(self, a, b, c, bug):\n"
+        "        super().__init__()\n        self.conv = ShardConv(SAGEConv(a, 4))\n"
+        "        self.out = torch.nn.Linear(5 if bug == 'shape' else 4, c)\n        self.bug = bug\n"
+        "    def forward(self, x, graph, edge_attr):\n"
+        "        h = self.out(self.conv(x, graph))\n"
+        "        return h.to_local() if self.bug == 'local' else h\n"
+        "def build(a, b, c, bug):\n    return Net(a, b, c, bug)\n")
+    for bug, expected in (("shape", "failed in the model's forward or backward (RuntimeError: mat1 and mat2 shapes cannot "
+                                    "be multiplied"),
+                          ("local", "Expected the model of --model ")):
+        done = _cli("train", str(case["root"] / "parts2"), "--data", case["data"], "--out", f"run-{bug}", "--nproc", "2",
+                    "--steps", "1", "--model", "bad.py:build", "--model-args", json.dumps({"bug": bug}), cwd=tmp_path)
+        assert done.returncode != 0
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and expected in lines[0], done.stderr
+        assert "peer rank probably died" not in done.stderr
