@@ -1,7 +1,8 @@
 """Every runnable code block of docs/*.md runs: blocks marked ```bash test or ```python test.
 
 The blocks of one page run in order, in one temporary folder, so a page can make the files its
-later commands use. ``meshshard`` and ``python`` are this environment's; bash blocks run with
+later commands use. A block marked ```python file=NAME.py is a file the page asks you to save: it is
+written there under that name (not run), for the later blocks to use. ``meshshard`` and ``python`` are this environment's; bash blocks run with
 ``set -e``, so any failing command fails the test.
 """
 
@@ -16,12 +17,12 @@ from pathlib import Path
 import pytest
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-BLOCK = re.compile(r"^```(bash|python) test\n(.*?)^```", re.S | re.M)
+BLOCK = re.compile(r"^```(bash|python) (test|file=[\w.-]+)\n(.*?)^```", re.S | re.M)
 
 
 def runnable_blocks(page: Path) -> list[tuple[str, str]]:
-    """``[(language, code)]`` of a page's runnable blocks, in order."""
-    return [(m.group(1), m.group(2)) for m in BLOCK.finditer(page.read_text())]
+    """``[(language or "file=NAME", code)]`` of a page's runnable blocks and files, in order."""
+    return [(m.group(1) if m.group(2) == "test" else m.group(2), m.group(3)) for m in BLOCK.finditer(page.read_text())]
 
 
 PAGES = sorted(p.name for p in DOCS.glob("*.md") if runnable_blocks(p))
@@ -37,6 +38,9 @@ def test_docs_page_runs(page: str, tmp_path: Path) -> None:
     env = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
                         "MPLBACKEND": "Agg"}
     for n, (language, code) in enumerate(runnable_blocks(DOCS / page)):
+        if language.startswith("file="):
+            (tmp_path / language.removeprefix("file=")).write_text(code)
+            continue
         if language == "python":
             script = tmp_path / f"block-{n}.py"
             script.write_text(code)

@@ -78,3 +78,18 @@ def test_bring_your_own_mesh_example_runs_as_its_readme_says(tmp_path: Path) -> 
     assert (pred / sample["file"]).is_file() and (pred / sample["picture"]).is_file()
     assert "T_pred" in meshio.read(pred / sample["file"]).point_data
     assert "T rel L2" in outputs[-1]
+
+
+@pytest.mark.slow
+def test_own_model_example_runs_as_its_readme_says(tmp_path: Path) -> None:
+    pytest.importorskip("gmsh", reason="the example's mesher (pip install gmsh, or meshshard[examples])")
+    pytest.importorskip("skfem", reason="the example's solver (pip install scikit-fem, or meshshard[examples])")
+    sizes = {"--size": "0.2", "--samples": "4", "--steps": "2", "--val-every": "1"}
+    outputs = run_example("own_model", sizes, tmp_path, timeout=300)
+    assert len(outputs) == 6
+    assert f"model: AttentionGNN from {REPO / 'examples' / 'own_model' / 'model.py'}:build" in outputs[4], outputs[4]
+    pred = tmp_path / "own" / "pred"
+    [sample] = json.loads((pred / "metrics.json").read_text())["samples"]
+    point_data = meshio.read(pred / sample["file"]).point_data
+    assert {"T_pred", "T", "T_error", "k"} <= set(point_data)
+    assert abs(point_data["T_pred"]).max() > 0
