@@ -423,7 +423,6 @@ def _whole_layout(data: Any, mesh: int, model: Any, normaliser: Any, dtype: Any,
 
 def _shard_layout(data: Any, reader: Any, mesh: int, model: Any, ctx: Any, pieces: bool, spec: str | None) -> _Layout:
     from meshshard import ShardTensor
-
     from meshshard._usermodel import check_output
 
     graph, ea, owned = reader.shard(mesh)

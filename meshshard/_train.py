@@ -270,6 +270,8 @@ def train(cfg: TrainConfig) -> list[float]:
                 b = reader.sample(int(s))
                 with autocast():
                     pred = model(b.x, b.graph, b.edge_attr)
+                if cfg.model:
+                    check_output(pred, len(b.owned_ids), reader.num_targets, cfg.model, sharded=True)
                 total += float(((pred.to(b.y.dtype) - b.y) ** 2).mean())
         if dist.is_initialized():
             dist.all_reduce(total)  # every domain rank of a data group holds that group's sum

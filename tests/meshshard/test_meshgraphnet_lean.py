@@ -139,7 +139,7 @@ def test_bf16_autocast_accumulates_in_float32_and_stays_close() -> None:
     assert 0 < error < 0.05, error
 
 
-def _autocast_case(recompute: bool = True):
+def _autocast_case(recompute: bool = True, half: torch.dtype = torch.bfloat16):
     pos, edge_index = _lattice(20)
     pos, edge_index = torch.as_tensor(pos, dtype=torch.float32), torch.as_tensor(edge_index)
     ea = edge_features(pos, edge_index)
@@ -150,9 +150,9 @@ def _autocast_case(recompute: bool = True):
 
     def gradients(autocast: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         model.zero_grad()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        with torch.autocast("cpu", dtype=half, enabled=autocast):
             out = model(x, edge_index, ea)
-        assert out.dtype == (torch.bfloat16 if autocast else torch.float32)  # the decoder's last layer
+        assert out.dtype == (half if autocast else torch.float32)  # the decoder's last layer
         ((out.float() - y) ** 2).mean().backward()
         assert all(p.grad.dtype == torch.float32 for p in model.parameters())
         return out.detach().float(), {n: p.grad.clone() for n, p in model.named_parameters()}
@@ -174,18 +174,20 @@ def test_under_bf16_autocast_every_gradient_stays_near_float32() -> None:
     assert 0 < worst[0] < 0.1, worst
 
 
+@pytest.mark.parametrize("half", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("recompute", [True, False])
-def test_under_bf16_autocast_the_fused_edge_mlps_match_autograd(monkeypatch: pytest.MonkeyPatch, recompute: bool) -> None:
-    # Under autocast the edge MLPs run as one Function each (products in bfloat16, LayerNorm and the
-    # edge stream in float32), like autograd under autocast up to bfloat16 rounding.
+def test_under_autocast_the_fused_edge_mlps_match_autograd(monkeypatch: pytest.MonkeyPatch, recompute: bool,
+                                                           half: torch.dtype) -> None:
+    # Under autocast the edge MLPs run as one Function each (products in autocast's dtype, LayerNorm
+    # and the edge stream in float32), like autograd under autocast up to that dtype's rounding.
     import meshshard.nn._meshgraphnet as mgn
 
-    gradients = _autocast_case(recompute)
+    gradients = _autocast_case(recompute, half)
     fused_calls = []
     step = mgn.edge_step
     monkeypatch.setattr(mgn, "edge_step", lambda *a, **k: fused_calls.append(k["half"]) or step(*a, **k))
     out_fused, fused = gradients(True)
-    assert fused_calls == [torch.bfloat16] * 3
+    assert fused_calls == [half] * 3
     monkeypatch.setattr(mgn, "_fusable", lambda mlp, x: False)
     out_autograd, autograd = gradients(True)
     assert len(fused_calls) == 3

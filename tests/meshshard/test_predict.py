@@ -13,7 +13,6 @@ import json
 import subprocess
 import sys
 from dataclasses import asdict
-from pathlib import Path
 
 import meshio
 import numpy as np
@@ -50,7 +49,7 @@ def case(tmp_path_factory) -> dict:
     else:
         points, hexes = _lattice_hexes()
     rng = np.random.default_rng(0)
-    s, n = 5, len(points)
+    s = 5
     waves = rng.normal(size=(s, 3, 3))
     inputs = np.stack([np.cos(points @ w) for w in waves])  # (S, N, 3)
     targets = np.stack([np.stack([x[:, 0] * x[:, 1], np.sin(x[:, 2])], 1) for x in inputs]) * 7.0 + 3.0

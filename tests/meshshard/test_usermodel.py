@@ -230,11 +230,14 @@ def test_an_error_in_your_model_is_reported_as_such_not_as_a_dead_peer(case: dic
         "        h = self.out(self.conv(x, graph))\n"
         "        return h.to_local() if self.bug == 'local' else h\n"
         "def build(a, b, c, bug):\n    return Net(a, b, c, bug)\n")
-    for bug, expected in (("shape", "failed in the model's forward or backward (RuntimeError: mat1 and mat2 shapes cannot "
-                                    "be multiplied"),
-                          ("local", "Expected the model of --model ")):
-        done = _cli("train", str(case["root"] / "parts2"), "--data", case["data"], "--out", f"run-{bug}", "--nproc", "2",
-                    "--steps", "1", "--model", "bad.py:build", "--model-args", json.dumps({"bug": bug}), cwd=tmp_path)
+    for bug, expected, extra in (
+        ("shape", "failed in the model's forward or backward (RuntimeError: mat1 and mat2 shapes cannot be multiplied", []),
+        ("local", "Expected the model of --model ", []),
+        ("local", "Expected the model of --model ", ["--val-every", "1"]),  # the validation pass checks it too
+    ):
+        done = _cli("train", str(case["root"] / "parts2"), "--data", case["data"], "--out", f"run-{bug}-{len(extra)}", "--nproc", "2",
+                    "--steps", "1", "--model", "bad.py:build", "--model-args", json.dumps({"bug": bug}), *extra,
+                    cwd=tmp_path)
         assert done.returncode != 0
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and expected in lines[0], done.stderr

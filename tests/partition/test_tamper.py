@@ -4,8 +4,6 @@ Hand-edited metadata and bad point-cloud files give one line and exit 2."""
 
 from __future__ import annotations
 
-import json
-import zipfile
 from pathlib import Path
 
 import numpy as np
