@@ -169,14 +169,15 @@ def check_model_request(ckpt: dict[str, Any], run: str, model: str | None) -> No
 
 
 def build_model(ckpt: dict[str, Any], data: Any, dtype: Any, model_spec: str | None = None,
-                model_args: dict[str, Any] | None = None) -> Any:
+                model_args: dict[str, Any] | None = None, num_targets: int | None = None) -> Any:
     """The run's model (MeshGraphNet, or yours from ``model_spec``) with its trained weights; a
     one-line error if DATA does not fit it."""
     from meshshard._usermodel import build_user_model
     from meshshard.nn import MeshGraphNet
 
     cfg = ckpt.get("config", {})
-    sizes = len(data.input_channels), len(data.edge_channels), len(data.target_channels)
+    sizes = (len(data.input_channels), len(data.edge_channels),
+             len(data.target_channels) if num_targets is None else num_targets)
     if model_spec:
         args = model_args if model_args is not None else dict(cfg.get("model_args") or {})
         model = build_user_model(model_spec, args, *sizes).to(dtype)
@@ -195,11 +196,29 @@ def build_model(ckpt: dict[str, Any], data: Any, dtype: Any, model_spec: str | N
                 f"{sizes[0]} input, {sizes[1]} edge and {sizes[2]} target channels from {data.path}: {first}"
             ) from None
         raise ValueError(
-            f"Expected {data.path} to fit the run's model ({len(data.input_channels)} input, {len(data.target_channels)} target, "
+            f"Expected {data.path} to fit the run's model ({len(data.input_channels)} input, {sizes[2]} target, "
             f"{len(data.edge_channels)} edge channels here): {first}"
         ) from None
     model.eval()
     return model
+
+
+def run_target_fields(ckpt: dict[str, Any]) -> list[dict[str, Any]]:
+    """The target fields a run trained on (``[{"name", "components"}]``): recorded by train, or
+    for an older checkpoint rebuilt from its target channels (``u[0]``, ``u[1]`` -> ``u``, 2)."""
+    cfg = ckpt.get("config", {})
+    recorded = cfg.get("target_fields")
+    if recorded:
+        return [{"name": str(f["name"]), "components": int(f["components"])} for f in recorded]
+    fields: list[dict[str, Any]] = []
+    for channel in (cfg.get("normalisation") or {}).get("target_channels", []):
+        match = re.fullmatch(r"(.+)\[(\d+)\]", channel)
+        base, index = (match.group(1), int(match.group(2))) if match else (channel, -1)
+        if index > 0 and fields and fields[-1]["name"] == base and fields[-1]["components"] == index:
+            fields[-1]["components"] += 1
+        else:
+            fields.append({"name": base if index == 0 else channel, "components": 1})
+    return fields
 
 
 def normalisation_of(ckpt: dict[str, Any], data: Any) -> Any:
@@ -211,7 +230,7 @@ def normalisation_of(ckpt: dict[str, Any], data: Any) -> Any:
         return data.normalisation
     norm = Normalisation.from_dict(stored)
     for what, theirs, mine in (("input", norm.inputs.channels, data.input_channels),
-                               ("target", norm.targets.channels, data.target_channels)):
+                               ("target", norm.targets.channels, data.target_channels or norm.targets.channels)):
         if list(theirs) != list(mine):
             raise ValueError(f"Expected {data.path} to have the run's {what} channels {list(theirs)} (got {list(mine)})")
     return norm
@@ -399,7 +418,8 @@ def _piece(data: Any, mesh: int, owned_ids: np.ndarray, chunk: int = 1 << 20) ->
     return ids, [(t, np.searchsorted(ids, c)) for t, c in kept]
 
 
-def _whole_layout(data: Any, mesh: int, model: Any, normaliser: Any, dtype: Any, device: Any, spec: str | None) -> _Layout:
+def _whole_layout(data: Any, mesh: int, model: Any, normaliser: Any, dtype: Any, device: Any, spec: str | None,
+                  num_targets: int) -> _Layout:
     import torch
 
     from meshshard import edge_features
@@ -414,14 +434,15 @@ def _whole_layout(data: Any, mesh: int, model: Any, normaliser: Any, dtype: Any,
     def forward(x: Any) -> Any:
         out = model(x, edge_index, ea)
         if spec:
-            check_output(out, m.num_nodes, len(data.target_channels), spec, sharded=False)
+            check_output(out, m.num_nodes, num_targets, spec, sharded=False)
         return out
 
     return _Layout(mesh, m.num_nodes, ids, forward, np.asarray(m.points),
                    ids, [(t, np.asarray(c, dtype=np.int64)) for t, c in m.cells])
 
 
-def _shard_layout(data: Any, reader: Any, mesh: int, model: Any, ctx: Any, pieces: bool, spec: str | None) -> _Layout:
+def _shard_layout(data: Any, reader: Any, mesh: int, model: Any, ctx: Any, pieces: bool, spec: str | None,
+                  num_targets: int) -> _Layout:
     from meshshard import ShardTensor
     from meshshard._usermodel import check_output
 
@@ -432,7 +453,7 @@ def _shard_layout(data: Any, reader: Any, mesh: int, model: Any, ctx: Any, piece
     def forward(x: Any) -> Any:
         out = model(ShardTensor.from_local(x, graph.spec), graph, ea)
         if spec:
-            check_output(out, len(owned), len(data.target_channels), spec, sharded=True)
+            check_output(out, len(owned), num_targets, spec, sharded=True)
         return out.to_local()
 
     layout = _Layout(mesh, int(data.meta["meshes"][mesh]["num_nodes"]), owned, forward, pos_owned)
@@ -455,13 +476,20 @@ def field_slices(fields: list[dict[str, Any]]) -> list[tuple[str, slice]]:
     return out
 
 
-def _print_table(rows: list[dict[str, Any]], fields: list[str]) -> None:
+def _print_table(rows: list[dict[str, Any]], fields: list[str], truth: bool = True) -> None:
+    """Per sample its nodes and, with known targets, the errors of each target field; else its file."""
+    if not truth:
+        print(f"{'sample':<24} {'nodes':>9}  file")
+        for r in rows:
+            print(f"{r['name'][:24]:<24} {r['num_nodes']:>9,}  {r['file']}")
+        return
     head = f"{'sample':<24} {'split':<5} {'nodes':>9}" + "".join(f" {f + ' RMSE':>14} {f + ' rel L2':>12}" for f in fields)
     print(head)
     for r in rows:
         line = f"{r['name'][:24]:<24} {r['split']:<5} {r['num_nodes']:>9,}"
         for f in fields:
-            line += f" {r['fields'][f]['rmse']:>14.4g} {r['fields'][f]['rel_l2']:>12.3%}"
+            rmse, rel = r["fields"][f]["rmse"], r["fields"][f]["rel_l2"]
+            line += f" {'-' if rmse is None else format(rmse, '.4g'):>14} {'-' if rel is None else format(rel, '.3%'):>12}"
         print(line)
 
 
@@ -484,9 +512,10 @@ def _triangulation(pos: np.ndarray, triangles: np.ndarray | None) -> Any:
     return tri
 
 
-def plot_sample(path: Path, title: str, pos: np.ndarray, truth: np.ndarray, pred: np.ndarray,
+def plot_sample(path: Path, title: str, pos: np.ndarray, truth: np.ndarray | None, pred: np.ndarray,
                 fields: list[tuple[str, slice]], triangles: np.ndarray | None, note: str) -> bool:
-    """Truth, prediction and error side by side, one row per target field; False without matplotlib."""
+    """Truth, prediction and error side by side, one row per target field (the prediction alone
+    when ``truth`` is None); False without matplotlib."""
     try:
         import matplotlib
 
@@ -494,20 +523,23 @@ def plot_sample(path: Path, title: str, pos: np.ndarray, truth: np.ndarray, pred
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    fig, axes = plt.subplots(len(fields), 3, figsize=(13, 3.6 * len(fields)), dpi=110, squeeze=False)
+    cols = 1 if truth is None else 3
+    fig, axes = plt.subplots(len(fields), cols, figsize=(4.6 * cols, 3.6 * len(fields)), dpi=110, squeeze=False)
     tri = _triangulation(pos, triangles)
     for row, (name, sl) in enumerate(fields):
-        t, p = truth[:, sl], pred[:, sl]
-        if t.shape[1] > 1:
+        p = pred[:, sl]
+        t = p if truth is None else truth[:, sl]
+        if p.shape[1] > 1:
             t, p, label = np.linalg.norm(t, axis=1), np.linalg.norm(p, axis=1), f"|{name}|"
         else:
             t, p, label = t[:, 0], p[:, 0], name
         err = p - t
         lim = max(float(np.abs(err).max()) if len(err) else 0.0, 1e-30)
         lo, hi = float(min(t.min(), p.min())), float(max(t.max(), p.max()))
-        for col, (values, what, kw) in enumerate(((t, "truth", {"vmin": lo, "vmax": hi, "cmap": "viridis"}),
-                                                 (p, "prediction", {"vmin": lo, "vmax": hi, "cmap": "viridis"}),
-                                                 (err, "error (prediction - truth)", {"vmin": -lim, "vmax": lim, "cmap": "RdBu_r"}))):
+        panels = ((t, "truth", {"vmin": lo, "vmax": hi, "cmap": "viridis"}),
+                  (p, "prediction", {"vmin": lo, "vmax": hi, "cmap": "viridis"}),
+                  (err, "error (prediction - truth)", {"vmin": -lim, "vmax": lim, "cmap": "RdBu_r"}))
+        for col, (values, what, kw) in enumerate(panels[1:2] if truth is None else panels):
             ax = axes[row, col]
             if tri is not None:
                 art = ax.tripcolor(tri, values, shading="gouraud", **kw)
@@ -555,17 +587,18 @@ def _max_all(value: float, group: Any, device: Any) -> float:
 # The command
 
 
-def _point_data(data: Any, x: np.ndarray, y: np.ndarray | None, pred: np.ndarray, ids: np.ndarray) -> dict[str, np.ndarray]:
-    """Point fields of one file: ``<t>_pred``, ``<t>``, ``<t>_error`` per target, the inputs, ``global_id``."""
+def _point_data(data: Any, targets: list[tuple[str, slice]], x: np.ndarray, y: np.ndarray | None, pred: np.ndarray,
+                ids: np.ndarray) -> dict[str, np.ndarray]:
+    """Point fields of one file: ``<t>_pred``, and with known targets (``y``) ``<t>`` and
+    ``<t>_error``, per target; the inputs, ``global_id``."""
     def column(a: np.ndarray, sl: slice) -> np.ndarray:
         c = np.ascontiguousarray(a[:, sl], dtype=np.float64)
         return c[:, 0] if c.shape[1] == 1 else c
 
     out: dict[str, np.ndarray] = {}
-    targets = field_slices(data.meta["targets"])
     for name, sl in targets:
         out[f"{name}_pred"] = column(pred, sl)
-        if y is not None:
+        if y is not None and y.shape[1]:
             out[name] = column(y, sl)
             out[f"{name}_error"] = column(pred - y, sl)
     taken = {name for name, _ in targets}
@@ -576,7 +609,8 @@ def _point_data(data: Any, x: np.ndarray, y: np.ndarray | None, pred: np.ndarray
     return out
 
 
-def _write_gathered(path: Path, data: Any, s: int, layout: _Layout, pred: np.ndarray, ctx: Any) -> tuple[Any, ...] | None:
+def _write_gathered(path: Path, data: Any, targets: list[tuple[str, slice]], s: int, layout: _Layout, pred: np.ndarray,
+                    ctx: Any) -> tuple[Any, ...] | None:
     """Rank 0 writes the whole mesh; returns (pos, truth, pred, triangles) on rank 0."""
     rows = _gather_rows(np.concatenate([layout.owned_ids[:, None].astype(np.float64), pred], axis=1), None, ctx.device)
     if rows is None:
@@ -587,12 +621,13 @@ def _write_gathered(path: Path, data: Any, s: int, layout: _Layout, pred: np.nda
     ids = np.arange(layout.num_nodes, dtype=np.int64)
     x, y = data.rows(s, ids)
     cells = [(t, np.asarray(c, dtype=np.int64)) for t, c in mesh.cells]
-    write_vtu(path, np.asarray(mesh.points), cells, _point_data(data, x, y, full, ids))
+    write_vtu(path, np.asarray(mesh.points), cells, _point_data(data, targets, x, y, full, ids))
     tri = next((c for t, c in cells if t == "triangle"), None)
     return np.asarray(mesh.points), y, full, tri
 
 
-def _write_pieces(folder: Path, index: Path, data: Any, s: int, layout: _Layout, pred: np.ndarray, ctx: Any) -> None:
+def _write_pieces(folder: Path, index: Path, data: Any, targets: list[tuple[str, slice]], s: int, layout: _Layout,
+                  pred: np.ndarray, ctx: Any) -> None:
     """Each rank writes its piece; rank 0 the ``.pvtu`` index."""
     assert layout.piece_ids is not None and layout.piece_cells is not None
     ids = layout.piece_ids
@@ -603,7 +638,7 @@ def _write_pieces(folder: Path, index: Path, data: Any, s: int, layout: _Layout,
     values[~owned] = directory_lookup(layout.owned_ids, pred, ids[~owned], layout.num_nodes, None, ctx.device)
     points = np.load(_mesh_folder(data, layout.mesh) / "points.npy", mmap_mode="r", allow_pickle=False)
     x, y = data.rows(s, ids)
-    fields = _point_data(data, x, y, values, ids)
+    fields = _point_data(data, targets, x, y, values, ids)
     folder.mkdir(parents=True, exist_ok=True)
     write_vtu(folder / f"part-{ctx.rank:05d}.vtu", np.asarray(points[ids]), layout.piece_cells, fields)
     if ctx.rank == 0:
@@ -631,7 +666,11 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
     norm = normalisation_of(ckpt, data)
     normaliser = Normaliser(norm, ctx.device, dtype)
     check_model_request(ckpt, cfg.run, cfg.model)
-    model = build_model(ckpt, data, dtype, cfg.model, cfg.model_args).to(ctx.device)
+    # the run's target fields: DATA's when it has targets (checked equal above), else recorded by train
+    truth = bool(data.target_channels)
+    target_meta = data.meta["targets"] if truth else run_target_fields(ckpt)
+    num_targets = len(norm.targets.channels)
+    model = build_model(ckpt, data, dtype, cfg.model, cfg.model_args, num_targets).to(ctx.device)
     names = [str(e["name"]) for e in data.meta["samples"]]
     picks = select_samples(cfg.samples, names, [int(v) for v in data.val])
     parts, reader = None, None
@@ -655,8 +694,9 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
     main = ctx.rank == 0 and not cfg.quiet
     if main:
         where = "one process, whole meshes" if parts is None else f"{ctx.world_size} ranks, partition {parts}"
-        print(f"meshshard predict: {len(picks)} sample(s) of {cfg.data} with {cfg.run} (step {ckpt.get('step')}); {where}", flush=True)
-    target_fields = field_slices(data.meta["targets"])
+        print(f"meshshard predict: {len(picks)} sample(s) of {cfg.data} with {cfg.run} (step {ckpt.get('step')}); {where}"
+              + ("" if truth else f"; {cfg.data} has no targets: predictions only, no errors"), flush=True)
+    target_fields = field_slices(target_meta)
     layouts: dict[tuple[int, bool], _Layout] = {}
     records = []
     stems = [file_stem(name) for name in names]
@@ -667,32 +707,37 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
         gather = True if parts is None else (cfg.gather if cfg.gather is not None else n <= GATHER_MAX_NODES)
         key = (m, gather)
         if key not in layouts:
-            layouts[key] = (_whole_layout(data, m, model, normaliser, dtype, ctx.device, cfg.model) if reader is None
-                            else _shard_layout(data, reader, m, model, ctx, pieces=not gather, spec=cfg.model))
+            layouts[key] = (_whole_layout(data, m, model, normaliser, dtype, ctx.device, cfg.model, num_targets)
+                            if reader is None else
+                            _shard_layout(data, reader, m, model, ctx, pieces=not gather, spec=cfg.model, num_targets=num_targets))
         layout = layouts[key]
         x, y = data.rows(s, layout.owned_ids)
         with torch.no_grad():
             out_t = layout.forward(normaliser.normalise_inputs(torch.as_tensor(x, device=ctx.device).to(dtype)))
         pred = norm.targets.denormalise(out_t.to(torch.float64).cpu().numpy())
         forward_s = time.perf_counter() - started
-        err = pred - y
-        sums = _sum_all(np.array([[float((err[:, sl] ** 2).sum()), float((y[:, sl] ** 2).sum())] for _, sl in target_fields]),
-                        None, ctx.device)
+        if truth:
+            err = pred - y
+            sums = _sum_all(np.array([[float((err[:, sl] ** 2).sum()), float((y[:, sl] ** 2).sum())] for _, sl in target_fields]),
+                            None, ctx.device)
+        else:
+            y, sums = None, [(math.nan, math.nan)] * len(target_fields)
         stem = stems[s] if stems.count(stems[s]) == 1 else f"{stems[s]}-{s}"
         if gather:
             path = out / f"{stem}.vtu"
-            full = _write_gathered(path, data, s, layout, pred, ctx)
+            full = _write_gathered(path, data, target_fields, s, layout, pred, ctx)
         else:
             path = out / f"{stem}.pvtu"
-            _write_pieces(out / stem, path, data, s, layout, pred, ctx)
+            _write_pieces(out / stem, path, data, target_fields, s, layout, pred, ctx)
             full = None
         picture = _picture(out / f"{stem}.png", names[s], layout, y, pred, gather, full, target_fields, ctx) if cfg.plots else None
-        record = {"sample": s, "name": names[s], "split": "val" if s in val else "train", "num_nodes": n,
+        record = {"sample": s, "name": names[s], "split": ("val" if s in val else "train") if truth else None, "num_nodes": n,
                   "file": path.name, "picture": picture, "fields": {},
                   "seconds": {"read_and_forward": round(forward_s, 4), "total": round(time.perf_counter() - started, 4)}}
         for (name, sl), (sse, sst) in zip(target_fields, sums):
             k = sl.stop - sl.start
-            record["fields"][name] = {"rmse": math.sqrt(sse / (n * k)), "rel_l2": math.sqrt(sse / sst) if sst > 0 else None}
+            record["fields"][name] = ({"rmse": math.sqrt(sse / (n * k)), "rel_l2": math.sqrt(sse / sst) if sst > 0 else None}
+                                      if truth else {"rmse": None, "rel_l2": None})
         records.append(record)
     from meshshard._runlog import gather_peak_memory
 
@@ -700,21 +745,24 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
     if ctx.rank != 0:
         return None
     summary = {"run": str(cfg.run), "data": str(cfg.data), "step": ckpt.get("step"), "world_size": ctx.world_size,
-               "units": "physical (de-normalised)", **memory, "samples": records,
+               "units": "physical (de-normalised)", "targets_known": truth, **memory, "samples": records,
                "mean": {name: {key: _mean([r["fields"][name][key] for r in records]) for key in ("rmse", "rel_l2")}
                         for name, _ in target_fields}}
     (out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
     if main:
-        _print_table(records, [name for name, _ in target_fields])
+        _print_table(records, [name for name, _ in target_fields], truth)
         print(f"wrote {out}/: {len(records)} sample file(s), metrics.json" + (", pictures" if cfg.plots else ""), flush=True)
     return summary
 
 
-def _picture(path: Path, name: str, layout: _Layout, y: np.ndarray, pred: np.ndarray, gathered: bool,
+def _picture(path: Path, name: str, layout: _Layout, y: np.ndarray | None, pred: np.ndarray, gathered: bool,
              full: tuple[Any, ...] | None, fields: list[tuple[str, slice]], ctx: Any) -> str | None:
     """``PRED/<sample>.png`` on rank 0; every rank takes part in gathering the drawn nodes, and the
-    branch taken depends only on what all ranks know (``gathered``, the mesh's size and dimension)."""
+    branch taken depends only on what all ranks know (``gathered``, the mesh's size and dimension).
+    ``y`` None: no known targets, the prediction alone is drawn."""
     dim = layout.pos_owned.shape[1]
+    if y is None:
+        y = np.zeros((len(pred), 0))
     if gathered and dim == 2 and layout.num_nodes <= PLOT_MAX_NODES:
         if full is None:
             return None
@@ -728,7 +776,9 @@ def _picture(path: Path, name: str, layout: _Layout, y: np.ndarray, pred: np.nda
         pos, truth, values, tri = rows[:, :dim], rows[:, dim:dim + y.shape[1]], rows[:, dim + y.shape[1]:], None
         note = (f"{len(rows):,} of {layout.num_nodes:,} nodes: a slab around the middle plane z = const, seen along z"
                 if dim == 3 else f"{len(rows):,} of {layout.num_nodes:,} nodes")
-    ok = plot_sample(path, f"{name}: truth, prediction, error", pos, truth, values, fields, tri, note)
+    known = truth is not None and truth.shape[1] > 0
+    ok = plot_sample(path, f"{name}: {'truth, prediction, error' if known else 'prediction'}", pos,
+                     truth if known else None, values, fields, tri, note)
     if not ok:
         print("meshshard predict: note: matplotlib is not installed, so no pictures (pip install matplotlib)", flush=True)
     return path.name if ok else None

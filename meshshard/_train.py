@@ -83,6 +83,15 @@ class TrainConfig:
         return cls(**{k: v for k, v in values.items() if k in names})
 
 
+def _check_has_targets(data: str) -> None:
+    """Refuse, in one line, a dataset of inputs only (made without ``--targets``)."""
+    from meshshard.partition import open_dataset
+
+    if not open_dataset(data).target_channels:
+        raise ValueError(f"{data}: has no targets (made without --targets), so there is nothing to train on; "
+                         "it holds cases for meshshard predict. Train on a dataset made with --targets")
+
+
 def sample_index(seed: int, step: int, data_rank: int, data_parallel: int, num_samples: int) -> int:
     """The sample data rank ``data_rank`` trains on at ``step``: shuffled once per epoch."""
     k = step * data_parallel + data_rank
@@ -196,6 +205,7 @@ def train(cfg: TrainConfig) -> list[float]:
         raise ValueError(f"Expected --data-parallel to divide the world size {ctx.world_size} (got {cfg.data_parallel})")
     domain = ctx.world_size // cfg.data_parallel
     meta = check_partition_matches(cfg.data, cfg.partition)
+    _check_has_targets(cfg.data)
     if meta["num_parts"] != domain:
         raise ValueError(
             f"Expected a partition into {domain} parts ({ctx.world_size} ranks / {cfg.data_parallel} data-parallel) "
@@ -329,7 +339,9 @@ def train(cfg: TrainConfig) -> list[float]:
         if ctx.rank == 0 and (done % cfg.checkpoint_every == 0 or done == cfg.steps):
             save_checkpoint(ckpt_path, {
                 "step": done, "model": model.state_dict(), "optimizer": opt.state_dict(), "losses": losses,
-                "rng": torch.get_rng_state(), "config": {**asdict(cfg), "normalisation": reader.normaliser.to_dict()},
+                "rng": torch.get_rng_state(),
+                "config": {**asdict(cfg), "normalisation": reader.normaliser.to_dict(),
+                           "target_fields": reader.dataset.meta["targets"]},  # predict names its outputs by them
                 "world_size": ctx.world_size, "identity": identity,
             })
         if done % cfg.checkpoint_every == 0 or done == cfg.steps:
@@ -485,6 +497,7 @@ def _run(args: Any) -> int:
 
     def check() -> None:  # the RUN checks again here, so that a refusal is one line before any rank starts
         check_input_folders((cfg.partition, "partition folder"), (cfg.data, "dataset folder"))
+        _check_has_targets(cfg.data)
         _runlog.check_run_folder(cfg.out, cfg.resume, cfg.force)
         if cfg.model:  # your model is imported and built once here: its errors come before any rank starts
             from meshshard.partition import open_dataset

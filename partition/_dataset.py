@@ -37,6 +37,12 @@ is one channel ``u[1]``. The reserved name ``pos`` is the node coordinates (``D`
 components of ``pos[src] - pos[dst]``, then ``|dpos|`` its length, over every directed edge of
 the mesh's nodal graph (both directions of every cell edge).
 
+Inputs only. A dataset made without targets (``meshshard dataset`` without ``--targets``,
+``write_dataset(targets=None)``) holds new cases to predict on: ``targets`` and
+``target_channels`` are empty, every ``targets.npy`` is ``(N_m, 0)``, the split has no
+validation samples unless asked for. ``meshshard train`` refuses it; ``meshshard predict`` writes
+the predicted fields alone.
+
 Normalisation. ``normalisation.inputs`` / ``targets`` / ``edges`` hold, per channel, the
 ``mean`` and population ``std`` over every node (every directed edge) of every **training**
 sample, and ``scale``: ``std``, or ``1.0`` where ``std`` is 0. What training applies is
@@ -670,7 +676,7 @@ def _as_numpy(x: Any) -> np.ndarray:
 def write_dataset(
     out: str | os.PathLike[str],
     inputs: Any,
-    targets: Any,
+    targets: Any = None,
     *,
     pos: Any,
     cells: Any = None,
@@ -688,7 +694,8 @@ def write_dataset(
     One mesh: ``pos`` an ``(N, D)`` array, ``cells`` (``[(type, conn)]`` or ``{type: conn}``) or
     ``edge_index``, and ``inputs`` / ``targets`` ``(S, N, F)`` arrays (or lists of ``(N, F)``).
     Many meshes: ``pos``, ``cells`` / ``edge_index``, ``inputs`` and ``targets`` all lists with
-    one entry per sample.
+    one entry per sample. ``targets=None``: inputs only (zero target channels, no validation split
+    unless asked), cases for ``meshshard predict`` to predict on; ``meshshard train`` refuses it.
 
     Args:
         input_names, target_names: Fields in channel order, each a name (one channel) or
@@ -701,8 +708,17 @@ def write_dataset(
         pos: ``(N, D)``. inputs: ``(S, N, F_in)``. targets: ``(S, N, F_out)``.
         cells: ``(C_b, k_b)`` per type. edge_index: ``(2, E)``.
     """
-    ins, outs = [_as_numpy(a) for a in inputs], [_as_numpy(a) for a in targets]
+    ins = [_as_numpy(a) for a in inputs]
     s = len(ins)
+    if targets is None:
+        if target_names:
+            raise ValueError("Expected targets with target_names (got target_names but no targets)")
+        outs = [np.zeros((len(a), 0)) for a in ins]
+        target_names = []
+        if val_fraction is None and val_samples is None:
+            val_fraction = 0.0  # cases to predict on: nothing to validate against
+    else:
+        outs = [_as_numpy(a) for a in targets]
     if len(outs) != s:
         raise ValueError(f"Expected as many targets as inputs (got {len(outs)} and {s})")
     many = isinstance(pos, (list, tuple))

@@ -97,7 +97,7 @@ def _describe(fields: dict[str, np.ndarray]) -> str:
 
 def _select(names: list[str], fields: dict[str, np.ndarray], pos: np.ndarray, path: Path) -> tuple[np.ndarray, list[dict[str, Any]]]:
     """The channels of ``names`` from ``fields`` (or ``pos``), and their field records."""
-    columns, records = [], []
+    columns, records = [np.zeros((len(pos), 0))], []  # no names (no targets): zero channels
     for name in names:
         base, comp = name, None
         match = _COMPONENT.match(name)
@@ -124,7 +124,7 @@ def build_dataset(
     out: str | os.PathLike[str],
     *,
     inputs: str | Sequence[str],
-    targets: str | Sequence[str],
+    targets: str | Sequence[str] | None = None,
     val_fraction: float | None = None,
     val_samples: Sequence[int | str] | None = None,
     dtype: str = "float32",
@@ -133,10 +133,16 @@ def build_dataset(
 ) -> Path:
     """``meshshard dataset``: one sample per mesh file (see the module docstring for names).
 
+    Without ``targets`` the dataset holds inputs only (zero target channels, no validation split
+    unless asked): new cases for ``meshshard predict``, which ``meshshard train`` refuses.
+
     Cheap checks (the output folder, the sources, the field names on the first file) come
     before any sample is written; files are then read and written one at a time.
     """
-    in_names, out_names = parse_field_names(inputs, "--inputs"), parse_field_names(targets, "--targets")
+    in_names = parse_field_names(inputs, "--inputs")
+    out_names = parse_field_names(targets, "--targets") if targets else []
+    if not out_names and val_fraction is None and val_samples is None:
+        val_fraction = 0.0  # cases to predict on: nothing to validate against
     check_dataset_output(out, force, sources)
     files = list_sources(sources)
     names = [p.stem for p in files]

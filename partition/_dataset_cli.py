@@ -44,16 +44,18 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
             f"{len(nodes)} distinct meshes, {min(nodes):,} to {max(nodes):,} nodes")
     fields = lambda fs: ", ".join(f["name"] if f["components"] == 1 else f"{f['name']} ({f['components']})" for f in fs)  # noqa: E731
     norm = meta["normalisation"]
+    val = (f"train {len(split['train'])}, val {len(split['val'])}: "
+           f"{', '.join(meta['samples'][i]['name'] for i in split['val'][:8])}{' ...' if len(split['val']) > 8 else ''}"
+           if split["val"] else "no validation split")
     lines = [
         f"{folder}: {meta['format']} v{meta['format_version']}, kind {meta['kind']} ({mesh})",
-        f"  samples  {meta['num_samples']} (train {len(split['train'])}, val {len(split['val'])}: "
-        f"{', '.join(meta['samples'][i]['name'] for i in split['val'][:8])}{' ...' if len(split['val']) > 8 else ''})",
+        f"  samples  {meta['num_samples']} ({val})",
         f"  inputs   {fields(meta['inputs'])}",
-        f"  targets  {fields(meta['targets'])}",
+        f"  targets  {fields(meta['targets']) or 'none: inputs only, cases for meshshard predict (train needs targets)'}",
         f"  cells    {', '.join(f'{t} {c:,}' for t, c in cells.items()) or 'none (edge_index)'}; stored {meta['dtype']}",
         f"  normalisation over the training split: {norm['rule']}",
         *_stats_line("inputs", meta["input_channels"], norm["inputs"]),
-        *_stats_line("targets", meta["target_channels"], norm["targets"]),
+        *(_stats_line("targets", meta["target_channels"], norm["targets"]) if meta["target_channels"] else []),
         *_stats_line("edges", meta["edge_channels"], norm["edges"]),
     ]
     return "\n".join(lines)
@@ -165,10 +167,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="mesh files (any format meshio reads) or folders of them")
     p.add_argument("--out", "-o", required=True, help="dataset folder to create")
     p.add_argument("--inputs", required=True, help="comma-separated input fields, e.g. T_in,pos")
-    p.add_argument("--targets", required=True, help="comma-separated target fields, e.g. T_out")
+    p.add_argument("--targets", default=None,
+                   help="comma-separated target fields, e.g. T_out; leave out for new cases to predict on "
+                   "(inputs only: for meshshard predict, not train)")
     split = p.add_mutually_exclusive_group()
     split.add_argument("--val-fraction", type=float, default=None,
-                       help="fraction of samples for validation, drawn by a fixed permutation (default 0.2)")
+                       help="fraction of samples for validation, drawn by a fixed permutation (default 0.2; 0 without --targets)")
     split.add_argument("--val-samples", default=None,
                        help="comma-separated validation samples: indices or names (file names without extension)")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="stored precision")

@@ -70,14 +70,24 @@ def test_bring_your_own_mesh_example_runs_as_its_readme_says(tmp_path: Path) -> 
     pytest.importorskip("skfem", reason="the example's solver (pip install scikit-fem, or meshshard[examples])")
     sizes = {"--size": "0.2", "--samples": "4", "--steps": "2", "--val-every": "1"}
     outputs = run_example("bring_your_own_mesh", sizes, tmp_path, timeout=300)
-    assert len(outputs) == 6
+    assert len(outputs) == 9
     pred = tmp_path / "byo" / "pred"
     metrics = json.loads((pred / "metrics.json").read_text())
     [sample] = metrics["samples"]  # 4 cases, a quarter held out for validation
     assert sample["split"] == "val" and sample["fields"]["T"]["rmse"] > 0
     assert (pred / sample["file"]).is_file() and (pred / sample["picture"]).is_file()
     assert "T_pred" in meshio.read(pred / sample["file"]).point_data
-    assert "T rel L2" in outputs[-1]
+    assert "T rel L2" in outputs[5]
+    # new cases, inputs only: predictions without truth
+    assert "T" not in meshio.read(tmp_path / "byo" / "new-fields" / "case-000.vtu").point_data
+    assert "targets  none: inputs only" in outputs[7], outputs[7]
+    new = json.loads((tmp_path / "byo" / "new-pred" / "metrics.json").read_text())
+    assert new["targets_known"] is False and len(new["samples"]) == 4
+    for sample in new["samples"]:
+        point_data = meshio.read(tmp_path / "byo" / "new-pred" / sample["file"]).point_data
+        assert "T_pred" in point_data and "T" not in point_data and "T_error" not in point_data
+        assert sample["fields"]["T"] == {"rmse": None, "rel_l2": None} and sample["picture"]
+    assert "has no targets: predictions only" in outputs[8], outputs[8]
 
 
 @pytest.mark.slow

@@ -14,6 +14,9 @@ channel walls) and ``T``: the kind of output a user's own solver writes, and wha
 ``meshshard dataset`` reads.
 
     python examples/bring_your_own_mesh/solve.py byo/mesh.msh --samples 24 --out byo/fields
+
+``--inputs-only`` writes new cases without solving them (``k``, ``f``, ``wall``; no ``T``): the
+designs a trained model is asked about, which ``meshshard predict`` fills in.
 """
 
 from __future__ import annotations
@@ -53,6 +56,12 @@ def random_case(points: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarra
     return k, f
 
 
+def wall_flags(points: np.ndarray) -> np.ndarray:
+    """1 at the nodes on the cooling channels' walls (where ``T = 0``), else 0."""
+    gap = np.min([np.hypot(points[:, 0] - cx, points[:, 1] - cy) - r for cx, cy, r in CHANNELS], axis=0)
+    return (gap < 1e-3).astype(np.float64)
+
+
 def solve(points: np.ndarray, tets: np.ndarray, k: np.ndarray, f: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Temperature ``T`` at the nodes (P1 finite elements, scikit-fem), and the wall flag (1 on
     the channel walls, where ``T = 0``)."""
@@ -84,16 +93,20 @@ def main() -> int:
     p.add_argument("--out", type=Path, required=True, help="folder for the .vtu files")
     p.add_argument("--samples", type=int, default=16, help="number of cases (default 16)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--inputs-only", action="store_true", help="write k, f and wall of new cases, without solving for T")
     args = p.parse_args()
     points, tets = read_tets(args.mesh)
     rng = np.random.default_rng(args.seed)
     args.out.mkdir(parents=True, exist_ok=True)
     for i in range(args.samples):
         k, f = random_case(points, rng)
-        t, wall = solve(points, tets, k, f)
-        fields = {"k": k, "f": f, "wall": wall, "T": t}
+        if args.inputs_only:
+            fields = {"k": k, "f": f, "wall": wall_flags(points)}
+        else:
+            t, wall = solve(points, tets, k, f)
+            fields = {"k": k, "f": f, "wall": wall, "T": t}
         meshio.write(args.out / f"case-{i:03d}.vtu", meshio.Mesh(points, [("tetra", tets)], point_data=fields))
-    print(f"wrote {args.samples} cases of {len(points):,} nodes to {args.out} (point fields k, f, wall, T)")
+    print(f"wrote {args.samples} cases of {len(points):,} nodes to {args.out} (point fields {', '.join(fields)})")
     return 0
 
 

@@ -169,3 +169,41 @@ def test_predict_refuses_bad_requests_in_one_line(case: dict) -> None:
     proc = _cli(str(root), "--data", case["data"], "--out", str(root / "p"))
     assert proc.returncode == 2 and "no checkpoint.pt" in proc.stderr
     assert (root / "taken" / "mine.txt").exists() and not (root / "p").exists()
+
+
+@pytest.mark.slow
+def test_new_cases_without_targets_are_predicted_with_no_truth_and_the_same_values(case: dict) -> None:
+    """A dataset of inputs only (the inputs of the case's samples, no targets): predict writes
+    ``<t>_pred`` equal to the predictions with targets, no ``<t>`` or ``<t>_error``, no errors;
+    on one process and on 2 ranks with the run's own kind of partition; train refuses it."""
+    root = case["root"]
+    data = open_dataset(case["data"])
+    points = np.asarray(data.mesh(0).points)
+    cells = [(t, np.asarray(c)) for t, c in data.mesh(0).cells]
+    inputs = np.stack([data.sample_arrays(s)[0] for s in range(5)])
+    write_dataset(root / "new", inputs, pos=points, cells=cells, input_names=[("a", 3)], dtype="float64")
+    new = open_dataset(root / "new")
+    assert new.target_channels == [] and list(new.val) == [] and len(new.train) == 5
+    base = asdict(PredictConfig(run=case["run"], data=str(root / "new"), out="", dtype="float64", quiet=True))
+    predict(PredictConfig(**(base | {"data": case["data"], "out": str(root / "new-ref"), "samples": "all", "plots": False})))
+    one = predict(PredictConfig(**(base | {"out": str(root / "new-pred1")})))
+    two = run_ranks(_predict_rank, 2, base | {"out": str(root / "new-pred2"), "partition": str(root / "parts2"),
+                                              "gather": False}, timeout=180)[0]
+    assert one["targets_known"] is False and [r["sample"] for r in one["samples"]] == list(range(5))  # default: all
+    for s in range(5):
+        assert one["samples"][s]["fields"] == {"p": {"rmse": None, "rel_l2": None}, "q": {"rmse": None, "rel_l2": None}}
+        assert one["samples"][s]["split"] is None and one["samples"][s]["picture"] == f"{s:05d}.png"
+        with_truth = meshio.read(root / "new-ref" / f"case_{s}.vtu").point_data
+        mesh = meshio.read(root / "new-pred1" / f"{s:05d}.vtu")
+        assert set(mesh.point_data) == {"p_pred", "q_pred", "a", "global_id"}
+        for f in ("p_pred", "q_pred"):
+            np.testing.assert_allclose(mesh.point_data[f], with_truth[f], rtol=1e-12, atol=1e-12)
+        ids, values, _ = _by_id(read_pvtu(root / "new-pred2" / f"{s:05d}.pvtu"), ["p_pred", "q_pred"])
+        for f in ("p_pred", "q_pred"):
+            np.testing.assert_allclose(values[f], with_truth[f][ids], rtol=1e-10, atol=1e-10)
+    proc = subprocess.run([sys.executable, "-m", "meshshard", "train", str(root / "parts1"), "--data", str(root / "new"),
+                           "--out", str(root / "new-run")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and not (root / "new-run").exists()
+    assert proc.stderr.strip() == (f"meshshard train: error: {root / 'new'}: has no targets (made without --targets), so "
+                                   "there is nothing to train on; it holds cases for meshshard predict. Train on a "
+                                   "dataset made with --targets")

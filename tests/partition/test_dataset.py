@@ -382,3 +382,36 @@ def test_the_dataset_command_never_imports_torch(sources, tmp_path: Path) -> Non
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "False"
+
+
+@pytest.mark.parametrize("kind", ["one", "many"])
+def test_a_dataset_without_targets_holds_the_inputs_only(sources, tmp_path: Path, capsys, kind: str) -> None:
+    """New cases to predict on: zero target channels, no validation split unless asked, the same
+    inputs and meshes as with targets, and a partition of the same meshes fits both."""
+    out = tmp_path / "new"
+    assert main(["dataset", str(sources[kind]), "--out", str(out), "--inputs", "T,u[1]"]) == 0
+    text = capsys.readouterr().out
+    assert "samples  5 (no validation split)" in text
+    assert "targets  none: inputs only, cases for meshshard predict (train needs targets)" in text
+    assert not re.search(r"targets +channel", text)
+    new = open_dataset(out)
+    with_targets = open_dataset(build_dataset([sources[kind]], tmp_path / "full", inputs="T,u[1]", targets="u[0]"))
+    assert new.target_channels == [] and new.meta["targets"] == [] and list(new.val) == [] and len(new.train) == 5
+    assert [m["sha256"] for m in new.meta["meshes"]] == [m["sha256"] for m in with_targets.meta["meshes"]]
+    for s in range(5):
+        x, y = new.rows(s, np.array([0, 3]))
+        assert y.shape == (2, 0)
+        np.testing.assert_array_equal(x, with_targets.rows(s, np.array([0, 3]))[0])
+    partition_dataset(tmp_path / "full", tmp_path / "parts", 2)
+    assert check_partition_matches(new, tmp_path / "parts")["num_parts"] == 2
+    asked = build_dataset([sources[kind]], tmp_path / "asked", inputs="T", val_samples=["s1"])
+    assert list(open_dataset(asked).val) == [1]
+
+
+def test_write_dataset_without_targets(tmp_path: Path) -> None:
+    pts, tri = grid_triangles(6, 5)
+    inputs = np.random.default_rng(0).random((3, len(pts), 2))
+    data = open_dataset(write_dataset(tmp_path / "d", inputs, pos=pts, cells=[("triangle", tri)], input_names=["a", "b"]))
+    assert data.target_channels == [] and data.sample_arrays(2)[1].shape == (len(pts), 0) and list(data.val) == []
+    with pytest.raises(ValueError, match="Expected targets with target_names"):
+        write_dataset(tmp_path / "e", inputs, pos=pts, cells=[("triangle", tri)], target_names=["c"])
