@@ -190,6 +190,7 @@ def test_new_cases_without_targets_are_predicted_with_no_truth_and_the_same_valu
     two = run_ranks(_predict_rank, 2, base | {"out": str(root / "new-pred2"), "partition": str(root / "parts2"),
                                               "gather": False}, timeout=180)[0]
     assert one["targets_known"] is False and [r["sample"] for r in one["samples"]] == list(range(5))  # default: all
+    assert two["targets_known"] is False and len(two["samples"]) == 5 and len(two["peak_rss_mb"]) == 2
     for s in range(5):
         assert one["samples"][s]["fields"] == {"p": {"rmse": None, "rel_l2": None}, "q": {"rmse": None, "rel_l2": None}}
         assert one["samples"][s]["split"] is None and one["samples"][s]["picture"] == f"{s:05d}.png"
