@@ -760,16 +760,21 @@ def write_dataset_from_pyg(
 
     Each ``Data`` needs ``x`` ``(N, F_in)``, ``y`` ``(N, F_out)``, ``pos`` ``(N, D)`` and either
     ``edge_index`` ``(2, E)``, ``face`` ``(3 or 4, C)`` (triangles or tetrahedra) or ``cells``
-    (``[(type, conn)]``). ``options`` as for :func:`write_dataset`.
+    (``[(type, conn)]``). Without ``y`` on any of them: a dataset of inputs only (new cases for
+    ``meshshard predict``). ``options`` as for :func:`write_dataset`.
     """
+    with_y = sum(getattr(data, "y", None) is not None for data in data_list)
+    if 0 < with_y < len(data_list):
+        raise ValueError(f"Expected 'y' on every Data or on none (got it on {with_y} of {len(data_list)})")
     pos, cells, edges, xs, ys = [], [], [], [], []
     for i, data in enumerate(data_list):
-        for attr in ("x", "y", "pos"):
+        for attr in ("x", "pos"):
             if getattr(data, attr, None) is None:
                 raise ValueError(f"Expected data_list[{i}] to have '{attr}' (got none)")
         pos.append(_as_numpy(data.pos))
         xs.append(_as_numpy(data.x).reshape(len(pos[-1]), -1))
-        ys.append(_as_numpy(data.y).reshape(len(pos[-1]), -1))
+        if with_y:
+            ys.append(_as_numpy(data.y).reshape(len(pos[-1]), -1))
         face = getattr(data, "face", None)
         own = getattr(data, "cells", None)
         if own is not None:
@@ -784,7 +789,7 @@ def write_dataset_from_pyg(
             edges.append(_as_numpy(data.edge_index))
         else:
             raise ValueError(f"Expected data_list[{i}] to have 'edge_index', 'face' or 'cells' (got none)")
-    return write_dataset(out, xs, ys, pos=pos, cells=cells, edge_index=edges,
+    return write_dataset(out, xs, ys if with_y else None, pos=pos, cells=cells, edge_index=edges,
                          input_names=input_names, target_names=target_names, **options)
 
 

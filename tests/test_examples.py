@@ -64,12 +64,17 @@ def test_heat_diffusion_example_runs_as_its_readme_says(tmp_path: Path) -> None:
     assert (tmp_path / "meshshard-demo" / "run" / "checkpoint.pt").is_file()
 
 
-@pytest.mark.slow
-def test_bring_your_own_mesh_example_runs_as_its_readme_says(tmp_path: Path) -> None:
+def run_heat_sink_example(example: str, tmp_path: Path) -> list[str]:
+    """An example built on the gmsh heat-sink mesh and its scikit-fem cases, at a reduced size."""
     pytest.importorskip("gmsh", reason="the example's mesher (pip install gmsh, or meshshard[examples])")
     pytest.importorskip("skfem", reason="the example's solver (pip install scikit-fem, or meshshard[examples])")
     sizes = {"--size": "0.2", "--samples": "4", "--steps": "2", "--val-every": "1"}
-    outputs = run_example("bring_your_own_mesh", sizes, tmp_path, timeout=300)
+    return run_example(example, sizes, tmp_path, timeout=300)
+
+
+@pytest.mark.slow
+def test_bring_your_own_mesh_example_runs_as_its_readme_says(tmp_path: Path) -> None:
+    outputs = run_heat_sink_example("bring_your_own_mesh", tmp_path)
     assert len(outputs) == 9
     pred = tmp_path / "byo" / "pred"
     metrics = json.loads((pred / "metrics.json").read_text())
@@ -92,10 +97,7 @@ def test_bring_your_own_mesh_example_runs_as_its_readme_says(tmp_path: Path) -> 
 
 @pytest.mark.slow
 def test_own_model_example_runs_as_its_readme_says(tmp_path: Path) -> None:
-    pytest.importorskip("gmsh", reason="the example's mesher (pip install gmsh, or meshshard[examples])")
-    pytest.importorskip("skfem", reason="the example's solver (pip install scikit-fem, or meshshard[examples])")
-    sizes = {"--size": "0.2", "--samples": "4", "--steps": "2", "--val-every": "1"}
-    outputs = run_example("own_model", sizes, tmp_path, timeout=300)
+    outputs = run_heat_sink_example("own_model", tmp_path)
     assert len(outputs) == 6
     assert f"model: AttentionGNN from {REPO / 'examples' / 'own_model' / 'model.py'}:build" in outputs[4], outputs[4]
     pred = tmp_path / "own" / "pred"

@@ -415,3 +415,15 @@ def test_write_dataset_without_targets(tmp_path: Path) -> None:
     assert data.target_channels == [] and data.sample_arrays(2)[1].shape == (len(pts), 0) and list(data.val) == []
     with pytest.raises(ValueError, match="Expected targets with target_names"):
         write_dataset(tmp_path / "e", inputs, pos=pts, cells=[("triangle", tri)], target_names=["c"])
+
+    class Data:  # PyG's Data by duck typing, as write_dataset_from_pyg reads it
+        def __init__(self, **kw) -> None:
+            self.__dict__.update(kw)
+
+    graphs = [Data(x=inputs[s], pos=pts, face=tri.T) for s in range(3)]
+    pyg = open_dataset(write_dataset_from_pyg(tmp_path / "p", graphs, input_names=["a", "b"]))
+    assert pyg.target_channels == [] and pyg.meta["meshes"] == data.meta["meshes"]
+    np.testing.assert_array_equal(pyg.sample_arrays(1)[0], data.sample_arrays(1)[0])
+    graphs[0].y = inputs[0][:, :1]
+    with pytest.raises(ValueError, match="Expected 'y' on every Data or on none"):
+        write_dataset_from_pyg(tmp_path / "q", graphs)
