@@ -27,12 +27,12 @@ from meshshard import __version__
 COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("partition", "meshshard.partition._cli", "split a mesh, graph or point cloud into a "
      "partition folder"),
-    ("info", "meshshard.partition._cli", "print a partition or dataset folder's metadata"),
+    ("info", "meshshard._info", "print a partition, dataset or run folder's metadata"),
     ("verify", "meshshard.partition._cli", "check a partition folder (exit 0 valid, 1 not)"),
     ("plot", "meshshard.partition._cli", "draw a partition's nodes coloured by part"),
     ("dataset", "meshshard.partition._dataset_cli", "make a dataset folder from mesh files with "
      "point_data fields"),
-    ("train", "meshshard._train", "train a sharded MeshGraphNet on a partition"),
+    ("train", "meshshard._train", "train a sharded MeshGraphNet, or your own model, on a partition"),
     ("predict", "meshshard._predict", "predict with a trained run: ParaView files, metrics, pictures"),
     ("demo", "meshshard._demo", "run the heat-diffusion example (examples/heat_diffusion) of a clone"),
     ("selftest", "meshshard._selftest", "check the collectives on R local ranks"),
