@@ -195,7 +195,7 @@ def train(cfg: TrainConfig) -> list[float]:
     import torch.distributed as dist
 
     from meshshard._data import DatasetReader
-    from meshshard._usermodel import build_user_model, check_output
+    from meshshard._usermodel import build_user_model, check_output, model_digest
     from meshshard.comm import init_device_mesh_2d, init_distributed
     from meshshard.nn import DomainParallel, MeshGraphNet
     from meshshard.partition import check_partition_matches
@@ -230,6 +230,7 @@ def train(cfg: TrainConfig) -> list[float]:
     reader = DatasetReader(cfg.data, cfg.partition, mesh.domain_rank, mesh.domain_group, device=ctx.device, dtype=dtype)
 
     torch.manual_seed(cfg.seed)
+    digest = model_digest(cfg.model) if cfg.model else None  # the model file as it is now, before it is run
     if cfg.model:
         inner = build_user_model(cfg.model, cfg.model_args, reader.num_inputs, reader.num_edge_features, reader.num_targets)
     else:
@@ -268,6 +269,12 @@ def train(cfg: TrainConfig) -> list[float]:
     log = _Logger(ctx.rank == 0, cfg, start, round(reader.mean_nodes()) * cfg.data_parallel)
     if saved is not None:
         log.event(None, f"resuming from step {start}")
+        was = saved.get("config", {}).get("model_sha256")
+        if cfg.model and was and digest and was != digest:
+            log.event({"step": start, "event": "model file changed", "from": was, "to": digest},
+                      f"note: {cfg.model.rpartition(':')[0]} changed since step {start} was saved (SHA-256 {was[:12]} -> "
+                      f"{digest[:12]}); the weights load, but the resumed steps repeat the uninterrupted run's only if "
+                      "the model computes what it did")
     if old_lr is not None:
         log.event({"step": start, "event": "lr", "from": old_lr, "to": cfg.lr},
                   f"learning rate changed on resume: {old_lr:g} -> {cfg.lr:g} (applied from step {start})")
@@ -340,7 +347,7 @@ def train(cfg: TrainConfig) -> list[float]:
             save_checkpoint(ckpt_path, {
                 "step": done, "model": model.state_dict(), "optimizer": opt.state_dict(), "losses": losses,
                 "rng": torch.get_rng_state(),
-                "config": {**asdict(cfg), "normalisation": reader.normaliser.to_dict(),
+                "config": {**asdict(cfg), "normalisation": reader.normaliser.to_dict(), "model_sha256": digest,
                            "target_fields": reader.dataset.meta["targets"]},  # predict names its outputs by them
                 "world_size": ctx.world_size, "identity": identity,
             })

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["normalise_spec", "parse_model_args", "load_factory", "build_user_model", "check_output"]
+__all__ = ["normalise_spec", "model_digest", "parse_model_args", "load_factory", "build_user_model", "check_output"]
 
 _PLAIN = (str, int, float, bool, type(None))
 
@@ -54,6 +54,24 @@ def normalise_spec(spec: str) -> str:
         return ""
     target, name = _split(spec)
     return f"{Path(target).resolve()}:{name}" if _is_file(target) else spec
+
+
+def model_digest(spec: str) -> str | None:
+    """SHA-256 of the source file ``spec`` names (a file, or a module's file), for a resumed run to
+    notice that the model's code changed; ``None`` when there is no such file to read."""
+    target, _ = _split(spec)
+    if _is_file(target):
+        path: Path | None = Path(target)
+    else:
+        try:
+            found = importlib.util.find_spec(target)
+        except (ImportError, ValueError):
+            found = None
+        path = Path(found.origin) if found is not None and found.origin and found.origin.endswith(".py") else None
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest() if path is not None else None
+    except OSError:
+        return None
 
 
 def parse_model_args(text: str | None) -> dict[str, Any]:

@@ -10,6 +10,7 @@ Mesh: ../shared/data/sfepy/big.mesh (2-D triangles), or a generated triangle mes
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -242,3 +243,23 @@ def test_an_error_in_your_model_is_reported_as_such_not_as_a_dead_peer(case: dic
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and expected in lines[0], done.stderr
         assert "peer rank probably died" not in done.stderr
+
+
+@pytest.mark.slow
+def test_resuming_notes_a_changed_model_file(case: dict, tmp_path: Path) -> None:
+    mine = tmp_path / "mine.py"
+    mine.write_text(EXAMPLE.read_text())
+    run = ["train", str(case["root"] / "parts1"), "--data", case["data"], "--out", "run", "--model", "mine.py:build",
+           "--model-args", json.dumps(ARGS)]
+    assert _cli(*run, "--steps", "1", cwd=tmp_path).returncode == 0
+    same = _cli(*run, "--steps", "2", "--resume", cwd=tmp_path)
+    assert same.returncode == 0 and "resuming from step 1" in same.stdout and "changed since" not in same.stdout
+    mine.write_text(EXAMPLE.read_text() + "\n# edited\n")
+    edited = _cli(*run, "--steps", "3", "--resume", cwd=tmp_path)
+    assert edited.returncode == 0
+    assert f"note: {mine} changed since step 2 was saved (SHA-256 " in edited.stdout, edited.stdout
+    events = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events if "event" in e] == ["model file changed"]
+    now = hashlib.sha256(mine.read_bytes()).hexdigest()
+    assert [e["to"] for e in events if "event" in e] == [now]
+    assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["config"]["model_sha256"] == now
