@@ -476,13 +476,8 @@ def field_slices(fields: list[dict[str, Any]]) -> list[tuple[str, slice]]:
     return out
 
 
-def _print_table(rows: list[dict[str, Any]], fields: list[str], truth: bool = True) -> None:
-    """Per sample its nodes and, with known targets, the errors of each target field; else its file."""
-    if not truth:
-        print(f"{'sample':<24} {'nodes':>9}  file")
-        for r in rows:
-            print(f"{r['name'][:24]:<24} {r['num_nodes']:>9,}  {r['file']}")
-        return
+def _print_table(rows: list[dict[str, Any]], fields: list[str]) -> None:
+    """Per sample its split, nodes and the errors of each target field."""
     head = f"{'sample':<24} {'split':<5} {'nodes':>9}" + "".join(f" {f + ' RMSE':>14} {f + ' rel L2':>12}" for f in fields)
     print(head)
     for r in rows:
@@ -739,6 +734,9 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
             record["fields"][name] = ({"rmse": math.sqrt(sse / (n * k)), "rel_l2": math.sqrt(sse / sst) if sst > 0 else None}
                                       if truth else {"rmse": None, "rel_l2": None})
         records.append(record)
+        if main:  # progress: a sample of a large mesh takes a while
+            print(f"  [{len(records)}/{len(picks)}] {names[s]}: {n:,} nodes, {record['seconds']['total']:.1f} s -> "
+                  f"{path.name}", flush=True)
     from meshshard._runlog import gather_peak_memory
 
     memory = gather_peak_memory(ctx.device)  # every rank's peak, in rank order (a collective)
@@ -750,7 +748,8 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
                         for name, _ in target_fields}}
     (out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
     if main:
-        _print_table(records, [name for name, _ in target_fields], truth)
+        if truth:
+            _print_table(records, [name for name, _ in target_fields])
         print(f"wrote {out}/: {len(records)} sample file(s), metrics.json" + (", pictures" if cfg.plots else ""), flush=True)
     return summary
 

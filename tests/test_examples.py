@@ -93,6 +93,8 @@ def test_bring_your_own_mesh_example_runs_as_its_readme_says(tmp_path: Path) -> 
         assert "T_pred" in point_data and "T" not in point_data and "T_error" not in point_data
         assert sample["fields"]["T"] == {"rmse": None, "rel_l2": None} and sample["picture"]
     assert "has no targets: predictions only" in outputs[8], outputs[8]
+    assert "  [1/4] case-000: " in outputs[8] and "  [4/4] case-003: " in outputs[8]  # a line per sample
+    assert "rel L2" not in outputs[8]  # no table of errors without truth
 
 
 @pytest.mark.slow
