@@ -56,6 +56,8 @@ def run_summary(run: str | Path) -> dict[str, Any]:
 
 def describe_run(summary: dict[str, Any]) -> str:
     """The readable summary ``meshshard info RUN`` prints."""
+    from meshshard.partition._dataset_cli import field_list
+
     m = summary["model"]
     if m["kind"] == "your own":
         args = f" --model-args '{json.dumps(m['model_args'])}'" if m["model_args"] else ""
@@ -66,7 +68,7 @@ def describe_run(summary: dict[str, Any]) -> str:
                  f"{m['message_passing_steps']} message-passing steps, {m['activation']}, {summary['parameters']:,} parameters")
     s = summary["settings"]
     loss, val = summary["loss"], summary["val_loss"]
-    fields = ", ".join(f["name"] if f["components"] == 1 else f"{f['name']} ({f['components']})" for f in summary["targets"])
+    fields = field_list(summary["targets"])
     lines = [
         f"{summary['run']}: meshshard run, {summary['step']} of {summary['steps']} steps done, on {summary['world_size']} rank(s)",
         f"  model      {model}",

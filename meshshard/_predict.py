@@ -81,10 +81,8 @@ def read_run(run: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(run) / "checkpoint.pt"
     if not path.is_file():
         raise ValueError(f"{run}: no checkpoint.pt (not a run folder of meshshard train, or no step finished yet)")
-    try:
-        from meshshard._checkpoint import load_checkpoint  # the tensors-only reader, where present
-    except ImportError:
-        from meshshard._train import load_checkpoint
+    from meshshard._checkpoint import load_checkpoint  # tensors and plain values only, checksum checked
+
     return load_checkpoint(path)
 
 
@@ -168,16 +166,16 @@ def check_model_request(ckpt: dict[str, Any], run: str, model: str | None) -> No
         raise ValueError(f"{run}: trained the built-in MeshGraphNet; leave out --model")
 
 
-def build_model(ckpt: dict[str, Any], data: Any, dtype: Any, model_spec: str | None = None,
-                model_args: dict[str, Any] | None = None, num_targets: int | None = None) -> Any:
-    """The run's model (MeshGraphNet, or yours from ``model_spec``) with its trained weights; a
-    one-line error if DATA does not fit it."""
+def build_model(ckpt: dict[str, Any], data: Any, dtype: Any, model_spec: str | None, model_args: dict[str, Any] | None,
+                num_targets: int) -> Any:
+    """The run's model (MeshGraphNet, or yours from ``model_spec``) with its trained weights, for
+    ``num_targets`` target channels (the run's: DATA may have none); a one-line error if DATA does
+    not fit it."""
     from meshshard._usermodel import build_user_model
     from meshshard.nn import MeshGraphNet
 
     cfg = ckpt.get("config", {})
-    sizes = (len(data.input_channels), len(data.edge_channels),
-             len(data.target_channels) if num_targets is None else num_targets)
+    sizes = len(data.input_channels), len(data.edge_channels), num_targets
     if model_spec:
         args = model_args if model_args is not None else dict(cfg.get("model_args") or {})
         model = build_user_model(model_spec, args, *sizes).to(dtype)
@@ -229,8 +227,10 @@ def normalisation_of(ckpt: dict[str, Any], data: Any) -> Any:
     if stored is None:
         return data.normalisation
     norm = Normalisation.from_dict(stored)
-    for what, theirs, mine in (("input", norm.inputs.channels, data.input_channels),
-                               ("target", norm.targets.channels, data.target_channels or norm.targets.channels)):
+    checks = [("input", norm.inputs.channels, data.input_channels)]
+    if data.target_channels:  # a dataset of inputs only has no targets to compare
+        checks.append(("target", norm.targets.channels, data.target_channels))
+    for what, theirs, mine in checks:
         if list(theirs) != list(mine):
             raise ValueError(f"Expected {data.path} to have the run's {what} channels {list(theirs)} (got {list(mine)})")
     return norm

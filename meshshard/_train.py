@@ -83,12 +83,11 @@ class TrainConfig:
         return cls(**{k: v for k, v in values.items() if k in names})
 
 
-def _check_has_targets(data: str) -> None:
-    """Refuse, in one line, a dataset of inputs only (made without ``--targets``)."""
-    from meshshard.partition import open_dataset
-
-    if not open_dataset(data).target_channels:
-        raise ValueError(f"{data}: has no targets (made without --targets), so there is nothing to train on; "
+def _check_has_targets(data: Any) -> None:
+    """Refuse, in one line, a dataset of inputs only (made without ``--targets``); ``data`` an open
+    :class:`~meshshard.partition.Dataset`."""
+    if not data.target_channels:
+        raise ValueError(f"{data.path}: has no targets (made without --targets), so there is nothing to train on; "
                          "it holds cases for meshshard predict. Train on a dataset made with --targets")
 
 
@@ -198,14 +197,15 @@ def train(cfg: TrainConfig) -> list[float]:
     from meshshard._usermodel import build_user_model, check_output, model_digest
     from meshshard.comm import init_device_mesh_2d, init_distributed
     from meshshard.nn import DomainParallel, MeshGraphNet
-    from meshshard.partition import check_partition_matches
+    from meshshard.partition import check_partition_matches, open_dataset
 
     ctx = init_distributed()
     if cfg.data_parallel < 1 or ctx.world_size % cfg.data_parallel:
         raise ValueError(f"Expected --data-parallel to divide the world size {ctx.world_size} (got {cfg.data_parallel})")
     domain = ctx.world_size // cfg.data_parallel
-    meta = check_partition_matches(cfg.data, cfg.partition)
-    _check_has_targets(cfg.data)
+    dataset = open_dataset(cfg.data)  # once: the checks and the reader share it
+    meta = check_partition_matches(dataset, cfg.partition)
+    _check_has_targets(dataset)
     if meta["num_parts"] != domain:
         raise ValueError(
             f"Expected a partition into {domain} parts ({ctx.world_size} ranks / {cfg.data_parallel} data-parallel) "
@@ -227,7 +227,7 @@ def train(cfg: TrainConfig) -> list[float]:
     if saved is not None:
         _runlog.check_resume(saved.get("config", {}), saved.get("identity"), asdict(cfg), identity)
     mesh = init_device_mesh_2d(domain)
-    reader = DatasetReader(cfg.data, cfg.partition, mesh.domain_rank, mesh.domain_group, device=ctx.device, dtype=dtype)
+    reader = DatasetReader(dataset, cfg.partition, mesh.domain_rank, mesh.domain_group, device=ctx.device, dtype=dtype)
 
     torch.manual_seed(cfg.seed)
     digest = model_digest(cfg.model) if cfg.model else None  # the model file as it is now, before it is run
@@ -503,23 +503,21 @@ def _run(args: Any) -> int:
     from ._launch import check_input_folders, run_command
 
     def check() -> None:  # the RUN checks again here, so that a refusal is one line before any rank starts
+        from meshshard.partition import check_partition_matches, open_dataset
+
         check_input_folders((cfg.partition, "partition folder"), (cfg.data, "dataset folder"))
-        _check_has_targets(cfg.data)
+        data = open_dataset(cfg.data)
+        _check_has_targets(data)
         _runlog.check_run_folder(cfg.out, cfg.resume, cfg.force)
         if cfg.model:  # your model is imported and built once here: its errors come before any rank starts
-            from meshshard.partition import open_dataset
-
             from ._usermodel import build_user_model
 
-            data = open_dataset(cfg.data)
             build_user_model(cfg.model, cfg.model_args, len(data.input_channels), len(data.edge_channels),
                              len(data.target_channels))
         if cfg.resume:
-            from meshshard.partition import check_partition_matches
-
             saved = load_checkpoint(Path(cfg.out) / "checkpoint.pt")
             _runlog.check_resume(saved.get("config", {}), saved.get("identity"), asdict(cfg),
-                                 _runlog.run_identity(check_partition_matches(cfg.data, cfg.partition), cfg.data))
+                                 _runlog.run_identity(check_partition_matches(data, cfg.partition), cfg.data))
 
     return run_command("train", _train_worker, args.nproc, asdict(cfg), check)
 

@@ -161,8 +161,9 @@ def build_user_model(spec: str, model_args: Mapping[str, Any], node_in: int, edg
 
 def check_output(out: Any, rows: int, node_out: int, spec: str, sharded: bool) -> None:
     """Raise a one-line ``ValueError`` unless the model returned one row of ``node_out`` values per
-    node (a ``ShardTensor`` of the owned rows on shards). Every rank reaches the same verdict for
-    the same model, so no rank is left waiting."""
+    node (a ``ShardTensor`` of the owned rows on shards). A wrong type or column count is seen on
+    every rank alike; a wrong row count may show on some ranks only, and the others then wait
+    until the launcher stops them or ``MESHSHARD_TIMEOUT`` passes."""
     from meshshard import ShardTensor
 
     want = f"a ShardTensor ({rows}, {node_out}) of this rank's rows" if sharded else f"a tensor ({rows}, {node_out})"

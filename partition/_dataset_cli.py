@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,11 @@ def _stats_line(name: str, channels: list[str], stats: Mapping[str, Any]) -> lis
     return lines
 
 
+def field_list(fields: Sequence[Mapping[str, Any]]) -> str:
+    """``T, u (3)``: field names, with the component count of vector fields."""
+    return ", ".join(f["name"] if f["components"] == 1 else f"{f['name']} ({f['components']})" for f in fields)
+
+
 def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
     """The readable summary ``meshshard info DATA`` prints."""
     nodes = [m["num_nodes"] for m in meta["meshes"]]
@@ -42,7 +47,6 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
     mesh = (f"one mesh, {nodes[0]:,} nodes, {meta['meshes'][0]['num_edges']:,} directed edges"
             if meta["kind"] == "one-mesh" else
             f"{len(nodes)} distinct meshes, {min(nodes):,} to {max(nodes):,} nodes")
-    fields = lambda fs: ", ".join(f["name"] if f["components"] == 1 else f"{f['name']} ({f['components']})" for f in fs)  # noqa: E731
     norm = meta["normalisation"]
     val = (f"train {len(split['train'])}, val {len(split['val'])}: "
            f"{', '.join(meta['samples'][i]['name'] for i in split['val'][:8])}{' ...' if len(split['val']) > 8 else ''}"
@@ -50,8 +54,8 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
     lines = [
         f"{folder}: {meta['format']} v{meta['format_version']}, kind {meta['kind']} ({mesh})",
         f"  samples  {meta['num_samples']} ({val})",
-        f"  inputs   {fields(meta['inputs'])}",
-        f"  targets  {fields(meta['targets']) or 'none: inputs only, cases for meshshard predict (train needs targets)'}",
+        f"  inputs   {field_list(meta['inputs'])}",
+        f"  targets  {field_list(meta['targets']) or 'none: inputs only, cases for meshshard predict (train needs targets)'}",
         f"  cells    {', '.join(f'{t} {c:,}' for t, c in cells.items()) or 'none (edge_index)'}; stored {meta['dtype']}",
         f"  normalisation over the training split: {norm['rule']}",
         *_stats_line("inputs", meta["input_channels"], norm["inputs"]),
