@@ -453,7 +453,7 @@ def _shard_layout(data: Any, reader: Any, mesh: int, model: Any, ctx: Any, piece
     def forward(x: Any) -> Any:
         out = model(ShardTensor.from_local(x, graph.spec), graph, ea)
         if spec:
-            check_output(out, len(owned), num_targets, spec, sharded=True)
+            check_output(out, len(owned), num_targets, spec, sharded=True, group=reader.group, device=reader.device)
         return out.to_local()
 
     layout = _Layout(mesh, int(data.meta["meshes"][mesh]["num_nodes"]), owned, forward, pos_owned)

@@ -288,7 +288,8 @@ def train(cfg: TrainConfig) -> list[float]:
                 with autocast():
                     pred = model(b.x, b.graph, b.edge_attr)
                 if cfg.model:
-                    check_output(pred, len(b.owned_ids), reader.num_targets, cfg.model, sharded=True)
+                    check_output(pred, len(b.owned_ids), reader.num_targets, cfg.model, sharded=True,
+                                 group=mesh.domain_group, device=ctx.device)
                 total += float(((pred.to(b.y.dtype) - b.y) ** 2).mean())
         if dist.is_initialized():
             dist.all_reduce(total)  # every domain rank of a data group holds that group's sum
@@ -312,7 +313,8 @@ def train(cfg: TrainConfig) -> list[float]:
             with autocast():
                 pred = model(b.x, b.graph, b.edge_attr)
             if cfg.model and step == start:
-                check_output(pred, len(b.owned_ids), reader.num_targets, cfg.model, sharded=True)
+                check_output(pred, len(b.owned_ids), reader.num_targets, cfg.model, sharded=True,
+                             group=mesh.domain_group, device=ctx.device)
             loss = ((pred.to(b.y.dtype) - b.y) ** 2).mean()
             _maybe_fail(ctx.rank, step)
             opt.zero_grad(set_to_none=True)

@@ -199,6 +199,34 @@ def test_a_model_must_return_one_row_per_owned_node(case: dict) -> None:
         check_output(ShardTensor.from_local(torch.zeros(rows, 2), graph.spec), rows, 1, "m.py:build", sharded=True)
 
 
+def _output_wrong_on_some_ranks(rank: int, world: int, wrong: tuple[int, ...]) -> str | None:
+    """Rank r expects 3 + r rows; where r is in ``wrong``, the model's ShardTensor is laid out over
+    another graph with one row more (a pooled or coarse graph, say). Returns what the rank raised."""
+    from meshshard import ShardSpec, ShardTensor
+
+    spec = ShardSpec.from_counts([3 + r + (r in wrong) for r in range(world)])
+    try:
+        check_output(ShardTensor.from_local(torch.zeros(spec.num_owned, 1), spec), 3 + rank, 1, "m.py:build",
+                     sharded=True)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+@pytest.mark.parametrize("world,wrong", [(2, (1,)), (3, (2,)), (3, (1, 2)), (3, ())])
+def test_a_wrong_output_on_some_ranks_fails_every_rank_alike(world: int, wrong: tuple[int, ...]) -> None:
+    """No rank goes on into a collective that waits for one that stopped: every rank raises the same
+    error, naming the lowest rank whose output is wrong (a hang here fails run_ranks' timeout)."""
+    said = run_ranks(_output_wrong_on_some_ranks, world, wrong, timeout=60)
+    if not wrong:
+        assert said == [None] * world
+        return
+    assert len(set(said)) == 1, said
+    assert said[0].startswith(f"rank {wrong[0]}: Expected the model of --model m.py:build to return a ShardTensor "
+                              f"({3 + wrong[0]}, 1) of this rank's rows, one row per node"), said[0]
+    assert said[0].endswith(f"(got ({4 + wrong[0]}, 1))"), said[0]
+
+
 def test_resuming_refuses_another_model_or_other_model_arguments() -> None:
     saved = {"model": SPEC, "model_args": ARGS, "seed": 0}
     check_resume(saved, None, dict(saved), {})
