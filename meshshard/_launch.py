@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
 import signal
 import socket
 import sys
@@ -86,7 +87,8 @@ class RankFailed(RuntimeError):
     """A local rank failed; ``str()`` is its one-line error, ``user_error`` says it was a ``ValueError``."""
 
     def __init__(self, rank: int, message: str, user_error: bool = False) -> None:
-        super().__init__(message if message.startswith(f"rank {rank}") else f"rank {rank}: {message}")
+        named = re.match(r"rank \d+\b", message)  # a message naming its rank (perhaps another one, agreed by all)
+        super().__init__(message if named else f"rank {rank}: {message}")
         self.rank = rank
         self.user_error = user_error
 

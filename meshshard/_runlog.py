@@ -64,10 +64,16 @@ def check_run_folder(out: str | os.PathLike[str], resume: bool, force: bool) -> 
     ours = [out / name for name in RUN_FILES if (out / name).is_file() and not (out / name).is_symlink()]
     if resume:
         if not ckpt.is_file():
+            if (out / "log.jsonl").is_file():
+                raise ValueError(f"{out}: nothing to resume (no checkpoint.pt): the run stopped before it saved one; "
+                                 "pass --force instead of --resume to start it over")
             raise ValueError(f"{out}: nothing to resume (no checkpoint.pt); run without --resume to start")
         return []
     held = [p.name for p in ours if p.name in ("checkpoint.pt", "log.jsonl")]
     if held and not force:
+        if not ckpt.is_file():  # a run that stopped before its first checkpoint: nothing to continue
+            raise ValueError(f"{out}: holds a run that stopped before it saved a checkpoint (log.jsonl); pass "
+                             "--force to start over")
         raise ValueError(
             f"{out}: holds a run ({', '.join(held)}); pass --resume to continue it or --force to start over"
         )

@@ -49,7 +49,7 @@ from meshshard import _runlog
 from ._checkpoint import atomic_save as _atomic_save
 from ._checkpoint import load_checkpoint, save_checkpoint
 
-__all__ = ["TrainConfig", "train", "load_checkpoint", "sample_index"]
+__all__ = ["TrainConfig", "train", "load_checkpoint", "sample_index", "is_peer_failure"]
 
 
 @dataclass
@@ -105,11 +105,27 @@ class PeerFailure(RuntimeError):
 def _describe_checkpoint(path: Path) -> str:
     """What a failed run leaves to resume from; never raises (the failure being reported comes first)."""
     if not path.exists():
-        return "none yet; rerun with --resume."
+        return "none yet; rerun with --force to start over."
     try:
         return f"{path} (step {load_checkpoint(path)['step']}); rerun with --resume."
     except ValueError as err:
         return f"unusable ({err}); rerun from the start."
+
+
+def _step_failure(err: Exception, where: str, ckpt_path: Path, user_model: Any, what: str = "forward or backward"
+                  ) -> RuntimeError:
+    """The one-line error for a step (or validation pass) that raised: a collective's failure (a
+    peer died or stopped) or the model's own error, whatever its type, with a hint for a model
+    whose PyG layers are not wrapped in ShardConv, and what is left to resume from."""
+    from meshshard._usermodel import shard_hint
+
+    first = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    if is_peer_failure(err):
+        return PeerFailure(f"{where} failed: a collective raised, so a peer rank probably died or stopped responding "
+                           f"({first}). Last checkpoint: {_describe_checkpoint(ckpt_path)}")
+    hint = shard_hint(user_model) if user_model is not None else ""
+    return RuntimeError(f"{where} failed in the model's {what} ({first}){hint}. "
+                        f"Last checkpoint: {_describe_checkpoint(ckpt_path)}")
 
 
 def _maybe_fail(rank: int, step: int) -> None:
@@ -120,7 +136,7 @@ def _maybe_fail(rank: int, step: int) -> None:
         os._exit(17)
 
 
-def _is_peer_failure(err: BaseException) -> bool:
+def is_peer_failure(err: BaseException) -> bool:
     """Whether an error raised during a step came from a collective (a dead or stopped peer), not
     from the model itself (a shape error in your own model, running out of memory)."""
     import torch.distributed as dist
@@ -194,7 +210,7 @@ def train(cfg: TrainConfig) -> list[float]:
     import torch.distributed as dist
 
     from meshshard._data import DatasetReader
-    from meshshard._usermodel import build_user_model, check_output, model_digest
+    from meshshard._usermodel import ModelOutputError, build_user_model, check_output, model_digest
     from meshshard.comm import init_device_mesh_2d, init_distributed
     from meshshard.nn import DomainParallel, MeshGraphNet
     from meshshard.partition import check_partition_matches, open_dataset
@@ -279,14 +295,18 @@ def train(cfg: TrainConfig) -> list[float]:
         log.event({"step": start, "event": "lr", "from": old_lr, "to": cfg.lr},
                   f"learning rate changed on resume: {old_lr:g} -> {cfg.lr:g} (applied from step {start})")
 
-    def validate() -> float:
-        """Mean loss over the validation split; data rank d takes every dp-th sample."""
+    def validate(at: int) -> float:
+        """Mean loss over the validation split at step ``at``; data rank d takes every dp-th sample."""
         total = torch.zeros(1, dtype=torch.float64, device=ctx.device)
         with torch.no_grad():
             for s in reader.val[mesh.data_rank::cfg.data_parallel]:
                 b = reader.sample(int(s))
-                with autocast():
-                    pred = model(b.x, b.graph, b.edge_attr)
+                try:
+                    with autocast():
+                        pred = model(b.x, b.graph, b.edge_attr)
+                except Exception as err:
+                    raise _step_failure(err, f"rank {ctx.rank}: validation at step {at}", ckpt_path,
+                                        inner if cfg.model else None, "forward") from err
                 if cfg.model:
                     check_output(pred, len(b.owned_ids), reader.num_targets, cfg.model, sharded=True,
                                  group=mesh.domain_group, device=ctx.device)
@@ -302,7 +322,7 @@ def train(cfg: TrainConfig) -> list[float]:
     checked: dict[int, tuple | None] = {}  # sample -> its first non-finite row on this rank, or None
     for step in range(start, cfg.steps):
         if validating and step % cfg.val_every == 0:
-            log.eval(step, validate())
+            log.eval(step, validate(step))
         t0 = time.perf_counter()
         s = int(reader.train[sample_index(cfg.seed, step, mesh.data_rank, cfg.data_parallel, len(reader.train))])
         b = reader.sample(s)
@@ -322,15 +342,10 @@ def train(cfg: TrainConfig) -> list[float]:
             flags = _local_flags(loss, bad_row, model.parameters(), rank=ctx.rank, world=ctx.world_size)
             if dist.is_initialized():
                 dist.all_reduce(flags)  # each domain rank holds its sample's loss; and every rank's finite checks
-        except (RuntimeError, OSError) as err:
-            first = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-            if _is_peer_failure(err):
-                raise PeerFailure(
-                    f"rank {ctx.rank}: step {step} failed: a collective raised, so a peer rank probably died or "
-                    f"stopped responding ({first}). Last checkpoint: {_describe_checkpoint(ckpt_path)}"
-                ) from err
-            raise RuntimeError(f"rank {ctx.rank}: step {step} failed in the model's forward or backward ({first}). "
-                               f"Last checkpoint: {_describe_checkpoint(ckpt_path)}") from err
+        except ModelOutputError:
+            raise
+        except Exception as err:  # the model's own error (any type) or a collective's: said which, on one line
+            raise _step_failure(err, f"rank {ctx.rank}: step {step}", ckpt_path, inner if cfg.model else None) from err
         batch = [int(reader.train[sample_index(cfg.seed, step, d, cfg.data_parallel, len(reader.train))])
                  for d in range(cfg.data_parallel)]
         batch_loss = _check_finite(flags, step=step, samples=batch, data=cfg.data, last=last_saved)
@@ -356,7 +371,7 @@ def train(cfg: TrainConfig) -> list[float]:
         if done % cfg.checkpoint_every == 0 or done == cfg.steps:
             last_saved = f"{ckpt_path} (step {done})"
     if validating and cfg.steps > start:
-        log.eval(cfg.steps, validate())
+        log.eval(cfg.steps, validate(cfg.steps))
     log.plot()
     log.close()
     if dist.is_initialized():

@@ -31,7 +31,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["normalise_spec", "model_digest", "parse_model_args", "load_factory", "build_user_model", "check_output"]
+__all__ = ["normalise_spec", "model_digest", "parse_model_args", "load_factory", "build_user_model", "check_output",
+           "ModelOutputError", "unwrapped_pyg_layers", "shard_hint"]
 
 _PLAIN = (str, int, float, bool, type(None))
 
@@ -159,6 +160,33 @@ def build_user_model(spec: str, model_args: Mapping[str, Any], node_in: int, edg
     return model
 
 
+class ModelOutputError(ValueError):
+    """The model ran, but returned something other than one row of target values per node."""
+
+
+def unwrapped_pyg_layers(model: Any) -> list[str]:
+    """Names of the PyG ``MessagePassing`` layers in ``model`` that no ``ShardConv`` wraps: on shards
+    they are handed a ``ShardTensor`` and a ``ShardGraph``, which they cannot read."""
+    pyg = sys.modules.get("torch_geometric.nn")
+    if pyg is None:  # a model without PyG layers never imported it
+        return []
+    from meshshard.nn import ShardConv
+
+    wrappers = [name for name, m in model.named_modules() if isinstance(m, ShardConv)]
+    return [name for name, m in model.named_modules() if isinstance(m, pyg.MessagePassing)
+            and not any(name.startswith(f"{w}.") or w == "" for w in wrappers)]
+
+
+def shard_hint(model: Any) -> str:
+    """A hint to add to an error raised by ``model`` on shards: its unwrapped PyG layers, if any."""
+    names = unwrapped_pyg_layers(model)
+    if not names:
+        return ""
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return (f"; the model's PyG layer(s) {shown} are not wrapped in meshshard.nn.ShardConv, which makes them work on a "
+            "ShardTensor and a ShardGraph: write ShardConv(SAGEConv(...)) (docs/training.md, \"Your own model\")")
+
+
 def check_output(out: Any, rows: int, node_out: int, spec: str, sharded: bool, group: Any = None,
                  device: Any = None) -> None:
     """Raise a one-line ``ValueError`` unless the model returned one row of ``node_out`` values per
@@ -173,7 +201,7 @@ def check_output(out: Any, rows: int, node_out: int, spec: str, sharded: bool, g
     if sharded:
         problem = _agree(problem, group, device)
     if problem:
-        raise ValueError(problem)
+        raise ModelOutputError(problem)
 
 
 def _output_problem(out: Any, rows: int, node_out: int, spec: str, sharded: bool) -> str | None:

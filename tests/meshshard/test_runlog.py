@@ -36,6 +36,19 @@ def test_an_existing_run_is_refused_and_force_deletes_only_our_files(tmp_path: P
     assert sorted(p.name for p in run.iterdir()) == ["notes.txt"]
 
 
+def test_a_run_that_stopped_before_its_first_checkpoint_points_to_force_not_resume(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "log.jsonl").write_text("")  # a first step that failed: the log is there, no checkpoint
+    with pytest.raises(ValueError, match=r"run: holds a run that stopped before it saved a checkpoint \(log.jsonl\); "
+                                         r"pass --force to start over$"):
+        _runlog.check_run_folder(run, resume=False, force=False)
+    with pytest.raises(ValueError, match=r"nothing to resume \(no checkpoint.pt\): the run stopped before it saved "
+                                         r"one; pass --force instead of --resume to start it over$"):
+        _runlog.check_run_folder(run, resume=True, force=False)
+    assert [p.name for p in _runlog.check_run_folder(run, resume=False, force=True)] == ["log.jsonl"]
+
+
 def test_resume_refuses_changes_that_break_exactness_and_reports_an_lr_change() -> None:
     saved = {"latent_size": 8, "hidden_layers": 1, "message_passing_steps": 2, "activation": "relu",
              "dtype": "float64", "precision": "fp32", "seed": 0, "data_parallel": 1, "lr": 0.01, "out": "run"}

@@ -227,6 +227,19 @@ def test_a_wrong_output_on_some_ranks_fails_every_rank_alike(world: int, wrong: 
     assert said[0].endswith(f"(got ({4 + wrong[0]}, 1))"), said[0]
 
 
+def test_unwrapped_pyg_layers_are_named_in_the_hint() -> None:
+    from torch_geometric.nn import GCNConv, SAGEConv
+
+    from meshshard._usermodel import shard_hint, unwrapped_pyg_layers
+    from meshshard.nn import ShardConv
+
+    model = torch.nn.ModuleDict({"a": ShardConv(SAGEConv(2, 2)),
+                                 "blocks": torch.nn.ModuleList([GCNConv(2, 2), ShardConv(GCNConv(2, 2))])})
+    assert unwrapped_pyg_layers(model) == ["blocks.0"]
+    assert "PyG layer(s) blocks.0 are not wrapped in meshshard.nn.ShardConv" in shard_hint(model)
+    assert unwrapped_pyg_layers(ShardConv(SAGEConv(2, 2))) == [] and shard_hint(torch.nn.Linear(2, 2)) == ""
+
+
 def test_resuming_refuses_another_model_or_other_model_arguments() -> None:
     saved = {"model": SPEC, "model_args": ARGS, "seed": 0}
     check_resume(saved, None, dict(saved), {})
@@ -254,6 +267,7 @@ def test_an_error_in_your_model_is_reported_as_such_not_as_a_dead_peer(case: dic
         "class Net(torch.nn.Module):\n"
         "    def __init__(self, a, b, c, bug):\n"
         "        super().__init__()\n        self.conv = ShardConv(SAGEConv(a, 4))\n"
+        "        self.conv = SAGEConv(a, 4) if bug == 'noshardconv' else self.conv\n"
         "        self.out = torch.nn.Linear(5 if bug == 'shape' else 4, c)\n        self.bug = bug\n"
         "    def forward(self, x, graph, edge_attr):\n"
         "        h = self.out(self.conv(x, graph))\n"
@@ -261,6 +275,9 @@ def test_an_error_in_your_model_is_reported_as_such_not_as_a_dead_peer(case: dic
         "def build(a, b, c, bug):\n    return Net(a, b, c, bug)\n")
     for bug, expected, extra in (
         ("shape", "failed in the model's forward or backward (RuntimeError: mat1 and mat2 shapes cannot be multiplied", []),
+        # the commonest porting slip: a PyG layer handed the ShardGraph itself (a ValueError inside PyG)
+        ("noshardconv", "step 0 failed in the model's forward or backward (ValueError: `MessagePassing.propagate` "
+                        "only supports integer tensors", []),
         ("local", "Expected the model of --model ", []),
         ("local", "Expected the model of --model ", ["--val-every", "1"]),  # the validation pass checks it too
     ):
@@ -271,6 +288,9 @@ def test_an_error_in_your_model_is_reported_as_such_not_as_a_dead_peer(case: dic
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and expected in lines[0], done.stderr
         assert "peer rank probably died" not in done.stderr
+        assert (bug == "noshardconv") == ("PyG layer(s) conv are not wrapped in meshshard.nn.ShardConv" in done.stderr)
+        if bug != "local":
+            assert lines[0].endswith("Last checkpoint: none yet; rerun with --force to start over."), lines[0]
 
 
 @pytest.mark.slow
