@@ -12,7 +12,8 @@ with, and writes::
       <sample>.pvtu         ... or, for a large mesh, an index ParaView opens as one mesh
       <sample>/part-00000.vtu   with one piece per rank
       <sample>.png          truth, prediction and error side by side (2-D: the field on the mesh;
-                            3-D: the nodes of a slab around the middle plane z = const)
+                            3-D: a slab through the nodes nearest the middle plane z = const;
+                            a picture that cannot be drawn is skipped with a note)
 
 On one process (no torchrun, no ``--nproc``) the model runs on the whole mesh of each sample. On
 ``R`` ranks it runs sharded on a partition into ``R`` parts: the run's own (recorded in its
@@ -307,7 +308,8 @@ def _sum_all(values: np.ndarray, group: Any, device: Any) -> np.ndarray:
 
 
 def _gather_rows(rows: np.ndarray, group: Any, device: Any, dst: int = 0) -> np.ndarray | None:
-    """Every rank's rows concatenated on ``dst`` (``None`` elsewhere)."""
+    """Every rank's rows ``(n_rank, F)`` concatenated on ``dst`` (``None`` elsewhere); a rank may
+    send none."""
     import torch
 
     from meshshard.comm import all_gather_v, gather_v, group_rank_and_size
@@ -317,7 +319,8 @@ def _gather_rows(rows: np.ndarray, group: Any, device: Any, dst: int = 0) -> np.
         return rows
     n = torch.as_tensor([len(rows)], dtype=torch.int64, device=device)
     counts = all_gather_v(n, [1] * world, group=group).cpu().tolist()
-    t = torch.as_tensor(np.ascontiguousarray(rows, dtype=np.float64).reshape(len(rows), -1), device=device)
+    rows = np.ascontiguousarray(rows, dtype=np.float64)
+    t = torch.as_tensor(rows[:, None] if rows.ndim == 1 else rows, device=device)
     full = gather_v(t, counts, dst=dst, group=group).cpu().numpy()
     return full if rank == dst else None
 
@@ -444,14 +447,23 @@ def _whole_layout(data: Any, mesh: int, model: Any, normaliser: Any, dtype: Any,
 def _shard_layout(data: Any, reader: Any, mesh: int, model: Any, ctx: Any, pieces: bool, spec: str | None,
                   num_targets: int) -> _Layout:
     from meshshard import ShardTensor
-    from meshshard._usermodel import check_output
+    from meshshard._usermodel import check_output, shard_hint
 
     graph, ea, owned = reader.shard(mesh)
     owned = np.asarray(owned, dtype=np.int64)
     pos_owned = graph.pos[: len(owned)].detach().to("cpu").double().numpy()
 
     def forward(x: Any) -> Any:
-        out = model(ShardTensor.from_local(x, graph.spec), graph, ea)
+        try:
+            out = model(ShardTensor.from_local(x, graph.spec), graph, ea)
+        except Exception as err:  # the model's own error, whatever its type, on one line
+            from meshshard._train import is_peer_failure
+
+            if is_peer_failure(err):
+                raise
+            first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            hint = shard_hint(model) if spec else ""
+            raise RuntimeError(f"the model's forward failed ({type(err).__name__}: {first}){hint}") from err
         if spec:
             check_output(out, len(owned), num_targets, spec, sharded=True, group=reader.group, device=reader.device)
         return out.to_local()
@@ -520,47 +532,61 @@ def plot_sample(path: Path, title: str, pos: np.ndarray, truth: np.ndarray | Non
         return False
     cols = 1 if truth is None else 3
     fig, axes = plt.subplots(len(fields), cols, figsize=(4.6 * cols, 3.6 * len(fields)), dpi=110, squeeze=False)
-    tri = _triangulation(pos, triangles)
-    for row, (name, sl) in enumerate(fields):
-        p = pred[:, sl]
-        t = p if truth is None else truth[:, sl]
-        if p.shape[1] > 1:
-            t, p, label = np.linalg.norm(t, axis=1), np.linalg.norm(p, axis=1), f"|{name}|"
-        else:
-            t, p, label = t[:, 0], p[:, 0], name
-        err = p - t
-        lim = max(float(np.abs(err).max()) if len(err) else 0.0, 1e-30)
-        lo, hi = float(min(t.min(), p.min())), float(max(t.max(), p.max()))
-        panels = ((t, "truth", {"vmin": lo, "vmax": hi, "cmap": "viridis"}),
-                  (p, "prediction", {"vmin": lo, "vmax": hi, "cmap": "viridis"}),
-                  (err, "error (prediction - truth)", {"vmin": -lim, "vmax": lim, "cmap": "RdBu_r"}))
-        for col, (values, what, kw) in enumerate(panels[1:2] if truth is None else panels):
-            ax = axes[row, col]
-            if tri is not None:
-                art = ax.tripcolor(tri, values, shading="gouraud", **kw)
+    try:  # the figure is closed even when drawing fails
+        tri = _triangulation(pos, triangles)
+        for row, (name, sl) in enumerate(fields):
+            p = pred[:, sl]
+            t = p if truth is None else truth[:, sl]
+            if p.shape[1] > 1:
+                t, p, label = np.linalg.norm(t, axis=1), np.linalg.norm(p, axis=1), f"|{name}|"
             else:
-                art = ax.scatter(pos[:, 0], pos[:, 1], c=values, s=max(0.3, 3000 / max(len(values), 1)), linewidths=0, **kw)
-            ax.set_aspect("equal")
-            ax.set_title(f"{label}: {what}", fontsize=9)
-            ax.set_xticks([])
-            ax.set_yticks([])
-            fig.colorbar(art, ax=ax, shrink=0.8)
-    fig.suptitle(f"{title}\n{note}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+                t, p, label = t[:, 0], p[:, 0], name
+            err = p - t
+            lim = max(float(np.abs(err).max()) if len(err) else 0.0, 1e-30)
+            lo, hi = float(min(t.min(), p.min())), float(max(t.max(), p.max()))
+            panels = ((t, "truth", {"vmin": lo, "vmax": hi, "cmap": "viridis"}),
+                      (p, "prediction", {"vmin": lo, "vmax": hi, "cmap": "viridis"}),
+                      (err, "error (prediction - truth)", {"vmin": -lim, "vmax": lim, "cmap": "RdBu_r"}))
+            for col, (values, what, kw) in enumerate(panels[1:2] if truth is None else panels):
+                ax = axes[row, col]
+                if tri is not None:
+                    art = ax.tripcolor(tri, values, shading="gouraud", **kw)
+                else:
+                    art = ax.scatter(pos[:, 0], pos[:, 1], c=values, s=max(0.3, 3000 / max(len(values), 1)), linewidths=0, **kw)
+                ax.set_aspect("equal")
+                ax.set_title(f"{label}: {what}", fontsize=9)
+                ax.set_xticks([])
+                ax.set_yticks([])
+                fig.colorbar(art, ax=ax, shrink=0.8)
+        fig.suptitle(f"{title}\n{note}", fontsize=10)
+        fig.tight_layout()
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
     return True
 
 
 def _plot_rows(pos: np.ndarray, num_nodes: int, group: Any, device: Any) -> np.ndarray:
-    """Which owned rows go into the picture: all (2-D, small), a slab around the middle plane (3-D),
-    strided so that at most ``PLOT_MAX_NODES`` in all."""
+    """Which owned rows go into the picture, strided so that at most ``PLOT_MAX_NODES`` in all:
+    all of them (2-D), or (3-D) those of a slab ``(zmax - zmin) / max(8, N^(1/3) / 2)`` thick
+    centred on the node nearest the middle plane ``z = (zmin + zmax) / 2`` (of those as near, the
+    lowest). So the slab holds at least the layer of nodes nearest the middle plane, even on a
+    mesh of a few node layers in z, whose middle plane can fall between two layers.
+
+    Every rank enters the same reductions (a rank may own no node, or none in the slab) and gets
+    the same slab. Communication: four ``all_reduce`` (3-D), none (2-D).
+    """
     take = np.arange(len(pos))
     if pos.shape[1] == 3:
-        zmin = -_max_all(-pos[:, 2].min() if len(pos) else -np.inf, group, device)
-        zmax = _max_all(pos[:, 2].max() if len(pos) else -np.inf, group, device)
-        slab = (zmax - zmin) / max(8.0, round(num_nodes ** (1 / 3)) / 2)
-        take = np.flatnonzero(np.abs(pos[:, 2] - (zmin + zmax) / 2) <= slab / 2)
+        z = pos[:, 2]
+        extent = _max_all([-z.min(), z.max()] if len(z) else [-np.inf, -np.inf], group, device)
+        low, high = -extent[0], extent[1]
+        gap = np.abs(z - (low + high) / 2) if len(z) else z  # distance to the middle plane
+        nearest = -_max_all([-gap.min() if len(z) else -np.inf], group, device)[0]
+        here = z[gap == nearest]  # this rank's nodes nearest the middle plane (exact: max returns an input)
+        centre = -_max_all([-here.min() if len(here) else -np.inf], group, device)[0]
+        slab = (high - low) / max(8.0, round(num_nodes ** (1 / 3)) / 2)
+        take = np.flatnonzero(np.abs(z - centre) <= slab / 2) if np.isfinite(centre) else take[:0]
         total = _sum_all(np.array([len(take)]), group, device)[0]
     else:
         total = num_nodes
@@ -568,14 +594,15 @@ def _plot_rows(pos: np.ndarray, num_nodes: int, group: Any, device: Any) -> np.n
     return take[::stride]
 
 
-def _max_all(value: float, group: Any, device: Any) -> float:
+def _max_all(values: Any, group: Any, device: Any) -> np.ndarray:
+    """The elementwise maximum of ``values`` over the ranks (``all_reduce``; float64)."""
     import torch
     import torch.distributed as dist
 
-    t = torch.tensor([float(value)], dtype=torch.float64, device=device)
+    t = torch.as_tensor(np.asarray(values, dtype=np.float64), device=device)
     if dist.is_initialized():
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-    return float(t.item())
+    return t.cpu().numpy()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -673,7 +700,15 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
         parts = Path(cfg.partition or run_cfg.get("partition") or "")
         if not cfg.partition and not parts.is_dir():
             raise ValueError(f"{parts}: the run's partition folder is gone; pass --partition PARTS")
-        meta = check_partition_matches(data, parts)
+        try:
+            meta = check_partition_matches(data, parts)
+        except ValueError as err:
+            if cfg.partition:
+                raise
+            # the run's own partition, of its training meshes: never suggest replacing it (the run needs it)
+            raise ValueError(f"{str(err).split('; re-run', 1)[0]}; it is the run's partition: make one of {cfg.data} in a "
+                             f"new folder and pass it: meshshard partition {cfg.data} --parts {ctx.world_size} --out "
+                             "NEW_PARTS, then --partition NEW_PARTS") from None
         if meta["num_parts"] != ctx.world_size:
             raise ValueError(f"Expected a partition into {ctx.world_size} parts, one per rank (got {meta['num_parts']} in "
                              f"{parts}); make one with meshshard partition {cfg.data} --parts {ctx.world_size} and pass --partition")
@@ -773,11 +808,21 @@ def _picture(path: Path, name: str, layout: _Layout, y: np.ndarray | None, pred:
         if rows is None:
             return None
         pos, truth, values, tri = rows[:, :dim], rows[:, dim:dim + y.shape[1]], rows[:, dim + y.shape[1]:], None
-        note = (f"{len(rows):,} of {layout.num_nodes:,} nodes: a slab around the middle plane z = const, seen along z"
-                if dim == 3 else f"{len(rows):,} of {layout.num_nodes:,} nodes")
+        note = f"{len(rows):,} of {layout.num_nodes:,} nodes"
+        if dim == 3 and len(rows):
+            low, high = pos[:, 2].min(), pos[:, 2].max()
+            where = f"z = {low:.4g}" if low == high else f"{low:.4g} <= z <= {high:.4g}"
+            note += f": those at {where} (a slab through the nodes nearest the middle plane), seen along z"
     known = truth is not None and truth.shape[1] > 0
-    ok = plot_sample(path, f"{name}: {'truth, prediction, error' if known else 'prediction'}", pos,
-                     truth if known else None, values, fields, tri, note)
+    try:  # a picture that cannot be drawn never fails the prediction (only rank 0 is here: no collective)
+        if not len(pos):
+            raise ValueError("no node to draw")
+        ok = plot_sample(path, f"{name}: {'truth, prediction, error' if known else 'prediction'}", pos,
+                         truth if known else None, values, fields, tri, note)
+    except Exception as err:  # noqa: BLE001 - anything matplotlib raises
+        print(f"meshshard predict: note: no picture of {name} ({type(err).__name__}: {err}); the files and metrics "
+              "are written", file=sys.stderr, flush=True)
+        return None
     if not ok:
         print("meshshard predict: note: matplotlib is not installed, so no pictures (pip install matplotlib)", flush=True)
     return path.name if ok else None

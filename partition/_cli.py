@@ -9,6 +9,7 @@ when a check fails. Heavy modules are imported inside the commands, so ``--help`
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -116,9 +117,16 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
+    from meshshard.partition._dataset import PARTITIONS_FILE, read_partitions_metadata
     from meshshard.partition._plot import plot_partition
 
     try:
+        if (Path(args.dir) / PARTITIONS_FILE).is_file():  # a dataset's partitions, found as verify finds them
+            folders = [str(m["folder"]) for m in read_partitions_metadata(args.dir)["meshes"]]
+            shown = ", ".join(folders) if len(folders) <= 4 else f"{folders[0]}, {folders[1]}, ..., {folders[-1]}"
+            first = shlex.quote(str(Path(args.dir) / folders[0])) if folders else "DIR/mesh-00000"
+            raise ValueError(f"holds the partitions of {len(folders)} meshes ({shown}); plot one of them: "
+                             f"meshshard plot {first} --out {shlex.quote(str(args.out))}")
         out = plot_partition(args.dir, args.out)
     except (ValueError, OSError, ImportError) as err:
         return _error("plot", args.dir, err)

@@ -208,3 +208,98 @@ def test_new_cases_without_targets_are_predicted_with_no_truth_and_the_same_valu
     assert proc.stderr.strip() == (f"meshshard train: error: {root / 'new'}: has no targets (made without --targets), so "
                                    "there is nothing to train on; it holds cases for meshshard predict. Train on a "
                                    "dataset made with --targets")
+
+
+def _layered_box(nx: int = 12, ny: int = 12, nz: int = 8) -> tuple[np.ndarray, list[tuple[str, np.ndarray]]]:
+    """A structured box of ``nz`` node layers in z, whose middle plane falls between two layers:
+    hexahedra, and on the half x < 1/2 each hexahedron split into two wedges."""
+    axes = [np.arange(n) for n in (nx, ny, nz)]
+    i, j, k = (a.ravel() for a in np.meshgrid(*axes, indexing="ij"))
+    points = np.stack([i / (nx - 1), j / (ny - 1), k / (nz - 1)], 1)
+    ci, cj, ck = (a.ravel() for a in np.meshgrid(*(a[:-1] for a in axes), indexing="ij"))
+    b = (ci * ny + cj) * nz + ck
+    hexes = np.stack([b, b + ny * nz, b + ny * nz + nz, b + nz, b + 1, b + ny * nz + 1, b + ny * nz + nz + 1, b + nz + 1], 1)
+    split = ci < (nx - 1) // 2
+    wedges = np.concatenate([hexes[split][:, [0, 1, 2, 4, 5, 6]], hexes[split][:, [0, 2, 3, 4, 6, 7]]])
+    return points, [("hexahedron", hexes[~split]), ("wedge", wedges)]
+
+
+@pytest.fixture(scope="module")
+def layers(tmp_path_factory) -> dict:
+    """A dataset on the layered box, its partitions into 1 and 2 parts, and a run of two steps."""
+    root = tmp_path_factory.mktemp("layers")
+    points, cells = _layered_box()
+    rng = np.random.default_rng(1)
+    inputs = np.stack([np.cos(points @ rng.normal(size=(3, 2))) for _ in range(3)])
+    write_dataset(root / "data", inputs, inputs[:, :, :1] * inputs[:, :, 1:], pos=points, cells=cells,
+                  input_names=["a", "b"], target_names=["c"], val_samples=[2], dtype="float64")
+    for k in (1, 2):
+        partition_dataset(root / "data", root / f"parts{k}", k)
+    train(TrainConfig(partition=str(root / "parts1"), data=str(root / "data"), out=str(root / "run"), steps=2,
+                      latent_size=8, hidden_layers=1, message_passing_steps=1, quiet=True, dtype="float64"))
+    return {"root": root, "data": str(root / "data"), "run": str(root / "run"), "points": points}
+
+
+def _middle_layer(points: np.ndarray) -> np.ndarray:
+    """The nodes nearest the middle plane (of those as near, the lowest), as rows of ``points``."""
+    z = points[:, 2]
+    gap = np.abs(z - (z.min() + z.max()) / 2)
+    return points[z == z[gap == gap.min()].min()]
+
+
+def _layers_rank(rank: int, world: int, cfg: dict) -> tuple[np.ndarray | None, dict | None]:
+    """The slab of a picture when rank 0 owns the nodes below the middle plane and rank 1 those
+    above (so one rank has no node in it), gathered on rank 0; then predict on the 2-part partition."""
+    from meshshard._predict import _gather_rows, _plot_rows
+
+    points = _layered_box()[0]
+    mine = points[(points[:, 2] < 0.5) == (rank == 0)]
+    take = _plot_rows(mine, len(points), None, torch.device("cpu"))
+    return _gather_rows(mine[take], None, torch.device("cpu")), predict(PredictConfig(**cfg))
+
+
+@pytest.mark.slow
+def test_a_mesh_of_few_node_layers_is_pictured_at_the_layer_nearest_its_middle_plane(layers: dict) -> None:
+    """8 node layers in z: no node lies within the default slab around the middle plane, which
+    used to fail predict on 1 process and on 2 ranks; the slab now goes through the nearest layer."""
+    root, points = layers["root"], layers["points"]
+    expected = _middle_layer(points)
+    assert len(expected) == 12 * 12
+    from meshshard._predict import _plot_rows
+
+    take = _plot_rows(points, len(points), None, torch.device("cpu"))
+    np.testing.assert_array_equal(points[take], expected)
+    base = asdict(PredictConfig(run=layers["run"], data=layers["data"], out="", dtype="float64", quiet=True))
+    one = predict(PredictConfig(**(base | {"out": str(root / "pred1")})))
+    assert one["samples"][0]["picture"] == "00002.png" and (root / "pred1" / "00002.png").is_file()
+    rows, two = run_ranks(_layers_rank, 2, base | {"out": str(root / "pred2"), "partition": str(root / "parts2")},
+                          timeout=180)[0]
+    np.testing.assert_array_equal(rows[np.lexsort(rows.T[::-1])], expected[np.lexsort(expected.T[::-1])])
+    assert two["samples"][0]["picture"] == "00002.png" and (root / "pred2" / "00002.png").is_file()
+    assert two["samples"][0]["fields"]["c"]["rmse"] == pytest.approx(one["samples"][0]["fields"]["c"]["rmse"], rel=1e-10)
+
+
+def test_a_picture_that_cannot_be_drawn_is_skipped_with_a_note(layers: dict, monkeypatch, capsys) -> None:
+    import meshshard._predict as module
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("cannot draw this")
+
+    monkeypatch.setattr(module, "plot_sample", fail)
+    out = layers["root"] / "pred-no-picture"
+    summary = predict(PredictConfig(run=layers["run"], data=layers["data"], out=str(out), quiet=True))
+    assert summary["samples"][0]["picture"] is None
+    assert sorted(p.name for p in out.iterdir()) == ["00002.vtu", "metrics.json"]
+    assert capsys.readouterr().err == ("meshshard predict: note: no picture of 00002 (RuntimeError: cannot draw this); "
+                                       "the files and metrics are written\n")
+
+
+def test_the_runs_partition_of_other_meshes_is_refused_without_suggesting_to_replace_it(layers: dict) -> None:
+    root = layers["root"]
+    points, cells = _layered_box(5, 4, 3)
+    write_dataset(root / "other", np.ones((1, len(points), 2)), pos=points, cells=cells, input_names=["a", "b"])
+    proc = _cli(layers["run"], "--data", str(root / "other"), "--out", str(root / "pred-other"), "--nproc", "2")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "partition made for another dataset" in proc.stderr and "--force" not in proc.stderr
+    assert proc.stderr.rstrip().endswith(f"it is the run's partition: make one of {root / 'other'} in a new folder and pass it: "
+                                          f"meshshard partition {root / 'other'} --parts 2 --out NEW_PARTS, then --partition NEW_PARTS")

@@ -183,3 +183,24 @@ def test_help_and_partition_never_import_torch(mesh_file: Path, tmp_path: Path) 
                  ["info", str(out)], ["partition", "--help"]):
         modules = _modules_after(argv)
         assert "torch" not in modules and "meshshard._train" not in modules, argv
+
+
+def test_plot_of_a_datasets_partitions_names_the_mesh_folders_to_plot(tmp_path: Path, capsys) -> None:
+    """A partition of a dataset of several meshes (one folder per mesh, no partition.json of its
+    own): plot names, in one line, the folders to plot, found as verify finds them."""
+    from meshshard.partition import partition_dataset, write_dataset
+
+    from .conftest import grid_triangles
+
+    meshes = [grid_triangles(n, 5) for n in (6, 7, 8)]
+    write_dataset(tmp_path / "d", [np.ones((len(p), 1)) for p, _ in meshes], [np.ones((len(p), 1)) for p, _ in meshes],
+                  pos=[p for p, _ in meshes], cells=[[("triangle", t)] for _, t in meshes])
+    parts = partition_dataset(tmp_path / "d", tmp_path / "p", 2)
+    capsys.readouterr()
+    assert main(["plot", str(parts), "--out", str(tmp_path / "x.png")]) == 2
+    assert capsys.readouterr().err == (
+        f"meshshard plot: error: {parts}: holds the partitions of 3 meshes (mesh-00000, mesh-00001, mesh-00002); "
+        f"plot one of them: meshshard plot {parts / 'mesh-00000'} --out {tmp_path / 'x.png'}\n")
+    assert not (tmp_path / "x.png").exists()
+    assert main(["plot", str(parts / "mesh-00001"), "--out", str(tmp_path / "x.png")]) == 0
+    assert (tmp_path / "x.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
