@@ -195,6 +195,11 @@ FieldSpec = "str | tuple[str, int]"
 # Fields, channels, checksums
 
 
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """``1 mesh``, ``2 meshes``: ``count`` and the noun in the right number (default: ``noun + "s"``)."""
+    return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"
+
+
 def channel_names(fields: Sequence[Mapping[str, Any]]) -> list[str]:
     """``[{"name": "T", "components": 1}, {"name": "u", "components": 2}]`` -> ``T, u[0], u[1]``."""
     out: list[str] = []
@@ -216,7 +221,7 @@ def _fields(names: Sequence[Any] | None, width: int, default: str, what: str) ->
         fields.append({"name": name, "components": k})
     total = sum(f["components"] for f in fields)
     if total != width:
-        raise ValueError(f"Expected '{what}' to name {width} channels (got {total}: {channel_names(fields)})")
+        raise ValueError(f"Expected '{what}' to name {plural(width, 'channel')} (got {total}: {channel_names(fields)})")
     return fields
 
 
@@ -409,7 +414,8 @@ def split_samples(names: Sequence[str], val_fraction: float | None = None,
         val = set(np.random.default_rng(0).permutation(s)[:k].tolist()) if k > 0 else set()
     train = [i for i in range(s) if i not in val]
     if not train:
-        raise ValueError(f"Expected at least one training sample (all {s} are validation samples)")
+        raise ValueError("Expected at least one training sample (got "
+                         f"{'the only sample' if s == 1 else f'all {s} samples'} for validation)")
     return train, sorted(val)
 
 
@@ -500,7 +506,7 @@ def _check_finite(array: np.ndarray, channels: Sequence[str], where: str, name: 
         node, ch = (int(v[0]) for v in np.nonzero(bad))
         value = array[node, ch]
         raise ValueError(f"{where}: Expected finite values in field {channels[ch]!r} of sample {name!r} "
-                         f"(got {value} at node {node}; {int(bad.sum())} non-finite values in all)")
+                         f"(got {value} at node {node}; {plural(int(bad.sum()), 'non-finite value')} in all)")
 
 
 def write_samples(
@@ -723,7 +729,7 @@ def write_dataset(
         raise ValueError(f"Expected as many targets as inputs (got {len(outs)} and {s})")
     many = isinstance(pos, (list, tuple))
     if many and len(pos) != s:
-        raise ValueError(f"Expected one 'pos' per sample (got {len(pos)} for {s} samples)")
+        raise ValueError(f"Expected one 'pos' per sample (got {len(pos)} for {plural(s, 'sample')})")
 
     def per_sample(value: Any, i: int) -> Any:
         return value[i] if many and value is not None else value
@@ -989,7 +995,7 @@ def check_partition_matches(dataset: Dataset | str | os.PathLike[str], parts: st
     theirs = meta["meshes"]
     hint = f"re-run: meshshard partition {data.path} --parts {meta['num_parts']} --out {parts} --force"
     if len(theirs) != len(mine):
-        raise ValueError(f"{parts}: partition made for another dataset ({len(theirs)} meshes; "
+        raise ValueError(f"{parts}: partition made for another dataset ({plural(len(theirs), 'mesh', 'meshes')}; "
                          f"{data.path} has {len(mine)}); {hint}")
     for i, (a, b) in enumerate(zip(theirs, mine)):
         if a["num_nodes"] != b["num_nodes"] or a["sha256"] != b["sha256"]:

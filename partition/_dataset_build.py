@@ -4,7 +4,11 @@ dataset folder to its partitions (format: :mod:`meshshard.partition._dataset`).
 Field names (``--inputs`` / ``--targets``): a ``point_data`` array by name (all its components:
 ``u`` of shape ``(N, 3)`` is the channels ``u[0..2]``), one component of it (``u[1]``), or the
 name ``pos`` for the node coordinates (``pos[0]``... for one coordinate), unless ``point_data`` has
-a field of that name.
+a field of that name. Only the named fields are read: every file must hold them, with the same
+meaning and component count as the first file; other fields may differ from file to file.
+
+Sample names (:func:`sample_names`): a file's name without extension; files of the same name in
+different folders are named after their folder too (``a/case-0``, ``b/case-0``).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import json
 import os
 import re
 import warnings
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
@@ -23,9 +28,13 @@ from typing import Any
 import numpy as np
 
 from meshshard.partition._dataset import (PARTITIONS_FILE, PARTITIONS_FORMAT, Sample, atomic_folder,
-                                          check_dataset_output, open_dataset, write_samples)
+                                          channel_names, check_dataset_output, open_dataset, plural,
+                                          write_samples)
 
-__all__ = ["list_sources", "build_dataset", "partition_dataset", "parse_field_names"]
+__all__ = ["list_sources", "sample_names", "build_dataset", "partition_dataset", "parse_field_names"]
+
+#: Names listed in a note or an error; the rest are counted (``... and 7 more``).
+MAX_LISTED = 6
 
 _COMPONENT = re.compile(r"^(.+)\[(\d+)\]$")
 
@@ -69,54 +78,166 @@ def _read(path: Path) -> Any:
         raise ValueError(f"{path}: meshio cannot read it ({detail})") from None
 
 
+def listed(items: Sequence[str], total: int | None = None, limit: int = MAX_LISTED) -> str:
+    """``a, b, c ... and 4 more``: the first ``limit`` of ``items`` (the first few of ``total``,
+    default all of them), the rest counted."""
+    total = len(items) if total is None else total
+    shown = min(limit, len(items))
+    return ", ".join(items[:shown]) + (f" ... and {total - shown} more" if total > shown else "")
+
+
 def parse_field_names(text: str | Sequence[str], what: str) -> list[str]:
-    names = [t.strip() for t in (text.split(",") if isinstance(text, str) else text)]
+    """Field names from ``"T,u"``, or from a list of such strings (a repeated ``--inputs`` flag:
+    the lists add up); each name once."""
+    items = [text] if isinstance(text, str) else list(text)
+    names = [t.strip() for item in items for t in str(item).split(",")]
     if not names or not all(names):
-        raise ValueError(f"Expected {what} as comma-separated field names (got {text!r})")
+        raise ValueError(f"Expected {what} as comma-separated field names (got {','.join(map(str, items))!r})")
+    twice = [n for n, k in Counter(names).items() if k > 1]
+    if twice:
+        raise ValueError(f"Expected each field once in {what} (got {', '.join(map(repr, twice))} more than once)")
     return names
 
 
-def _point_fields(mesh: Any, path: Path) -> dict[str, np.ndarray]:
-    """The ``point_data`` arrays as ``(N, components)``, lengths checked."""
+def sample_names(files: Sequence[Path]) -> tuple[list[str], list[int]]:
+    """Each file's sample name, and the indices of the files named after their folder too.
+
+    A sample is named after its file, without the extension (``case-0``). Files of the same name
+    in different folders are named ``FOLDER/NAME`` after the folder that holds them (``a/case-0``,
+    ``b/case-0``), with as many folders as it takes where those have the same name too
+    (``x/a/case-0``, ``y/a/case-0``). The same file twice, or two files of one name in one folder
+    (``case-0.vtu``, ``case-0.vtk``), is refused.
+    """
+    resolved = [p.resolve() for p in files]
+    groups: dict[str, list[int]] = {}
+    for i, p in enumerate(files):
+        groups.setdefault(p.stem, []).append(i)
+    names, renamed = [p.stem for p in files], []
+    for stem, members in groups.items():
+        if len(members) == 1:
+            continue
+        in_folder: dict[Path, int] = {}
+        for i in members:
+            j = in_folder.setdefault(resolved[i].parent, i)
+            if j != i and resolved[j] == resolved[i]:
+                raise ValueError(f"{files[i]}: Expected each file once in SOURCES (got it twice, also as {files[j]})")
+            if j != i:
+                raise ValueError(f"{files[i]}: Expected one file per sample name (got {files[j].name} and "
+                                 f"{files[i].name} in one folder, both sample {stem!r})")
+        parents = [resolved[i].parent.parts[1:] for i in members]  # no root: distinct folders differ within these
+        for depth in range(1, max(len(p) for p in parents) + 1):
+            tried = ["/".join((*p[-depth:], stem)) for p in parents]
+            if len(set(tried)) == len(tried):
+                break
+        for i, name in zip(members, tried):
+            names[i] = name
+        renamed.extend(members)
+    return names, sorted(renamed)
+
+
+def _check_val_names(val_samples: Sequence[int | str], names: list[str], files: Sequence[Path],
+                     renamed: list[int]) -> None:
+    """Refuse a ``--val-samples`` name that is the file name of several samples (named after their
+    folders too): it would pick none of them, or a sample by index."""
+    if not renamed:
+        return
+    known = set(names)
+    for item in val_samples:
+        text = str(item).strip()
+        if isinstance(item, str) and text not in known:
+            matches = [names[i] for i in renamed if files[i].stem == text]
+            if matches:
+                raise ValueError(f"Expected --val-samples to name one sample (got {text!r}, the file name of "
+                                 f"{len(matches)} samples: {listed(matches)}; name one of them)")
+
+
+def _point_field(mesh: Any, name: str, path: Path) -> np.ndarray:
+    """The ``point_data`` array ``name`` as ``(N, components)``, its length and dtype checked."""
     n = len(mesh.points)
-    fields = {}
-    for name, array in mesh.point_data.items():
-        a = np.asarray(array)
-        if a.ndim == 0 or a.shape[0] != n:
-            raise ValueError(f"{path}: Expected point_data field {name!r} to have one value per node, {n} "
-                             f"(got shape {a.shape})")
-        if not np.issubdtype(a.dtype, np.number) and a.dtype != bool:
-            raise ValueError(f"{path}: Expected a numeric point_data field {name!r} (got dtype {a.dtype})")
-        fields[name] = a.reshape(n, -1)
-    return fields
+    a = np.asarray(mesh.point_data[name])
+    if a.ndim == 0 or a.shape[0] != n:
+        raise ValueError(f"{path}: Expected point_data field {name!r} to have one value per node, {n} "
+                         f"(got shape {a.shape})")
+    if not np.issubdtype(a.dtype, np.number) and a.dtype != bool:
+        raise ValueError(f"{path}: Expected a numeric point_data field {name!r} (got dtype {a.dtype})")
+    return a.reshape(n, -1)
 
 
-def _describe(fields: dict[str, np.ndarray]) -> str:
-    return ", ".join(f"{k}" if v.shape[1] == 1 else f"{k} ({v.shape[1]} components)" for k, v in fields.items())
+def _describe(point_data: dict[str, Any]) -> str:
+    """``T, u (3 components)``: the ``point_data`` fields of a file."""
+    out = []
+    for k, v in point_data.items():
+        shape = np.shape(v)
+        width = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) > 1 else 1
+        out.append(k if width == 1 else f"{k} ({width} components)")
+    return ", ".join(out)
 
 
-def _select(names: list[str], fields: dict[str, np.ndarray], pos: np.ndarray, path: Path) -> tuple[np.ndarray, list[dict[str, Any]]]:
-    """The channels of ``names`` from ``fields`` (or ``pos``), and their field records."""
-    columns, records = [np.zeros((len(pos), 0))], []  # no names (no targets): zero channels
+@dataclass(frozen=True)
+class _Source:
+    """Where a named field's channels come from: the node coordinates (``coords``) or the
+    ``point_data`` field ``base``, all of it or its component ``comp``; ``components`` channels."""
+    base: str
+    comp: int | None
+    coords: bool
+    components: int
+
+    def __str__(self) -> str:
+        what = "the node coordinates" if self.coords else f"point_data field {self.base!r}"
+        if self.comp is not None:
+            return f"component {self.comp} of {what}"
+        return what + ("" if self.components == 1 else f" ({self.components} components)")
+
+
+def _select(names: list[str], mesh: Any, pos: np.ndarray, path: Path) -> tuple[np.ndarray, list[_Source]]:
+    """The channels of ``names`` from the mesh's ``point_data`` (or ``pos``), and where each
+    name's channels come from. Only the named fields are read and checked."""
+    columns, sources = [np.zeros((len(pos), 0))], []  # no names (no targets): zero channels
+    point_data = mesh.point_data
     for name in names:
         base, comp = name, None
         match = _COMPONENT.match(name)
-        if name not in fields and name != "pos" and match:
+        if name not in point_data and name != "pos" and match:
             base, comp = match.group(1), int(match.group(2))
-        if base == "pos" and base not in fields:
+        coords = base == "pos" and base not in point_data
+        if coords:
             array = pos
-        elif base in fields:
-            array = fields[base]
+        elif base in point_data:
+            array = _point_field(mesh, base, path)
         else:
             raise ValueError(f"{path}: Expected field {name!r} in point_data (available: "
-                             f"{_describe(fields) or 'none'}; and pos for the coordinates)")
+                             f"{_describe(point_data) or 'none'}; and pos for the coordinates)")
         if comp is not None:
             if comp >= array.shape[1]:
                 raise ValueError(f"{path}: Expected a component of {base!r} in 0..{array.shape[1] - 1} (got {name!r})")
             array = array[:, comp:comp + 1]
         columns.append(np.asarray(array, dtype=np.float64))
-        records.append({"name": name, "components": array.shape[1]})
-    return np.concatenate(columns, axis=1), records
+        sources.append(_Source(base, comp, coords, array.shape[1]))
+    return np.concatenate(columns, axis=1), sources
+
+
+def _records(names: list[str], sources: list[_Source]) -> list[dict[str, Any]]:
+    """The field records ``[{"name", "components"}]`` the dataset stores."""
+    return [{"name": n, "components": s.components} for n, s in zip(names, sources)]
+
+
+def _check_channels(in_names: list[str], out_names: list[str], first: _Read, notes: Callable[[str], None] | None) -> None:
+    """Refuse a channel named twice within ``--inputs`` (``u`` and ``u[0]``) or ``--targets``; a
+    channel that is both an input and a target is a note (deliberate for an autoencoder)."""
+    per_name = {}
+    for what, names, sources in (("--inputs", in_names, first.inputs), ("--targets", out_names, first.targets)):
+        owner: dict[str, str] = {}
+        for name, record in zip(names, _records(names, sources)):
+            for ch in channel_names([record]):
+                if ch in owner:
+                    raise ValueError(f"Expected each channel once in {what} (got {ch} from both "
+                                     f"{owner[ch]!r} and {name!r})")
+                owner[ch] = name
+        per_name[what] = owner
+    both = list(dict.fromkeys(name for ch, name in per_name["--targets"].items() if ch in per_name["--inputs"]))
+    if both and notes is not None:
+        notes(f"{', '.join(both)} {'is' if len(both) == 1 else 'are'} both input and target (the model is given "
+              "what it predicts: deliberate for an autoencoder, a mistake otherwise)")
 
 
 def build_dataset(
@@ -128,16 +249,27 @@ def build_dataset(
     val_fraction: float | None = None,
     val_samples: Sequence[int | str] | None = None,
     dtype: str = "float32",
+    same_mesh: bool = False,
     force: bool = False,
     progress: Callable[[int], None] | None = None,
+    notes: Callable[[str], None] | None = None,
 ) -> Path:
     """``meshshard dataset``: one sample per mesh file (see the module docstring for names).
 
     Without ``targets`` the dataset holds inputs only (zero target channels, no validation split
     unless asked): new cases for ``meshshard predict``, which ``meshshard train`` refuses.
 
-    Cheap checks (the output folder, the sources, the field names on the first file) come
-    before any sample is written; files are then read and written one at a time.
+    Cheap checks (the output folder, the sources and sample names, the field names on the first
+    file) come before any sample is written; files are then read and written one at a time, each
+    checked before it is written, and nothing is left behind on error.
+
+    Args:
+        inputs, targets: Field names, comma-separated, or a list of such strings (added up).
+        same_mesh: Refuse, naming the file and how its mesh differs, any file whose mesh is not
+            exactly the first file's (``--same-mesh``): the dataset is then surely one-mesh.
+        notes: Called with each note for the user (samples named after their folders, a field
+            that is both an input and a target).
+        Others: as :func:`meshshard.partition._dataset.write_samples`.
     """
     in_names = parse_field_names(inputs, "--inputs")
     out_names = parse_field_names(targets, "--targets") if targets else []
@@ -145,53 +277,97 @@ def build_dataset(
         val_fraction = 0.0  # cases to predict on: nothing to validate against
     check_dataset_output(out, force, sources)
     files = list_sources(sources)
-    names = [p.stem for p in files]
-    seen: dict[str, int] = {}
-    for i, name in enumerate(names):
-        if name in seen:
-            names[i] = f"{name}-{i}"
-        seen[name] = i
+    names, renamed = sample_names(files)
+    if val_samples is not None:
+        _check_val_names(val_samples, names, files, renamed)
+    if renamed and notes is not None:
+        notes(f"{plural(len(renamed), 'file')} share a name with a file in another folder, so each sample is "
+              f"named after its folder too: {listed([names[i] for i in renamed])}")
     first = _sample_from(files[0], names[0], in_names, out_names)
-    shape0 = first.fields
+    _check_channels(in_names, out_names, first, notes)
+    expect = (first, files[0])
+    mesh0 = (first.sample.pos, _merged_cells(first.sample.cells)) if same_mesh else None
 
     def samples() -> Iterator[Sample]:
         nonlocal first
         yield first.sample
         first = None  # type: ignore[assignment]  # let the first sample's arrays go
         for i in range(1, len(files)):
-            yield _sample_from(files[i], names[i], in_names, out_names, expect=(shape0, files[0])).sample
+            read = _sample_from(files[i], names[i], in_names, out_names, expect=expect)
+            if mesh0 is not None:
+                why = _mesh_difference(read.sample.pos, _merged_cells(read.sample.cells), *mesh0, files[0])
+                if why is not None:
+                    raise ValueError(f"{files[i]}: Expected the mesh of {files[0]} in every sample, as "
+                                     f"--same-mesh asks (got {why})")
+            yield read.sample
 
-    return write_samples(out, samples(), names, input_fields=first.inputs, target_fields=first.targets,
-                         val_fraction=val_fraction, val_samples=val_samples, dtype=dtype, force=force,
-                         sources=sources, progress=progress)
+    return write_samples(out, samples(), names, input_fields=_records(in_names, first.inputs),
+                         target_fields=_records(out_names, first.targets), val_fraction=val_fraction,
+                         val_samples=val_samples, dtype=dtype, force=force, sources=sources, progress=progress)
 
 
 @dataclass(frozen=True, eq=False)
 class _Read:
     sample: Sample
-    fields: dict[str, int]
-    inputs: list[dict[str, Any]]
-    targets: list[dict[str, Any]]
+    inputs: list[_Source]
+    targets: list[_Source]
 
 
 def _sample_from(path: Path, name: str, in_names: list[str], out_names: list[str],
-                 expect: tuple[dict[str, int], Path] | None = None) -> _Read:
-    """Read one mesh file into a :class:`Sample`, checking its field set against ``expect``."""
+                 expect: tuple[_Read, Path] | None = None) -> _Read:
+    """Read one mesh file into a :class:`Sample`; with ``expect`` (the first file's), each named
+    field must come from the same place with the same component count as there."""
     mesh = _read(path)
-    fields = _point_fields(mesh, path)
-    shape = {k: v.shape[1] for k, v in fields.items()}
-    if expect is not None and shape != expect[0]:
-        raise ValueError(f"{path}: Expected the same point_data fields in every sample (got "
-                         f"{_describe(fields) or 'none'}; {expect[1]} has "
-                         f"{', '.join(f'{k} ({v})' for k, v in expect[0].items()) or 'none'})")
     pos = np.asarray(mesh.points, dtype=np.float64)
-    x, x_fields = _select(in_names, fields, pos, path)
-    y, y_fields = _select(out_names, fields, pos, path)
+    x, x_sources = _select(in_names, mesh, pos, path)
+    y, y_sources = _select(out_names, mesh, pos, path)
+    if expect is not None:
+        for field, got, want in zip([*in_names, *out_names], [*x_sources, *y_sources],
+                                    [*expect[0].inputs, *expect[0].targets]):
+            if got != want:
+                raise ValueError(f"{path}: Expected {field!r} to be {want}, as in {expect[1]} (got {got})")
     cells = [(b.type, np.asarray(b.data)) for b in mesh.cells]
     for t, c in cells:
         if c.dtype == object or c.ndim != 2:
             raise ValueError(f"{path}: cell type {t!r} with a varying node count is not supported")
-    return _Read(Sample(name, pos, x, y, cells=cells, source=str(path)), shape, x_fields, y_fields)
+    return _Read(Sample(name, pos, x, y, cells=cells, source=str(path)), x_sources, y_sources)
+
+
+def _merged_cells(cells: Sequence[tuple[str, np.ndarray]]) -> list[tuple[str, np.ndarray]]:
+    """The cells as the dataset stores them: one int64 block per type, in order of first appearance."""
+    merged: dict[str, list[np.ndarray]] = {}
+    for cell_type, conn in cells:
+        merged.setdefault(str(cell_type), []).append(np.asarray(conn))
+    return [(t, np.concatenate(c) if len(c) > 1 else c[0]) for t, c in merged.items()]
+
+
+def _mesh_difference(pos: np.ndarray, cells: list[tuple[str, np.ndarray]], pos0: np.ndarray,
+                     cells0: list[tuple[str, np.ndarray]], first: Path) -> str | None:
+    """How a mesh differs from the first file's, in words; None when it is the same (exactly, as
+    the dataset's mesh checksum compares)."""
+    if pos.shape != pos0.shape:
+        if len(pos) != len(pos0):
+            return f"{plural(len(pos), 'node')}; {first} has {len(pos0):,}"
+        return f"{pos.shape[1]}-D points; {first} has {pos0.shape[1]}-D"
+    if not np.array_equal(pos, pos0):
+        if not (np.isfinite(pos).all() and np.isfinite(pos0).all()):
+            return "NaN or inf coordinates"
+        gap = np.abs(pos - pos0).max(axis=1)
+        node = int(gap.argmax())
+        return (f"the same number of nodes at other coordinates: up to {gap[node]:.3g} apart, at node {node}, "
+                f"{int((gap > 0).sum()):,} of {len(pos):,} nodes moved")
+    types, types0 = [t for t, _ in cells], [t for t, _ in cells0]
+    if types != types0:
+        return (f"the same nodes, different connectivity: cell types {', '.join(types) or 'none'}; "
+                f"{first} has {', '.join(types0)}")
+    for (t, c), (_, c0) in zip(cells, cells0):
+        if c.shape != c0.shape:
+            return f"the same nodes, different connectivity: {plural(len(c), t + ' cell')}; {first} has {len(c0):,}"
+        rows = np.flatnonzero((c != c0).any(axis=1))
+        if len(rows):
+            return (f"the same nodes, different connectivity: {t} cell {int(rows[0])} is {c[rows[0]].tolist()}; "
+                    f"{first} has {c0[rows[0]].tolist()}; {len(rows):,} of {plural(len(c), 'cell')} differ)")
+    return None
 
 
 def partition_dataset(

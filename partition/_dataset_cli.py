@@ -2,8 +2,9 @@
 with a dataset folder (called from :mod:`meshshard.partition._cli`).
 
 Errors print one line ``meshshard <command>: error: <file>: <problem>`` and return 2; nothing is
-left behind (the dataset is written to a temporary folder and renamed at the end). Heavy modules
-(meshio) are imported inside the commands; nothing here imports torch.
+left behind (the dataset is written to a temporary folder and renamed at the end). Notes print
+``meshshard dataset: note: ...`` on stderr, even with ``--quiet``. Heavy modules (meshio) are
+imported inside the commands; nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["register", "describe_dataset", "run_partition_dataset", "run_info", "run_verify"]
+__all__ = ["register", "describe_dataset", "mesh_usage", "odd_meshes_note", "run_partition_dataset", "run_info",
+           "run_verify"]
 
 
 def _error(command: str, err: BaseException) -> int:
@@ -36,6 +38,52 @@ def field_list(fields: Sequence[Mapping[str, Any]]) -> str:
     return ", ".join(f["name"] if f["components"] == 1 else f"{f['name']} ({f['components']})" for f in fields)
 
 
+def mesh_usage(meta: Mapping[str, Any], limit: int = 8) -> list[str]:
+    """Which samples are on which mesh, one line per mesh (the first ``limit`` meshes, the most
+    used first): ``mesh 1: 1,234 nodes, 1 sample: case-3``."""
+    import numpy as np
+
+    from meshshard.partition._dataset import plural
+    from meshshard.partition._dataset_build import listed
+
+    sample_mesh = np.array([s["mesh"] for s in meta["samples"]], dtype=np.int64)
+    uses = np.bincount(sample_mesh, minlength=len(meta["meshes"]))
+    order = np.argsort(-uses, kind="stable")
+    lines = []
+    for m in order[:limit].tolist():
+        names = [meta["samples"][i]["name"] for i in np.flatnonzero(sample_mesh == m)[:6].tolist()]
+        lines.append(f"mesh {m}: {meta['meshes'][m]['num_nodes']:,} nodes, {plural(int(uses[m]), 'sample')}: "
+                     f"{listed(names, int(uses[m]))}")
+    if len(order) > limit:
+        lines.append(f"... and {plural(len(order) - limit, 'more mesh', 'more meshes')}")
+    return lines
+
+
+def odd_meshes_note(meta: Mapping[str, Any]) -> str | None:
+    """A note when most samples share one mesh and a few are on others (a case whose mesh was
+    changed by mistake turns the dataset into a many-meshes one): which samples, on which meshes."""
+    import numpy as np
+
+    from meshshard.partition._dataset import plural
+    from meshshard.partition._dataset_build import listed
+
+    if len(meta["meshes"]) < 2:
+        return None
+    sample_mesh = np.array([s["mesh"] for s in meta["samples"]], dtype=np.int64)
+    uses = np.bincount(sample_mesh, minlength=len(meta["meshes"]))
+    main = int(uses.argmax())
+    if uses[main] < 2 or 2 * uses[main] < len(sample_mesh):
+        return None  # no mesh most samples share: a many-meshes dataset by design
+    others = np.flatnonzero(sample_mesh != main).tolist()
+    odd = [f"{meta['samples'][i]['name']} (mesh {sample_mesh[i]}, {meta['meshes'][sample_mesh[i]]['num_nodes']:,} nodes)"
+           for i in others[:6]]
+    return (f"{len(meta['meshes'])} distinct meshes: {uses[main]} of {len(sample_mesh)} samples are on mesh {main} "
+            f"({meta['meshes'][main]['num_nodes']:,} nodes), {plural(len(others), 'sample')} on "
+            f"{'another' if len(meta['meshes']) == 2 else 'others'}: "
+            f"{listed(odd, len(others))}; expected one mesh? --same-mesh refuses a sample "
+            "whose mesh differs and says how")
+
+
 def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
     """The readable summary ``meshshard info DATA`` prints."""
     nodes = [m["num_nodes"] for m in meta["meshes"]]
@@ -51,8 +99,10 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
     val = (f"train {len(split['train'])}, val {len(split['val'])}: "
            f"{', '.join(meta['samples'][i]['name'] for i in split['val'][:8])}{' ...' if len(split['val']) > 8 else ''}"
            if split["val"] else "no validation split")
+    usage = mesh_usage(meta) if meta["kind"] != "one-mesh" else []
     lines = [
         f"{folder}: {meta['format']} v{meta['format_version']}, kind {meta['kind']} ({mesh})",
+        *(f"  {'meshes' if i == 0 else '':<8} {line}" for i, line in enumerate(usage)),
         f"  samples  {meta['num_samples']} ({val})",
         f"  inputs   {field_list(meta['inputs'])}",
         f"  targets  {field_list(meta['targets']) or 'none: inputs only, cases for meshshard predict (train needs targets)'}",
@@ -67,7 +117,7 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
 
 def run_info(folder: str, as_json: bool) -> int:
     """``meshshard info DATA`` (a dataset folder) or ``meshshard info PARTS`` (a dataset's partitions)."""
-    from meshshard.partition._dataset import (PARTITIONS_FILE, dump_metadata, read_dataset_metadata,
+    from meshshard.partition._dataset import (PARTITIONS_FILE, dump_metadata, plural, read_dataset_metadata,
                                               read_partitions_metadata)
 
     try:
@@ -78,7 +128,7 @@ def run_info(folder: str, as_json: bool) -> int:
             else:
                 nodes = [m["num_nodes"] for m in meta["meshes"]]
                 print(f"{folder}: {meta['format']} v{meta['format_version']}: {len(nodes)} partitions into "
-                      f"{meta['num_parts']} parts (meshes of {min(nodes):,} to {max(nodes):,} nodes), one "
+                      f"{plural(meta['num_parts'], 'part')} (meshes of {min(nodes):,} to {max(nodes):,} nodes), one "
                       f"partition folder per mesh: mesh-00000 ... (meshshard info {folder}/mesh-00000)")
             return 0
         meta = read_dataset_metadata(folder)
@@ -115,7 +165,7 @@ def run_verify(folder: str, verify_one: Callable[[argparse.Namespace], int]) -> 
 
 def run_partition_dataset(args: argparse.Namespace) -> int:
     """``meshshard partition DATA --parts K --out PARTS``."""
-    from meshshard.partition._dataset import open_dataset
+    from meshshard.partition._dataset import open_dataset, plural
     from meshshard.partition._dataset_build import partition_dataset
     from meshshard.partition._progress import Steps
 
@@ -135,8 +185,8 @@ def run_partition_dataset(args: argparse.Namespace) -> int:
     except (ValueError, OSError, MemoryError) as err:
         return _error("partition", err)
     if not args.quiet:
-        what = "1 mesh" if dataset.kind == "one-mesh" else f"{dataset.num_meshes} meshes"
-        print(f"wrote {out}: {what} of {args.input} in {args.parts} parts ({steps.seconds['meshes']:.1f} s)")
+        what = plural(dataset.num_meshes, "mesh", "meshes")
+        print(f"wrote {out}: {what} of {args.input} in {plural(args.parts, 'part')} ({steps.seconds['meshes']:.1f} s)")
     return 0
 
 
@@ -145,17 +195,25 @@ def _cmd_dataset(args: argparse.Namespace) -> int:
     from meshshard.partition._dataset_build import build_dataset, list_sources
     from meshshard.partition._progress import Steps
 
-    val_samples = None if args.val_samples is None else [t for t in args.val_samples.split(",") if t.strip()]
+    val_samples = None if args.val_samples is None else [t for v in args.val_samples for t in v.split(",") if t.strip()]
+
+    def note(text: str) -> None:
+        print(f"meshshard dataset: note: {text}", file=sys.stderr, flush=True)
+
     try:
         files = list_sources(args.sources)
         with Steps(enabled=not args.quiet) as steps, steps.step("samples", total=len(files)) as advance:
             out = build_dataset(args.sources, args.out, inputs=args.inputs, targets=args.targets,
                                 val_fraction=args.val_fraction, val_samples=val_samples, dtype=args.dtype,
-                                force=args.force, progress=advance)
+                                same_mesh=args.same_mesh, force=args.force, progress=advance, notes=note)
     except (ValueError, OSError, MemoryError) as err:
         return _error("dataset", err)
+    meta = read_dataset_metadata(out)
+    odd = odd_meshes_note(meta)
+    if odd is not None:
+        note(odd)
     if not args.quiet:
-        print(describe_dataset(out, read_dataset_metadata(out)))
+        print(describe_dataset(out, meta))
         print(f"wrote {out} in {steps.seconds['samples']:.1f} s")
     return 0
 
@@ -170,15 +228,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("sources", nargs="*", metavar="SOURCES",
                    help="mesh files (any format meshio reads) or folders of them")
     p.add_argument("--out", "-o", required=True, help="dataset folder to create")
-    p.add_argument("--inputs", required=True, help="comma-separated input fields, e.g. T_in,pos")
-    p.add_argument("--targets", default=None,
-                   help="comma-separated target fields, e.g. T_out; leave out for new cases to predict on "
-                   "(inputs only: for meshshard predict, not train)")
+    p.add_argument("--inputs", required=True, action="append",
+                   help="comma-separated input fields, e.g. T_in,pos (repeat the flag to add more)")
+    p.add_argument("--targets", default=None, action="append",
+                   help="comma-separated target fields, e.g. T_out (repeat the flag to add more); leave out "
+                   "for new cases to predict on (inputs only: for meshshard predict, not train)")
     split = p.add_mutually_exclusive_group()
     split.add_argument("--val-fraction", type=float, default=None,
                        help="fraction of samples for validation, drawn by a fixed permutation (default 0.2; 0 without --targets)")
-    split.add_argument("--val-samples", default=None,
-                       help="comma-separated validation samples: indices or names (file names without extension)")
+    split.add_argument("--val-samples", default=None, action="append",
+                       help="comma-separated validation samples: indices or names (file names without extension; "
+                       "FOLDER/NAME where files of one name are in several folders; repeat the flag to add more)")
+    p.add_argument("--same-mesh", action="store_true",
+                   help="refuse a file whose mesh is not exactly the first file's, saying how it differs "
+                   "(without it, such files make a many-meshes dataset)")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="stored precision")
     p.add_argument("--force", action="store_true", help="replace an existing dataset folder (only one)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no summary")

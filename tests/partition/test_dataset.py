@@ -170,7 +170,7 @@ def test_a_partition_of_another_dataset_is_refused(sources, mesh, tmp_path: Path
     many = build_dataset([sources["many"]], tmp_path / "many", inputs="T", targets="u")
     partition_dataset(one, tmp_path / "p-one", 2)
     partition_dataset(many, tmp_path / "p-many", 2)
-    with pytest.raises(ValueError, match=r"p-one: partition made for another dataset \(1 meshes; .*many has 3\)"):
+    with pytest.raises(ValueError, match=r"p-one: partition made for another dataset \(1 mesh; .*many has 3\)"):
         check_partition_matches(many, tmp_path / "p-one")
     pts, tri = mesh
     other = write_dataset(tmp_path / "other", [np.ones((len(pts), 1))], [np.ones((len(pts), 1))],
@@ -212,8 +212,9 @@ def test_numpy_and_pyg_writers_agree(tmp_path: Path) -> None:
 def _fails(args: list[str], capsys, out: Path, pattern: str) -> None:
     capsys.readouterr()
     assert main(["dataset", *args, "--out", str(out), "--quiet"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and re.search(pattern, err), err
+    *notes, error = capsys.readouterr().err.splitlines()  # notes (a field both input and target) may come first
+    assert all(line.startswith("meshshard dataset: note: ") for line in notes), notes
+    assert error.startswith("meshshard dataset: error: ") and re.search(pattern, error), error
     assert not out.exists()
     assert not [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.tmp")]
 
@@ -251,15 +252,29 @@ def test_nan_or_inf_names_the_sample_and_node(tmp_path: Path, capsys) -> None:
     t[7] = np.inf
     _write_vtu(tmp_path / "b.vtu", pts, tri, T=t)
     _fails([str(tmp_path), "--inputs", "pos", "--targets", "T"], capsys, tmp_path / "d",
-           r"b\.vtu: Expected finite values in field 'T' of sample 'b' \(got inf at node 7; 1 non-finite values in all\)")
+           r"b\.vtu: Expected finite values in field 'T' of sample 'b' \(got inf at node 7; 1 non-finite value in all\)")
 
 
-def test_samples_with_different_field_sets(tmp_path: Path, capsys) -> None:
+def test_only_the_named_fields_must_be_in_every_sample(tmp_path: Path, capsys) -> None:
+    """Other fields may differ from file to file (they are ignored); a named field
+    must be in every file, from the same place and with the same components as in the first."""
     pts, tri = grid_triangles(4, 3)
-    _write_vtu(tmp_path / "a.vtu", pts, tri, T=np.ones(len(pts)), v=np.ones((len(pts), 2)))
-    _write_vtu(tmp_path / "b.vtu", pts, tri, T=np.ones(len(pts)))
-    _fails([str(tmp_path), "--inputs", "T", "--targets", "T"], capsys, tmp_path / "d",
-           r"b\.vtu: Expected the same point_data fields in every sample \(got T; .*a\.vtu has T \(1\), v \(2\)\)")
+    n = len(pts)
+    _write_vtu(tmp_path / "a.vtu", pts, tri, T=np.ones(n), v=np.ones((n, 2)), w=np.ones((n, 3)))
+    _write_vtu(tmp_path / "b.vtu", pts, tri, T=np.ones(n) * 2, v=np.ones((n, 3)), pos=np.zeros((n, 3)), extra=np.ones(n))
+    capsys.readouterr()
+    assert main(["dataset", str(tmp_path), "--out", str(tmp_path / "ok"), "--inputs", "T,v[1]", "--targets", "T", "-q"]) == 0
+    assert capsys.readouterr().err.count("note: T is both input and target") == 1
+    assert open_dataset(tmp_path / "ok").input_channels == ["T", "v[1]"]
+    _fails([str(tmp_path), "--inputs", "T", "--targets", "w"], capsys, tmp_path / "d",
+           r"b\.vtu: Expected field 'w' in point_data \(available: T, v \(3 components\), pos \(3 components\), extra; "
+           r"and pos for the coordinates\)")
+    _fails([str(tmp_path), "--inputs", "v", "--targets", "T"], capsys, tmp_path / "d",
+           r"b\.vtu: Expected 'v' to be point_data field 'v' \(2 components\), as in .*a\.vtu "
+           r"\(got point_data field 'v' \(3 components\)\)")
+    _fails([str(tmp_path), "--inputs", "pos[1]", "--targets", "T"], capsys, tmp_path / "d",
+           r"b\.vtu: Expected 'pos\[1\]' to be component 1 of the node coordinates, as in .*a\.vtu "
+           r"\(got component 1 of point_data field 'pos'\)")
 
 
 def test_empty_source_list(tmp_path: Path, capsys) -> None:
@@ -268,6 +283,130 @@ def test_empty_source_list(tmp_path: Path, capsys) -> None:
     (tmp_path / "empty").mkdir()
     _fails([str(tmp_path / "empty"), "--inputs", "T", "--targets", "T"], capsys, tmp_path / "d",
            r"empty: Expected mesh files in the folder \(got none")
+
+
+def _one_mesh_cases(folder: Path, count: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    pts, tri = grid_triangles(4, 3)
+    folder.mkdir(parents=True, exist_ok=True)
+    for s in range(count):
+        _write_vtu(folder / f"s{s}.vtu", pts, tri, T=np.full(len(pts), float(s)), u=pts * s)
+    return pts, tri
+
+
+def test_a_sample_on_another_mesh_is_shown_and_refused_with_same_mesh(tmp_path: Path, capsys) -> None:
+    pts, tri = _one_mesh_cases(tmp_path / "c")
+    args = [str(tmp_path / "c"), "--inputs", "T", "--targets", "u"]
+    assert main(["dataset", *args, "--out", str(tmp_path / "one"), "--same-mesh"]) == 0
+    out, err = capsys.readouterr()
+    assert "kind one-mesh" in out and "meshes  " not in out and "note:" not in err
+    scaled = pts * [1.1, 1.0]
+    _write_vtu(tmp_path / "c" / "s2.vtu", scaled, tri, T=np.full(len(pts), 2.0), u=scaled * 2)
+    capsys.readouterr()  # meshio's chatter
+    # Without --same-mesh: a many-meshes dataset, and the summary and a note say which sample is on which mesh.
+    assert main(["dataset", *args, "--out", str(tmp_path / "two")]) == 0
+    out, err = capsys.readouterr()
+    assert "kind many-meshes (2 distinct meshes, 12 to 12 nodes)" in out
+    assert re.search(r"\n  meshes +mesh 0: 12 nodes, 3 samples: s0, s1, s3\n +mesh 1: 12 nodes, 1 sample: s2\n", out), out
+    assert re.fullmatch(r"meshshard dataset: note: 2 distinct meshes: 3 of 4 samples are on mesh 0 \(12 nodes\), "
+                        r"1 sample on another: s2 \(mesh 1, 12 nodes\); expected one mesh\? --same-mesh .*\n", err), err
+    assert main(["dataset", *args, "--out", str(tmp_path / "three"), "-q"]) == 0
+    assert capsys.readouterr() == ("", err)  # the note even with --quiet
+    assert main(["info", str(tmp_path / "two")]) == 0 and "mesh 1: 12 nodes, 1 sample: s2" in capsys.readouterr().out
+    # With --same-mesh: refused, in one line saying how the mesh differs; nothing written.
+    _fails([*args, "--same-mesh"], capsys, tmp_path / "d",
+           r"s2\.vtu: Expected the mesh of .*s0\.vtu in every sample, as --same-mesh asks \(got the same number of "
+           r"nodes at other coordinates: up to 0\.1 apart, at node 3, 9 of 12 nodes moved\)")
+    small, small_tri = grid_triangles(3, 3)
+    _write_vtu(tmp_path / "c" / "s2.vtu", small, small_tri, T=np.ones(9), u=small)
+    _fails([*args, "--same-mesh"], capsys, tmp_path / "d",
+           r"s2\.vtu: Expected the mesh of .*s0\.vtu in every sample, as --same-mesh asks \(got 9 nodes; .*s0\.vtu has 12\)")
+    flipped = tri.copy()
+    flipped[4] = flipped[4, ::-1]
+    _write_vtu(tmp_path / "c" / "s2.vtu", pts, flipped, T=np.ones(12), u=pts)
+    _fails([*args, "--same-mesh"], capsys, tmp_path / "d",
+           r"s2\.vtu: .*\(got the same nodes, different connectivity: triangle cell 4 is \[\d+, \d+, \d+\]; .*s0\.vtu "
+           r"has \[\d+, \d+, \d+\]; 1 of 12 cells differ\)")
+    _write_vtu(tmp_path / "c" / "s2.vtu", pts, tri[:-1], T=np.ones(12), u=pts)
+    _fails([*args, "--same-mesh"], capsys, tmp_path / "d",
+           r"s2\.vtu: .*\(got the same nodes, different connectivity: 11 triangle cells; .*s0\.vtu has 12\)")
+
+
+def test_many_meshes_by_design_list_the_meshes_without_a_note(sources, tmp_path: Path, capsys) -> None:
+    assert main(["dataset", str(sources["many"]), "--out", str(tmp_path / "d"), "--inputs", "T", "--targets", "u"]) == 0
+    out, err = capsys.readouterr()
+    assert "note:" not in err
+    assert re.search(r"meshes +mesh 0: [\d,]+ nodes, 2 samples: s0, s3\n +mesh 1: [\d,]+ nodes, 2 samples: s1, s4\n"
+                     r" +mesh 2: [\d,]+ nodes, 1 sample: s2\n", out), out
+
+
+def test_files_of_one_name_in_two_folders_are_named_after_their_folders(tmp_path: Path, capsys) -> None:
+    pts, tri = grid_triangles(4, 3)
+    for folder, s in (("a", 0), ("a", 1), ("b", 0), ("x/b", 0)):
+        (tmp_path / folder).mkdir(parents=True, exist_ok=True)
+        _write_vtu(tmp_path / folder / f"case-{s}.vtu", pts, tri, T=np.ones(len(pts)))
+    a, b, xb = (str(tmp_path / f) for f in ("a", "b", "x/b"))
+    capsys.readouterr()
+    assert main(["dataset", a, b, "--out", str(tmp_path / "d"), "--inputs", "pos", "--targets", "T",
+                 "--val-samples", "b/case-0", "-q"]) == 0
+    data = open_dataset(tmp_path / "d")
+    assert [e["name"] for e in data.meta["samples"]] == ["a/case-0", "case-1", "b/case-0"] and data.val.tolist() == [2]
+    assert capsys.readouterr().err == ("meshshard dataset: note: 2 files share a name with a file in another folder, so "
+                                       "each sample is named after its folder too: a/case-0, b/case-0\n")
+    # A --val-samples name that is the file name of several samples is refused, not one of them picked.
+    for val in ("case-0", "case-1,case-0"):
+        assert main(["dataset", a, b, "--out", str(tmp_path / "e"), "--inputs", "pos", "--targets", "T",
+                     "--val-samples", val, "-q"]) == 2
+        assert capsys.readouterr().err.splitlines()[-1] == (
+            "meshshard dataset: error: Expected --val-samples to name one sample (got 'case-0', the file name of "
+            "2 samples: a/case-0, b/case-0; name one of them)")
+    assert not (tmp_path / "e").exists()
+    # Folders of the same name: as many folders as it takes.
+    from meshshard.partition._dataset_build import list_sources, sample_names
+
+    files = list_sources([a, b, xb])
+    assert sample_names(files) == ([f"{tmp_path.name}/a/case-0", "case-1", f"{tmp_path.name}/b/case-0", "x/b/case-0"],
+                                   [0, 2, 3])
+    # The same file twice, or one name twice in one folder: refused.
+    with pytest.raises(ValueError, match=r"case-0\.vtu: Expected each file once in SOURCES \(got it twice, also as .*a/case-0\.vtu\)"):
+        sample_names(list_sources([a, str(tmp_path / "a" / "case-0.vtu")]))
+    meshio.write(tmp_path / "a" / "case-0.vtk", meshio.Mesh(np.column_stack([pts, np.zeros(len(pts))]), [("triangle", tri)],
+                                                            point_data={"T": np.ones(len(pts))}))
+    _fails([a, "--inputs", "pos", "--targets", "T"], capsys, tmp_path / "d2",
+           r"case-0\.vtu: Expected one file per sample name \(got case-0\.vtk and case-0\.vtu in one folder, both sample 'case-0'\)")
+
+
+def test_repeated_field_flags_add_up_and_a_field_named_twice_is_refused(sources, tmp_path: Path, capsys) -> None:
+    one = str(sources["one"])
+    assert main(["dataset", one, "--out", str(tmp_path / "d"), "--inputs", "T", "--inputs", "u[0]", "--targets", "u[1]",
+                 "--targets", "u[2]", "--val-samples", "s1", "--val-samples", "s3", "-q"]) == 0
+    data = open_dataset(tmp_path / "d")
+    assert data.input_channels == ["T", "u[0]"] and data.target_channels == ["u[1]", "u[2]"]
+    assert data.val.tolist() == [1, 3]
+    assert capsys.readouterr().err == ""
+    _fails([one, "--inputs", "T,T", "--targets", "u"], capsys, tmp_path / "e",
+           r"^meshshard dataset: error: Expected each field once in --inputs \(got 'T' more than once\)$")
+    _fails([one, "--inputs", "T", "--inputs", "u", "--targets", "u[0]", "--targets", "u[0]"], capsys, tmp_path / "e",
+           r"Expected each field once in --targets \(got 'u\[0\]' more than once\)")
+    _fails([one, "--inputs", "u,T,u[1]", "--targets", "T"], capsys, tmp_path / "e",
+           r"Expected each channel once in --inputs \(got u\[1\] from both 'u' and 'u\[1\]'\)")
+    # A field that is both an input and a target: allowed, with a note.
+    assert main(["dataset", one, "--out", str(tmp_path / "f"), "--inputs", "T,u", "--targets", "u[2]", "-q"]) == 0
+    assert capsys.readouterr().err == ("meshshard dataset: note: u[2] is both input and target (the model is given "
+                                       "what it predicts: deliberate for an autoencoder, a mistake otherwise)\n")
+
+
+def test_counts_in_messages_are_singular_or_plural(sources, tmp_path: Path, capsys) -> None:
+    data = build_dataset([sources["one"]], tmp_path / "d", inputs="T", targets="u")
+    many = build_dataset([sources["many"]], tmp_path / "m", inputs="T", targets="u")
+    capsys.readouterr()
+    assert main(["partition", str(data), "--parts", "1", "--out", str(tmp_path / "p")]) == 0
+    assert re.match(r"wrote .*p: 1 mesh of .*d in 1 part \(", capsys.readouterr().out)
+    assert main(["partition", str(many), "--parts", "1", "--out", str(tmp_path / "pm")]) == 0
+    assert re.match(r"wrote .*pm: 3 meshes of .*m in 1 part \(", capsys.readouterr().out)
+    assert main(["info", str(tmp_path / "pm")]) == 0 and "3 partitions into 1 part (" in capsys.readouterr().out
+    with pytest.raises(ValueError, match=r"Expected at least one training sample \(got the only sample for validation\)"):
+        write_dataset(tmp_path / "e", [np.ones((3, 1))], [np.ones((3, 1))], pos=np.eye(3), cells=[("triangle", np.array([[0, 1, 2]]))],
+                      val_samples=[0])
 
 
 def test_force_replaces_only_a_dataset_folder(sources, tmp_path: Path, capsys) -> None:
