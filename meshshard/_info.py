@@ -38,7 +38,9 @@ def run_summary(run: str | Path) -> dict[str, Any]:
         "step": int(ckpt.get("step", 0)),
         "steps": cfg.get("steps"),
         "world_size": ckpt.get("world_size"),
-        "parameters": int(sum(v.numel() for v in (ckpt.get("model") or {}).values())),
+        # the weights trained, as the banner counts them (a checkpoint from before it was recorded: the
+        # state dict, buffers included)
+        "parameters": int(cfg.get("num_parameters") or sum(v.numel() for v in (ckpt.get("model") or {}).values())),
         "model": ({"kind": "your own", "spec": model, "model_args": cfg.get("model_args") or {}} if model else
                   {"kind": "MeshGraphNet", **{k: cfg.get(k) for k in ("latent_size", "hidden_layers",
                                                                       "message_passing_steps", "activation")}}),

@@ -33,8 +33,8 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RankFailed", "Terminated", "launch_local", "free_port", "run_command", "check_input_folders", "check_output_folder",
-           "fix_mmap_threshold"]
+__all__ = ["RankFailed", "Terminated", "launch_local", "free_port", "run_command", "check_input_folders", "check_apart",
+           "check_output_folder", "fix_mmap_threshold"]
 
 GRACE_S = 5.0
 #: The mmap threshold a rank's allocator gets (:func:`fix_mmap_threshold`), in bytes.
@@ -219,6 +219,18 @@ def check_input_folders(*folders: tuple[str | os.PathLike[str], str]) -> None:
     for path, what in folders:
         if not Path(path).is_dir():
             raise ValueError(f"{path}: no such {what}")
+
+
+def check_apart(out: str | os.PathLike[str], *folders: tuple[str | os.PathLike[str], str]) -> None:
+    """Raise ``ValueError`` when the output folder ``out`` is one of the ``(PATH, WHAT)`` input
+    folders or inside one: a command's files never go among its inputs (where ``--force`` would
+    then be asked to clear them, and a later command would find files that are not its own)."""
+    where = Path(out).resolve()
+    for path, what in folders:
+        inside = Path(path).resolve()
+        if where == inside or inside in where.parents:
+            raise ValueError(f"{out}: Expected an output folder apart from the {what} {path} "
+                             f"(got {'that folder' if where == inside else 'a folder inside it'})")
 
 
 def check_output_folder(path: str | os.PathLike[str]) -> Path:

@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from meshshard._launch import check_input_folders, check_output_folder, run_command
+from meshshard._launch import check_apart, check_input_folders, check_output_folder, run_command
 
 __all__ = ["GATHER_MAX_NODES", "PredictConfig", "predict", "register"]
 
@@ -676,6 +676,7 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
     from meshshard._data import DatasetReader, Normaliser
     from meshshard.comm import init_distributed
     from meshshard.partition import check_partition_matches, open_dataset
+    from meshshard.partition._dataset import plural
 
     ctx = init_distributed()
     data = open_dataset(cfg.data)
@@ -700,17 +701,12 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
         parts = Path(cfg.partition or run_cfg.get("partition") or "")
         if not cfg.partition and not parts.is_dir():
             raise ValueError(f"{parts}: the run's partition folder is gone; pass --partition PARTS")
-        try:
-            meta = check_partition_matches(data, parts)
-        except ValueError as err:
-            if cfg.partition:
-                raise
-            # the run's own partition, of its training meshes: never suggest replacing it (the run needs it)
-            raise ValueError(f"{str(err).split('; re-run', 1)[0]}; it is the run's partition: make one of {cfg.data} in a "
-                             f"new folder and pass it: meshshard partition {cfg.data} --parts {ctx.world_size} --out "
-                             "NEW_PARTS, then --partition NEW_PARTS") from None
+        whose = "the run's own partition, which the run needs" if not cfg.partition else "not for these meshes"
+        meta = check_partition_matches(data, parts, hint=(
+            f"it is {whose}: make one of {cfg.data} in a new folder and pass it: meshshard partition {cfg.data} "
+            f"--parts {ctx.world_size} --out NEW_PARTS, then --partition NEW_PARTS"))
         if meta["num_parts"] != ctx.world_size:
-            raise ValueError(f"Expected a partition into {ctx.world_size} parts, one per rank (got {meta['num_parts']} in "
+            raise ValueError(f"Expected a partition into {plural(ctx.world_size, 'part')}, one per rank (got {meta['num_parts']} in "
                              f"{parts}); make one with meshshard partition {cfg.data} --parts {ctx.world_size} and pass --partition")
         reader = DatasetReader(data, parts, ctx.rank, None, device=ctx.device, dtype=dtype)
         reader.normaliser = normaliser  # the run's statistics, for the edge features too
@@ -861,6 +857,11 @@ def _run(args: argparse.Namespace) -> int:
 
     def check() -> None:  # one line before any rank starts
         check_input_folders(*folders)
+        # PRED may be inside RUN (run/pred: train --force deletes only its own files), not RUN itself
+        check_apart(cfg.out, (cfg.data, "dataset folder"), *(((cfg.partition, "partition folder"),) if cfg.partition else ()))
+        if Path(cfg.out).resolve() == Path(cfg.run).resolve():
+            raise ValueError(f"{cfg.out}: Expected an output folder apart from the run folder (got the run folder; "
+                             f"{Path(cfg.out) / 'pred'} would do)")
         check_model_request(read_run(cfg.run), cfg.run, cfg.model)
         if cfg.model:
             load_factory(cfg.model)
@@ -892,5 +893,5 @@ def register(subparsers: Any) -> None:
     p.add_argument("--no-plots", action="store_true", help="no PNG pictures")
     p.add_argument("--force", action="store_true", help="replace earlier predictions in --out (only files predict writes)")
     p.add_argument("--nproc", type=int, default=0, help="start this many local ranks (when not under torchrun)")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", "-q", action="store_true", help="no per-sample lines, no table (errors and notes still print)")
     p.set_defaults(func=_run)

@@ -61,7 +61,8 @@ def _partition_layout(partition: Any, rank: int, world: int) -> tuple[tuple[int,
     """Every rank's owned count and this rank's owned global ids, checked on this rank."""
     if partition.num_parts != world:
         raise ValueError(
-            f"Expected a partition into {world} parts for a group of {world} ranks (got {partition.num_parts} parts)"
+            f"Expected a partition into {world} part{'s' * (world != 1)} for a group of {world} rank{'s' * (world != 1)} "
+            f"(got {partition.num_parts} part{'s' * (partition.num_parts != 1)})"
         )
     if partition.rank != rank:
         raise ValueError(f"Expected the part of rank {rank} (got the part of rank {partition.rank})")

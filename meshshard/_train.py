@@ -37,6 +37,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -181,22 +182,28 @@ def _local_flags(loss: torch.Tensor, bad_row: tuple | None, parameters: Any, *, 
     return flags
 
 
-def _check_finite(flags: torch.Tensor, *, step: int, samples: list[int], data: str, last: str) -> float:
+def _check_finite(flags: torch.Tensor, *, step: int, samples: list[int], data: str, last: str,
+                  names: Sequence[str] = ()) -> float:
     """Raise on a non-finite row, loss or gradient (same verdict on every rank); else the batch loss.
 
-    ``flags`` is the world-wide sum of every rank's :func:`_local_flags`.
+    ``flags`` is the world-wide sum of every rank's :func:`_local_flags`; ``names`` are the
+    dataset's sample names, to name the samples in the error.
     """
+    def sample_of(i: int) -> str:
+        return f"{i} ({names[i]})" if 0 <= i < len(names) else str(i)
+
     values = flags.tolist()
     world = (len(values) - 2) // 4
     for r in range(world):
         sample, node, which, value = values[2 + 4 * r: 6 + 4 * r]
         if sample:
             raise ValueError(
-                f"Expected finite training data (got {value} in the {_WHICH[int(which) - 1]} of sample {int(sample) - 1} "
-                f"at node {int(node) - 1}, read by rank {r} at step {step}); fix the dataset {data}"
+                f"Expected finite training data (got {value} in the {_WHICH[int(which) - 1]} of sample "
+                f"{sample_of(int(sample) - 1)} at node {int(node) - 1}, read by rank {r} at step {step}); fix the "
+                f"dataset {data}"
             )
     loss = values[0] / world
-    tail = (f"on sample(s) {samples}; training stopped before the optimizer step, so no non-finite weights are saved "
+    tail = (f"on sample(s) {', '.join(sample_of(i) for i in samples)}; training stopped before the optimizer step, so no non-finite weights are saved "
             f"(last checkpoint: {last}). Lower --lr or check the data.")
     if not np.isfinite(loss):
         raise NonFiniteLoss(f"step {step}: the loss is not finite ({loss}) {tail}")
@@ -214,6 +221,7 @@ def train(cfg: TrainConfig) -> list[float]:
     from meshshard.comm import init_device_mesh_2d, init_distributed
     from meshshard.nn import DomainParallel, MeshGraphNet
     from meshshard.partition import check_partition_matches, open_dataset
+    from meshshard.partition._dataset import plural
 
     ctx = init_distributed()
     if cfg.data_parallel < 1 or ctx.world_size % cfg.data_parallel:
@@ -224,8 +232,8 @@ def train(cfg: TrainConfig) -> list[float]:
     _check_has_targets(dataset)
     if meta["num_parts"] != domain:
         raise ValueError(
-            f"Expected a partition into {domain} parts ({ctx.world_size} ranks / {cfg.data_parallel} data-parallel) "
-            f"(got {meta['num_parts']} parts in {cfg.partition})"
+            f"Expected a partition into {plural(domain, 'part')} ({ctx.world_size} ranks / {cfg.data_parallel} "
+            f"data-parallel) (got {plural(meta['num_parts'], 'part')} in {cfg.partition})"
         )
     if cfg.dtype not in ("float32", "float64"):
         raise ValueError(f"Expected --dtype float32 or float64 (got {cfg.dtype!r})")
@@ -243,6 +251,7 @@ def train(cfg: TrainConfig) -> list[float]:
     if saved is not None:
         _runlog.check_resume(saved.get("config", {}), saved.get("identity"), asdict(cfg), identity)
     mesh = init_device_mesh_2d(domain)
+    names = [str(x["name"]) for x in dataset.meta["samples"]]  # to name a sample in an error
     reader = DatasetReader(dataset, cfg.partition, mesh.domain_rank, mesh.domain_group, device=ctx.device, dtype=dtype)
 
     torch.manual_seed(cfg.seed)
@@ -258,6 +267,7 @@ def train(cfg: TrainConfig) -> list[float]:
     # gradients: sum over the domain, mean over the data groups, in backward
     model = DomainParallel(inner.to(ctx.device, dtype), mesh)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    num_parameters = sum(p.numel() for p in model.parameters())  # the weights trained (not buffers)
     out = Path(cfg.out)
     ckpt_path = out / "checkpoint.pt"
     losses: list[float] = []
@@ -267,6 +277,7 @@ def train(cfg: TrainConfig) -> list[float]:
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["optimizer"])
         losses, start = list(saved["losses"]), int(saved["step"])
+        _check_steps_left(start, cfg, ctx.rank)
         torch.set_rng_state(saved["rng"].cpu())
         old_lr = _runlog.lr_change(saved.get("config", {}), cfg.lr)
         for group in opt.param_groups:
@@ -279,7 +290,7 @@ def train(cfg: TrainConfig) -> list[float]:
         if not cfg.quiet:
             print(_runlog.banner(world_size=ctx.world_size, data_parallel=cfg.data_parallel, device=ctx.device,
                                  backend=dist.get_backend() if dist.is_initialized() else "single process",
-                                 parameters=sum(p.numel() for p in model.parameters()), partition=cfg.partition,
+                                 parameters=num_parameters, partition=cfg.partition,
                                  model=f"{type(inner).__name__} from {cfg.model}" if cfg.model else "MeshGraphNet",
                                  partition_meta=meta, data=cfg.data, steps=cfg.steps, start=start), flush=True)
     log = _Logger(ctx.rank == 0, cfg, start, round(reader.mean_nodes()) * cfg.data_parallel)
@@ -348,7 +359,7 @@ def train(cfg: TrainConfig) -> list[float]:
             raise _step_failure(err, f"rank {ctx.rank}: step {step}", ckpt_path, inner if cfg.model else None) from err
         batch = [int(reader.train[sample_index(cfg.seed, step, d, cfg.data_parallel, len(reader.train))])
                  for d in range(cfg.data_parallel)]
-        batch_loss = _check_finite(flags, step=step, samples=batch, data=cfg.data, last=last_saved)
+        batch_loss = _check_finite(flags, step=step, samples=batch, data=cfg.data, last=last_saved, names=names)
         if step == 0 and ctx.rank == 0:
             grads = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
             _atomic_save({"loss": batch_loss, "grads": grads.cpu(), "sample": s}, out / "first_step.pt")
@@ -365,7 +376,8 @@ def train(cfg: TrainConfig) -> list[float]:
                 "step": done, "model": model.state_dict(), "optimizer": opt.state_dict(), "losses": losses,
                 "rng": torch.get_rng_state(),
                 "config": {**asdict(cfg), "normalisation": reader.normaliser.to_dict(), "model_sha256": digest,
-                           "target_fields": reader.dataset.meta["targets"]},  # predict names its outputs by them
+                           "target_fields": reader.dataset.meta["targets"],  # predict names its outputs by them
+                           "num_parameters": num_parameters},
                 "world_size": ctx.world_size, "identity": identity,
             })
         if done % cfg.checkpoint_every == 0 or done == cfg.steps:
@@ -483,14 +495,49 @@ _MESHGRAPHNET_FLAGS = {"latent": ("--latent", 64), "hidden_layers": ("--hidden-l
                        "activation": ("--activation", "relu"), "checkpoint_steps": ("--checkpoint-steps", False)}
 
 
-def _model_settings(args: Any) -> str | None:
-    """Fill the MeshGraphNet settings' defaults; with --model, refuse them (one line) and read --model-args."""
+#: Settings a resumed run takes from its checkpoint when they are not on the command line (argparse
+#: default None), and their defaults for a new run: argument name -> (config key, default).
+_RUN_SETTINGS = {"latent": ("latent_size", 64), "hidden_layers": ("hidden_layers", 2),
+                 "mp_steps": ("message_passing_steps", 6), "activation": ("activation", "relu"),
+                 "dtype": ("dtype", "float32"), "precision": ("precision", "fp32"), "seed": ("seed", 0),
+                 "data_parallel": ("data_parallel", 1), "lr": ("lr", 1e-3), "every": ("checkpoint_every", 20),
+                 "log_every": ("log_every", 10), "val_every": ("val_every", 0),
+                 "checkpoint_steps": ("checkpoint_steps", False)}
+
+
+def _saved_config(args: Any) -> dict[str, Any]:
+    """With --resume, the run's settings from RUN/checkpoint.pt (read as plain values); else {}.
+    A missing or unreadable checkpoint gives {}: the run-folder check refuses it in one line."""
+    if not args.resume:
+        return {}
+    try:
+        return dict(load_checkpoint(Path(args.out) / "checkpoint.pt").get("config") or {})
+    except (ValueError, OSError):
+        return {}
+
+
+def _check_steps_left(done: int, cfg: TrainConfig, rank: int = 0) -> None:
+    """Refuse (one line) a resume whose --steps is below the steps the run has done; a run already
+    at --steps resumes to nothing, with a note (a job that is started again after it ended)."""
+    if cfg.steps < done:
+        raise ValueError(f"{cfg.out}: Expected --steps of at least the {done} steps the run has done, to resume it "
+                         f"(got {cfg.steps}); --steps is the total, not the steps to add")
+    if cfg.steps == done and not cfg.quiet and rank == 0:
+        print(f"note: {cfg.out} has done its {done} steps already: nothing to train (raise --steps to go on)",
+              file=sys.stderr)
+
+
+def _model_settings(args: Any, saved: dict[str, Any]) -> str | None:
+    """Fill the settings left out: on --resume the run's (``saved``), else the defaults; with
+    --model, refuse MeshGraphNet's flags (one line) and read --model-args (on --resume with the
+    run's --model, the run's arguments unless given). The model file itself is never taken from
+    the checkpoint: code is imported only from a --model on the command line."""
     from ._usermodel import normalise_spec, parse_model_args
 
     given = [flag for key, (flag, _) in _MESHGRAPHNET_FLAGS.items() if getattr(args, key) not in (None, False)]
-    for key, (_, default) in _MESHGRAPHNET_FLAGS.items():
+    for key, (name, default) in _RUN_SETTINGS.items():
         if getattr(args, key) is None:
-            setattr(args, key, default)
+            setattr(args, key, saved.get(name, default) if not (args.model and key in _MESHGRAPHNET_FLAGS) else default)
     if not args.model:
         return "Expected --model-args only with --model" if args.model_args else None
     if given:
@@ -498,14 +545,17 @@ def _model_settings(args: Any) -> str | None:
                 "as --model-args '{\"name\": value}'")
     try:
         args.model = normalise_spec(args.model)
-        args.model_args = parse_model_args(args.model_args)
+        if args.model_args is None and saved.get("model") == args.model:
+            args.model_args = dict(saved.get("model_args") or {})
+        else:
+            args.model_args = parse_model_args(args.model_args)
     except ValueError as err:
         return str(err)
     return None
 
 
 def _run(args: Any) -> int:
-    problem = _model_settings(args) or _check_counts(args)
+    problem = _model_settings(args, _saved_config(args)) or _check_counts(args)
     if problem:
         print(f"meshshard train: error: {problem}", file=sys.stderr)
         return 2
@@ -517,12 +567,14 @@ def _run(args: Any) -> int:
         val_every=args.val_every, dtype=args.dtype, precision=args.precision,
         checkpoint_steps=args.checkpoint_steps, model=args.model or "", model_args=args.model_args or {},
     )
-    from ._launch import check_input_folders, run_command
+    from ._launch import check_apart, check_input_folders, run_command
 
     def check() -> None:  # the RUN checks again here, so that a refusal is one line before any rank starts
         from meshshard.partition import check_partition_matches, open_dataset
 
-        check_input_folders((cfg.partition, "partition folder"), (cfg.data, "dataset folder"))
+        folders = ((cfg.partition, "partition folder"), (cfg.data, "dataset folder"))
+        check_input_folders(*folders)
+        check_apart(cfg.out, *folders)
         data = open_dataset(cfg.data)
         _check_has_targets(data)
         _runlog.check_run_folder(cfg.out, cfg.resume, cfg.force)
@@ -533,6 +585,8 @@ def _run(args: Any) -> int:
                              len(data.target_channels))
         if cfg.resume:
             saved = load_checkpoint(Path(cfg.out) / "checkpoint.pt")
+            if cfg.steps < int(saved["step"]):
+                _check_steps_left(int(saved["step"]), cfg)
             _runlog.check_resume(saved.get("config", {}), saved.get("identity"), asdict(cfg),
                                  _runlog.run_identity(check_partition_matches(data, cfg.partition), cfg.data))
 
@@ -549,7 +603,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--data", required=True, help="dataset folder (meshshard dataset)")
     p.add_argument("--out", required=True, help="run folder: checkpoint.pt, log.jsonl")
     p.add_argument("--steps", type=int, default=100)
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr", type=float, default=None,
+                   help="learning rate (default 1e-3; on --resume the run's, and a changed one is applied)")
     p.add_argument("--model", default=None, metavar="FILE.py:NAME",
                    help="your own model instead of MeshGraphNet: NAME(node_in, edge_in, node_out, **model_args) in a "
                    "Python file or module (docs/training.md)")
@@ -558,18 +613,22 @@ def register(subparsers: Any) -> None:
     p.add_argument("--hidden-layers", type=int, default=None, help="MeshGraphNet's hidden layers per MLP (default 2)")
     p.add_argument("--mp-steps", type=int, default=None, help="MeshGraphNet's message-passing steps (default 6; paper: 15)")
     p.add_argument("--activation", default=None, help="MeshGraphNet's activation (default relu)")
-    p.add_argument("--data-parallel", type=int, default=1, help="data-parallel groups; domain size = world / this")
-    p.add_argument("--every", type=int, default=20, help="checkpoint every N steps")
-    p.add_argument("--resume", action="store_true", help="continue from RUN/checkpoint.pt (a changed --lr is applied)")
+    p.add_argument("--data-parallel", type=int, default=None,
+                   help="data-parallel groups; domain size = world / this (default 1)")
+    p.add_argument("--every", type=int, default=None, help="checkpoint every N steps (default 20)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from RUN/checkpoint.pt; settings left out are the run's (a changed --lr is applied)")
     p.add_argument("--force", action="store_true", help="start RUN over (deletes only the files train writes in it)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--log-every", type=int, default=10)
-    p.add_argument("--val-every", "--eval-every", dest="val_every", type=int, default=0,
-                   help="mean loss over the validation split every K steps and at the end (0: off)")
-    p.add_argument("--checkpoint-steps", action="store_true", help="activation checkpointing per processor step")
-    p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16-mixed"],
+    p.add_argument("--seed", type=int, default=None,
+                   help="seeds the weights and the order of the training samples (default 0)")
+    p.add_argument("--log-every", type=int, default=None, help="print and log every N steps (default 10)")
+    p.add_argument("--val-every", "--eval-every", dest="val_every", type=int, default=None,
+                   help="mean loss over the validation split every K steps and at the end (default 0: off)")
+    p.add_argument("--checkpoint-steps", action="store_true", default=None,
+                   help="MeshGraphNet: recompute each message-passing step in backward (less memory, more time)")
+    p.add_argument("--dtype", default=None, choices=["float32", "float64"], help="parameters and data (default float32)")
+    p.add_argument("--precision", default=None, choices=["fp32", "bf16-mixed"],
                    help="bf16-mixed: bfloat16 matrix products under autocast, float32 weights, sums and loss")
     p.add_argument("--nproc", type=int, default=0, help="start this many local ranks (when not under torchrun)")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", "-q", action="store_true", help="no banner, no per-step lines (errors and notes still print)")
     p.set_defaults(func=_run)

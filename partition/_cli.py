@@ -92,7 +92,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from meshshard.partition._dataset import PARTITIONS_FILE
+    from meshshard.partition._dataset import PARTITIONS_FILE, plural
     from meshshard.partition._format import read_metadata
     from meshshard.partition._verify import verify_partition
 
@@ -110,7 +110,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             print(f"FAIL {problem}")
         print(f"{args.dir}: {len(problems)} problem(s) found")
         return 1
-    print(f"{args.dir}: OK ({meta['num_parts']} parts, {meta['num_nodes']:,} nodes, "
+    print(f"{args.dir}: OK ({plural(meta['num_parts'], 'part')}, {meta['num_nodes']:,} nodes, "
           f"{meta['num_edges']:,} directed edges, halo_hops={meta['halo_hops']}; ownership, "
           "edges, halo, plans, checksums checked)")
     return 0

@@ -986,14 +986,20 @@ def read_partitions_metadata(parts: str | os.PathLike[str]) -> dict[str, Any]:
                         "sha256": source.get("sha256") if source.get("kind") == "dataset" else None}]}
 
 
-def check_partition_matches(dataset: Dataset | str | os.PathLike[str], parts: str | os.PathLike[str]) -> dict[str, Any]:
+def check_partition_matches(dataset: Dataset | str | os.PathLike[str], parts: str | os.PathLike[str],
+                            hint: str | None = None) -> dict[str, Any]:
     """Raise a one-line ``ValueError`` unless PARTS was made from this dataset's meshes (node
-    counts and mesh checksums); return PARTS' metadata (see :func:`read_partitions_metadata`)."""
+    counts and mesh checksums); return PARTS' metadata (see :func:`read_partitions_metadata`).
+
+    The error ends with ``hint``; by default, how to partition the dataset into a new folder (never
+    over PARTS, which may be another dataset's partition that something still needs)."""
     data = dataset if isinstance(dataset, Dataset) else open_dataset(dataset)
     meta = read_partitions_metadata(parts)
     mine = data.meta["meshes"]
     theirs = meta["meshes"]
-    hint = f"re-run: meshshard partition {data.path} --parts {meta['num_parts']} --out {parts} --force"
+    if hint is None:
+        hint = (f"partition it into a new folder: meshshard partition {data.path} --parts {meta['num_parts']} "
+                "--out NEW_PARTS")
     if len(theirs) != len(mine):
         raise ValueError(f"{parts}: partition made for another dataset ({plural(len(theirs), 'mesh', 'meshes')}; "
                          f"{data.path} has {len(mine)}); {hint}")

@@ -34,8 +34,10 @@ def print_summary(meta: Mapping[str, Any], seconds: Mapping[str, float] | None =
     from rich.console import Console
     from rich.table import Table
 
+    from meshshard.partition._dataset import plural
+
     console = Console(file=file or sys.stdout, highlight=False, soft_wrap=True)
-    table = Table(title=f"{meta['num_parts']} parts, {meta['method']} on the "
+    table = Table(title=f"{plural(meta['num_parts'], 'part')}, {meta['method']} on the "
                         f"{meta.get('graph')} graph, halo_hops={meta['halo_hops']}")
     for name in ("part", "owned", "ghosts", "edges", "sent rows"):
         table.add_column(name, justify="right")

@@ -76,7 +76,7 @@ def test_errors_under_nproc_are_one_line_with_the_first_failing_rank(setup: dict
     assert run.returncode == 2, run.stderr
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1, run.stderr
-    assert re.fullmatch(r"meshshard train: error: rank [01]: Expected a partition into 1 parts \(2 ranks / 2 "
+    assert re.fullmatch(r"meshshard train: error: rank [01]: Expected a partition into 1 part \(2 ranks / 2 "
                         rf"data-parallel\) \(got 2 parts in {re.escape(setup['cfg'].partition)}\)", lines[0]), lines
     # both ranks fail alike; whichever exits first is reported
     debug = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=os.environ | {"MESHSHARD_DEBUG": "1"})

@@ -10,6 +10,7 @@ float64, then predicted on 1, 2 and 3 ranks (partitions into 2 and 3 METIS parts
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import asdict
@@ -163,6 +164,8 @@ def test_predict_refuses_bad_requests_in_one_line(case: dict) -> None:
         (["--out", str(root / "taken")], "exists and is not empty (pass --force to replace earlier predictions)"),
         (["--out", str(root / "taken"), "--force"], "holds mine.txt, which meshshard predict did not write"),
         (["--out", str(root / "p"), "--samples", "nine"], "Expected --samples to list sample names or indices 0..4"),
+        (["--out", os.path.join(case["data"], "pred")], "Expected an output folder apart from the dataset folder"),
+        (["--out", str(case["run"])], "Expected an output folder apart from the run folder (got the run folder; "),
     ):
         proc = _cli(case["run"], "--data", case["data"], *args)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
@@ -301,5 +304,6 @@ def test_the_runs_partition_of_other_meshes_is_refused_without_suggesting_to_rep
     proc = _cli(layers["run"], "--data", str(root / "other"), "--out", str(root / "pred-other"), "--nproc", "2")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "partition made for another dataset" in proc.stderr and "--force" not in proc.stderr
-    assert proc.stderr.rstrip().endswith(f"it is the run's partition: make one of {root / 'other'} in a new folder and pass it: "
-                                          f"meshshard partition {root / 'other'} --parts 2 --out NEW_PARTS, then --partition NEW_PARTS")
+    assert proc.stderr.rstrip().endswith(
+        f"it is the run's own partition, which the run needs: make one of {root / 'other'} in a new folder and pass "
+        f"it: meshshard partition {root / 'other'} --parts 2 --out NEW_PARTS, then --partition NEW_PARTS")

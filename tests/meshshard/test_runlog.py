@@ -49,6 +49,71 @@ def test_a_run_that_stopped_before_its_first_checkpoint_points_to_force_not_resu
     assert [p.name for p in _runlog.check_run_folder(run, resume=False, force=True)] == ["log.jsonl"]
 
 
+def _train_args(*argv: str):
+    import argparse
+
+    from meshshard._train import register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    return parser.parse_args(["train", "parts", "--data", "data", "--out", "run", *argv])
+
+
+def test_a_resumed_run_takes_the_settings_left_out_from_its_checkpoint(tmp_path: Path) -> None:
+    from meshshard._train import _model_settings
+
+    saved = {"latent_size": 16, "hidden_layers": 1, "message_passing_steps": 2, "activation": "gelu", "dtype": "float64",
+             "precision": "fp32", "seed": 5, "data_parallel": 2, "lr": 3e-4, "checkpoint_every": 7, "log_every": 1,
+             "val_every": 3, "checkpoint_steps": True}
+    args = _train_args("--resume", "--latent", "32", "--lr", "1e-4", "--val-every", "0")
+    assert _model_settings(args, saved) is None
+    assert (args.latent, args.hidden_layers, args.mp_steps, args.activation, args.dtype, args.seed, args.data_parallel,
+            args.lr, args.every, args.log_every, args.val_every, args.checkpoint_steps) == (
+        32, 1, 2, "gelu", "float64", 5, 2, 1e-4, 7, 1, 0, True)  # given flags win; the rest are the run's
+    fresh = _train_args()
+    assert _model_settings(fresh, {}) is None
+    assert (fresh.latent, fresh.hidden_layers, fresh.mp_steps, fresh.activation, fresh.dtype, fresh.precision, fresh.seed,
+            fresh.data_parallel, fresh.lr, fresh.every, fresh.log_every, fresh.val_every, fresh.checkpoint_steps) == (
+        64, 2, 6, "relu", "float32", "fp32", 0, 1, 1e-3, 20, 10, 0, False)
+    model = tmp_path / "m.py"
+    model.write_text("def build(a, b, c, hidden=4):\n    pass\n")
+    mine = {"model": f"{model.resolve()}:build", "model_args": {"hidden": 8}, "seed": 3}
+    for argv, expected in ((("--model", f"{model}:build"), {"hidden": 8}),  # the run's arguments
+                           (("--model", f"{model}:build", "--model-args", '{"hidden": 2}'), {"hidden": 2})):
+        args = _train_args("--resume", *argv)
+        assert _model_settings(args, mine) is None and args.model_args == expected and args.seed == 3
+    other = tmp_path / "other.py"
+    other.write_text(model.read_text())
+    args = _train_args("--resume", "--model", f"{other}:build")
+    assert _model_settings(args, mine) is None and args.model_args == {}  # another model: not the run's arguments
+    args = _train_args("--resume", "--model", f"{model}:build")
+    assert _model_settings(args, saved) is None and args.latent == 64  # MeshGraphNet's settings are not a model's
+
+
+def test_resume_refuses_fewer_steps_than_done_and_notes_a_finished_run(capsys) -> None:
+    from meshshard._train import TrainConfig, _check_steps_left
+
+    _check_steps_left(10, TrainConfig(partition="p", data="d", out="run", steps=30))
+    with pytest.raises(ValueError, match=r"^run: Expected --steps of at least the 30 steps the run has done, to resume "
+                                         r"it \(got 10\); --steps is the total, not the steps to add$"):
+        _check_steps_left(30, TrainConfig(partition="p", data="d", out="run", steps=10))
+    assert capsys.readouterr().err == ""
+    _check_steps_left(30, TrainConfig(partition="p", data="d", out="run", steps=30))
+    assert capsys.readouterr().err == "note: run has done its 30 steps already: nothing to train (raise --steps to go on)\n"
+
+
+def test_outputs_are_refused_among_the_inputs(tmp_path: Path) -> None:
+    from meshshard._launch import check_apart
+
+    (tmp_path / "parts").mkdir()
+    folders = ((tmp_path / "parts", "partition folder"), (tmp_path / "data", "dataset folder"))
+    check_apart(tmp_path / "run", *folders)
+    check_apart(tmp_path / "parts-run", *folders)  # a name that merely starts like an input's
+    for out, how in ((tmp_path / "parts", "that folder"), (tmp_path / "data" / "run", "a folder inside it")):
+        with pytest.raises(ValueError, match=rf"Expected an output folder apart from the .* folder .* \(got {how}\)$"):
+            check_apart(out, *folders)
+
+
 def test_resume_refuses_changes_that_break_exactness_and_reports_an_lr_change() -> None:
     saved = {"latent_size": 8, "hidden_layers": 1, "message_passing_steps": 2, "activation": "relu",
              "dtype": "float64", "precision": "fp32", "seed": 0, "data_parallel": 1, "lr": 0.01, "out": "run"}

@@ -69,18 +69,19 @@ def test_non_finite_data_loss_or_gradient_stops_every_rank_and_keeps_the_last_go
     outcomes = run_ranks(_train_several, 2, cfgs, timeout=240)
     assert outcomes[0] == outcomes[1], "every rank stops with the same error"
     nan_run, nan_resumed, inf_run, diverged = outcomes[0]
-    expected = (rf"Expected finite training data \(got nan in the inputs of sample {sample} at node {node}, read by "
+    name = open_dataset(nan_inputs).meta["samples"][sample]["name"]
+    expected = (rf"Expected finite training data \(got nan in the inputs of sample {sample} \({name}\) at node {node}, read by "
                 rf"rank 1 at step 2\); fix the dataset {nan_inputs}")
     assert nan_run[0] == "ValueError" and nan_run[1] == expected.replace("\\", ""), nan_run
     assert nan_resumed == nan_run  # the resumed run stops at the same place
-    assert inf_run[0] == "ValueError" and f"(got inf in the targets of sample {sample} at node {node}" in inf_run[1]
+    assert inf_run[0] == "ValueError" and f"(got inf in the targets of sample {sample} ({name}) at node {node}" in inf_run[1]
     for run in ("nan", "inf"):
         ckpt = load_checkpoint(setup["root"] / run / "checkpoint.pt")
         assert ckpt["step"] == 2, "the last good checkpoint is kept"
         assert all(bool(torch.isfinite(v).all()) for v in ckpt["model"].values())
     assert diverged[0] == "NonFiniteLoss", diverged
-    assert diverged[1].startswith("step 1: the loss is not finite (nan) on sample(s) ["), diverged
-    assert diverged[1].endswith("]; training stopped before the optimizer step, so no non-finite weights are saved "
+    assert re.match(r"step 1: the loss is not finite \(nan\) on sample\(s\) \d+ \(\w+\); ", diverged[1]), diverged
+    assert diverged[1].endswith("; training stopped before the optimizer step, so no non-finite weights are saved "
                                 "(last checkpoint: none yet). Lower --lr or check the data."), diverged
     assert not (setup["root"] / "diverges" / "checkpoint.pt").exists()
 
@@ -115,9 +116,11 @@ def test_a_non_finite_gradient_is_reported_with_the_step_and_samples() -> None:
     assert _check_finite(flags, step=5, samples=[3], data="DATA", last="none yet") == 0.25  # all finite
     model.weight.grad[0, 1] = float("inf")
     flags = _local_flags(loss, None, model.parameters(), rank=1, world=2)
-    with pytest.raises(NonFiniteLoss, match=r"^step 5: a gradient is not finite \(loss 0\.25\) on sample\(s\) \[3\]; "
+    with pytest.raises(NonFiniteLoss, match=r"^step 5: a gradient is not finite \(loss 0\.25\) on sample\(s\) 3; "
                                             r"training stopped before the optimizer step, .*\(last checkpoint: none yet\)"):
         _check_finite(flags, step=5, samples=[3], data="DATA", last="none yet")
+    with pytest.raises(NonFiniteLoss, match=r"on sample\(s\) 3 \(case-3\), 0 \(a\); training stopped"):
+        _check_finite(flags, step=5, samples=[3, 0], data="DATA", last="none yet", names=["a", "b", "c", "case-3"])
     flags = _local_flags(loss, (4, 17, "targets", float("-inf")), model.parameters(), rank=1, world=2)
     with pytest.raises(ValueError, match=r"^Expected finite training data \(got -inf in the targets of sample 4 at "
                                          r"node 17, read by rank 1 at step 5\); fix the dataset DATA$"):
