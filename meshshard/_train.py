@@ -602,7 +602,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("partition", help="partitions of the dataset (meshshard partition DATA)")
     p.add_argument("--data", required=True, help="dataset folder (meshshard dataset)")
     p.add_argument("--out", required=True, help="run folder: checkpoint.pt, log.jsonl")
-    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--steps", type=int, default=100,
+                   help="total training steps (default 100; a resumed run goes on up to this many)")
     p.add_argument("--lr", type=float, default=None,
                    help="learning rate (default 1e-3; on --resume the run's, and a changed one is applied)")
     p.add_argument("--model", default=None, metavar="FILE.py:NAME",
@@ -628,7 +629,8 @@ def register(subparsers: Any) -> None:
                    help="MeshGraphNet: recompute each message-passing step in backward (less memory, more time)")
     p.add_argument("--dtype", default=None, choices=["float32", "float64"], help="parameters and data (default float32)")
     p.add_argument("--precision", default=None, choices=["fp32", "bf16-mixed"],
-                   help="bf16-mixed: bfloat16 matrix products under autocast, float32 weights, sums and loss")
+                   help="fp32 (default), or bf16-mixed: bfloat16 matrix products under autocast, float32 weights, "
+                   "sums and loss")
     p.add_argument("--nproc", type=int, default=0, help="start this many local ranks (when not under torchrun)")
     p.add_argument("--quiet", "-q", action="store_true", help="no banner, no per-step lines (errors and notes still print)")
     p.set_defaults(func=_run)
