@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -571,6 +571,9 @@ def fully_shard_data_parallel(
     ``forward_methods`` (registered with ``torch.distributed.fsdp.register_fsdp_forward_method`` on
     each of ``modules`` that has them). MeshGraphNet runs each processor step inside its block's
     ``forward``, so ``modules=model.processor`` needs none.
+
+    A unit may take and return ``ShardTensor`` / ``GridTensor``: hooks around FSDP2's own let it
+    see the tensor inside (:class:`_ShardedIO`), which plain ``fully_shard`` does not.
     """
     from torch.distributed.fsdp import FSDPModule, fully_shard, register_fsdp_forward_method
 
@@ -586,4 +589,89 @@ def fully_shard_data_parallel(
     for sub in model.modules():
         if isinstance(sub, FSDPModule):
             sub.set_gradient_divide_factor(float(dp))
+            _ShardedIO(sub)
     return model
+
+
+class _Exposed(NamedTuple):
+    """A ShardTensor or GridTensor as FSDP2 can see inside it (a named tuple, one tensor in it)."""
+
+    local: Tensor
+    slot: int  # where the wrapper it came from is kept (the wrapper itself stays out of FSDP's sight)
+
+
+class _ShardedIO:
+    """Lets FSDP2 see the tensors inside the ShardTensor / GridTensor inputs and outputs of a unit.
+
+    FSDP2 finds a unit's tensors by walking tuples, lists, dicts, named tuples and dataclasses. It
+    hooks the output's tensors, to gather the parameters again for backward and to start the
+    unit's gradient reduction; it misses a tensor inside a ShardTensor. A unit returning one then
+    was never reduced (the gradients stayed per rank, silently) or ran backward on freed
+    parameters. Four hooks around FSDP2's own (which ``fully_shard`` registered first) swap each
+    ShardTensor / GridTensor for an :class:`_Exposed` just before FSDP2's hook and back just
+    after it, so the module's ``forward`` and its caller see the same objects as without FSDP2.
+    Methods registered with ``forward_methods`` are not hooked this way.
+    """
+
+    def __init__(self, module: nn.Module) -> None:
+        self.kept: list[Any] = []
+        module.register_forward_pre_hook(self._expose_inputs, prepend=True, with_kwargs=True)  # before FSDP2's
+        module.register_forward_pre_hook(self._restore_inputs, with_kwargs=True)  # after FSDP2's
+        module.register_forward_hook(self._expose_output, prepend=True)
+        module.register_forward_hook(self._restore_output, always_call=True)
+
+    def _expose(self, obj: Any) -> Any:
+        from .._grid_tensor import GridTensor
+        from .._tensor import ShardTensor
+
+        if isinstance(obj, ShardTensor | GridTensor):
+            self.kept.append(obj)
+            return _Exposed(obj.to_local(), len(self.kept) - 1)
+        if isinstance(obj, list | tuple) and not hasattr(obj, "_fields"):
+            items = [self._expose(v) for v in obj]
+            return obj if all(a is b for a, b in zip(items, obj)) else type(obj)(items)
+        if isinstance(obj, dict):
+            new = {k: self._expose(v) for k, v in obj.items()}
+            return obj if all(new[k] is v for k, v in obj.items()) else type(obj)(new)
+        return obj
+
+    def _restore(self, obj: Any) -> Any:
+        if isinstance(obj, _Exposed):
+            old = self.kept[obj.slot]
+            return old if obj.local is old.to_local() else _rewrap(old, obj.local)
+        if isinstance(obj, list | tuple) and not hasattr(obj, "_fields"):
+            return type(obj)(self._restore(v) for v in obj)
+        if isinstance(obj, dict):
+            return type(obj)({k: self._restore(v) for k, v in obj.items()})
+        return obj
+
+    def _expose_inputs(self, module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        self.kept = []
+        return self._expose(args), self._expose(kwargs)
+
+    def _restore_inputs(self, module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        if not self.kept:
+            return None
+        args, kwargs = self._restore(args), self._restore(kwargs)
+        self.kept = []
+        return args, kwargs
+
+    def _expose_output(self, module: nn.Module, args: tuple, output: Any) -> Any:
+        self.kept = []
+        return self._expose(output)
+
+    def _restore_output(self, module: nn.Module, args: tuple, output: Any) -> Any:
+        if not self.kept:
+            return None
+        output, self.kept = self._restore(output), []
+        return output
+
+
+def _rewrap(old: Any, local: Tensor) -> Any:
+    """``old``'s kind of sharded tensor, with the same layout, around ``local``."""
+    from .._grid_tensor import GridTensor
+    from .._tensor import ShardTensor
+
+    if isinstance(old, ShardTensor):
+        return ShardTensor(local, old.spec)
+    return GridTensor.from_local(local, old.layout, old.group)

@@ -112,6 +112,8 @@ def _train_sharded(rank: int, world: int, domain: int, how: str, layout: str = "
     elif how == "fsdp":
         inner = model
         model = fully_shard_data_parallel(inner, mesh, modules=list(inner.processor))
+    elif how == "fsdp-whole":  # one unit, whose output is a ShardTensor
+        model = fully_shard_data_parallel(model, mesh, modules=())
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     losses, reductions = [], []
     n = case.num_nodes // 2 if layout == "special" else case.num_nodes
@@ -131,7 +133,7 @@ def _train_sharded(rank: int, world: int, domain: int, how: str, layout: str = "
         batch = loss.detach().reshape(1).clone()
         dist.all_reduce(batch)
         losses.append(float(batch) / world)
-    if how == "fsdp":
+    if how.startswith("fsdp"):
         state = {k: v.full_tensor() for k, v in model.state_dict().items()}
     else:
         state = (model.module if how == "ddp" else model).state_dict()
@@ -152,7 +154,7 @@ def _assert_equal_training(result: dict, reference: tuple[list[float], dict], wh
 
 
 def test_two_by_two_wrapper_ddp_and_fsdp2_equal_single_process_training() -> None:
-    configs = [(2, "wrapper", "metis"), (2, "ddp", "metis"), (2, "fsdp", "metis")]
+    configs = [(2, "wrapper", "metis"), (2, "ddp", "metis"), (2, "fsdp", "metis"), (2, "fsdp-whole", "metis")]
     results = run_ranks(_data_x_domain, 4, configs, timeout=240)[0]
     reference = _reference(2)
     for (_, how, *_), result in zip(configs, results):
@@ -170,6 +172,62 @@ def test_two_by_one_and_one_by_two_equal_single_process_training() -> None:
     for (_, how, *_), result in zip(configs[:3], results):
         _assert_equal_training(result, two_samples, f"2 data x 1 domain, {how}")
     _assert_equal_training(results[3], _reference(1), "1 data x 2 domain, wrapper, activation checkpointing")
+
+
+class _Convs(nn.Module):
+    """Two PyG layers in ShardConv: units whose inputs and outputs are ShardTensors."""
+
+    def __init__(self) -> None:
+        from torch_geometric.nn import SAGEConv
+
+        from meshshard.nn import ShardConv
+
+        super().__init__()
+        torch.manual_seed(4)
+        self.c1, self.c2 = ShardConv(SAGEConv(3, 8)).double(), ShardConv(SAGEConv(8, 1)).double()
+
+    def forward(self, x, graph):
+        return self.c2(torch.tanh(self.c1(x, graph)), graph)
+
+
+def _train_convs(rank: int, world: int, units: str | None) -> list:
+    """2 data x 2 domain, FSDP2 with the two layers as units (``"layers"``) or one unit (``"model"``);
+    ``None``: one process on the whole mesh with both data ranks' samples in each batch."""
+    case = mesh_case(MESH, 2)
+    model = _Convs()
+    if units is None:
+        graph, own, data_rank, dp = torch.as_tensor(case.edge_index), slice(None), None, 2
+    else:
+        mesh = init_device_mesh_2d(2)
+        graph = ShardGraph.from_partition(case.parts[mesh.domain_rank], mesh.domain_group, dtype=torch.float64)
+        own, data_rank, dp = graph.spec.global_ids, mesh.data_rank, 1
+        model = fully_shard_data_parallel(model, mesh, modules=[model.c1, model.c2] if units == "layers" else ())
+    opt = torch.optim.Adam(model.parameters(), lr=LR)
+    for step in range(STEPS):
+        loss = 0
+        for d in ([data_rank] if units else range(dp)):
+            x, y = (t[own] for t in _sample(step, d, case.num_nodes))
+            if units:
+                x, y = ShardTensor.from_local(x, graph.spec), ShardTensor.from_local(y, graph.spec)
+            loss = loss + ((model(x, graph) - y) ** 2).mean() / dp
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    state = {k: v.full_tensor() if units else v for k, v in model.state_dict().items()}
+    return [v.detach().numpy().copy() for v in state.values()]
+
+
+def test_fsdp2_units_that_take_and_return_shard_tensors_train_as_one_process() -> None:
+    """FSDP2 finds a unit's tensors in tuples, dicts and dataclasses only: without meshshard's help
+    it missed ShardTensor outputs and left the gradients unreduced (one unit) or ran the backward
+    on freed parameters (ShardConv units)."""
+    reference = _train_convs(0, 1, None)
+    for units in ("model", "layers"):
+        got = run_ranks(_train_convs, 4, units, timeout=120)
+        for rank_state in got:
+            for a, b in zip(rank_state, reference, strict=True):
+                torch.testing.assert_close(torch.from_numpy(a), torch.from_numpy(b), rtol=1e-10, atol=1e-12,
+                                           msg=lambda m: f"FSDP2 units: {units}: {m}")
 
 
 # --- 3 ranks, pure domain parallelism: empty rank, unused parameters, no_sync, debug check ---------
