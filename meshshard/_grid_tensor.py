@@ -496,6 +496,18 @@ class GridTensor:
 
     # --- element-wise torch functions ---------------------------------------------------------
 
+    def __getattr__(self, name: str) -> Any:
+        # Tensor methods (g.relu(), g.tanh()) go through __torch_function__, as torch.relu(g) does:
+        # the element-wise ones run on the local box, the others are refused there with the reason.
+        method = getattr(Tensor, name, None) if not name.startswith("_") else None
+        if method is None or not callable(method):
+            raise AttributeError(f"'GridTensor' object has no attribute {name!r}")
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return GridTensor.__torch_function__(method, (GridTensor,), (self, *args), kwargs)
+
+        return call
+
     @classmethod
     def __torch_function__(cls, func: Callable[..., Any], types: Any, args: tuple = (),
                            kwargs: dict | None = None) -> Any:

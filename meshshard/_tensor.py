@@ -138,7 +138,10 @@ def register_rowwise(fn: Callable[..., Any]) -> Callable[..., Any]:
 _HINTS = {
     "sum": "ShardTensor.sum() (a global sum over nodes)",
     "mean": "ShardTensor.mean() (a global mean over nodes)",
+    "matmul": "x @ W with the ShardTensor x on the left and a plain weight W of 1 or 2 dims (row-wise), or "
+              "full_tensor() for the whole tensor",
 }
+_MATMUL = {torch.matmul, Tensor.matmul, Tensor.__matmul__}
 _DEFAULT_HINT = (
     "with_halo() for owned + ghost rows, full_tensor() or gather() for the whole tensor, "
     "redistribute() for another layout, or to_local() to work on the owned rows explicitly"
@@ -518,6 +521,11 @@ class ShardTensor:
             return _dim_wise(func, name, args, kwargs)
         if func in _SHAPE:
             return _reshape(func, name, args, kwargs)
+        if (func in _MATMUL and len(args) == 2 and not kwargs and isinstance(args[0], ShardTensor) and args[0].ndim >= 2
+                and isinstance(args[1], Tensor) and args[1].dim() in (1, 2)):
+            return _wrap(torch.matmul(args[0]._local, args[1]), args[0]._spec)  # rows times a weight: row-wise
+        if func in _MATMUL:
+            name = "matmul"
         if func is torch.cat:
             tensors = args[0]
             dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
@@ -542,6 +550,12 @@ class ShardTensor:
 
     def __add__(self, other: Any) -> ShardTensor:
         return torch.add(self, other)
+
+    def __matmul__(self, other: Any) -> ShardTensor:
+        return torch.matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> Any:
+        return torch.matmul(other, self)
 
     def __radd__(self, other: Any) -> ShardTensor:
         return torch.add(other, self)
@@ -657,7 +671,9 @@ def _dim_wise(func: Callable[..., Any], name: str, args: tuple, kwargs: dict) ->
         over = "every dimension" if dims is None else "the node dimension (0)"
         hint = "ShardTensor.sum() / .mean() (global, replicated)" if name in ("sum", "mean") else (
             "a feature dimension (dim=-1), or full_tensor() for the whole tensor")
-        raise TypeError(f"{name} over {over} mixes rows and would be wrong on shards of a ShardTensor; use {hint}")
+        raise TypeError(f"{name} over {over} mixes rows and would be wrong on shards of a ShardTensor; use {hint} "
+                        "(a PyG normalisation layer, GraphNorm or LayerNorm(mode='graph'), is exact on shards "
+                        "inside meshshard.nn.ShardNorm)")
     result = func(*_unwrap(args), **_unwrap(kwargs))
     if isinstance(result, tuple):  # max / min with dim: (values, indices)
         return type(result)([ShardTensor(r, x._spec) for r in result])

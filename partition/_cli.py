@@ -85,8 +85,10 @@ def _cmd_info(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(dump_metadata(meta))
     else:
-        print(f"{args.dir}: {meta['format']} v{meta['format_version']}, input "
-              f"{meta['input'].get('name')} ({meta['input'].get('kind')})")
+        source = meta["input"]
+        what = (f"a grid of {' x '.join(map(str, meta.get('parameters', {}).get('shape', [])))} points"
+                if source.get("kind") == "grid" else f"{source.get('name')} ({source.get('kind')})")
+        print(f"{args.dir}: {meta['format']} v{meta['format_version']}, input {what}")
         print_summary(meta)
     return 0
 

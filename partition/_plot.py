@@ -26,7 +26,8 @@ def plot_partition(path: str | os.PathLike[str], out: str | os.PathLike[str], *,
     """
     meta = read_metadata(path)
     if not meta.get("pos_dim"):
-        raise ValueError(f"{path}: the partition has no coordinates to plot")
+        raise ValueError(f"{path}: the partition has no coordinates to plot (a METIS graph file has none; "
+                         f"meshshard info {path} describes it)")
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure

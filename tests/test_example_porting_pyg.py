@@ -13,9 +13,10 @@ from tests._meshes import data_file
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_porting_pyg_example_trains_on_shards_like_one_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["sfepy/big.mesh", "sfepy/cube_cylinder.mesh"])  # 2-D triangles, 3-D tets
+def test_porting_pyg_example_trains_on_shards_like_one_process(tmp_path: Path, name: str) -> None:
     pytest.importorskip("torch_geometric")
-    mesh = data_file("sfepy/big.mesh")
+    mesh = data_file(name)
     parts = tmp_path / "parts"
     subprocess.run([sys.executable, "-m", "meshshard", "partition", str(mesh), "--parts", "2", "--out", str(parts)], check=True, capture_output=True)
     done = subprocess.run(

@@ -75,7 +75,7 @@ def worker(parts: str, steps: int, check: str | None) -> None:
     target = ShardTensor.from_local(y_own, graph.spec)
 
     torch.manual_seed(0)  # the same initial weights on every rank
-    model = GraphSAGE(3, 32, 2).double()
+    model = GraphSAGE(x_own.shape[1], 32, 2).double()  # 2-D or 3-D coordinates, and a constant
     reference = copy.deepcopy(model)
     losses = train(DomainParallel(model), x, graph, target, steps)
     import torch.distributed as dist

@@ -172,7 +172,7 @@ class ShardNorm(nn.Module):
     def forward(self, x: Any, *args: Any, **kwargs: Any) -> Any:
         if not isinstance(x, ShardTensor) or self.kind == "BatchNorm":
             return self.norm(x, *args, **kwargs)
-        if args or kwargs.get("batch") is not None:
+        if any(a is not None for a in args) or kwargs.get("batch") is not None:  # (PyG's MLP passes None, None)
             raise TypeError("ShardNorm: 'batch' (several graphs in one shard) is not supported on shards")
         m = self.norm
         if self.kind == "GraphNorm":

@@ -208,6 +208,12 @@ def test_errors_before_any_exchange():
         GridPool(nn.MaxPool2d(2, ceil_mode=True))
     with pytest.raises(TypeError, match="would be wrong at the box borders of a GridTensor"):
         torch.sum(x)
+    with pytest.raises(TypeError, match="would be wrong at the box borders of a GridTensor"):
+        x.sum()  # a Tensor method goes the same way as the torch function
+    for method in ("relu", "tanh", "sigmoid"):  # element-wise methods run on the box, as the functions do
+        torch.testing.assert_close(getattr(x, method)().to_local(), getattr(torch, method)(x).to_local(), rtol=0, atol=0)
+    with pytest.raises(AttributeError, match="'GridTensor' object has no attribute 'no_such_method'"):
+        x.no_such_method()
     with pytest.raises(TypeError, match="torch.cat along a spatial dim changes the layout"):
         torch.cat([x, x], dim=2)
     with pytest.raises(ValueError, match=r"Expected a local tensor of shape \(B, C, 9, 6\)"):

@@ -198,13 +198,14 @@ def _check_norms(inp: _Inputs, world: int) -> None:
         norm = ShardNorm(copy.deepcopy(ref))
         assert norm.state_dict().keys() == ref.state_dict().keys()
         what = f"ShardNorm({type(ref).__name__}) R={world}"
-        for mode in ("train", "train", "eval"):
+        for k, mode in enumerate(("train", "train", "eval")):
             ref.train(mode == "train"), norm.train(mode == "train")
             x = inp.x.clone().requires_grad_()
-            y_ref = ref(x)
+            none = (None, None) if k == 1 else ()  # batch=None, batch_size=None, as PyG's MLP passes them
+            y_ref = ref(x, *none)
             (y_ref * inp.w[:, :F_IN]).sum().backward()
             xs = ShardTensor.from_local(inp.x[inp.own].clone().requires_grad_(), inp.graph.spec)
-            y = norm(xs)
+            y = norm(xs, *none)
             (y * ShardTensor.from_local(inp.w[inp.own, :F_IN], inp.graph.spec)).sum().backward()
             _close(y.to_local().detach(), y_ref.detach()[inp.own], f"{what} {mode}: output")
             _close(_grad(xs.to_local()) if xs.grad is None else xs.grad.to_local(), x.grad[inp.own], f"{what} {mode}: input grad")

@@ -195,7 +195,9 @@ def _swish(t):
 
 
 # every row-wise operation: the same code runs on a ShardTensor and on the whole tensor
+_W = torch.randn(6, 4, generator=torch.Generator().manual_seed(11), dtype=torch.float64)
 _ROWWISE = {
+    "matmul by a weight": lambda t: (t @ _W) + torch.matmul(t, _W[:, 0]).unsqueeze(1) + t.matmul(_W),
     "comparisons": lambda t: torch.where(t > 0, t, 0.5 * t) + (t >= 0.1).double() * t + (t < -0.2).double()
     + torch.gt(t, 0.3).double() + torch.le(t, 0.0).double() * t + (t == t).double() + torch.ne(t, 0.5).double(),
     "logic": lambda t: torch.logical_and(t > 0, t < 1).double() * t + torch.logical_not(t > 0).double()
@@ -262,9 +264,11 @@ def _check_rowwise_ops(case, rank):
         x[x.to_local()[:, 0] > 0]
     with pytest.raises(TypeError, match=r"view to \(\d+,\) would change the node dimension .* keep dimension 0"):
         x.view(-1)
+    with pytest.raises(TypeError, match=r"matmul is not a row-wise operation .* use x @ W with the ShardTensor x on the left"):
+        torch.ones(2, spec.num_owned, dtype=dt) @ x
     with pytest.raises(TypeError, match=r"softmax over the node dimension \(0\) mixes rows .* use a feature dimension"):
         F.softmax(x, dim=0)
-    with pytest.raises(TypeError, match=r"norm over every dimension mixes rows"):
+    with pytest.raises(TypeError, match=r"norm over every dimension mixes rows .* is exact on shards inside meshshard.nn.ShardNorm\)$"):
         x.norm()
     with pytest.raises(TypeError, match=r"flatten would move or merge the node dimension"):
         x.flatten()

@@ -138,6 +138,8 @@ def test_partition_grid_command(tmp_path, capsys):
     np.testing.assert_array_equal(p.ghost_ids, expected.ghost_ids)
     assert p.metadata["parameters"]["periodic"] is True
     capsys.readouterr()
+    assert main(["info", str(out)]) == 0
+    assert capsys.readouterr().out.startswith(f"{out}: meshshard-partition v2, input a grid of 12 x 10 x 3 points\n")
     assert main(["partition", "--grid", "12,10", "--parts", "3", "--proc-grid", "2,2",
                  "--out", str(tmp_path / "x")]) == 2
     assert "Expected 'proc_grid' (2, 2) to hold --parts 3 ranks" in capsys.readouterr().err
