@@ -447,7 +447,7 @@ def _whole_layout(data: Any, mesh: int, model: Any, normaliser: Any, dtype: Any,
 def _shard_layout(data: Any, reader: Any, mesh: int, model: Any, ctx: Any, pieces: bool, spec: str | None,
                   num_targets: int) -> _Layout:
     from meshshard import ShardTensor
-    from meshshard._usermodel import check_output, shard_hint
+    from meshshard._usermodel import check_output, first_line, shard_hint
 
     graph, ea, owned = reader.shard(mesh)
     owned = np.asarray(owned, dtype=np.int64)
@@ -461,9 +461,8 @@ def _shard_layout(data: Any, reader: Any, mesh: int, model: Any, ctx: Any, piece
 
             if is_peer_failure(err):
                 raise
-            first = str(err).strip().splitlines()[0] if str(err).strip() else ""
             hint = shard_hint(model) if spec else ""
-            raise RuntimeError(f"the model's forward failed ({type(err).__name__}: {first}){hint}") from err
+            raise RuntimeError(f"the model's forward failed ({type(err).__name__}: {first_line(err)}){hint}") from err
         if spec:
             check_output(out, len(owned), num_targets, spec, sharded=True, group=reader.group, device=reader.device)
         return out.to_local()

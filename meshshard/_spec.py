@@ -60,10 +60,10 @@ def _digest(*parts: Any) -> str:
 def _partition_layout(partition: Any, rank: int, world: int) -> tuple[tuple[int, ...], Tensor]:
     """Every rank's owned count and this rank's owned global ids, checked on this rank."""
     if partition.num_parts != world:
-        raise ValueError(
-            f"Expected a partition into {world} part{'s' * (world != 1)} for a group of {world} rank{'s' * (world != 1)} "
-            f"(got {partition.num_parts} part{'s' * (partition.num_parts != 1)})"
-        )
+        from meshshard.partition._dataset import plural
+
+        raise ValueError(f"Expected a partition into {plural(world, 'part')} for a group of {plural(world, 'rank')} "
+                         f"(got {plural(partition.num_parts, 'part')})")
     if partition.rank != rank:
         raise ValueError(f"Expected the part of rank {rank} (got the part of rank {partition.rank})")
     counts = tuple(int(c) for c in partition.num_owned_per_part)

@@ -118,9 +118,9 @@ def _step_failure(err: Exception, where: str, ckpt_path: Path, user_model: Any, 
     """The one-line error for a step (or validation pass) that raised: a collective's failure (a
     peer died or stopped) or the model's own error, whatever its type, with a hint for a model
     whose PyG layers are not wrapped in ShardConv, and what is left to resume from."""
-    from meshshard._usermodel import shard_hint
+    from meshshard._usermodel import first_line, shard_hint
 
-    first = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    first = f"{type(err).__name__}: {first_line(err)}"
     if is_peer_failure(err):
         return PeerFailure(f"{where} failed: a collective raised, so a peer rank probably died or stopped responding "
                            f"({first}). Last checkpoint: {_describe_checkpoint(ckpt_path)}")
@@ -203,8 +203,8 @@ def _check_finite(flags: torch.Tensor, *, step: int, samples: list[int], data: s
                 f"dataset {data}"
             )
     loss = values[0] / world
-    tail = (f"on sample(s) {', '.join(sample_of(i) for i in samples)}; training stopped before the optimizer step, so no non-finite weights are saved "
-            f"(last checkpoint: {last}). Lower --lr or check the data.")
+    tail = (f"on sample(s) {', '.join(sample_of(i) for i in samples)}; training stopped before the optimizer step, "
+            f"so no non-finite weights are saved (last checkpoint: {last}). Lower --lr or check the data.")
     if not np.isfinite(loss):
         raise NonFiniteLoss(f"step {step}: the loss is not finite ({loss}) {tail}")
     if values[1]:
@@ -277,7 +277,9 @@ def train(cfg: TrainConfig) -> list[float]:
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["optimizer"])
         losses, start = list(saved["losses"]), int(saved["step"])
-        _check_steps_left(start, cfg, ctx.rank)
+        note = _check_steps_left(start, cfg)
+        if note and ctx.rank == 0 and not cfg.quiet:
+            print(note, file=sys.stderr)
         torch.set_rng_state(saved["rng"].cpu())
         old_lr = _runlog.lr_change(saved.get("config", {}), cfg.lr)
         for group in opt.param_groups:
@@ -491,8 +493,8 @@ def _check_counts(args: Any) -> str | None:
 
 
 #: The built-in MeshGraphNet's settings (argparse default None: given or not is known), and their defaults.
-_MESHGRAPHNET_FLAGS = {"latent": ("--latent", 64), "hidden_layers": ("--hidden-layers", 2), "mp_steps": ("--mp-steps", 6),
-                       "activation": ("--activation", "relu"), "checkpoint_steps": ("--checkpoint-steps", False)}
+_MESHGRAPHNET_FLAGS = {"latent": "--latent", "hidden_layers": "--hidden-layers", "mp_steps": "--mp-steps",
+                       "activation": "--activation", "checkpoint_steps": "--checkpoint-steps"}
 
 
 #: Settings a resumed run takes from its checkpoint when they are not on the command line (argparse
@@ -505,26 +507,26 @@ _RUN_SETTINGS = {"latent": ("latent_size", 64), "hidden_layers": ("hidden_layers
                  "checkpoint_steps": ("checkpoint_steps", False)}
 
 
-def _saved_config(args: Any) -> dict[str, Any]:
-    """With --resume, the run's settings from RUN/checkpoint.pt (read as plain values); else {}.
-    A missing or unreadable checkpoint gives {}: the run-folder check refuses it in one line."""
+def _saved_checkpoint(args: Any) -> dict[str, Any] | None:
+    """With --resume, RUN/checkpoint.pt (read once here, for the settings left out and the checks);
+    else, or when it is missing or unreadable, None: the run-folder check then refuses in one line."""
     if not args.resume:
-        return {}
+        return None
     try:
-        return dict(load_checkpoint(Path(args.out) / "checkpoint.pt").get("config") or {})
+        return load_checkpoint(Path(args.out) / "checkpoint.pt")
     except (ValueError, OSError):
-        return {}
+        return None
 
 
-def _check_steps_left(done: int, cfg: TrainConfig, rank: int = 0) -> None:
-    """Refuse (one line) a resume whose --steps is below the steps the run has done; a run already
-    at --steps resumes to nothing, with a note (a job that is started again after it ended)."""
+def _check_steps_left(done: int, cfg: TrainConfig) -> str | None:
+    """Refuse (one line) a resume whose --steps is below the steps the run has done; for a run
+    already at --steps, the note to print (it resumes to nothing: a job started again after it ended)."""
     if cfg.steps < done:
         raise ValueError(f"{cfg.out}: Expected --steps of at least the {done} steps the run has done, to resume it "
                          f"(got {cfg.steps}); --steps is the total, not the steps to add")
-    if cfg.steps == done and not cfg.quiet and rank == 0:
-        print(f"note: {cfg.out} has done its {done} steps already: nothing to train (raise --steps to go on)",
-              file=sys.stderr)
+    if cfg.steps == done:
+        return f"note: {cfg.out} has done its {done} steps already: nothing to train (raise --steps to go on)"
+    return None
 
 
 def _model_settings(args: Any, saved: dict[str, Any]) -> str | None:
@@ -534,7 +536,7 @@ def _model_settings(args: Any, saved: dict[str, Any]) -> str | None:
     the checkpoint: code is imported only from a --model on the command line."""
     from ._usermodel import normalise_spec, parse_model_args
 
-    given = [flag for key, (flag, _) in _MESHGRAPHNET_FLAGS.items() if getattr(args, key) not in (None, False)]
+    given = [flag for key, flag in _MESHGRAPHNET_FLAGS.items() if getattr(args, key) not in (None, False)]
     for key, (name, default) in _RUN_SETTINGS.items():
         if getattr(args, key) is None:
             setattr(args, key, saved.get(name, default) if not (args.model and key in _MESHGRAPHNET_FLAGS) else default)
@@ -555,7 +557,8 @@ def _model_settings(args: Any, saved: dict[str, Any]) -> str | None:
 
 
 def _run(args: Any) -> int:
-    problem = _model_settings(args, _saved_config(args)) or _check_counts(args)
+    saved_ckpt = _saved_checkpoint(args)
+    problem = _model_settings(args, dict(saved_ckpt.get("config") or {}) if saved_ckpt else {}) or _check_counts(args)
     if problem:
         print(f"meshshard train: error: {problem}", file=sys.stderr)
         return 2
@@ -584,9 +587,8 @@ def _run(args: Any) -> int:
             build_user_model(cfg.model, cfg.model_args, len(data.input_channels), len(data.edge_channels),
                              len(data.target_channels))
         if cfg.resume:
-            saved = load_checkpoint(Path(cfg.out) / "checkpoint.pt")
-            if cfg.steps < int(saved["step"]):
-                _check_steps_left(int(saved["step"]), cfg)
+            saved = saved_ckpt if saved_ckpt is not None else load_checkpoint(Path(cfg.out) / "checkpoint.pt")
+            _check_steps_left(int(saved["step"]), cfg)  # its note is printed by rank 0
             _runlog.check_resume(saved.get("config", {}), saved.get("identity"), asdict(cfg),
                                  _runlog.run_identity(check_partition_matches(data, cfg.partition), cfg.data))
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["normalise_spec", "model_digest", "parse_model_args", "load_factory", "build_user_model", "check_output",
-           "ModelOutputError", "unwrapped_pyg_layers", "shard_hint"]
+           "ModelOutputError", "unwrapped_pyg_layers", "shard_hint", "first_line"]
 
 _PLAIN = (str, int, float, bool, type(None))
 
@@ -112,7 +112,7 @@ def _import(target: str, spec: str) -> Any:
             loader_spec.loader.exec_module(module)
         except Exception as err:
             del sys.modules[name]
-            raise ValueError(f"--model {spec}: importing {target} failed: {type(err).__name__}: {_first_line(err)}") from err
+            raise ValueError(f"--model {spec}: importing {target} failed: {type(err).__name__}: {first_line(err)}") from err
         return module
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # a module of the current folder, as python -m would find it
@@ -121,10 +121,11 @@ def _import(target: str, spec: str) -> Any:
     except ModuleNotFoundError as err:
         raise ValueError(f"--model {spec}: no module {err.name!r} (a file needs its path, e.g. ./{target.replace('.', '/')}.py)") from None
     except Exception as err:
-        raise ValueError(f"--model {spec}: importing {target} failed: {type(err).__name__}: {_first_line(err)}") from err
+        raise ValueError(f"--model {spec}: importing {target} failed: {type(err).__name__}: {first_line(err)}") from err
 
 
-def _first_line(err: BaseException) -> str:
+def first_line(err: BaseException) -> str:
+    """The first line of an error's message (empty if it has none)."""
     text = str(err).strip()
     return text.splitlines()[0] if text else ""
 
@@ -154,7 +155,7 @@ def build_user_model(spec: str, model_args: Mapping[str, Any], node_in: int, edg
     except Exception as err:
         hint = (" (it is called with the dataset's input, edge and target channel counts, then --model-args as keywords)"
                 if isinstance(err, TypeError) else "")
-        raise ValueError(f"--model {spec}: {call} failed: {type(err).__name__}: {_first_line(err)}{hint}") from err
+        raise ValueError(f"--model {spec}: {call} failed: {type(err).__name__}: {first_line(err)}{hint}") from err
     if not isinstance(model, torch.nn.Module):
         raise ValueError(f"--model {spec}: {call} returned a {type(model).__name__}, not a torch.nn.Module")
     return model
@@ -182,7 +183,9 @@ def shard_hint(model: Any) -> str:
     names = unwrapped_pyg_layers(model)
     if not names:
         return ""
-    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    from meshshard.partition._dataset import listed
+
+    shown = listed(names, limit=3)
     return (f"; the model's PyG layer(s) {shown} are not wrapped in meshshard.nn.ShardConv, which makes them work on a "
             "ShardTensor and a ShardGraph: write ShardConv(SAGEConv(...)) (docs/training.md, \"Your own model\")")
 

@@ -28,13 +28,10 @@ from typing import Any
 import numpy as np
 
 from meshshard.partition._dataset import (PARTITIONS_FILE, PARTITIONS_FORMAT, Sample, atomic_folder,
-                                          channel_names, check_dataset_output, open_dataset, plural,
+                                          channel_names, check_dataset_output, listed, open_dataset, plural,
                                           write_samples)
 
 __all__ = ["list_sources", "sample_names", "build_dataset", "partition_dataset", "parse_field_names"]
-
-#: Names listed in a note or an error; the rest are counted (``... and 7 more``).
-MAX_LISTED = 6
 
 _COMPONENT = re.compile(r"^(.+)\[(\d+)\]$")
 
@@ -76,14 +73,6 @@ def _read(path: Path) -> Any:
         said = [line.strip() for line in chatter.getvalue().splitlines() if line.strip()]
         detail = said[0] if said else str(err).strip().split("\n")[0] or type(err).__name__
         raise ValueError(f"{path}: meshio cannot read it ({detail})") from None
-
-
-def listed(items: Sequence[str], total: int | None = None, limit: int = MAX_LISTED) -> str:
-    """``a, b, c ... and 4 more``: the first ``limit`` of ``items`` (the first few of ``total``,
-    default all of them), the rest counted."""
-    total = len(items) if total is None else total
-    shown = min(limit, len(items))
-    return ", ".join(items[:shown]) + (f" ... and {total - shown} more" if total > shown else "")
 
 
 def parse_field_names(text: str | Sequence[str], what: str) -> list[str]:

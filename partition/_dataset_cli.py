@@ -43,8 +43,7 @@ def mesh_usage(meta: Mapping[str, Any], limit: int = 8) -> list[str]:
     used first): ``mesh 1: 1,234 nodes, 1 sample: case-3``."""
     import numpy as np
 
-    from meshshard.partition._dataset import plural
-    from meshshard.partition._dataset_build import listed
+    from meshshard.partition._dataset import listed, plural
 
     sample_mesh = np.array([s["mesh"] for s in meta["samples"]], dtype=np.int64)
     uses = np.bincount(sample_mesh, minlength=len(meta["meshes"]))
@@ -64,8 +63,7 @@ def odd_meshes_note(meta: Mapping[str, Any]) -> str | None:
     changed by mistake turns the dataset into a many-meshes one): which samples, on which meshes."""
     import numpy as np
 
-    from meshshard.partition._dataset import plural
-    from meshshard.partition._dataset_build import listed
+    from meshshard.partition._dataset import listed, plural
 
     if len(meta["meshes"]) < 2:
         return None

@@ -586,9 +586,10 @@ def load_partition(
     meta = read_metadata(folder)
     num_parts = meta["num_parts"]
     if not 0 <= rank < num_parts:
+        from meshshard.partition._dataset import plural
+
         raise ValueError(f"Expected a rank in [0, {num_parts}) (got {rank}): {folder} has one part per rank for "
-                         f"{num_parts} rank{'s' * (num_parts != 1)}; run that many, or partition into as many parts "
-                         "as ranks")
+                         f"{plural(num_parts, 'rank')}; run that many, or partition into as many parts as ranks")
     entry = meta["parts"][rank]
     file = folder / str(entry["file"])
     data = read_inside(folder, entry["file"],
