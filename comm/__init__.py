@@ -36,7 +36,14 @@ from ._collectives import (
     sum_gradients,
     sum_to_replicated,
 )
-from ._context import DeviceMesh2D, DistributedContext, init_device_mesh_2d, init_distributed
+from ._context import (
+    DeviceMesh2D,
+    DistributedContext,
+    check_cuda_devices,
+    init_device_mesh_2d,
+    init_distributed,
+    local_ranks_backend,
+)
 from ._counter import CollectiveCall, CollectiveLog, count_collectives
 from ._halo import HaloPlan
 from ._slurm import expand_hostlist, first_slurm_host
@@ -56,6 +63,8 @@ __all__ = [
     "communication_device",
     "release_workspace",
     "init_distributed",
+    "check_cuda_devices",
+    "local_ranks_backend",
     "DistributedContext",
     "init_device_mesh_2d",
     "DeviceMesh2D",

@@ -11,7 +11,12 @@
 3. neither: a world of one, with no process group (every collective then runs locally).
 
 The backend is NCCL when CUDA is available, else gloo; ``backend=`` or ``MESHSHARD_BACKEND``
-override it. With NCCL the CUDA device is set from the local rank. ``MESHSHARD_TIMEOUT`` (seconds,
+override it. gloo runs on the CPU, NCCL on the GPU: ``MESHSHARD_BACKEND=gloo`` keeps a world of one
+on the CPU too. With NCCL each rank takes the GPU of its local rank, or the one GPU it sees when a
+launcher binds one to each rank (SLURM ``--gpus-per-task=1``); more local ranks than GPUs is refused
+before the group is made (:func:`check_cuda_devices`), and ranks that share one GPU when the group is
+made, on every rank alike. Ranks that meshshard starts itself (``--nproc R``) use NCCL when there is
+a GPU for each, else gloo on the CPU, with a note (:func:`local_ranks_backend`). ``MESHSHARD_TIMEOUT`` (seconds,
 default 300) bounds how long a collective waits for a rank that died or stopped, in the default
 group and in every group ``init_device_mesh_2d`` makes.
 
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -33,7 +39,7 @@ import torch.distributed as dist
 
 from ._slurm import first_slurm_host
 
-__all__ = ["DistributedContext", "init_distributed", "DeviceMesh2D", "init_device_mesh_2d"]
+__all__ = ["DistributedContext", "init_distributed", "check_cuda_devices", "local_ranks_backend", "DeviceMesh2D", "init_device_mesh_2d"]
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -145,11 +151,85 @@ def _choose_backend(backend: str | None) -> str:
     return backend
 
 
+def check_cuda_devices(local_world_size: int, backend: str | None = None, *, bound_per_rank: bool = True) -> None:
+    """Refuse, before any rank starts talking, ``local_world_size`` NCCL ranks on a node whose
+    CUDA devices cannot give each its own GPU.
+
+    Each local rank takes the GPU of its local rank. One visible GPU is also accepted for several
+    local ranks: a launcher that binds one GPU to each rank (SLURM ``--gpus-per-task=1``, or
+    ``CUDA_VISIBLE_DEVICES`` set per rank) shows each rank exactly one; ranks that in fact share it
+    are refused by ``init_distributed`` once the group exists. ``bound_per_rank=False`` is for a
+    launcher that starts the ranks itself with this process's devices (``--nproc``): then one GPU is
+    one GPU. The backend is ``backend``, else ``MESHSHARD_BACKEND``, else NCCL when CUDA is
+    available; gloo needs no GPU and passes.
+
+    Raises:
+        ValueError: with NCCL, when fewer GPUs are visible than ``local_world_size``, and more than
+        one (or any number, with ``bound_per_rank=False``).
+    """
+    chosen = _choose_backend(backend)
+    count = torch.cuda.device_count() if chosen == "nccl" else 0
+    if chosen == "nccl" and count < local_world_size and (count > 1 or not bound_per_rank):
+        raise ValueError(_one_gpu_per_rank(local_world_size, count))
+
+
+def local_ranks_backend(nprocs: int) -> tuple[str, str | None]:
+    """The backend for ``nprocs`` ranks that a launcher starts itself on this machine (``--nproc``),
+    and a note to show when it is not the usual one.
+
+    ``MESHSHARD_BACKEND`` decides when set (NCCL with fewer GPUs than ranks is refused). Else NCCL
+    when there is a GPU for each rank, and gloo (the ranks on the CPU) otherwise: on a machine with
+    one GPU, ``--nproc 2`` runs, on the CPU, with a note saying so.
+
+    Raises:
+        ValueError: ``MESHSHARD_BACKEND=nccl`` with fewer visible GPUs than ``nprocs``.
+    """
+    if os.environ.get("MESHSHARD_BACKEND"):
+        check_cuda_devices(nprocs, bound_per_rank=False)
+        return _choose_backend(None), None
+    if not torch.cuda.is_available():
+        return "gloo", None
+    count = torch.cuda.device_count()
+    if count >= nprocs:
+        return "nccl", None
+    return "gloo", (f"{nprocs} ranks and {count} GPU{'s' if count != 1 else ''} here: the ranks run on the CPU "
+                    f"(gloo), since NCCL needs a GPU for each rank (MESHSHARD_BACKEND=nccl refuses instead)")
+
+
+def _one_gpu_per_rank(ranks: int, gpus: int) -> str:
+    return (f"Expected a GPU for each of the {ranks} ranks on this node with NCCL (got {gpus} visible CUDA "
+            f"device{'s' if gpus != 1 else ''}): start at most {gpus} rank{'s' if gpus != 1 else ''} per node "
+            f"(--nproc, torchrun --nproc-per-node, srun --ntasks-per-node), or set MESHSHARD_BACKEND=gloo to run "
+            f"every rank on the CPU")
+
+
 def _device_for(backend: str | None, local_rank: int) -> torch.device:
     if backend == "nccl":
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
+        index = local_rank if torch.cuda.device_count() > 1 else 0  # one visible GPU: bound to this rank
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
     return torch.device("cpu")
+
+
+def _check_gpus_apart(local_world: int) -> None:
+    """With NCCL and one visible GPU per rank: refuse, on every rank alike, local ranks that share it.
+
+    Run just after the group is made, as its first collective. NCCL refuses two ranks on one GPU
+    in its own words ("Duplicate GPU detected") when it first connects them; this says what to do.
+    """
+    if local_world < 2 or torch.cuda.device_count() > 1:
+        return
+    me = (socket.gethostname(), str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid))
+    everyone: list[Any] = [None] * dist.get_world_size()
+    try:
+        dist.all_gather_object(everyone, me)
+    except (RuntimeError, dist.DistBackendError) as err:
+        text = str(err).lower()
+        if "duplicate gpu" in text or "invalid usage" in text:  # NCCL names the duplicate only in its "last error"
+            raise ValueError(_one_gpu_per_rank(local_world, 1)) from None
+        raise
+    if len(set(everyone)) < len(everyone):
+        raise ValueError(_one_gpu_per_rank(local_world, 1))
 
 
 def init_distributed(backend: str | None = None, *, timeout_s: float | None = None) -> DistributedContext:
@@ -172,7 +252,8 @@ def init_distributed(backend: str | None = None, *, timeout_s: float | None = No
             _device_for(existing, local), existing, "existing",
         )
     if launcher == "single":
-        chosen = _choose_backend(backend) if backend else None
+        # no group, but the backend still says where to run: gloo (asked for) means the CPU
+        chosen = _choose_backend(backend) if backend or env.get("MESHSHARD_BACKEND") else None
         device = torch.device("cuda", 0) if torch.cuda.is_available() and chosen != "gloo" else torch.device("cpu")
         return DistributedContext(0, 1, 0, 1, device, None, "single")
     chosen = _choose_backend(backend)
@@ -182,10 +263,13 @@ def init_distributed(backend: str | None = None, *, timeout_s: float | None = No
     port = os.environ.get("MASTER_PORT", "")
     if port and not (port.isdigit() and 0 < int(port) < 65536):
         raise ValueError(f"Expected the environment variable MASTER_PORT to be a port number in [1, 65535] (got {port!r})")
+    check_cuda_devices(local_world, chosen)
     device = _device_for(chosen, local)
     dist.init_process_group(
         chosen, init_method="env://", rank=rank, world_size=world, timeout=timedelta(seconds=seconds)
     )
+    if chosen == "nccl":
+        _check_gpus_apart(local_world)
     return DistributedContext(rank, world, local, local_world, device, chosen, launcher)
 
 

@@ -113,12 +113,12 @@ def _die_with_parent() -> None:
         pass
 
 
-def _entry(local_rank: int, fn: Callable[..., Any], world: int, port: int, args: tuple, report: str) -> None:
+def _entry(local_rank: int, fn: Callable[..., Any], world: int, port: int, args: tuple, report: str, backend: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
     os.environ.update(
         RANK=str(local_rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local_rank),
-        LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+        LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), MESHSHARD_BACKEND=backend,
     )
     os.environ.setdefault("MESHSHARD_TIMEOUT", "120")
     try:
@@ -173,6 +173,10 @@ def _failure(rank: int, exitcode: int, report: Path) -> tuple[int, RankFailed]:
 def launch_local(fn: Callable[..., Any], nprocs: int, *args: Any, grace_s: float = GRACE_S) -> None:
     """Run ``fn(*args)`` on ``nprocs`` local processes (spawned) as ranks of one gloo/NCCL world.
 
+    The backend is NCCL when there is a GPU for each rank, else gloo with the ranks on the CPU (a
+    note says so when GPUs are there); ``MESHSHARD_BACKEND`` decides when set
+    (:func:`meshshard.comm.local_ranks_backend`).
+
     Raises:
         RankFailed: (a ``RuntimeError``) the first rank that failed, with its error on one line.
         KeyboardInterrupt: on SIGINT, after every rank has stopped.
@@ -180,6 +184,11 @@ def launch_local(fn: Callable[..., Any], nprocs: int, *args: Any, grace_s: float
     """
     if nprocs < 1:
         raise ValueError(f"Expected at least one rank (got {nprocs})")
+    from meshshard.comm import local_ranks_backend
+
+    backend, note = local_ranks_backend(nprocs)  # NCCL with a GPU for each rank, else gloo on the CPU
+    if note:
+        print(f"note: {note}", file=sys.stderr, flush=True)
     ctx = multiprocessing.get_context("spawn")
     received: list[int] = []
 
@@ -191,7 +200,7 @@ def launch_local(fn: Callable[..., Any], nprocs: int, *args: Any, grace_s: float
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
     with tempfile.TemporaryDirectory(prefix="meshshard-launch-") as report:
         port = free_port()
-        procs = [ctx.Process(target=_entry, args=(r, fn, nprocs, port, args, report)) for r in range(nprocs)]
+        procs = [ctx.Process(target=_entry, args=(r, fn, nprocs, port, args, report, backend)) for r in range(nprocs)]
         try:
             for p in procs:
                 if not received:

@@ -144,7 +144,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.ranks < 1:
         print(f"meshshard selftest: error: Expected --ranks >= 1 (got {args.ranks})")
         return 2
-    print(f"meshshard selftest: starting {args.ranks} local CPU ranks (gloo) on 127.0.0.1 ...", flush=True)
+    print(f"meshshard selftest: starting {args.ranks} local ranks on 127.0.0.1 ...", flush=True)
     try:
         launch_local(_check_on_this_rank, args.ranks, args.features)
     except RuntimeError as err:

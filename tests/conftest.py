@@ -14,11 +14,17 @@ and compare the skips (``-rs`` lists them with their reasons) with a run without
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from tests._meshes import DATA, NO_SHARED_ENV, shared_data_dir
+
+# The suite runs on the CPU, as CI does, also on a machine with GPUs: every rank and every command it
+# starts uses gloo (its multi-rank tests start more ranks than a workstation has GPUs). The GPU
+# checks are bench/gpu.sh's.
+os.environ.setdefault("MESHSHARD_BACKEND", "gloo")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = DATA

@@ -7,7 +7,7 @@
 1. make an unstructured 2-D mesh (a plate with three holes, about 18k nodes) and write it as VTU;
 2. simulate heat diffusion on it (P1 finite elements) to get (state, next state) samples;
 3. ``meshshard partition`` it into 2 METIS parts;
-4. train the sharded MeshGraphNet on 2 local CPU ranks (torchrun's variables, gloo);
+4. train the sharded MeshGraphNet on 2 local ranks (gloo on the CPU; NCCL with a GPU for each);
 5. verify the first step against the single-process model on the whole mesh (loss and gradients);
 6. write a partition picture and a loss curve (PNG).
 """
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="meshshard-demo", help="output folder (default ./meshshard-demo)")
     p.add_argument("--steps", type=int, default=100, help="training steps (default 100)")
     p.add_argument("--nodes", type=int, default=20000, help="approximate mesh size (default 20000)")
-    p.add_argument("--ranks", type=int, default=2, help="local CPU ranks (default 2)")
+    p.add_argument("--ranks", type=int, default=2, help="local ranks (default 2; on the CPU unless there is a GPU for each)")
     args = p.parse_args(argv)
     try:
         return run_demo(Path(args.out), args.steps, args.nodes, args.ranks)

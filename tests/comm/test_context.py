@@ -9,7 +9,14 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from meshshard.comm import all_gather_v, first_slurm_host, init_device_mesh_2d, init_distributed
+from meshshard.comm import (
+    all_gather_v,
+    check_cuda_devices,
+    first_slurm_host,
+    init_device_mesh_2d,
+    init_distributed,
+    local_ranks_backend,
+)
 from meshshard.comm._context import _launch_from_env
 from tests._dist import free_port, run_ranks
 
@@ -45,6 +52,79 @@ def test_world_of_one_without_a_launcher(monkeypatch: pytest.MonkeyPatch) -> Non
     assert not dist.is_initialized()
     mesh = init_device_mesh_2d(1)
     assert (mesh.data_parallel_size, mesh.domain_parallel_size, mesh.data_group, mesh.domain_group) == (1, 1, None, None)
+
+
+def _gpus(monkeypatch: pytest.MonkeyPatch, count: int) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    monkeypatch.delenv("MESHSHARD_BACKEND", raising=False)
+
+
+@pytest.mark.parametrize(("gpus", "ranks", "bound", "refused"), [
+    (4, 4, True, False), (8, 4, True, False), (2, 4, True, True), (3, 4, False, True),
+    # one visible GPU: a launcher may have bound one to each rank (SLURM --gpus-per-task=1) ...
+    (1, 4, True, False),
+    # ... but --nproc starts the ranks with this process's devices: one GPU is one GPU
+    (1, 2, False, True), (1, 1, False, False),
+])
+def test_nccl_needs_a_gpu_per_local_rank(monkeypatch: pytest.MonkeyPatch, gpus: int, ranks: int, bound: bool, refused: bool) -> None:
+    _gpus(monkeypatch, gpus)
+    if refused:
+        plural = "s" if gpus > 1 else ""
+        with pytest.raises(ValueError, match=rf"Expected a GPU for each of the {ranks} ranks on this node with NCCL "
+                                             rf"\(got {gpus} visible CUDA device{plural}\): start at most {gpus} rank{plural} per node "
+                                             r".*or set MESHSHARD_BACKEND=gloo to run every rank on the CPU"):
+            check_cuda_devices(ranks, bound_per_rank=bound)
+    else:
+        check_cuda_devices(ranks, bound_per_rank=bound)
+    check_cuda_devices(ranks, "gloo", bound_per_rank=bound)  # gloo runs on the CPU: any number of ranks
+    monkeypatch.setenv("MESHSHARD_BACKEND", "gloo")
+    check_cuda_devices(ranks, bound_per_rank=bound)
+
+
+def test_gloo_means_the_cpu_for_one_process_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(name, raising=False)
+    _gpus(monkeypatch, 1)
+    assert init_distributed().device == torch.device("cuda", 0)
+    monkeypatch.setenv("MESHSHARD_BACKEND", "gloo")
+    assert init_distributed().device == torch.device("cpu")
+    assert init_distributed("gloo").device == torch.device("cpu")
+
+
+def test_local_ranks_without_a_gpu_each_run_on_the_cpu_with_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
+    _gpus(monkeypatch, 0)
+    assert local_ranks_backend(2) == ("gloo", None)
+    _gpus(monkeypatch, 2)
+    assert local_ranks_backend(2) == ("nccl", None)
+    _gpus(monkeypatch, 1)
+    backend, note = local_ranks_backend(2)
+    assert backend == "gloo"
+    assert note == ("2 ranks and 1 GPU here: the ranks run on the CPU (gloo), since NCCL needs a GPU for each rank "
+                    "(MESHSHARD_BACKEND=nccl refuses instead)")
+    monkeypatch.setenv("MESHSHARD_BACKEND", "gloo")
+    assert local_ranks_backend(2) == ("gloo", None)
+
+
+def test_nccl_asked_for_more_local_ranks_than_gpus_is_refused_before_any_rank_starts(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    from meshshard._launch import run_command
+
+    _gpus(monkeypatch, 1)
+    for name in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MESHSHARD_BACKEND", "nccl")
+    started = []
+    assert run_command("train", started.append, 2, {}) == 2
+    assert started == []
+    assert "meshshard train: error: Expected a GPU for each of the 2 ranks on this node with NCCL (got 1" in capsys.readouterr().err
+    # under torchrun too, every rank refuses before the group is made (rank 0 does not wait for the others)
+    _gpus(monkeypatch, 2)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    monkeypatch.setattr(dist, "init_process_group", lambda *a, **k: pytest.fail("the group was made"))
+    with pytest.raises(ValueError, match=r"Expected a GPU for each of the 4 ranks on this node with NCCL \(got 2"):
+        init_distributed()
 
 
 def test_mesh_size_must_divide_the_world() -> None:
