@@ -3,6 +3,7 @@
     python bench/meshgraphnet_peers.py [--side 37] [--latent 64] [--mp-steps 6] [--rounds 3] [--json FILE]
     python bench/meshgraphnet_peers.py --only meshshard,meshshard-bf16     # bf16 autocast, and its error
     python bench/meshgraphnet_peers.py --fit-gb 20 [--latent 128 --mp-steps 15]   # largest mesh in 20 GB
+    python bench/meshgraphnet_peers.py --device cuda --only meshshard,pyg,meshshard-bf16  # on a GPU
 
 Every implementation trains the same model (encoder, ``--mp-steps`` processor blocks, decoder;
 latent ``--latent``, 2 hidden layers, ReLU, LayerNorm; sum aggregation) on the same jittered tet
@@ -46,6 +47,13 @@ meshshard and the best peer that runs: peak RSS grows linearly with the mesh, so
 measured, the side at G GB is extrapolated, and a run at that side confirms it; while it misses,
 the line through the last two runs gives the next side (``--fit-refine``). GB = 10^9 bytes;
 ``--iters 1`` is enough there: the peak is reached in the first step's backward.
+
+``--device cuda``: everything runs on the first GPU (inputs, model, optimizer; bf16 autocast on
+CUDA). Step times are taken between ``torch.cuda.synchronize()`` calls, and memory is the peak GPU
+memory that PyTorch allocated (``torch.cuda.max_memory_allocated``; no torch import, no CUDA
+context): the memory ratios and ``--fit-gb`` use it, and peak RSS is shown beside it. With fewer
+GPUs than ranks, ``meshshard-2ranks`` puts both ranks on the one GPU and exchanges through gloo
+(NCCL wants one GPU per rank): its memory per rank is right, its step time is not NCCL's.
 
 Targets (issue 12, ratios within one run): peak memory <= 0.5x PhysicsNeMo's default and <= 0.75x
 its concat trick; step time <= 0.8x both; 2 ranks <= 0.55x our own single process per rank.
@@ -106,6 +114,9 @@ def worker(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     result: dict = {"impl": args.impl, "status": "ok"}
     initial = None  # meshshard-bf16: the weights before training, for the error against float32
     try:
@@ -113,40 +124,45 @@ def worker(args: argparse.Namespace) -> None:
             from meshshard.partition import load_partition
 
             ctx = init_distributed()
-            graph = ShardGraph.from_partition(load_partition(args.partition, ctx.rank))
+            graph = ShardGraph.from_partition(load_partition(args.partition, ctx.rank), device=device)
             ea = edge_features(graph.pos, graph.edge_index)
             g = torch.Generator().manual_seed(0)
             x_full = torch.randn(args.num_nodes, 3, generator=g)
             y_full = torch.randn(args.num_nodes, 1, generator=g)
-            own = graph.spec.global_ids
-            x, y = ShardTensor.from_local(x_full[own], graph.spec), ShardTensor.from_local(y_full[own], graph.spec)
+            own = graph.spec.global_ids.cpu()
+            x = ShardTensor.from_local(x_full[own].to(device), graph.spec)
+            y = ShardTensor.from_local(y_full[own].to(device), graph.spec)
             del x_full, y_full
             inputs: tuple = (x, graph, ea)
         else:
             ctx = None
-            pos = torch.from_numpy(np.load(Path(args.mesh) / "pos.npy"))
-            edge_index = torch.from_numpy(np.load(Path(args.mesh) / "edge_index.npy"))
+            pos = torch.from_numpy(np.load(Path(args.mesh) / "pos.npy")).to(device)
+            edge_index = torch.from_numpy(np.load(Path(args.mesh) / "edge_index.npy")).to(device)
             ea = edge_features(pos, edge_index)
             g = torch.Generator().manual_seed(0)
-            x = torch.randn(len(pos), 3, generator=g)
-            y = torch.randn(len(pos), 1, generator=g)
+            x = torch.randn(len(pos), 3, generator=g).to(device)
+            y = torch.randn(len(pos), 1, generator=g).to(device)
             if args.impl.startswith("physicsnemo"):
                 from torch_geometric.data import Data
 
                 inputs = (x, ea, Data(edge_index=edge_index, num_nodes=len(pos)))
             else:
                 inputs = (x, edge_index, ea)
-        model = _build(args.impl, 3, ea.shape[1], args.latent, args.mp_steps)
+        model = _build(args.impl, 3, ea.shape[1], args.latent, args.mp_steps).to(device)
         result["parameters"] = sum(p.numel() for p in model.parameters())
         opt = torch.optim.Adam(model.parameters(), lr=1e-4)
         bf16 = args.impl == "meshshard-bf16"
         if bf16:
             initial = {k: v.clone() for k, v in model.state_dict().items()}
         result["rss_before_mb"] = peak_rss_mb()
+        if cuda:
+            sync()
+            result["gpu_before_mb"] = torch.cuda.max_memory_allocated() / 2**20
         times, cpu = [], []
         for i in range(args.iters + 1):
+            sync()
             start, start_cpu = time.perf_counter(), time.process_time()
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                 out = model(*inputs)
             loss = ((out.float() - y) ** 2).mean()
             del out
@@ -155,6 +171,7 @@ def worker(args: argparse.Namespace) -> None:
             if ctx is not None:
                 sum_gradients(model.parameters())
             opt.step()
+            sync()
             if i:
                 times.append(time.perf_counter() - start)
                 cpu.append(time.process_time() - start_cpu)
@@ -163,6 +180,8 @@ def worker(args: argparse.Namespace) -> None:
     except (RuntimeError, MemoryError, ImportError) as err:
         result["status"] = f"failed: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
     result["peak_rss_mb"] = peak_rss_mb()
+    if cuda:
+        result["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
     if result["status"] == "ok" and initial is not None:
         model.load_state_dict(initial)
         result["error_vs_fp32"] = _error_vs_fp32(model, inputs, y)
@@ -176,7 +195,7 @@ def _error_vs_fp32(model, inputs: tuple, y) -> dict[str, float]:
 
     def run(enabled: bool):
         model.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled):
+        with torch.autocast(y.device.type, dtype=torch.bfloat16, enabled=enabled):
             out = model(*inputs)
         loss = ((out.float() - y) ** 2).mean()
         loss.backward()
@@ -194,6 +213,11 @@ def _error_vs_fp32(model, inputs: tuple, y) -> dict[str, float]:
 
 
 # ----------------------------------------------------------------------------- driver side
+
+
+def _cuda_devices() -> int:
+    done = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"], capture_output=True, text=True)
+    return int(done.stdout.strip() or 0)
 
 
 def _peer_available(impl: str) -> str | None:
@@ -226,8 +250,12 @@ def run_one(impl: str, work: Path, args: argparse.Namespace, side: int, num_node
     threads = 1 if ranks > 1 else 2
     flags = ["--worker", "--impl", impl, "--mesh", str(work / f"mesh{side}"),
              "--partition", str(work / f"parts{side}"), "--num-nodes", str(num_nodes), "--threads", str(threads),
-             "--latent", str(args.latent), "--mp-steps", str(args.mp_steps), "--iters", str(args.iters), "--out-json", out]
-    done = run_workers(__file__, flags, ranks, _env(impl, threads), timeout=3600)
+             "--latent", str(args.latent), "--mp-steps", str(args.mp_steps), "--iters", str(args.iters), "--out-json", out,
+             "--device", args.device]
+    env = _env(impl, threads)
+    if ranks > 1 and args.device == "cuda" and _cuda_devices() < ranks:
+        env["MESHSHARD_BACKEND"] = "gloo"  # NCCL wants a GPU per rank: share one GPU, exchange through gloo
+    done = run_workers(__file__, flags, ranks, env, timeout=3600)
     rows = [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(ranks) if Path(f"{out}.rank{r}").exists()]
     if not rows:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -240,6 +268,8 @@ def run_one(impl: str, work: Path, args: argparse.Namespace, side: int, num_node
         "step_s": [max(ts) for ts in zip(*(r["step_s"] for r in rows))],  # a step ends when its slowest rank does
         "step_cpu_s": [sum(ts) for ts in zip(*(r["step_cpu_s"] for r in rows))],  # CPU seconds, all ranks
         "peak_rss_mb": max(r["peak_rss_mb"] for r in rows), "rss_before_mb": max(r["rss_before_mb"] for r in rows),
+        **({"peak_gpu_mb": max(r["peak_gpu_mb"] for r in rows), "gpu_before_mb": max(r["gpu_before_mb"] for r in rows)}
+           if "peak_gpu_mb" in rows[0] else {}),
         "loss": rows[0]["loss"], **({"error_vs_fp32": rows[0]["error_vs_fp32"]} if "error_vs_fp32" in rows[0] else {}),
     }
 
@@ -286,6 +316,8 @@ def summarize(runs: dict[str, list[dict]]) -> dict[str, dict]:
             "step_cpu_s_median": round(statistics.median([t for r in ok for t in r["step_cpu_s"]]), 3),
             "peak_rss_mb": round(statistics.median(r["peak_rss_mb"] for r in ok), 1),
             "rss_before_mb": round(statistics.median(r["rss_before_mb"] for r in ok), 1),
+            **({"peak_gpu_mb": round(statistics.median(r["peak_gpu_mb"] for r in ok), 1),
+                "gpu_before_mb": round(statistics.median(r["gpu_before_mb"] for r in ok), 1)} if "peak_gpu_mb" in ok[0] else {}),
             **({"error_vs_fp32": ok[0]["error_vs_fp32"]} if "error_vs_fp32" in ok[0] else {}),
         }
     return out
@@ -297,17 +329,20 @@ def ratios(table: dict[str, dict]) -> dict[str, float]:
         return row.get(key) if row.get("status") == "ok" else None
 
     out = {}
+    gpu = any("peak_gpu_mb" in row for row in table.values())
+    mem = "peak_gpu_mb" if gpu else "peak_rss_mb"
     for peer in ("physicsnemo", "physicsnemo-concat", "pyg"):
-        for key, name in (("peak_rss_mb", "memory"), ("step_s_median", "time"), ("step_cpu_s_median", "CPU time")):
+        for key, name in ((mem, "memory"), ("step_s_median", "time"), ("step_cpu_s_median", "CPU time")):
             a, b = get("meshshard", key), get(peer, key)
             if a and b:
                 out[f"{name} meshshard / {peer}"] = round(a / b, 3)
-    a, b = get("meshshard-2ranks", "peak_rss_mb"), get("meshshard", "peak_rss_mb")
+    a, b = get("meshshard-2ranks", mem), get("meshshard", mem)
     if a and b:
         out["memory per rank, 2 ranks / meshshard 1 process"] = round(a / b, 3)
-        a0, b0 = get("meshshard-2ranks", "rss_before_mb"), get("meshshard", "rss_before_mb")
+        before = "gpu_before_mb" if gpu else "rss_before_mb"
+        a0, b0 = get("meshshard-2ranks", before), get("meshshard", before)
         out["same, above each process's memory at its first step"] = round((a - a0) / (b - b0), 3)
-    for key, name in (("peak_rss_mb", "memory"), ("step_s_median", "time")):
+    for key, name in ((mem, "memory"), ("step_s_median", "time")):
         a, b = get("meshshard-bf16", key), get("meshshard", key)
         if a and b:
             out[f"{name} meshshard-bf16 / meshshard"] = round(a / b, 3)
@@ -315,13 +350,17 @@ def ratios(table: dict[str, dict]) -> dict[str, float]:
 
 
 def print_table(table: dict[str, dict], rat: dict[str, float]) -> None:
-    print(f"\n{'implementation':<22} {'median step s':>13} {'min step s':>10} {'CPU s/step':>10} {'peak RSS MB':>12} {'parameters':>11}")
+    gpu = any("peak_gpu_mb" in row for row in table.values())
+    print(f"\n{'implementation':<22} {'median step s':>13} {'min step s':>10} {'CPU s/step':>10} {'peak RSS MB':>12} "
+          + (f"{'peak GPU MB':>12} " if gpu else "") + f"{'parameters':>11}")
     for impl, row in table.items():
         if row["status"] != "ok":
             print(f"{impl:<22} {row['status']}")
             continue
-        print(f"{impl:<22} {row['step_s_median']:>13.2f} {row['step_s_min']:>10.2f} {row['step_cpu_s_median']:>10.2f} "
-              f"{row['peak_rss_mb']:>12,.0f} {row['parameters']:>11,}")
+        digits = 4 if gpu else 2
+        print(f"{impl:<22} {row['step_s_median']:>13.{digits}f} {row['step_s_min']:>10.{digits}f} {row['step_cpu_s_median']:>10.2f} "
+              f"{row['peak_rss_mb']:>12,.0f} " + (f"{row.get('peak_gpu_mb', float('nan')):>12,.0f} " if gpu else "")
+              + f"{row['parameters']:>11,}")
     for name, value in rat.items():
         print(f"  {name:<52} {value:.2f}")
     for impl, row in table.items():
@@ -340,6 +379,7 @@ def fit(work: Path, args: argparse.Namespace, impls: list[str]) -> dict:
     ``--fit-refine`` more runs. The largest confirmed side that fits is reported."""
     out = {}
     limit_mb = args.fit_gb * 1e9 / 2**20  # GB = 10^9 bytes; peak RSS is in MiB
+    mem = "peak_gpu_mb" if args.device == "cuda" else "peak_rss_mb"
     for impl in impls:
         points: list[tuple[int, float]] = []
         confirms: list[dict] = []
@@ -348,8 +388,8 @@ def fit(work: Path, args: argparse.Namespace, impls: list[str]) -> dict:
             row = run_one(impl, work, args, side, n)
             if row["status"] != "ok":
                 break
-            points.append((n, row["peak_rss_mb"]))
-            print(f"  {impl}: {n:,} nodes -> {row['peak_rss_mb']:,.0f} MB", flush=True)
+            points.append((n, row[mem]))
+            print(f"  {impl}: {n:,} nodes -> {row[mem]:,.0f} MB", flush=True)
         while len(points) >= 2 and len(confirms) <= args.fit_refine:
             (n0, m0), (n1, m1) = points[-2:]
             per_node = (m1 - m0) / (n1 - n0)
@@ -362,10 +402,10 @@ def fit(work: Path, args: argparse.Namespace, impls: list[str]) -> dict:
                 break
             n = prepare(work, side, False)
             check = run_one(impl, work, args, side, n)
-            peak = check.get("peak_rss_mb")
+            peak = check.get(mem)
             fits = check["status"] == "ok" and peak <= limit_mb
             confirms.append({"side": side, "nodes": n, "extrapolated_nodes": int(n_fit), "kb_per_node": round(per_node * 1024, 1),
-                             "status": check["status"], "peak_rss_mb": peak, "fits": fits})
+                             "status": check["status"], "peak_mb": peak, "memory": mem, "fits": fits})
             print(f"  {impl}: {per_node * 1024:,.0f} KB/node -> {int(n_fit):,} nodes in {args.fit_gb} GB; confirm side {side} "
                   f"({n:,} nodes): {check['status']}, {peak or float('nan'):,.0f} MB (limit {limit_mb:,.0f} MB: "
                   f"{'fits' if fits else 'does not fit'})", flush=True)
@@ -391,6 +431,8 @@ def main() -> int:
     parser.add_argument("--fit-sides", type=int, nargs=2, default=(20, 28))
     parser.add_argument("--fit-refine", type=int, default=2, help="confirming runs after the first, while one misses")
     parser.add_argument("--json")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                        help="cuda: on the first GPU; memory is then the peak GPU memory allocated (see above)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--impl", help=argparse.SUPPRESS)
     parser.add_argument("--mesh", help=argparse.SUPPRESS)
@@ -407,6 +449,8 @@ def main() -> int:
     unknown = sorted(set(impls) - set(IMPLEMENTATIONS))
     if unknown:
         parser.error(f"unknown implementation(s) {unknown}; choose from {list(IMPLEMENTATIONS)}")
+    if args.device == "cuda" and not _cuda_devices():
+        parser.error("--device cuda: torch sees no CUDA device here")
     skipped = {impl: why for impl in impls if (why := _peer_available(impl))}
     for impl, why in skipped.items():
         print(f"{impl}: {why}", flush=True)
@@ -417,7 +461,7 @@ def main() -> int:
         peers = [i for i in ("physicsnemo-concat", "physicsnemo", "pyg") if i in impls][:1]
         fitted = [i for i in ("meshshard", *peers) if i in impls]  # --only meshshard or --only PEER: just that one
         print(f"largest mesh in {args.fit_gb} GB, latent {args.latent}, {args.mp_steps} steps: {fitted}", flush=True)
-        result = {"fit_gb": args.fit_gb, "latent": args.latent, "mp_steps": args.mp_steps, "skipped": skipped,
+        result = {"device": args.device, "fit_gb": args.fit_gb, "latent": args.latent, "mp_steps": args.mp_steps, "skipped": skipped,
                   "fit": fit(work, args, fitted)}
         print(json.dumps(result))
         if args.json:
@@ -440,7 +484,7 @@ def main() -> int:
         table[impl] = {"status": why}
     rat = ratios(table)
     print_table(table, rat)
-    result = {"nodes": n, "directed_edges": edges, "latent": args.latent, "mp_steps": args.mp_steps, "rounds": args.rounds,
+    result = {"device": args.device, "nodes": n, "directed_edges": edges, "latent": args.latent, "mp_steps": args.mp_steps, "rounds": args.rounds,
               "iters": args.iters, "malloc_mmap_threshold": 4 * 2**20, "results": table, "ratios": rat}
     print(json.dumps(result))
     if args.json:

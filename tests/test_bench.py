@@ -6,9 +6,13 @@ The figures themselves (time, memory) are never asserted on: benchmarks print th
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+import torch
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
@@ -46,3 +50,29 @@ def test_train_memory_bench_reports_every_rank(tmp_path: Path) -> None:
         assert len(r["peak_rss_mb"]) == len(r["idle_rss_mb"]) == len(r["bytes_per_local_node"]) == p
         assert all(peak > idle > 0 for peak, idle in zip(r["peak_rss_mb"], r["idle_rss_mb"]))
         assert r["max_peak_mb"] == max(r["peak_rss_mb"])
+
+
+def test_peers_bench_reports_each_run_and_its_ratios(tmp_path: Path) -> None:
+    result = tmp_path / "r.json"
+    done = subprocess.run([sys.executable, str(BENCH / "meshgraphnet_peers.py"), "--side", "6", "--latent", "8",
+                           "--mp-steps", "2", "--rounds", "1", "--iters", "1", "--only", "meshshard,meshshard-2ranks,meshshard-bf16",
+                           "--json", str(result)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(result.read_text())
+    assert out["device"] == "cpu" and out["nodes"] == 6**3
+    rows = out["results"]
+    assert all(rows[impl]["status"] == "ok" for impl in ("meshshard", "meshshard-2ranks", "meshshard-bf16")), rows
+    assert rows["meshshard"]["parameters"] == rows["meshshard-2ranks"]["parameters"] > 0
+    assert out["ratios"]["memory per rank, 2 ranks / meshshard 1 process"] == round(
+        rows["meshshard-2ranks"]["peak_rss_mb"] / rows["meshshard"]["peak_rss_mb"], 3)
+    errors = rows["meshshard-bf16"]["error_vs_fp32"]
+    assert 0 < errors["output"] < 0.5 and 0 < errors["gradients"] < 1
+    assert "peak GPU MB" not in done.stdout  # the GPU column only with --device cuda
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: run bash bench/gpu.sh itself")
+def test_gpu_checks_say_when_there_is_no_gpu(tmp_path: Path) -> None:
+    done = subprocess.run(["bash", str(BENCH / "gpu.sh"), str(tmp_path / "w")], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHON": sys.executable})
+    assert done.returncode == 2
+    assert done.stderr.strip() == "bench/gpu.sh: torch sees no CUDA device here; these checks need one"
