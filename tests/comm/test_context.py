@@ -82,6 +82,53 @@ def test_nccl_needs_a_gpu_per_local_rank(monkeypatch: pytest.MonkeyPatch, gpus: 
     check_cuda_devices(ranks, bound_per_rank=bound)
 
 
+@pytest.mark.parametrize(("gpus", "local_rank", "index"), [(4, 3, 3), (2, 0, 0), (1, 3, 0)])
+def test_each_nccl_rank_takes_the_gpu_of_its_local_rank_or_the_one_it_sees(
+        monkeypatch: pytest.MonkeyPatch, gpus: int, local_rank: int, index: int) -> None:
+    from meshshard.comm._context import _device_for
+
+    _gpus(monkeypatch, gpus)
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    assert _device_for("nccl", local_rank) == torch.device("cuda", index)
+    assert chosen == [index]
+    assert _device_for("gloo", local_rank) == torch.device("cpu")
+
+
+def test_local_ranks_sharing_one_gpu_are_refused_after_the_group_is_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NCCL refuses two ranks on one GPU at its first collective; every rank then gets the same line."""
+    from types import SimpleNamespace
+
+    from meshshard.comm._context import _check_gpus_apart
+
+    _gpus(monkeypatch, 1)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(uuid="GPU-1"))
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
+
+    def nccl_refuses(out, obj, group=None):
+        raise dist.DistBackendError("NCCL error in: ProcessGroupNCCL.cpp, invalid usage (run with NCCL_DEBUG=WARN for details)\n"
+                                    "Last error:\nDuplicate GPU detected : rank 1 and rank 0 both on CUDA device 60")
+
+    monkeypatch.setattr(dist, "all_gather_object", nccl_refuses)
+    refusal = r"Expected a GPU for each of the 2 ranks on this node with NCCL \(got 1 visible CUDA device\)"
+    with pytest.raises(ValueError, match=refusal):
+        _check_gpus_apart(2)
+
+    def same_gpu(out, obj, group=None):  # a backend that lets them share: the GPUs' ids tell
+        out[:] = [obj, obj]
+
+    monkeypatch.setattr(dist, "all_gather_object", same_gpu)
+    with pytest.raises(ValueError, match=refusal):
+        _check_gpus_apart(2)
+
+    def own_gpus(out, obj, group=None):  # one GPU bound to each rank (SLURM --gpus-per-task=1)
+        out[:] = [obj, (obj[0], "GPU-2")]
+
+    monkeypatch.setattr(dist, "all_gather_object", own_gpus)
+    _check_gpus_apart(2)
+
+
 def test_gloo_means_the_cpu_for_one_process_too(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
         monkeypatch.delenv(name, raising=False)
