@@ -62,6 +62,7 @@ its concat trick; step time <= 0.8x both; 2 ranks <= 0.55x our own single proces
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -215,6 +216,7 @@ def _error_vs_fp32(model, inputs: tuple, y) -> dict[str, float]:
 # ----------------------------------------------------------------------------- driver side
 
 
+@functools.cache
 def _cuda_devices() -> int:
     done = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"], capture_output=True, text=True)
     return int(done.stdout.strip() or 0)
@@ -323,14 +325,19 @@ def summarize(runs: dict[str, list[dict]]) -> dict[str, dict]:
     return out
 
 
+def _memory_key(table: dict[str, dict]) -> str:
+    """The memory a table compares: peak GPU memory when its runs were on a GPU, else peak RSS."""
+    return "peak_gpu_mb" if any("peak_gpu_mb" in row for row in table.values()) else "peak_rss_mb"
+
+
 def ratios(table: dict[str, dict]) -> dict[str, float]:
     def get(impl: str, key: str) -> float | None:
         row = table.get(impl, {})
         return row.get(key) if row.get("status") == "ok" else None
 
     out = {}
-    gpu = any("peak_gpu_mb" in row for row in table.values())
-    mem = "peak_gpu_mb" if gpu else "peak_rss_mb"
+    mem = _memory_key(table)
+    gpu = mem == "peak_gpu_mb"
     for peer in ("physicsnemo", "physicsnemo-concat", "pyg"):
         for key, name in ((mem, "memory"), ("step_s_median", "time"), ("step_cpu_s_median", "CPU time")):
             a, b = get("meshshard", key), get(peer, key)
@@ -350,7 +357,7 @@ def ratios(table: dict[str, dict]) -> dict[str, float]:
 
 
 def print_table(table: dict[str, dict], rat: dict[str, float]) -> None:
-    gpu = any("peak_gpu_mb" in row for row in table.values())
+    gpu = _memory_key(table) == "peak_gpu_mb"
     print(f"\n{'implementation':<22} {'median step s':>13} {'min step s':>10} {'CPU s/step':>10} {'peak RSS MB':>12} "
           + (f"{'peak GPU MB':>12} " if gpu else "") + f"{'parameters':>11}")
     for impl, row in table.items():

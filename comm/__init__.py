@@ -39,7 +39,6 @@ from ._collectives import (
 from ._context import (
     DeviceMesh2D,
     DistributedContext,
-    check_cuda_devices,
     init_device_mesh_2d,
     init_distributed,
     local_ranks_backend,
@@ -63,7 +62,6 @@ __all__ = [
     "communication_device",
     "release_workspace",
     "init_distributed",
-    "check_cuda_devices",
     "local_ranks_backend",
     "DistributedContext",
     "init_device_mesh_2d",

@@ -14,11 +14,12 @@ The backend is NCCL when CUDA is available, else gloo; ``backend=`` or ``MESHSHA
 override it. gloo runs on the CPU, NCCL on the GPU: ``MESHSHARD_BACKEND=gloo`` keeps a world of one
 on the CPU too. With NCCL each rank takes the GPU of its local rank, or the one GPU it sees when a
 launcher binds one to each rank (SLURM ``--gpus-per-task=1``); more local ranks than GPUs is refused
-before the group is made (:func:`check_cuda_devices`), and ranks that share one GPU when the group is
+before the group is made, and ranks that share one GPU when the group is
 made, on every rank alike. Ranks that meshshard starts itself (``--nproc R``) use NCCL when there is
-a GPU for each, else gloo on the CPU, with a note (:func:`local_ranks_backend`). ``MESHSHARD_TIMEOUT`` (seconds,
-default 300) bounds how long a collective waits for a rank that died or stopped, in the default
-group and in every group ``init_device_mesh_2d`` makes.
+a GPU for each, else gloo on the CPU, with a note (:func:`local_ranks_backend`).
+
+``MESHSHARD_TIMEOUT`` (seconds, default 300) bounds how long a collective waits for a rank that died
+or stopped, in the default group and in every group ``init_device_mesh_2d`` makes.
 
 Every variable is checked before any network set-up: a value that is not an integer, or a rank
 outside ``[0, world size)``, is a one-line ``ValueError`` at once (not a rendezvous timeout).
@@ -39,7 +40,7 @@ import torch.distributed as dist
 
 from ._slurm import first_slurm_host
 
-__all__ = ["DistributedContext", "init_distributed", "check_cuda_devices", "local_ranks_backend", "DeviceMesh2D", "init_device_mesh_2d"]
+__all__ = ["DistributedContext", "init_distributed", "local_ranks_backend", "DeviceMesh2D", "init_device_mesh_2d"]
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -151,7 +152,7 @@ def _choose_backend(backend: str | None) -> str:
     return backend
 
 
-def check_cuda_devices(local_world_size: int, backend: str | None = None, *, bound_per_rank: bool = True) -> None:
+def _check_cuda_devices(local_world_size: int, backend: str | None = None, *, bound_per_rank: bool = True) -> None:
     """Refuse, before any rank starts talking, ``local_world_size`` NCCL ranks on a node whose
     CUDA devices cannot give each its own GPU.
 
@@ -167,9 +168,10 @@ def check_cuda_devices(local_world_size: int, backend: str | None = None, *, bou
         ValueError: with NCCL, when fewer GPUs are visible than ``local_world_size``, and more than
         one (or any number, with ``bound_per_rank=False``).
     """
-    chosen = _choose_backend(backend)
-    count = torch.cuda.device_count() if chosen == "nccl" else 0
-    if chosen == "nccl" and count < local_world_size and (count > 1 or not bound_per_rank):
+    if _choose_backend(backend) != "nccl":
+        return
+    count = torch.cuda.device_count()
+    if count < local_world_size and (count > 1 or not bound_per_rank):
         raise ValueError(_one_gpu_per_rank(local_world_size, count))
 
 
@@ -185,7 +187,7 @@ def local_ranks_backend(nprocs: int) -> tuple[str, str | None]:
         ValueError: ``MESHSHARD_BACKEND=nccl`` with fewer visible GPUs than ``nprocs``.
     """
     if os.environ.get("MESHSHARD_BACKEND"):
-        check_cuda_devices(nprocs, bound_per_rank=False)
+        _check_cuda_devices(nprocs, bound_per_rank=False)
         return _choose_backend(None), None
     if not torch.cuda.is_available():
         return "gloo", None
@@ -223,7 +225,7 @@ def _check_gpus_apart(local_world: int) -> None:
     everyone: list[Any] = [None] * dist.get_world_size()
     try:
         dist.all_gather_object(everyone, me)
-    except (RuntimeError, dist.DistBackendError) as err:
+    except RuntimeError as err:  # dist.DistBackendError is one
         text = str(err).lower()
         if "duplicate gpu" in text or "invalid usage" in text:  # NCCL names the duplicate only in its "last error"
             raise ValueError(_one_gpu_per_rank(local_world, 1)) from None
@@ -263,7 +265,7 @@ def init_distributed(backend: str | None = None, *, timeout_s: float | None = No
     port = os.environ.get("MASTER_PORT", "")
     if port and not (port.isdigit() and 0 < int(port) < 65536):
         raise ValueError(f"Expected the environment variable MASTER_PORT to be a port number in [1, 65535] (got {port!r})")
-    check_cuda_devices(local_world, chosen)
+    _check_cuda_devices(local_world, chosen)
     device = _device_for(chosen, local)
     dist.init_process_group(
         chosen, init_method="env://", rank=rank, world_size=world, timeout=timedelta(seconds=seconds)

@@ -11,13 +11,12 @@ import torch.distributed as dist
 
 from meshshard.comm import (
     all_gather_v,
-    check_cuda_devices,
     first_slurm_host,
     init_device_mesh_2d,
     init_distributed,
     local_ranks_backend,
 )
-from meshshard.comm._context import _launch_from_env
+from meshshard.comm._context import _check_cuda_devices, _launch_from_env
 from tests._dist import free_port, run_ranks
 
 
@@ -74,12 +73,12 @@ def test_nccl_needs_a_gpu_per_local_rank(monkeypatch: pytest.MonkeyPatch, gpus: 
         with pytest.raises(ValueError, match=rf"Expected a GPU for each of the {ranks} ranks on this node with NCCL "
                                              rf"\(got {gpus} visible CUDA device{plural}\): start at most {gpus} rank{plural} per node "
                                              r".*or set MESHSHARD_BACKEND=gloo to run every rank on the CPU"):
-            check_cuda_devices(ranks, bound_per_rank=bound)
+            _check_cuda_devices(ranks, bound_per_rank=bound)
     else:
-        check_cuda_devices(ranks, bound_per_rank=bound)
-    check_cuda_devices(ranks, "gloo", bound_per_rank=bound)  # gloo runs on the CPU: any number of ranks
+        _check_cuda_devices(ranks, bound_per_rank=bound)
+    _check_cuda_devices(ranks, "gloo", bound_per_rank=bound)  # gloo runs on the CPU: any number of ranks
     monkeypatch.setenv("MESHSHARD_BACKEND", "gloo")
-    check_cuda_devices(ranks, bound_per_rank=bound)
+    _check_cuda_devices(ranks, bound_per_rank=bound)
 
 
 @pytest.mark.parametrize(("gpus", "local_rank", "index"), [(4, 3, 3), (2, 0, 0), (1, 3, 0)])
