@@ -464,7 +464,7 @@ def _shard_layout(data: Any, reader: Any, mesh: int, model: Any, ctx: Any, piece
             hint = shard_hint(model) if spec else ""
             raise RuntimeError(f"the model's forward failed ({type(err).__name__}: {first_line(err)}){hint}") from err
         if spec:
-            check_output(out, len(owned), num_targets, spec, sharded=True, group=reader.group, device=reader.device)
+            check_output(out, len(owned), num_targets, spec, sharded=True, group=reader.group)
         return out.to_local()
 
     layout = _Layout(mesh, int(data.meta["meshes"][mesh]["num_nodes"]), owned, forward, pos_owned)

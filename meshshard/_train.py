@@ -322,7 +322,7 @@ def train(cfg: TrainConfig) -> list[float]:
                                         inner if cfg.model else None, "forward") from err
                 if cfg.model:
                     check_output(pred, len(b.owned_ids), reader.num_targets, cfg.model, sharded=True,
-                                 group=mesh.domain_group, device=ctx.device)
+                                 group=mesh.domain_group)
                 total += float(((pred.to(b.y.dtype) - b.y) ** 2).mean())
         if dist.is_initialized():
             dist.all_reduce(total)  # every domain rank of a data group holds that group's sum
@@ -347,7 +347,7 @@ def train(cfg: TrainConfig) -> list[float]:
                 pred = model(b.x, b.graph, b.edge_attr)
             if cfg.model and step == start:
                 check_output(pred, len(b.owned_ids), reader.num_targets, cfg.model, sharded=True,
-                             group=mesh.domain_group, device=ctx.device)
+                             group=mesh.domain_group)
             loss = ((pred.to(b.y.dtype) - b.y) ** 2).mean()
             _maybe_fail(ctx.rank, step)
             opt.zero_grad(set_to_none=True)

@@ -190,19 +190,18 @@ def shard_hint(model: Any) -> str:
             "ShardTensor and a ShardGraph: write ShardConv(SAGEConv(...)) (docs/training.md, \"Your own model\")")
 
 
-def check_output(out: Any, rows: int, node_out: int, spec: str, sharded: bool, group: Any = None,
-                 device: Any = None) -> None:
+def check_output(out: Any, rows: int, node_out: int, spec: str, sharded: bool, group: Any = None) -> None:
     """Raise a one-line ``ValueError`` unless the model returned one row of ``node_out`` values per
     node (a ``ShardTensor`` of the owned rows on shards).
 
     On shards in a process group, the ranks of ``group`` (the ranks sharing the sample; default the
     world) agree first: when the output is wrong on any of them, every one raises the same error,
     naming the lowest such rank, instead of the others going on into a collective that waits for a
-    rank that stopped. This costs one small all-reduce on ``device``.
+    rank that stopped. This costs one small all-reduce.
     """
     problem = _output_problem(out, rows, node_out, spec, sharded)
     if sharded:
-        problem = _agree(problem, group, device)
+        problem = _agree(problem, group)
     if problem:
         raise ModelOutputError(problem)
 
@@ -223,7 +222,7 @@ def _output_problem(out: Any, rows: int, node_out: int, spec: str, sharded: bool
     return None
 
 
-def _agree(problem: str | None, group: Any, device: Any) -> str | None:
+def _agree(problem: str | None, group: Any) -> str | None:
     """Every rank of ``group`` gets the problem of its lowest rank that has one (prefixed with that
     rank), or ``None`` when none has; without a process group, ``problem`` as it is."""
     import torch
@@ -233,7 +232,9 @@ def _agree(problem: str | None, group: Any, device: Any) -> str | None:
         return problem
     ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
     me = ranks.index(dist.get_rank())
-    device = torch.device("cpu") if device is None else device
+    from meshshard.comm import communication_device
+
+    device = communication_device(group)
     flags = torch.zeros(len(ranks), dtype=torch.int64, device=device)
     text = problem.encode() if problem else b""
     flags[me] = len(text)
