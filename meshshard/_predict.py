@@ -6,7 +6,9 @@ sample of the dataset folder DATA, de-normalises the output with the statistics 
 with, and writes::
 
     PRED/
-      metrics.json          per sample and target field: RMSE and relative L2 error (physical units)
+      metrics.json          per sample and target field: RMSE and relative L2 error (physical units);
+                            rewritten after each sample, with the files written so far (the only
+                            ones --force deletes) and whether the prediction is complete
       <sample>.vtu          the mesh with <target>_pred, <target> (truth), <target>_error, the inputs
                             (one file: a small mesh, or --gather)
       <sample>.pvtu         ... or, for a large mesh, an index ParaView opens as one mesh
@@ -53,7 +55,13 @@ __all__ = ["GATHER_MAX_NODES", "PredictConfig", "predict", "register"]
 GATHER_MAX_NODES = 200_000
 #: Nodes drawn in one picture at most (a strided subsample beyond that).
 PLOT_MAX_NODES = 200_000
-_OUR_NAMES = re.compile(r"^(metrics\.json|.+\.(vtu|pvtu|png))$")
+#: PRED's record of what predict wrote there: rewritten after each sample (``complete`` is false
+#: until the last), it lists every file and piece folder (``files``), which ``--force`` alone may delete.
+METRICS_FILE = "metrics.json"
+_METRICS_FORMAT = "meshshard-predictions"
+_STEM = r"[A-Za-z0-9_-][A-Za-z0-9._-]*"  # what file_stem gives: a plain name, never "." or ".."
+_OUR_FILE = re.compile(rf"^{_STEM}\.(vtu|pvtu|png)$")
+_OUR_FOLDER = re.compile(rf"^{_STEM}$")
 _PIECE = re.compile(r"^part-\d{5}\.vtu$")
 
 
@@ -119,27 +127,73 @@ def file_stem(name: str) -> str:
     return stem
 
 
+def _written_here(out: Path) -> tuple[list[str], bool] | None:
+    """The names PRED's ``metrics.json`` says predict wrote there, and whether that prediction
+    finished; None when it has none, or one that is not ours. (One written before ``files`` was
+    recorded lists its samples' files.)"""
+    try:
+        meta = json.loads((out / METRICS_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict) or not isinstance(meta.get("samples"), list):
+        return None
+    if "format" in meta:
+        if meta["format"] != _METRICS_FORMAT or not isinstance(meta.get("files"), list):
+            return None
+        names = meta["files"]
+    else:
+        names = []
+        for record in meta["samples"]:
+            if isinstance(record, dict):
+                names += [record.get("file"), record.get("picture")]
+                if str(record.get("file")).endswith(".pvtu"):
+                    names.append(str(record["file"])[:-5])
+        names = [n for n in names if n is not None]
+    if not all(isinstance(n, str) and (_OUR_FILE.match(n) or _OUR_FOLDER.match(n)) for n in names):
+        return None  # a name predict never gives (a path, say): not our record
+    return names, meta.get("complete") is not False
+
+
 def check_output(out: Path, force: bool) -> list[Path]:
     """Refuse an existing non-empty PRED unless ``force``; with ``force`` return what to delete:
-    only files and piece folders meshshard predict writes (anything else refuses)."""
+    the files and piece folders that PRED's ``metrics.json`` lists, and that file (anything else
+    there, or no such record, refuses)."""
     if not check_output_folder(out).exists():
         return []
     entries = list(out.iterdir())
     if not entries:
         return []
+    record = _written_here(out)
     if not force:
+        if record is not None and not record[1]:
+            raise ValueError(f"{out}: holds a prediction that stopped part-way ({METRICS_FILE} lists the samples it "
+                             "finished); pass --force to replace it")
         raise ValueError(f"{out}: exists and is not empty (pass --force to replace earlier predictions)")
-    ours, dirs = [], []
     for path in entries:
         if path.is_symlink():
             raise ValueError(f"{out}: holds a link ({path.name}); refusing to replace it, even with --force")
-        if path.is_file() and _OUR_NAMES.match(path.name):
-            ours.append(path)
-        elif path.is_dir() and all(p.is_file() and not p.is_symlink() and _PIECE.match(p.name) for p in path.iterdir()):
-            dirs.append(path)
-        else:
+        if not (path.is_file() and (_OUR_FILE.match(path.name) or path.name in (METRICS_FILE, METRICS_FILE + ".part"))
+                or path.is_dir() and _OUR_FOLDER.match(path.name)):
             raise ValueError(f"{out}: holds {path.name}, which meshshard predict did not write; refusing to replace it, even with --force")
-    return ours + dirs
+    if record is None:
+        raise ValueError(f"{out}: holds no {METRICS_FILE} of meshshard predict's, so none of its files is known to be "
+                         "ours; refusing to replace them, even with --force")
+    ours = set(record[0]) | {METRICS_FILE, METRICS_FILE + ".part"}
+    for path in entries:
+        if path.name not in ours:
+            raise ValueError(f"{out}: holds {path.name}, which meshshard predict did not write (its {METRICS_FILE} does not "
+                             "list it); refusing to replace it, even with --force")
+        if path.is_dir() and not all(p.is_file() and not p.is_symlink() and _PIECE.match(p.name) for p in path.iterdir()):
+            raise ValueError(f"{out}: holds {path.name}/ with files meshshard predict did not write; refusing to replace it, "
+                             "even with --force")
+    return entries
+
+
+def _write_metrics(out: Path, record: dict[str, Any]) -> None:
+    """Replace ``PRED/metrics.json`` whole (written aside, then renamed), so a crash leaves the last one."""
+    part = out / (METRICS_FILE + ".part")
+    part.write_text(json.dumps(record, indent=2) + "\n")
+    os.replace(part, out / METRICS_FILE)
 
 
 def _delete(paths: list[Path]) -> None:
@@ -711,9 +765,15 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
         reader.normaliser = normaliser  # the run's statistics, for the edge features too
     out = Path(cfg.out)
     stale = check_output(out, cfg.force)  # on every rank, so a refusal stops them all before any collective
+    head = {"format": _METRICS_FORMAT, "format_version": 1, "complete": False, "run": str(cfg.run), "data": str(cfg.data),
+            "step": ckpt.get("step"), "world_size": ctx.world_size, "units": "physical (de-normalised)",
+            "targets_known": truth, "files": []}
+    if dist.is_initialized():
+        dist.barrier()  # every rank has looked at PRED before rank 0 changes it
     if ctx.rank == 0:
         _delete(stale)
         out.mkdir(parents=True, exist_ok=True)
+        _write_metrics(out, head | {"samples": []})  # from now on PRED says what is ours in it
     if dist.is_initialized():
         dist.barrier()
     main = ctx.rank == 0 and not cfg.quiet
@@ -730,6 +790,10 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
         started = time.perf_counter()
         m, n = data.sample_mesh(s), data.num_nodes(s)
         gather = True if parts is None else (cfg.gather if cfg.gather is not None else n <= GATHER_MAX_NODES)
+        stem = stems[s] if stems.count(stems[s]) == 1 else f"{stems[s]}-{s}"
+        if ctx.rank == 0:  # listed before any rank writes them (the ranks meet in the forward below first)
+            head["files"] += ([f"{stem}.vtu"] if gather else [f"{stem}.pvtu", stem]) + ([f"{stem}.png"] if cfg.plots else [])
+            _write_metrics(out, head | {"samples": records})
         key = (m, gather)
         if key not in layouts:
             layouts[key] = (_whole_layout(data, m, model, normaliser, dtype, ctx.device, cfg.model, num_targets)
@@ -747,7 +811,6 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
                             None, ctx.device)
         else:
             y, sums = None, [(math.nan, math.nan)] * len(target_fields)
-        stem = stems[s] if stems.count(stems[s]) == 1 else f"{stems[s]}-{s}"
         if gather:
             path = out / f"{stem}.vtu"
             full = _write_gathered(path, data, target_fields, s, layout, pred, ctx)
@@ -764,6 +827,8 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
             record["fields"][name] = ({"rmse": math.sqrt(sse / (n * k)), "rel_l2": math.sqrt(sse / sst) if sst > 0 else None}
                                       if truth else {"rmse": None, "rel_l2": None})
         records.append(record)
+        if ctx.rank == 0:
+            _write_metrics(out, head | {"samples": records})
         if main:  # progress: a sample of a large mesh takes a while
             print(f"  [{len(records)}/{len(picks)}] {names[s]}: {n:,} nodes, {record['seconds']['total']:.1f} s -> "
                   f"{path.name}", flush=True)
@@ -772,11 +837,10 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
     memory = gather_peak_memory(ctx.device)  # every rank's peak, in rank order (a collective)
     if ctx.rank != 0:
         return None
-    summary = {"run": str(cfg.run), "data": str(cfg.data), "step": ckpt.get("step"), "world_size": ctx.world_size,
-               "units": "physical (de-normalised)", "targets_known": truth, **memory, "samples": records,
-               "mean": {name: {key: _mean([r["fields"][name][key] for r in records]) for key in ("rmse", "rel_l2")}
-                        for name, _ in target_fields}}
-    (out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
+    summary = head | {"complete": True, **memory, "samples": records,
+                      "mean": {name: {key: _mean([r["fields"][name][key] for r in records]) for key in ("rmse", "rel_l2")}
+                               for name, _ in target_fields}}
+    _write_metrics(out, summary)
     if main:
         if truth:
             _print_table(records, [name for name, _ in target_fields])
@@ -890,7 +954,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--model-args", default=None, metavar="JSON", help="keyword arguments of --model (default: the run's)")
     p.add_argument("--dtype", default=None, choices=["float32", "float64"], help="default: the run's")
     p.add_argument("--no-plots", action="store_true", help="no PNG pictures")
-    p.add_argument("--force", action="store_true", help="replace earlier predictions in --out (only files predict writes)")
+    p.add_argument("--force", action="store_true", help="replace earlier predictions in --out (only the files its metrics.json lists)")
     p.add_argument("--nproc", type=int, default=0, help="start this many local ranks (when not under torchrun)")
     p.add_argument("--quiet", "-q", action="store_true", help="no per-sample lines, no table (errors and notes still print)")
     p.set_defaults(func=_run)

@@ -174,6 +174,59 @@ def test_predict_refuses_bad_requests_in_one_line(case: dict) -> None:
     assert (root / "taken" / "mine.txt").exists() and not (root / "p").exists()
 
 
+def test_force_replaces_only_what_metrics_json_lists_and_a_stopped_prediction_keeps_its_finished_samples(
+        case: dict, monkeypatch) -> None:
+    """``--force`` deletes the files PRED's metrics.json lists and nothing else: a folder of the
+    user's own .vtu files is refused, and so is a file predict did not list; a prediction that
+    stops part-way leaves a metrics.json with the samples it finished, which a rerun names."""
+    import meshshard._predict as pr
+
+    root = case["root"]
+    cases = root / "my-cases"
+    cases.mkdir()
+    (cases / "case_3.vtu").write_text("the user's own simulation result")
+    proc = _cli(case["run"], "--data", case["data"], "--out", str(cases), "--force", "--samples", "3")
+    assert proc.returncode == 2 and "holds no metrics.json of meshshard predict's" in proc.stderr, proc.stderr
+    assert (cases / "case_3.vtu").read_text() == "the user's own simulation result"
+
+    out = root / "stopped"
+    base = PredictConfig(run=case["run"], data=case["data"], out=str(out), samples="2,3,4", quiet=True, plots=False)
+    real, calls = pr._write_gathered, []
+
+    def fails_at_the_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("disk full")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pr, "_write_gathered", fails_at_the_second)
+    with pytest.raises(RuntimeError, match="disk full"):
+        predict(base)
+    monkeypatch.setattr(pr, "_write_gathered", real)
+    meta = json.loads((out / "metrics.json").read_text())
+    assert meta["complete"] is False and [r["name"] for r in meta["samples"]] == ["case 2"]
+    assert meta["files"] == ["case_2.vtu", "case_3.vtu"] and sorted(p.name for p in out.iterdir()) == ["case_2.vtu", "metrics.json"]
+    with pytest.raises(ValueError, match="holds a prediction that stopped part-way"):
+        predict(base)
+    (out / "case_4.vtu").write_text("mine")  # a name predict would write, but it did not list it
+    with pytest.raises(ValueError, match="holds case_4.vtu, which meshshard predict did not write .its metrics.json does not"):
+        predict(PredictConfig(**(asdict(base) | {"force": True})))
+    assert (out / "case_4.vtu").read_text() == "mine"
+    (out / "case_4.vtu").unlink()
+    for bad in ("../case_4.vtu", "/tmp/x.png", ".."):  # a record naming a path is not ours
+        (out / "metrics.json").write_text(json.dumps(meta | {"files": [bad]}))
+        with pytest.raises(ValueError, match="holds no metrics.json"):
+            predict(PredictConfig(**(asdict(base) | {"force": True})))
+    (out / "metrics.json").write_text(json.dumps(meta))
+    done = predict(PredictConfig(**(asdict(base) | {"force": True})))
+    assert done["complete"] is True and [r["name"] for r in done["samples"]] == ["case 2", "case 3", "case 4"]
+    assert json.loads((out / "metrics.json").read_text())["files"] == ["case_2.vtu", "case_3.vtu", "case_4.vtu"]
+    older = {k: v for k, v in done.items() if k not in ("format", "format_version", "complete", "files")}
+    (out / "metrics.json").write_text(json.dumps(older))  # written by a version before `files`: its samples' files
+    assert predict(PredictConfig(**(asdict(base) | {"force": True, "samples": "4"})))["files"] == ["case_4.vtu"]
+    assert sorted(p.name for p in out.iterdir()) == ["case_4.vtu", "metrics.json"]
+
+
 @pytest.mark.slow
 def test_new_cases_without_targets_are_predicted_with_no_truth_and_the_same_values(case: dict) -> None:
     """A dataset of inputs only (the inputs of the case's samples, no targets): predict writes
