@@ -22,8 +22,9 @@ See ``docs/parallelism.md``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
@@ -572,8 +573,9 @@ def fully_shard_data_parallel(
     each of ``modules`` that has them). MeshGraphNet runs each processor step inside its block's
     ``forward``, so ``modules=model.processor`` needs none.
 
-    A unit may take and return ``ShardTensor`` / ``GridTensor``: hooks around FSDP2's own let it
-    see the tensor inside (:class:`_ShardedIO`), which plain ``fully_shard`` does not.
+    A unit, and a method named in ``forward_methods``, may take and return ``ShardTensor`` /
+    ``GridTensor``: hooks around FSDP2's own let it see the tensor inside (:class:`_ShardedIO`),
+    which plain ``fully_shard`` does not.
     """
     from torch.distributed.fsdp import FSDPModule, fully_shard, register_fsdp_forward_method
 
@@ -584,7 +586,7 @@ def fully_shard_data_parallel(
         fully_shard(sub, mesh=device_mesh, **kwargs)
         for name in methods:
             if callable(getattr(sub, name, None)):
-                register_fsdp_forward_method(sub, name)
+                _ShardedIO.around_method(sub, name, register_fsdp_forward_method)
     fully_shard(model, mesh=device_mesh, **kwargs)
     for sub in model.modules():
         if isinstance(sub, FSDPModule):
@@ -610,7 +612,8 @@ class _ShardedIO:
     parameters. Four hooks around FSDP2's own (which ``fully_shard`` registered first) swap each
     ShardTensor / GridTensor for an :class:`_Exposed` just before FSDP2's hook and back just
     after it, so the module's ``forward`` and its caller see the same objects as without FSDP2.
-    Methods registered with ``forward_methods`` are not hooked this way.
+    A method named in ``forward_methods`` gets the same four steps around the pre- and
+    post-forward that ``register_fsdp_forward_method`` puts around it (:meth:`around_method`).
     """
 
     def __init__(self, module: nn.Module) -> None:
@@ -619,6 +622,35 @@ class _ShardedIO:
         module.register_forward_pre_hook(self._restore_inputs, with_kwargs=True)  # after FSDP2's
         module.register_forward_hook(self._expose_output, prepend=True)
         module.register_forward_hook(self._restore_output, always_call=True)
+
+    @classmethod
+    def around_method(cls, module: nn.Module, name: str, register: Callable[[nn.Module, str], None]) -> None:
+        """Register ``module.name`` as an FSDP2 forward method (``register``), with the sharded
+        tensors of its arguments and result exposed to FSDP2's pre- and post-forward, as for
+        ``forward``: expose, [FSDP2's pre-forward], restore, the method, expose,
+        [FSDP2's post-forward], restore."""
+        io = cls.__new__(cls)
+        io.kept = []
+        method = getattr(module, name)
+
+        def inside(*args: Any, **kwargs: Any) -> Any:  # between FSDP2's pre- and post-forward
+            restored = io._restore_inputs(module, args, kwargs)
+            if restored is not None:
+                args, kwargs = restored
+            return io._expose_output(module, args, method(*args, **kwargs))
+
+        setattr(module, name, inside)
+        register(module, name)  # wraps ``inside`` in FSDP2's pre- and post-forward
+        wrapped = getattr(module, name)
+
+        @functools.wraps(method)
+        def outside(*args: Any, **kwargs: Any) -> Any:
+            args, kwargs = io._expose_inputs(module, args, kwargs)
+            out = wrapped(*args, **kwargs)
+            restored = io._restore_output(module, args, out)
+            return out if restored is None else restored
+
+        setattr(module, name, outside)
 
     def _expose(self, obj: Any) -> Any:
         from .._grid_tensor import GridTensor

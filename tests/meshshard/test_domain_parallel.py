@@ -190,18 +190,47 @@ class _Convs(nn.Module):
         return self.c2(torch.tanh(self.c1(x, graph)), graph)
 
 
+class _Decoder(nn.Module):
+    """A unit whose parameters are used through ``decode``, a method that returns a ShardTensor."""
+
+    def __init__(self, conv: nn.Module) -> None:
+        super().__init__()
+        self.conv = conv
+
+    def decode(self, h, graph):
+        return self.conv(h, graph)
+
+
+class _ConvsByMethod(nn.Module):
+    """_Convs (the same weights), its second layer called through ``_Decoder.decode``: a unit
+    whose backward needs its parameters again (its input's gradient)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        convs = _Convs()
+        self.c1, self.dec = convs.c1, _Decoder(convs.c2)
+
+    def forward(self, x, graph):
+        return self.dec.decode(torch.tanh(self.c1(x, graph)), graph)
+
+
 def _train_convs(rank: int, world: int, units: str | None) -> list:
-    """2 data x 2 domain, FSDP2 with the two layers as units (``"layers"``) or one unit (``"model"``);
-    ``None``: one process on the whole mesh with both data ranks' samples in each batch."""
+    """2 data x 2 domain, FSDP2 with the two layers as units (``"layers"``), one unit (``"model"``),
+    or the layers as units with the second called through a registered forward method
+    (``"method"``); ``None``: one process on the whole mesh with both data ranks' samples in each
+    batch."""
     case = mesh_case(MESH, 2)
-    model = _Convs()
+    model = _ConvsByMethod() if units == "method" else _Convs()
     if units is None:
         graph, own, data_rank, dp = torch.as_tensor(case.edge_index), slice(None), None, 2
     else:
         mesh = init_device_mesh_2d(2)
         graph = ShardGraph.from_partition(case.parts[mesh.domain_rank], mesh.domain_group, dtype=torch.float64)
         own, data_rank, dp = graph.spec.global_ids, mesh.data_rank, 1
-        model = fully_shard_data_parallel(model, mesh, modules=[model.c1, model.c2] if units == "layers" else ())
+        if units == "method":
+            model = fully_shard_data_parallel(model, mesh, modules=[model.c1, model.dec], forward_methods=("decode",))
+        else:
+            model = fully_shard_data_parallel(model, mesh, modules=[model.c1, model.c2] if units == "layers" else ())
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     for step in range(STEPS):
         loss = 0
@@ -220,9 +249,9 @@ def _train_convs(rank: int, world: int, units: str | None) -> list:
 def test_fsdp2_units_that_take_and_return_shard_tensors_train_as_one_process() -> None:
     """FSDP2 finds a unit's tensors in tuples, dicts and dataclasses only: without meshshard's help
     it missed ShardTensor outputs and left the gradients unreduced (one unit) or ran the backward
-    on freed parameters (ShardConv units)."""
+    on freed parameters (ShardConv units); so did a registered forward method that returns one."""
     reference = _train_convs(0, 1, None)
-    for units in ("model", "layers"):
+    for units in ("model", "layers", "method"):
         got = run_ranks(_train_convs, 4, units, timeout=120)
         for rank_state in got:
             for a, b in zip(rank_state, reference, strict=True):
