@@ -4,8 +4,9 @@ Everything here is about the user's view of a run, apart from the training step 
 
 - :func:`check_run_folder`: an existing RUN is never silently replaced. A RUN holding a
   checkpoint or a log is refused without ``--resume`` (continue it) or ``--force`` (start over,
-  deleting only the files ``meshshard train`` writes: :data:`RUN_FILES`); ``--resume`` without a
-  checkpoint is an error.
+  deleting only the files ``meshshard train`` writes: :data:`RUN_FILES`, and only when they are
+  a run's); ``--resume`` without a checkpoint is an error. Files with those names that are not a
+  run (the user's own ``checkpoint.pt``, say) are refused, with ``--force`` too.
 - :func:`check_resume`: a resumed run must keep what its exactness depends on (the model's shape,
   the dtype, the seed and the data-parallel schedule, the dataset, the partition's mesh); a changed
   learning rate is applied and logged (:func:`lr_change`).
@@ -62,6 +63,14 @@ def check_run_folder(out: str | os.PathLike[str], resume: bool, force: bool) -> 
     out = check_output_folder(out)
     ckpt = out / "checkpoint.pt"
     ours = [out / name for name in RUN_FILES if (out / name).is_file() and not (out / name).is_symlink()]
+    for name in RUN_FILES:
+        if (out / name).is_symlink() or (out / name).exists() and not (out / name).is_file():
+            raise ValueError(f"{out}: holds {name}, which is not a file meshshard train wrote (a link or a folder); "
+                             "refusing to write over it: pick another --out")
+    if ours:
+        not_ours = _not_a_run(out)
+        if not_ours:
+            raise ValueError(f"{out}: holds {not_ours}; refusing to write over it, even with --force: pick another --out")
     if resume:
         if not ckpt.is_file():
             if (out / "log.jsonl").is_file():
@@ -78,6 +87,35 @@ def check_run_folder(out: str | os.PathLike[str], resume: bool, force: bool) -> 
             f"{out}: holds a run ({', '.join(held)}); pass --resume to continue it or --force to start over"
         )
     return ours if force else []
+
+
+def _not_a_run(out: Path) -> str | None:
+    """None when the files of :data:`RUN_FILES` in ``out`` are a run of ``meshshard train``'s: a
+    ``checkpoint.pt`` in its format, and a ``log.jsonl`` of its records (at least one of the two;
+    ``first_step.pt`` and ``loss.png`` alone are no run). Else what is not ours."""
+    ckpt, log = out / "checkpoint.pt", out / "log.jsonl"
+    if ckpt.is_file():
+        import torch
+
+        try:  # weights_only: never unpickled; mmap: the header, not the weights, is read
+            fmt = torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True).get("format")
+        except Exception:  # noqa: BLE001 - any file that does not load this way is not ours
+            fmt = None
+        if fmt != "meshshard-checkpoint":
+            return "checkpoint.pt, which is not a meshshard checkpoint"
+    if log.is_file():
+        with open(log, "rb") as f:
+            first = f.readline(1 << 16)
+        try:
+            record = json.loads(first) if first.strip() else {"step": 0}  # empty: made, nothing logged yet
+        except ValueError:
+            record = None
+        if not isinstance(record, dict) or "step" not in record:
+            return "log.jsonl, which is not a log of meshshard train's"
+    if not ckpt.is_file() and not log.is_file():
+        present = [name for name in RUN_FILES if (out / name).is_file()]
+        return f"{' and '.join(present)} but no run of meshshard train's (no checkpoint.pt or log.jsonl)"
+    return None
 
 
 def delete_run_files(paths: Sequence[Path]) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from meshshard import _runlog
 from meshshard.partition import partition_dataset
@@ -24,8 +25,9 @@ def test_an_existing_run_is_refused_and_force_deletes_only_our_files(tmp_path: P
     run.mkdir()
     (run / "notes.txt").write_text("mine")
     assert _runlog.check_run_folder(run, resume=False, force=False) == []  # a folder without a run is fine
-    for name in ("checkpoint.pt", "log.jsonl", "loss.png"):
-        (run / name).write_text("x")
+    torch.save({"format": "meshshard-checkpoint", "step": 3}, run / "checkpoint.pt")
+    (run / "log.jsonl").write_text('{"step": 0, "loss": 1.0}\n')
+    (run / "loss.png").write_text("x")
     with pytest.raises(ValueError, match=r"holds a run \(checkpoint.pt, log.jsonl\); pass --resume to continue it or --force"):
         _runlog.check_run_folder(run, resume=False, force=False)
     with pytest.raises(ValueError, match="Expected --resume or --force, not both"):
@@ -34,6 +36,31 @@ def test_an_existing_run_is_refused_and_force_deletes_only_our_files(tmp_path: P
     assert sorted(p.name for p in stale) == ["checkpoint.pt", "log.jsonl", "loss.png"]
     _runlog.delete_run_files(stale)
     assert sorted(p.name for p in run.iterdir()) == ["notes.txt"]
+
+
+def test_files_with_a_runs_names_that_are_not_a_run_are_never_written_over(tmp_path: Path) -> None:
+    """A folder with the user's own checkpoint.pt, log.jsonl or loss.png is refused as RUN, with
+    --force too, and nothing in it is touched."""
+    run = tmp_path / "mine"
+    run.mkdir()
+    torch.save({"model": {"w": torch.ones(2)}}, run / "checkpoint.pt")  # the user's own checkpoint
+    for force in (False, True):
+        with pytest.raises(ValueError, match=r"mine: holds checkpoint.pt, which is not a meshshard checkpoint; refusing "
+                                             r"to write over it, even with --force: pick another --out$"):
+            _runlog.check_run_folder(run, resume=False, force=force)
+    (run / "checkpoint.pt").unlink()
+    (run / "log.jsonl").write_text("epoch 1 loss 0.3\n")
+    with pytest.raises(ValueError, match="holds log.jsonl, which is not a log of meshshard train's"):
+        _runlog.check_run_folder(run, resume=False, force=True)
+    (run / "log.jsonl").unlink()
+    (run / "loss.png").write_text("my plot")
+    with pytest.raises(ValueError, match=r"holds loss.png but no run of meshshard train's \(no checkpoint.pt or log.jsonl\)"):
+        _runlog.check_run_folder(run, resume=False, force=True)
+    (run / "loss.png").unlink()
+    (run / "checkpoint.pt").symlink_to(tmp_path / "elsewhere.pt")
+    with pytest.raises(ValueError, match="holds checkpoint.pt, which is not a file meshshard train wrote"):
+        _runlog.check_run_folder(run, resume=False, force=True)
+    assert [p.name for p in run.iterdir()] == ["checkpoint.pt"] and (run / "checkpoint.pt").is_symlink()
 
 
 def test_a_run_that_stopped_before_its_first_checkpoint_points_to_force_not_resume(tmp_path: Path) -> None:
