@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -499,7 +500,7 @@ _MESHGRAPHNET_FLAGS = {"latent": "--latent", "hidden_layers": "--hidden-layers",
 
 #: Settings a resumed run takes from its checkpoint when they are not on the command line (argparse
 #: default None), and their defaults for a new run: argument name -> (config key, default).
-_RUN_SETTINGS = {"latent": ("latent_size", 64), "hidden_layers": ("hidden_layers", 2),
+_RUN_SETTINGS = {"steps": ("steps", 100), "latent": ("latent_size", 64), "hidden_layers": ("hidden_layers", 2),
                  "mp_steps": ("message_passing_steps", 6), "activation": ("activation", "relu"),
                  "dtype": ("dtype", "float32"), "precision": ("precision", "fp32"), "seed": ("seed", 0),
                  "data_parallel": ("data_parallel", 1), "lr": ("lr", 1e-3), "every": ("checkpoint_every", 20),
@@ -536,6 +537,9 @@ def _model_settings(args: Any, saved: dict[str, Any]) -> str | None:
     the checkpoint: code is imported only from a --model on the command line."""
     from ._usermodel import normalise_spec, parse_model_args
 
+    if saved.get("model") and not args.model:
+        return (f"{args.out}: the run trained your own model ({saved['model']}); pass --model "
+                f"{shlex.quote(str(saved['model']))} to resume it (code is never imported from what a checkpoint says)")
     given = [flag for key, flag in _MESHGRAPHNET_FLAGS.items() if getattr(args, key) not in (None, False)]
     for key, (name, default) in _RUN_SETTINGS.items():
         if getattr(args, key) is None:
@@ -604,8 +608,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("partition", help="partitions of the dataset (meshshard partition DATA)")
     p.add_argument("--data", required=True, help="dataset folder (meshshard dataset)")
     p.add_argument("--out", required=True, help="run folder: checkpoint.pt, log.jsonl")
-    p.add_argument("--steps", type=int, default=100,
-                   help="total training steps (default 100; a resumed run goes on up to this many)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="total training steps (default 100; on --resume the run's: a resumed run goes on up to this many)")
     p.add_argument("--lr", type=float, default=None,
                    help="learning rate (default 1e-3; on --resume the run's, and a changed one is applied)")
     p.add_argument("--model", default=None, metavar="FILE.py:NAME",

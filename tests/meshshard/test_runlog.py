@@ -89,16 +89,23 @@ def _train_args(*argv: str):
 def test_a_resumed_run_takes_the_settings_left_out_from_its_checkpoint(tmp_path: Path) -> None:
     from meshshard._train import _model_settings
 
-    saved = {"latent_size": 16, "hidden_layers": 1, "message_passing_steps": 2, "activation": "gelu", "dtype": "float64",
+    saved = {"steps": 30, "latent_size": 16, "hidden_layers": 1, "message_passing_steps": 2, "activation": "gelu", "dtype": "float64",
              "precision": "fp32", "seed": 5, "data_parallel": 2, "lr": 3e-4, "checkpoint_every": 7, "log_every": 1,
              "val_every": 3, "checkpoint_steps": True}
     args = _train_args("--resume", "--latent", "32", "--lr", "1e-4", "--val-every", "0")
     assert _model_settings(args, saved) is None
+    assert args.steps == 30  # a requeued job's --resume alone finishes the run it started, no more
+    assert _model_settings(more := _train_args("--resume", "--steps", "40"), saved) is None and more.steps == 40
     assert (args.latent, args.hidden_layers, args.mp_steps, args.activation, args.dtype, args.seed, args.data_parallel,
             args.lr, args.every, args.log_every, args.val_every, args.checkpoint_steps) == (
         32, 1, 2, "gelu", "float64", 5, 2, 1e-4, 7, 1, 0, True)  # given flags win; the rest are the run's
+    own = {"model": "my models/m.py:build", "model_args": {"hidden": 4}}
+    assert _model_settings(_train_args("--resume"), own) == (
+        "run: the run trained your own model (my models/m.py:build); pass --model 'my models/m.py:build' to resume it "
+        "(code is never imported from what a checkpoint says)")
     fresh = _train_args()
     assert _model_settings(fresh, {}) is None
+    assert fresh.steps == 100
     assert (fresh.latent, fresh.hidden_layers, fresh.mp_steps, fresh.activation, fresh.dtype, fresh.precision, fresh.seed,
             fresh.data_parallel, fresh.lr, fresh.every, fresh.log_every, fresh.val_every, fresh.checkpoint_steps) == (
         64, 2, 6, "relu", "float32", "fp32", 0, 1, 1e-3, 20, 10, 0, False)
