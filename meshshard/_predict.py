@@ -245,7 +245,8 @@ def build_model(ckpt: dict[str, Any], data: Any, dtype: Any, model_spec: str | N
         first = str(err).splitlines()[1].strip() if len(str(err).splitlines()) > 1 else str(err)
         if model_spec:
             raise ValueError(
-                f"Expected --model {model_spec} with --model-args {json.dumps(args)} to rebuild the run's model, with "
+                f"Expected --model {model_spec} with --model-args {json.dumps(args)} to rebuild the run's model (it "
+                f"trained --model {cfg.get('model')} with --model-args {json.dumps(cfg.get('model_args') or {})}), with "
                 f"{sizes[0]} input, {sizes[1]} edge and {sizes[2]} target channels from {data.path}: {first}"
             ) from None
         raise ValueError(

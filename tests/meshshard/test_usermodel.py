@@ -147,6 +147,7 @@ def test_predict_never_imports_the_model_a_checkpoint_names(case: dict, tmp_path
     wrong = _cli("predict", "run", "--data", case["data"], "--out", "pred", "--model", f"{model_file}:build",
                  "--model-args", '{"hidden": 4, "layers": 2, "heads": 2}', cwd=tmp_path)
     assert wrong.returncode == 2 and "to rebuild the run's model" in wrong.stderr and "size mismatch" in wrong.stderr
+    assert f"(it trained --model {model_file}:build with --model-args {json.dumps(ARGS)})" in wrong.stderr
     assert len(wrong.stderr.strip().splitlines()) == 1
 
 
