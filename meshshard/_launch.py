@@ -257,13 +257,26 @@ def run_command(
     nproc: int,
     payload: dict[str, Any],
     check: Callable[[], Any] | None = None,
+    stopped: Callable[[], str | None] | None = None,
 ) -> int:
     """Run ``worker(payload)`` for the command ``meshshard NAME``: on ``nproc`` local ranks when
     asked and not already launched (torchrun or SLURM), else in this process. ``check`` runs first,
     here: the command's refusals (missing folders, say) before any rank starts. Returns the exit
     code: 0; 2 for bad input (``ValueError``, or an error marked ``user_error``); 1 for a failure;
-    143 when stopped by SIGTERM. Errors print as one line; ``MESHSHARD_DEBUG`` adds the traceback."""
+    130 when stopped by SIGINT (Ctrl-C), 143 by SIGTERM, with what ``stopped()`` says to do next
+    (printed once: here, or by rank 0 under torchrun / SLURM). Errors print as one line;
+    ``MESHSHARD_DEBUG`` adds the traceback."""
     launched = "RANK" in os.environ or "SLURM_PROCID" in os.environ
+
+    def next_step() -> str:
+        if stopped is None or os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) != "0":
+            return ""
+        try:
+            said = stopped()
+        except Exception:  # noqa: BLE001 - a hint must never hide how the command stopped
+            return ""
+        return f"; {said}" if said else ""
+
     try:
         if check is not None:
             check()
@@ -278,6 +291,9 @@ def run_command(
         print(f"meshshard {name}: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2 if isinstance(err, ValueError) or getattr(err, "user_error", False) else 1
     except Terminated:
-        print(f"meshshard {name}: terminated (SIGTERM); every local rank was stopped", file=sys.stderr)
+        print(f"meshshard {name}: terminated (SIGTERM); every local rank was stopped{next_step()}", file=sys.stderr)
         return 143
+    except KeyboardInterrupt:
+        print(f"meshshard {name}: interrupted{next_step()}", file=sys.stderr)
+        return 130
     return 0

@@ -233,8 +233,11 @@ def train(cfg: TrainConfig) -> list[float]:
     _check_has_targets(dataset)
     if meta["num_parts"] != domain:
         raise ValueError(
-            f"Expected a partition into {plural(domain, 'part')} ({ctx.world_size} ranks / {cfg.data_parallel} "
-            f"data-parallel) (got {plural(meta['num_parts'], 'part')} in {cfg.partition})"
+            f"Expected a partition into {plural(domain, 'part')} ({plural(ctx.world_size, 'rank')} / {cfg.data_parallel} "
+            f"data-parallel) (got {plural(meta['num_parts'], 'part')} in {cfg.partition}); "
+            + (f"train it on {meta['num_parts']} ranks with --nproc {meta['num_parts']}, or under torchrun"
+               if ctx.world_size == 1 else
+               f"make one with meshshard partition {cfg.data} --parts {domain} --out NEW_PARTS")
         )
     if cfg.dtype not in ("float32", "float64"):
         raise ValueError(f"Expected --dtype float32 or float64 (got {cfg.dtype!r})")
@@ -596,7 +599,17 @@ def _run(args: Any) -> int:
             _runlog.check_resume(saved.get("config", {}), saved.get("identity"), asdict(cfg),
                                  _runlog.run_identity(check_partition_matches(data, cfg.partition), cfg.data))
 
-    return run_command("train", _train_worker, args.nproc, asdict(cfg), check)
+    return run_command("train", _train_worker, args.nproc, asdict(cfg), check, stopped=lambda: _resume_hint(cfg.out))
+
+
+def _resume_hint(out: str) -> str:
+    """What to do after a stopped run: resume from its last checkpoint, or start over without one."""
+    ckpt = Path(out) / "checkpoint.pt"
+    if not ckpt.is_file():
+        return f"{out} has no checkpoint yet: start it over with --force"
+    # mmap: the step is read without the weights; weights_only: never unpickled
+    step = torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True)["step"]
+    return f"{ckpt} holds step {int(step)}: continue with --resume"
 
 
 def register(subparsers: Any) -> None:

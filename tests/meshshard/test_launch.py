@@ -46,7 +46,7 @@ def test_a_signal_to_the_launcher_stops_every_rank(setup: dict, signum: int, cod
     env = os.environ | {"MESHSHARD_TIMEOUT": "60"}
     ranks: list[int] = []
     proc = subprocess.Popen(_command(setup, out, "--nproc", "2", "--data-parallel", "1", "--steps", "100000",
-                                     "--every", "100000"),
+                                     "--every", "1"),
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
@@ -65,7 +65,9 @@ def test_a_signal_to_the_launcher_stops_every_rank(setup: dict, signum: int, cod
             if not _gone(r):
                 os.kill(r, signal.SIGKILL)
     assert proc.returncode == code, err
-    assert err.strip().splitlines()[-1].startswith("meshshard train: "), err
+    last = err.strip().splitlines()[-1]
+    assert re.fullmatch(r"meshshard train: (interrupted|terminated \(SIGTERM\); every local rank was stopped); "
+                        rf"{re.escape(str(out / 'checkpoint.pt'))} holds step \d+: continue with --resume", last), err
     assert "Traceback" not in err, err
 
 
@@ -77,7 +79,8 @@ def test_errors_under_nproc_are_one_line_with_the_first_failing_rank(setup: dict
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1, run.stderr
     assert re.fullmatch(r"meshshard train: error: rank [01]: Expected a partition into 1 part \(2 ranks / 2 "
-                        rf"data-parallel\) \(got 2 parts in {re.escape(setup['cfg'].partition)}\)", lines[0]), lines
+                        rf"data-parallel\) \(got 2 parts in {re.escape(setup['cfg'].partition)}\); make one with "
+                        rf"meshshard partition {re.escape(setup['cfg'].data)} --parts 1 --out NEW_PARTS", lines[0]), lines
     # both ranks fail alike; whichever exits first is reported
     debug = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=os.environ | {"MESHSHARD_DEBUG": "1"})
     assert debug.returncode == 2 and "Traceback (most recent call last)" in debug.stderr, debug.stderr

@@ -172,9 +172,18 @@ def test_a_rank_dying_mid_step_stops_the_others_with_a_clear_error(setup: dict) 
 def test_partition_and_world_size_must_agree(setup: dict) -> None:
     cfg = asdict(setup["cfg"]) | {"out": str(setup["root"] / "bad"), "data_parallel": 1}
     with pytest.raises(RankFailure, match=r"\nValueError: Expected a partition into 4 parts \(4 ranks / 1 data-parallel\) "
-                                          r"\(got 2 parts in .*partition\)\n$") as err:
+                                          r"\(got 2 parts in .*partition\); make one with meshshard partition .*data "
+                                          r"--parts 4 --out NEW_PARTS\n$") as err:
         run_ranks(_train_rank, 4, cfg, timeout=60)
     assert "in train\n" in err.value.details  # raised by train() itself, before any training step
+
+
+def test_one_process_on_a_partition_into_parts_says_to_start_ranks(setup: dict) -> None:
+    cfg = TrainConfig.from_dict(asdict(setup["cfg"]) | {"out": str(setup["root"] / "one"), "data_parallel": 1})
+    with pytest.raises(ValueError, match=r"Expected a partition into 1 part \(1 rank / 1 data-parallel\) \(got 2 parts in "
+                                         r".*\); train it on 2 ranks with --nproc 2, or under torchrun$"):
+        train(cfg)
+    assert not (setup["root"] / "one").exists()
 
 
 def test_bf16_mixed_precision_trains_close_to_float32(setup: dict) -> None:
