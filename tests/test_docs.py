@@ -49,3 +49,35 @@ def test_docs_page_runs(page: str, tmp_path: Path) -> None:
             cmd = ["bash", "-e", "-o", "pipefail", "-c", code]
         proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
         assert proc.returncode == 0, f"{page}, block {n + 1} ({language}) failed:\n{code}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+
+
+README = DOCS.parent / "README.md"
+
+
+@pytest.mark.slow
+def test_readme_python_blocks_run_on_two_ranks(tmp_path: Path) -> None:
+    """The README's Python blocks, as written, under ``torchrun --nproc-per-node 2``, on the
+    ``data/`` and ``parts/`` its four commands make (made here from a real mesh with fields k, f,
+    wall and T: ../shared/data/sfepy/big.mesh, or its generated stand-in)."""
+    import numpy as np
+
+    from meshshard.partition import partition_dataset, write_dataset
+    from tests._meshes import mesh_input
+
+    blocks = [code for language, code in runnable_blocks(README) if language == "python"]
+    assert len(blocks) == 2, "the README's blocks marked ```python test changed: update this test"
+    mesh = mesh_input("sfepy/big.mesh")
+    pos = np.asarray(mesh.pos, dtype=np.float64)
+    inputs = np.stack([np.stack([np.cos(pos[:, 0] + s), np.sin(pos[:, 1]), pos[:, 0] > s], 1) for s in (0.0, 0.5, 1.0)])
+    targets = inputs[:, :, :1] * inputs[:, :, 1:2]
+    write_dataset(tmp_path / "data", inputs, targets, pos=pos, cells=list(mesh.cells), input_names=["k", "f", "wall"],
+                  target_names=["T"])
+    partition_dataset(tmp_path / "data", tmp_path / "parts", 2)
+    env = os.environ | {"OMP_NUM_THREADS": "1", "MESHSHARD_TIMEOUT": "60"}
+    for n, code in enumerate(blocks):
+        script = tmp_path / f"readme-{n}.py"
+        script.write_text(code)
+        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(script)],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, f"README block {n + 1} failed:\n{code}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert proc.stdout.count("indexed_all_to_all_v/forward: 1") == 2, proc.stdout  # the collectives block, each rank
