@@ -209,3 +209,35 @@ def test_selftest_starting_its_own_ranks() -> None:
     proc = subprocess.run([sys.executable, "-m", "meshshard", "selftest", "--ranks", "2"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "selftest passed: 2 ranks" in proc.stdout
+
+
+_AT_EXIT = """
+import atexit, sys
+import torch, torch.distributed as dist
+atexit.register(lambda: print(f"rank {dist.get_rank() if dist.is_initialized() else '-'}: group up at exit: "
+                              f"{dist.is_initialized()}", flush=True))  # runs after init_distributed's own
+from meshshard.comm import init_distributed
+ctx = init_distributed()
+t = torch.ones(2)
+dist.all_reduce(t)
+if sys.argv[1] == "fail":
+    raise ValueError("a script that fails")
+"""
+
+
+@pytest.mark.parametrize("how", ["ends", "fail"])
+def test_the_group_init_distributed_made_is_shut_down_when_a_script_ends(tmp_path, how: str) -> None:
+    """Left to the interpreter's teardown, gloo could abort a finished rank ("terminate called
+    without an active exception"); after an uncaught exception the group is left alone (a peer
+    may still wait in a collective)."""
+    script = tmp_path / "script.py"
+    script.write_text(_AT_EXIT)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+           str(script), how]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if how == "ends":
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert proc.stdout.count("rank -: group up at exit: False") == 2, proc.stdout
+    else:
+        assert proc.returncode != 0 and "a script that fails" in proc.stderr
+        assert "group up at exit: True" in proc.stdout, proc.stdout
