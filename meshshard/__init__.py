@@ -31,6 +31,8 @@ _LAZY: dict[str, str] = {
     "grid_layout": "meshshard._grid_tensor",
     "load_checkpoint": "meshshard._checkpoint",
     "CheckpointError": "meshshard._checkpoint",
+    "load_run": "meshshard._trained",
+    "TrainedRun": "meshshard._trained",
 }
 
 __all__ = ["__version__", *_LAZY]

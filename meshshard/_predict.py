@@ -221,16 +221,15 @@ def check_model_request(ckpt: dict[str, Any], run: str, model: str | None) -> No
         raise ValueError(f"{run}: trained the built-in MeshGraphNet; leave out --model")
 
 
-def build_model(ckpt: dict[str, Any], data: Any, dtype: Any, model_spec: str | None, model_args: dict[str, Any] | None,
-                num_targets: int) -> Any:
+def build_model(ckpt: dict[str, Any], sizes: tuple[int, int, int], dtype: Any, model_spec: str | None,
+                model_args: dict[str, Any] | None, source: str) -> Any:
     """The run's model (MeshGraphNet, or yours from ``model_spec``) with its trained weights, for
-    ``num_targets`` target channels (the run's: DATA may have none); a one-line error if DATA does
-    not fit it."""
+    ``sizes`` = (input, edge, target) channels, which come from ``source`` (named in the one-line
+    error when they do not fit it)."""
     from meshshard._usermodel import build_user_model
     from meshshard.nn import MeshGraphNet
 
     cfg = ckpt.get("config", {})
-    sizes = len(data.input_channels), len(data.edge_channels), num_targets
     if model_spec:
         args = model_args if model_args is not None else dict(cfg.get("model_args") or {})
         model = build_user_model(model_spec, args, *sizes).to(dtype)
@@ -247,11 +246,11 @@ def build_model(ckpt: dict[str, Any], data: Any, dtype: Any, model_spec: str | N
             raise ValueError(
                 f"Expected --model {model_spec} with --model-args {json.dumps(args)} to rebuild the run's model (it "
                 f"trained --model {cfg.get('model')} with --model-args {json.dumps(cfg.get('model_args') or {})}), with "
-                f"{sizes[0]} input, {sizes[1]} edge and {sizes[2]} target channels from {data.path}: {first}"
+                f"{sizes[0]} input, {sizes[1]} edge and {sizes[2]} target channels from {source}: {first}"
             ) from None
         raise ValueError(
-            f"Expected {data.path} to fit the run's model ({len(data.input_channels)} input, {sizes[2]} target, "
-            f"{len(data.edge_channels)} edge channels here): {first}"
+            f"Expected {source} to fit the run's model ({sizes[0]} input, {sizes[2]} target, "
+            f"{sizes[1]} edge channels here): {first}"
         ) from None
     model.eval()
     return model
@@ -747,7 +746,8 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
     truth = bool(data.target_channels)
     target_meta = data.meta["targets"] if truth else run_target_fields(ckpt)
     num_targets = len(norm.targets.channels)
-    model = build_model(ckpt, data, dtype, cfg.model, cfg.model_args, num_targets).to(ctx.device)
+    sizes = len(data.input_channels), len(data.edge_channels), num_targets
+    model = build_model(ckpt, sizes, dtype, cfg.model, cfg.model_args, str(data.path)).to(ctx.device)
     names = [str(e["name"]) for e in data.meta["samples"]]
     picks = select_samples(cfg.samples, names, [int(v) for v in data.val])
     parts, reader = None, None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import asdict
@@ -124,6 +125,41 @@ def test_the_commands_train_and_predict_your_model_and_sharded_prediction_equals
         sharded = np.concatenate([p.point_data["T_pred"] for p in pieces])
         np.testing.assert_allclose(sharded, whole.point_data["T_pred"][ids], rtol=1e-10, atol=1e-12)
         assert np.abs(whole.point_data["T_pred"]).max() > 0
+
+    # the same run in a script of one's own: meshshard.load_run, on the whole mesh and on 2 ranks
+    from meshshard import load_run
+
+    data = open_dataset(case["data"])
+    points, edge_index = np.asarray(data.mesh(0).points), data.mesh(0).graph().edge_index()
+    expected = {s: meshio.read(root / "pred1" / f"0000{s}.vtu").point_data["T_pred"] for s in range(5)}
+    for given in (SPEC, build_user_model(SPEC, ARGS, 2, 3, 1)):
+        run = load_run(root / "cli-run", model=given)
+        assert (run.step, run.input_channels, run.target_channels, run.dtype) == (2, ["a", "b"], ["T"], torch.float64)
+        with torch.no_grad():
+            got = run(data.rows(3, np.arange(data.num_nodes(3)))[0], edge_index, points)
+        np.testing.assert_allclose(got.numpy()[:, 0], expected[3], rtol=1e-12, atol=1e-12)
+    for rank_rows in run_ranks(_load_run_rank, 2, str(root / "cli-run"), str(root / "parts2"), case["data"], timeout=120):
+        ids, pred = rank_rows
+        np.testing.assert_allclose(pred[:, 0], expected[3][ids], rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match=rf"cli-run: trained your own model \({re.escape(SPEC)}\); pass model="):
+        load_run(root / "cli-run")
+    with pytest.raises(ValueError, match=r"Expected inputs \(N, 2\): the run's channels a, b \(got shape \(4, 3\)\)"):
+        run(np.zeros((4, 3)), edge_index, points[:4])
+    with pytest.raises(ValueError, match="Expected pos, the .N, D. node coordinates"):
+        run(np.zeros((4, 2)), edge_index)
+
+
+def _load_run_rank(rank: int, world: int, run_dir: str, parts: str, data_dir: str) -> tuple:
+    from meshshard import ShardGraph, ShardTensor, load_run
+    from meshshard.partition import load_partition
+
+    part = load_partition(parts, rank)
+    graph = ShardGraph.from_partition(part, dtype=torch.float64)
+    x = open_dataset(data_dir).rows(3, part.owned_ids)[0]
+    run = load_run(run_dir, model=SPEC)
+    with torch.no_grad():
+        out = run(ShardTensor.from_local(torch.as_tensor(x), graph.spec), graph)
+    return np.asarray(part.owned_ids), out.to_local().numpy()
 
 
 @pytest.mark.slow
