@@ -87,16 +87,44 @@ def describe_run(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+#: The file that marks each kind of folder info describes, in the order its messages name them
+#: (a dataset's partitions are a folder with partitions.json, which an error need not name).
+_MARKERS = {"partition": "partition.json", "dataset": "dataset.json", "run": "checkpoint.pt"}
+
+
+def _either(words: list[str]) -> str:
+    return ", ".join(words[:-1]) + " or " + words[-1]
+
+
+def _not_described(path: Path) -> str | None:
+    """Why ``meshshard info`` cannot describe ``path`` (a file, or a folder of none of its kinds);
+    None when it may be one of them, or is missing (the partition layer's error says so)."""
+    kinds = f"a {_either(list(_MARKERS))} folder"
+    if path.exists() and not path.is_dir():
+        return f"{path}: is a file; meshshard info takes a folder ({kinds})"
+    if path.is_dir() and not any((path / name).exists() for name in (*_MARKERS.values(), "partitions.json")):
+        return f"{path}: not {kinds} (no {_either(list(_MARKERS.values()))} in it)"
+    return None
+
+
+def _fail(message: str) -> int:
+    print(f"meshshard info: error: {message}", file=sys.stderr)
+    return 2
+
+
 def _cmd_info(args: argparse.Namespace) -> int:
-    if not (Path(args.dir) / "checkpoint.pt").is_file():
+    path = Path(args.dir)
+    why = _not_described(path)
+    if why is not None:
+        return _fail(why)
+    if not (path / "checkpoint.pt").is_file():
         from meshshard.partition._cli import _cmd_info as partition_info
 
         return partition_info(args)
     try:
         summary = run_summary(args.dir)
     except (ValueError, OSError) as err:
-        print(f"meshshard info: error: {err}", file=sys.stderr)
-        return 2
+        return _fail(str(err))
     print(json.dumps(summary, indent=2) if args.json else describe_run(summary))
     return 0
 

@@ -67,3 +67,15 @@ def test_info_still_describes_partitions_and_datasets_and_refuses_a_damaged_run(
     assert main(["info", str(runs / "bad")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("meshshard info: error: ") and err.count("\n") == 1
+
+
+def test_info_on_a_file_or_a_folder_of_none_of_its_kinds_says_what_it_takes(tmp_path: Path, capsys) -> None:
+    (tmp_path / "notes.txt").write_text("my notes")
+    assert main(["info", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"meshshard info: error: {tmp_path}: not a partition, dataset or run folder "
+                                       "(no partition.json, dataset.json or checkpoint.pt in it)\n")
+    assert main(["info", str(tmp_path / "notes.txt")]) == 2
+    assert capsys.readouterr().err == (f"meshshard info: error: {tmp_path / 'notes.txt'}: is a file; meshshard info "
+                                       "takes a folder (a partition, dataset or run folder)\n")
+    assert main(["info", str(tmp_path / "none")]) == 2
+    assert capsys.readouterr().err == f"meshshard info: error: {tmp_path / 'none'}: no such folder\n"
