@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -62,9 +63,9 @@ def describe_run(summary: dict[str, Any]) -> str:
 
     m = summary["model"]
     if m["kind"] == "your own":
-        args = f" --model-args '{json.dumps(m['model_args'])}'" if m["model_args"] else ""
+        args = f" --model-args {shlex.quote(json.dumps(m['model_args']))}" if m["model_args"] else ""
         model = (f"your own, {m['spec']}{args}, {summary['parameters']:,} parameters "
-                 f"(meshshard predict needs --model {m['spec']})")
+                 f"(meshshard predict needs --model {shlex.quote(m['spec'])})")
     else:
         model = (f"MeshGraphNet, latent {m['latent_size']}, {m['hidden_layers']} hidden layers, "
                  f"{m['message_passing_steps']} message-passing steps, {m['activation']}, {summary['parameters']:,} parameters")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -127,7 +128,7 @@ def run_info(folder: str, as_json: bool) -> int:
                 nodes = [m["num_nodes"] for m in meta["meshes"]]
                 print(f"{folder}: {meta['format']} v{meta['format_version']}: {len(nodes)} partitions into "
                       f"{plural(meta['num_parts'], 'part')} (meshes of {min(nodes):,} to {max(nodes):,} nodes), one "
-                      f"partition folder per mesh: mesh-00000 ... (meshshard info {folder}/mesh-00000)")
+                      f"partition folder per mesh: mesh-00000 ... (meshshard info {shlex.quote(str(Path(folder) / 'mesh-00000'))})")
             return 0
         meta = read_dataset_metadata(folder)
     except ValueError as err:

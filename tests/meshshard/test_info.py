@@ -4,12 +4,14 @@ dataset folders still go to meshshard.partition's description."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from meshshard._info import describe_run
 from meshshard._train import TrainConfig, train
 from meshshard._usermodel import build_user_model
 from meshshard.cli import main
@@ -54,7 +56,12 @@ def test_info_describes_a_run_of_meshgraphnet_and_of_your_own_model(runs: Path, 
     assert summary["step"] == 3 and len([v for v in (summary["loss"]["first"], summary["loss"]["last"]) if v > 0]) == 2
     assert summary["val_loss"]["last_step"] == 3 and summary["settings"]["lr"] == 1e-3
     assert main(["info", str(runs / "mine")]) == 0
-    assert f"(meshshard predict needs --model {EXAMPLE}:build)" in capsys.readouterr().out
+    assert f"(meshshard predict needs --model {shlex.quote(f'{EXAMPLE}:build')})" in capsys.readouterr().out
+    # a command to paste is quoted for the shell: a path with a space, model args with a quote
+    summary["model"] = {"kind": "your own", "spec": "/tmp/u/my models/sage.py:build", "model_args": {"name": "it's"}}
+    text = describe_run(summary)
+    assert shlex.split(text.split(" --model-args ")[1].split(", ")[0]) == ['{"name": "it\'s"}']
+    assert "(meshshard predict needs --model '/tmp/u/my models/sage.py:build')" in text
 
 
 def test_info_still_describes_partitions_and_datasets_and_refuses_a_damaged_run(runs: Path, capsys) -> None:

@@ -469,29 +469,31 @@ def test_samples_are_written_one_at_a_time(tmp_path: Path) -> None:
 
 def test_info_of_a_datasets_partitions(sources, tmp_path: Path, capsys) -> None:
     data = build_dataset([sources["many"]], tmp_path / "d", inputs="T", targets="u")
-    partition_dataset(data, tmp_path / "p", 2)
-    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == [
+    parts = tmp_path / "my parts"  # a name to quote in the command info prints
+    partition_dataset(data, parts, 2)
+    assert sorted(p.name for p in (parts).iterdir()) == [
         "mesh-00000", "mesh-00001", "mesh-00002", "partitions.json"]
     capsys.readouterr()
-    assert main(["info", str(tmp_path / "p"), "--json"]) == 0
+    assert main(["info", str(parts), "--json"]) == 0
     meta = json.loads(capsys.readouterr().out)
     assert meta["format"] == "meshshard-dataset-partitions" and meta["num_parts"] == 2
     assert [m["sha256"] for m in meta["meshes"]] == [m["sha256"] for m in open_dataset(data).meta["meshes"]]
-    assert main(["info", str(tmp_path / "p")]) == 0
-    assert "3 partitions into 2 parts" in capsys.readouterr().out
-    assert main(["verify", str(tmp_path / "p")]) == 0
+    assert main(["info", str(parts)]) == 0
+    text = capsys.readouterr().out
+    assert "3 partitions into 2 parts" in text and f"(meshshard info '{parts / 'mesh-00000'}')" in text
+    assert main(["verify", str(parts)]) == 0
     assert capsys.readouterr().out.count(": OK (2 parts") == 3
     for name in ("partition.json", "part-00000.npz", "part-00001.npz"):  # mesh 1's partition where mesh 0's belongs
-        (tmp_path / "p" / "mesh-00000" / name).write_bytes((tmp_path / "p" / "mesh-00001" / name).read_bytes())
-    assert main(["verify", str(tmp_path / "p")]) == 1
+        (parts / "mesh-00000" / name).write_bytes((parts / "mesh-00001" / name).read_bytes())
+    assert main(["verify", str(parts)]) == 1
     assert "FAIL " in capsys.readouterr().out
     pytest.importorskip("torch")
     from meshshard._data import DatasetReader  # training's reader checks each mesh's partition as it loads it
 
     with pytest.raises(ValueError, match=r"mesh-00000: partition made for another dataset \(its mesh checksum differs"):
-        DatasetReader(data, tmp_path / "p", 0).sample(0)
-    (tmp_path / "p" / "stray.txt").write_text("x")
-    assert main(["partition", str(data), "--parts", "2", "--out", str(tmp_path / "p"), "--force", "-q"]) == 2
+        DatasetReader(data, parts, 0).sample(0)
+    (parts / "stray.txt").write_text("x")
+    assert main(["partition", str(data), "--parts", "2", "--out", str(parts), "--force", "-q"]) == 2
     assert "holds stray.txt, which meshshard did not write" in capsys.readouterr().err
 
 
