@@ -1,10 +1,12 @@
-"""``meshshard info FOLDER``: what a partition, dataset or run folder holds.
+"""``meshshard info FOLDER``: what a partition, dataset, run or prediction folder holds.
 
 Partition and dataset folders are described by :mod:`meshshard.partition` (no torch is imported
 for them). A run folder of ``meshshard train`` (``checkpoint.pt``) is described here from its
 checkpoint (read as tensors and plain values only, checksum checked) and its ``log.jsonl``: the
 model and how to rebuild it for ``meshshard predict``, the settings, the data and partition it
-trained on, the steps done and the loss.
+trained on, the steps done and the loss. A prediction folder of ``meshshard predict``
+(``metrics.json``) is described from that file alone: the run and data it came from, the step,
+the samples, whether it finished, and the mean errors per target field.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["describe_run", "run_summary", "register"]
+__all__ = ["describe_prediction", "describe_run", "prediction_summary", "run_summary", "register"]
 
 
 def run_summary(run: str | Path) -> dict[str, Any]:
@@ -88,9 +90,92 @@ def describe_run(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+#: The largest metrics.json info reads (a record per sample: a few hundred bytes each).
+MAX_METRICS_BYTES = 64 << 20
+
+
+def _error_figure(value: Any, where: str) -> float | None:
+    if value is None or isinstance(value, (int, float)) and not isinstance(value, bool):
+        return None if value is None else float(value)
+    raise ValueError(f"{where}: Expected a number or null (got {value!r})")
+
+
+def prediction_summary(pred: str | Path) -> dict[str, Any]:
+    """The facts ``meshshard info PRED`` prints, from ``PRED/metrics.json`` of ``meshshard predict``
+    (read as JSON only, from inside PRED; the paths it names are printed, never opened)."""
+    from meshshard._predict import _METRICS_FORMAT, METRICS_FILE, _mean
+    from meshshard.partition._safe_io import read_inside
+
+    file = Path(pred) / METRICS_FILE
+    try:
+        meta = json.loads(read_inside(pred, METRICS_FILE, max_bytes=MAX_METRICS_BYTES))
+    except (ValueError, UnicodeDecodeError) as err:
+        if str(err).startswith(str(file)):
+            raise
+        raise ValueError(f"{file}: not valid JSON ({err})") from None
+    if not isinstance(meta, dict) or meta.get("format", _METRICS_FORMAT) != _METRICS_FORMAT:
+        raise ValueError(f"{file}: Expected format {_METRICS_FORMAT!r} "
+                         f"(got {meta.get('format') if isinstance(meta, dict) else type(meta).__name__!r})")
+    samples = meta.get("samples")
+    if not isinstance(samples, list) or not all(isinstance(r, dict) and isinstance(r.get("fields"), dict) for r in samples):
+        raise ValueError(f"{file}: Expected a list of samples, each with its fields' errors (not a metrics.json of meshshard predict)")
+    complete = meta.get("complete") is not False  # one from before "complete" was recorded was written at the end
+    keys = ("rmse", "rel_l2")
+    errors = [{name: {key: _error_figure((e if isinstance(e, dict) else {}).get(key), f"{file}: samples[{i}].fields.{name}.{key}")
+                      for key in keys} for name, e in r["fields"].items()} for i, r in enumerate(samples)]
+    recorded = meta.get("mean")
+    if complete and isinstance(recorded, dict):
+        mean = {str(name): {key: _error_figure((e if isinstance(e, dict) else {}).get(key), f"{file}: mean.{name}.{key}")
+                            for key in keys} for name, e in recorded.items()}
+    else:  # a prediction that stopped part-way: the mean over the samples it finished
+        fields = list(dict.fromkeys(name for e in errors for name in e))
+        mean = {name: {key: _mean([e[name][key] for e in errors if name in e]) for key in keys} for name in fields}
+    return {
+        "prediction": str(pred),
+        "run": meta.get("run"),
+        "data": meta.get("data"),
+        "step": meta.get("step"),
+        "world_size": meta.get("world_size"),
+        "complete": complete,
+        "targets_known": meta.get("targets_known", any(e["rmse"] is not None for e in mean.values())),
+        "samples": [{"name": r.get("name"), "num_nodes": r.get("num_nodes"), "file": r.get("file")} for r in samples],
+        "mean": mean,
+    }
+
+
+def describe_prediction(summary: dict[str, Any]) -> str:
+    """The readable summary ``meshshard info PRED`` prints."""
+    from meshshard.partition._dataset import listed, plural
+
+    samples = summary["samples"]
+    count = plural(len(samples), "sample")
+    state = (f"complete, {count}" if summary["complete"] else
+             f"stopped part-way: {count} finished (a rerun into this folder needs --force)")
+    ranks = f" on {summary['world_size']} rank(s)" if summary["world_size"] is not None else ""
+    shown = [f"{r['name']} ({r['num_nodes']:,} nodes)" if isinstance(r["num_nodes"], int) else str(r["name"])
+             for r in samples[:6]]
+    lines = [
+        f"{summary['prediction']}: meshshard prediction{ranks}, {state}",
+        f"  run        {summary['run']}" + (f" (step {summary['step']})" if summary["step"] is not None else ""),
+        f"  data       {summary['data']}",
+        f"  samples    {listed(shown, len(samples)) or 'none yet'}",
+    ]
+    if not summary["targets_known"]:
+        lines.append("  errors     none: the data has no targets (predictions only)")
+    else:
+        over = "all samples" if summary["complete"] else f"the {count} finished"
+        for i, (name, e) in enumerate(summary["mean"].items()):
+            rmse = "-" if e["rmse"] is None else format(e["rmse"], ".4g")
+            rel = "-" if e["rel_l2"] is None else format(e["rel_l2"], ".3%")
+            lines.append(f"  {'mean' if i == 0 else '':<10} {name}: RMSE {rmse}, rel L2 {rel}"
+                         + (f" (over {over})" if i == 0 else ""))
+    return "\n".join(lines)
+
+
 #: The file that marks each kind of folder info describes, in the order its messages name them
 #: (a dataset's partitions are a folder with partitions.json, which an error need not name).
-_MARKERS = {"partition": "partition.json", "dataset": "dataset.json", "run": "checkpoint.pt"}
+_MARKERS = {"partition": "partition.json", "dataset": "dataset.json", "run": "checkpoint.pt",
+            "prediction": "metrics.json"}
 
 
 def _either(words: list[str]) -> str:
@@ -108,6 +193,12 @@ def _not_described(path: Path) -> str | None:
     return None
 
 
+def _is_prediction(path: Path) -> bool:
+    """A folder with metrics.json and none of a partition or dataset folder's own files."""
+    return (path / "metrics.json").exists() and not any(
+        (path / name).exists() for name in ("partition.json", "dataset.json", "partitions.json"))
+
+
 def _fail(message: str) -> int:
     print(f"meshshard info: error: {message}", file=sys.stderr)
     return 2
@@ -118,22 +209,25 @@ def _cmd_info(args: argparse.Namespace) -> int:
     why = _not_described(path)
     if why is not None:
         return _fail(why)
-    if not (path / "checkpoint.pt").is_file():
+    run = (path / "checkpoint.pt").is_file()
+    if not run and not _is_prediction(path):
         from meshshard.partition._cli import _cmd_info as partition_info
 
         return partition_info(args)
     try:
-        summary = run_summary(args.dir)
+        summary = run_summary(args.dir) if run else prediction_summary(args.dir)
     except (ValueError, OSError) as err:
         return _fail(str(err))
-    print(json.dumps(summary, indent=2) if args.json else describe_run(summary))
+    describe = describe_run if run else describe_prediction
+    print(json.dumps(summary, indent=2) if args.json else describe(summary))
     return 0
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("info", help="print a partition, dataset or run folder's metadata",
-                              description="Print what a partition folder, a dataset folder or a run folder of "
-                              "meshshard train holds (--json: as one JSON object).")
-    p.add_argument("dir", help="partition, dataset or run folder")
+    p = subparsers.add_parser("info", help="print a partition, dataset, run or prediction folder's metadata",
+                              description="Print what a partition folder, a dataset folder, a run folder of "
+                              "meshshard train or a prediction folder of meshshard predict holds "
+                              "(--json: as one JSON object).")
+    p.add_argument("dir", help="partition, dataset, run or prediction folder")
     p.add_argument("--json", action="store_true", help="print the metadata as JSON")
     p.set_defaults(func=_cmd_info)

@@ -27,7 +27,7 @@ from meshshard import __version__
 COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("partition", "meshshard.partition._cli", "split a mesh, graph or point cloud into a "
      "partition folder"),
-    ("info", "meshshard._info", "print a partition, dataset or run folder's metadata"),
+    ("info", "meshshard._info", "print a partition, dataset, run or prediction folder's metadata"),
     ("verify", "meshshard.partition._cli", "check a partition folder (exit 0 valid, 1 not)"),
     ("plot", "meshshard.partition._cli", "draw a partition's nodes coloured by part"),
     ("dataset", "meshshard.partition._dataset_cli", "make a dataset folder from mesh files with "

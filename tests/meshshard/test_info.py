@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from meshshard._info import describe_run
+from meshshard._predict import PredictConfig, predict
 from meshshard._train import TrainConfig, train
 from meshshard._usermodel import build_user_model
 from meshshard.cli import main
@@ -35,6 +36,8 @@ def runs(tmp_path_factory) -> Path:
     torch.manual_seed(0)
     train(TrainConfig(out=str(root / "mgn"), latent_size=8, hidden_layers=1, message_passing_steps=2, **common))
     train(TrainConfig(out=str(root / "mine"), model=f"{EXAMPLE}:build", model_args={"hidden": 8, "layers": 1}, **common))
+    predict(PredictConfig(run=str(root / "mgn"), data=str(root / "data"), out=str(root / "pred"), samples="all",
+                          plots=False, quiet=True))
     return root
 
 
@@ -79,10 +82,61 @@ def test_info_still_describes_partitions_and_datasets_and_refuses_a_damaged_run(
 def test_info_on_a_file_or_a_folder_of_none_of_its_kinds_says_what_it_takes(tmp_path: Path, capsys) -> None:
     (tmp_path / "notes.txt").write_text("my notes")
     assert main(["info", str(tmp_path)]) == 2
-    assert capsys.readouterr().err == (f"meshshard info: error: {tmp_path}: not a partition, dataset or run folder "
-                                       "(no partition.json, dataset.json or checkpoint.pt in it)\n")
+    assert capsys.readouterr().err == (f"meshshard info: error: {tmp_path}: not a partition, dataset, run or prediction "
+                                       "folder (no partition.json, dataset.json, checkpoint.pt or metrics.json in it)\n")
     assert main(["info", str(tmp_path / "notes.txt")]) == 2
     assert capsys.readouterr().err == (f"meshshard info: error: {tmp_path / 'notes.txt'}: is a file; meshshard info "
-                                       "takes a folder (a partition, dataset or run folder)\n")
+                                       "takes a folder (a partition, dataset, run or prediction folder)\n")
     assert main(["info", str(tmp_path / "none")]) == 2
     assert capsys.readouterr().err == f"meshshard info: error: {tmp_path / 'none'}: no such folder\n"
+
+
+def test_info_describes_a_prediction_finished_stopped_part_way_or_of_an_older_version(runs: Path, tmp_path: Path,
+                                                                                       capsys) -> None:
+    pred = runs / "pred"
+    metrics = json.loads((pred / "metrics.json").read_text())
+    assert main(["info", str(pred)]) == 0
+    text = full = capsys.readouterr().out
+    assert text.startswith(f"{pred}: meshshard prediction on 1 rank(s), complete, 4 samples\n"
+                           f"  run        {runs / 'mgn'} (step 3)\n  data       {runs / 'data'}\n"
+                           "  samples    00000 (120 nodes), 00001 (120 nodes), 00002 (120 nodes), 00003 (120 nodes)\n")
+    u, p = metrics["mean"]["u"], metrics["mean"]["p"]
+    assert f"  mean       u: RMSE {u['rmse']:.4g}, rel L2 {u['rel_l2']:.3%} (over all samples)\n" in text
+    assert f"             p: RMSE {p['rmse']:.4g}, rel L2 {p['rel_l2']:.3%}\n" in text
+    assert main(["info", str(pred), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["complete"] and summary["mean"] == metrics["mean"] and summary["step"] == 3
+    assert [s["file"] for s in summary["samples"]] == [f"0000{i}.vtu" for i in range(4)]
+
+    def info_of(name: str, record: object) -> tuple[int, str, str]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.json").write_text(json.dumps(record))
+        code = main(["info", str(tmp_path / name)])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    # stopped part-way: complete false, no mean; the mean of the samples it finished
+    head = {k: v for k, v in metrics.items() if k not in ("mean", "samples")}
+    code, text, _ = info_of("stopped", head | {"complete": False, "samples": metrics["samples"][:2]})
+    assert code == 0 and ": meshshard prediction on 1 rank(s), stopped part-way: 2 samples finished (a rerun into this " in text
+    first = np.mean([r["fields"]["u"]["rmse"] for r in metrics["samples"][:2]])
+    assert f"  mean       u: RMSE {first:.4g}, " in text and "(over the 2 samples finished)" in text
+    # from before format, complete and files were recorded: written when it finished
+    old = {k: v for k, v in metrics.items() if k not in ("format", "format_version", "complete", "files")}
+    assert info_of("older", old)[:2] == (0, full.replace(str(pred), str(tmp_path / "older"), 1))
+    # of new cases (no targets): no errors to show
+    unknown = {"rmse": None, "rel_l2": None}
+    new = head | {"targets_known": False, "mean": {"u": unknown, "p": unknown},
+                  "samples": [r | {"fields": {"u": unknown, "p": unknown}} for r in metrics["samples"]]}
+    code, text, _ = info_of("new", new)
+    assert code == 0 and text.endswith("  errors     none: the data has no targets (predictions only)\n")
+    # not ours: another format, no samples, a metrics.json that is a link out of the folder
+    code, _, err = info_of("other", {"format": "my-metrics"})
+    assert code == 2 and err == (f"meshshard info: error: {tmp_path / 'other' / 'metrics.json'}: Expected format "
+                                 "'meshshard-predictions' (got 'my-metrics')\n")
+    code, _, err = info_of("mine", {"accuracy": 0.9})
+    assert code == 2 and "Expected a list of samples" in err and err.count("\n") == 1
+    (tmp_path / "link").mkdir()
+    (tmp_path / "link" / "metrics.json").symlink_to(pred / "metrics.json")
+    assert main(["info", str(tmp_path / "link")]) == 2
+    assert "Expected a file inside the folder" in capsys.readouterr().err
