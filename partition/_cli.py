@@ -44,6 +44,12 @@ def _cmd_partition(args: argparse.Namespace) -> int:
         from meshshard.partition._dataset_cli import run_partition_dataset
 
         return run_partition_dataset(args)
+    if args.input is not None and Path(args.input).is_dir():
+        return _error("partition", args.input, ValueError(
+            "is a folder without dataset.json, not a mesh, graph or point-cloud file; for a folder of "
+            f"case files, make a dataset of them first: meshshard dataset {shlex.quote(args.input)} --out DATA "
+            f"--inputs NAMES --targets NAMES, then meshshard partition DATA --parts {args.parts} "
+            f"--out {shlex.quote(args.out)}"))
     out = Path(args.out)
     try:
         notes = check_output_dir(out, args.force, inputs=[args.input] if args.input else [])

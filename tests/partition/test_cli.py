@@ -135,6 +135,19 @@ def test_info_verify_plot_errors(tmp_path: Path, shared_data: Path, capsys) -> N
     assert "has no coordinates to plot" in capsys.readouterr().err
 
 
+def test_partition_of_a_folder_of_case_files_points_to_meshshard_dataset(mesh_file: Path, tmp_path: Path,
+                                                                            capsys) -> None:
+    cases = tmp_path / "my cases"
+    cases.mkdir()
+    shutil.copy(mesh_file, cases / "case-0.vtu")
+    assert main(["partition", str(cases), "--parts", "2", "--out", str(tmp_path / "p")]) == 2
+    assert capsys.readouterr().err == (
+        f"meshshard partition: error: {cases}: is a folder without dataset.json, not a mesh, graph or point-cloud "
+        f"file; for a folder of case files, make a dataset of them first: meshshard dataset '{cases}' --out DATA "
+        f"--inputs NAMES --targets NAMES, then meshshard partition DATA --parts 2 --out {tmp_path / 'p'}\n")
+    assert _leftovers(tmp_path) == ["my cases"]
+
+
 def test_command_in_a_subprocess(mesh_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "p"
     run = [sys.executable, "-m", "meshshard"]
