@@ -36,29 +36,46 @@ __all__ = ["list_sources", "sample_names", "build_dataset", "partition_dataset",
 _COMPONENT = re.compile(r"^(.+)\[(\d+)\]$")
 
 
-def list_sources(sources: Sequence[str | os.PathLike[str]]) -> list[Path]:
+def list_sources(sources: Sequence[str | os.PathLike[str]], notes: Callable[[str], None] | None = None) -> list[Path]:
     """The mesh files of ``sources``: files as given, folders expanded to their files with an
-    extension meshio reads (sorted by name, hidden files skipped)."""
+    extension meshio reads (sorted by name, hidden files skipped). Subfolders are not searched;
+    ``notes`` is called once with what a folder held that was skipped (other files, subfolders)."""
     import meshio
 
     known = set(meshio.extension_to_filetypes)
     files: list[Path] = []
+    other: list[Path] = []
+    subfolders: list[Path] = []
     for src in sources:
         path = Path(src)
         if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")
-                           and p.suffix.lower() in known)
+            entries = sorted(p for p in path.iterdir() if not p.name.startswith("."))
+            mesh = [p.is_file() and p.suffix.lower() in known for p in entries]
+            found = [p for p, m in zip(entries, mesh) if m]
             if not found:
                 raise ValueError(f"{path}: Expected mesh files in the folder (got none with an extension "
                                  "meshio reads, such as .vtu, .vtk, .msh, .xdmf)")
             files.extend(found)
+            subfolders.extend(p for p, m in zip(entries, mesh) if not m and p.is_dir())
+            other.extend(p for p, m in zip(entries, mesh) if not m and not p.is_dir())
         elif path.is_file():
             files.append(path)
         else:
             raise ValueError(f"{path}: no such file or folder")
     if not files:
         raise ValueError("Expected at least one mesh file or folder in SOURCES (got none)")
+    if (other or subfolders) and notes is not None:
+        notes(_skipped_note(other, subfolders))
     return files
+
+
+def _skipped_note(other: list[Path], subfolders: list[Path]) -> str:
+    """``skipped 2 files meshio does not read (a/notes.txt, a/README) and 1 subfolder (a/old): ...``."""
+    parts = [f"{plural(len(found), what, whats)} ({listed([str(p) for p in found], limit=3)})"
+             for found, what, whats in ((other, "file meshio does not read", "files meshio does not read"),
+                                        (subfolders, "subfolder", "subfolders")) if found]
+    return ("skipped " + " and ".join(parts)
+            + ("; subfolders are not searched (name one in SOURCES to read its mesh files)" if subfolders else ""))
 
 
 def _read(path: Path) -> Any:
@@ -256,8 +273,9 @@ def build_dataset(
         inputs, targets: Field names, comma-separated, or a list of such strings (added up).
         same_mesh: Refuse, naming the file and how its mesh differs, any file whose mesh is not
             exactly the first file's (``--same-mesh``): the dataset is then surely one-mesh.
-        notes: Called with each note for the user (samples named after their folders, a field
-            that is both an input and a target).
+        notes: Called with each note for the user (files and subfolders of a source folder that
+            were skipped, samples named after their folders, a field that is both an input and a
+            target).
         Others: as :func:`meshshard.partition._dataset.write_samples`.
     """
     in_names = parse_field_names(inputs, "--inputs")
@@ -265,7 +283,7 @@ def build_dataset(
     if not out_names and val_fraction is None and val_samples is None:
         val_fraction = 0.0  # cases to predict on: nothing to validate against
     check_dataset_output(out, force, sources)
-    files = list_sources(sources)
+    files = list_sources(sources, notes)
     names, renamed = sample_names(files)
     if val_samples is not None:
         _check_val_names(val_samples, names, files, renamed)

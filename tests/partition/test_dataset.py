@@ -225,6 +225,26 @@ def test_unknown_field_lists_the_available_ones(sources, tmp_path: Path, capsys)
            r"and pos for the coordinates\)")
 
 
+def test_what_a_source_folder_holds_besides_meshes_is_skipped_with_one_note(tmp_path: Path, capsys) -> None:
+    pts, tri = grid_triangles(4, 3)
+    cases = tmp_path / "cases"
+    (cases / "old").mkdir(parents=True)
+    (cases / "more").mkdir()
+    for name in ("a.vtu", "b.vtu", "old/c.vtu"):
+        _write_vtu(cases / name, pts, tri, T=np.ones(len(pts)))
+    for name in ("notes.txt", "README", "run.py", "x.csv", ".hidden"):
+        (cases / name).write_text("not a mesh")
+    capsys.readouterr()
+    assert main(["dataset", str(cases), "--out", str(tmp_path / "d"), "--inputs", "T", "--targets", "pos", "-q"]) == 0
+    assert capsys.readouterr().err == (
+        f"meshshard dataset: note: skipped 4 files meshio does not read ({cases / 'README'}, {cases / 'notes.txt'}, "
+        f"{cases / 'run.py'} ... and 1 more) and 2 subfolders ({cases / 'more'}, {cases / 'old'}); subfolders are not "
+        "searched (name one in SOURCES to read its mesh files)\n")
+    assert [s["name"] for s in open_dataset(tmp_path / "d").meta["samples"]] == ["a", "b"]
+    assert main(["dataset", str(cases / "old"), "--out", str(tmp_path / "e"), "--inputs", "T", "--targets", "pos", "-q"]) == 0
+    assert capsys.readouterr().err == ""  # nothing skipped, nothing said
+
+
 def test_field_of_the_wrong_length(tmp_path: Path, capsys) -> None:
     pts, tri = grid_triangles(4, 3)
     _write_vtu(tmp_path / "a.vtu", pts, tri, T=np.ones(len(pts)))
