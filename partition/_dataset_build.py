@@ -211,8 +211,11 @@ def _select(names: list[str], mesh: Any, pos: np.ndarray, path: Path) -> tuple[n
         elif base in point_data:
             array = _point_field(mesh, base, path)
         else:
+            cell = (f"; {base!r} is there as cell data (a value per cell), and meshshard needs point fields: "
+                    "interpolate it to the nodes first (ParaView: Cell Data to Point Data)"
+                    if base in (getattr(mesh, "cell_data", None) or {}) else "")
             raise ValueError(f"{path}: Expected field {name!r} in point_data (available: "
-                             f"{_describe(point_data) or 'none'}; and pos for the coordinates)")
+                             f"{_describe(point_data) or 'none'}; and pos for the coordinates){cell}")
         if comp is not None:
             if comp >= array.shape[1]:
                 raise ValueError(f"{path}: Expected a component of {base!r} in 0..{array.shape[1] - 1} (got {name!r})")

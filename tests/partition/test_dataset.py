@@ -225,6 +225,19 @@ def test_unknown_field_lists_the_available_ones(sources, tmp_path: Path, capsys)
            r"and pos for the coordinates\)")
 
 
+def test_a_field_that_is_cell_data_says_so(tmp_path: Path, capsys) -> None:
+    pts, tri = grid_triangles(4, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        meshio.write(tmp_path / "a.vtu", meshio.Mesh(pts, [("triangle", tri)], cell_data={"k": [np.ones(len(tri))]}))
+    _fails([str(tmp_path / "a.vtu"), "--inputs", "k", "--targets", "pos"], capsys, tmp_path / "d",
+           r"a\.vtu: Expected field 'k' in point_data \(available: none; and pos for the coordinates\); 'k' is there as "
+           r"cell data \(a value per cell\), and meshshard needs point fields: interpolate it to the nodes first "
+           r"\(ParaView: Cell Data to Point Data\)$")
+    _fails([str(tmp_path / "a.vtu"), "--inputs", "k[0]", "--targets", "pos"], capsys, tmp_path / "d",
+           r"Expected field 'k\[0\]' in point_data .*; 'k' is there as cell data")
+
+
 def test_what_a_source_folder_holds_besides_meshes_is_skipped_with_one_note(tmp_path: Path, capsys) -> None:
     pts, tri = grid_triangles(4, 3)
     cases = tmp_path / "cases"
