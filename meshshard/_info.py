@@ -118,11 +118,13 @@ def prediction_summary(pred: str | Path) -> dict[str, Any]:
                          f"(got {meta.get('format') if isinstance(meta, dict) else type(meta).__name__!r})")
     samples = meta.get("samples")
     if not isinstance(samples, list) or not all(isinstance(r, dict) and isinstance(r.get("fields"), dict) for r in samples):
-        raise ValueError(f"{file}: Expected a list of samples, each with its fields' errors (not a metrics.json of meshshard predict)")
+        raise ValueError(f"{file}: Expected a list of samples, each with its fields' errors (not a metrics.json of "
+                         "meshshard predict)")
     complete = meta.get("complete") is not False  # one from before "complete" was recorded was written at the end
     keys = ("rmse", "rel_l2")
-    errors = [{name: {key: _error_figure((e if isinstance(e, dict) else {}).get(key), f"{file}: samples[{i}].fields.{name}.{key}")
-                      for key in keys} for name, e in r["fields"].items()} for i, r in enumerate(samples)]
+    errors = [{name: {key: _error_figure((e if isinstance(e, dict) else {}).get(key),
+                                         f"{file}: samples[{i}].fields.{name}.{key}") for key in keys}
+               for name, e in r["fields"].items()} for i, r in enumerate(samples)]
     recorded = meta.get("mean")
     if complete and isinstance(recorded, dict):
         mean = {str(name): {key: _error_figure((e if isinstance(e, dict) else {}).get(key), f"{file}: mean.{name}.{key}")
@@ -145,7 +147,7 @@ def prediction_summary(pred: str | Path) -> dict[str, Any]:
 
 def describe_prediction(summary: dict[str, Any]) -> str:
     """The readable summary ``meshshard info PRED`` prints."""
-    from meshshard.partition._dataset import listed, plural
+    from meshshard.partition._dataset import MAX_LISTED, listed, plural
 
     samples = summary["samples"]
     count = plural(len(samples), "sample")
@@ -153,7 +155,7 @@ def describe_prediction(summary: dict[str, Any]) -> str:
              f"stopped part-way: {count} finished (a rerun into this folder needs --force)")
     ranks = f" on {summary['world_size']} rank(s)" if summary["world_size"] is not None else ""
     shown = [f"{r['name']} ({r['num_nodes']:,} nodes)" if isinstance(r["num_nodes"], int) else str(r["name"])
-             for r in samples[:6]]
+             for r in samples[:MAX_LISTED]]
     lines = [
         f"{summary['prediction']}: meshshard prediction{ranks}, {state}",
         f"  run        {summary['run']}" + (f" (step {summary['step']})" if summary["step"] is not None else ""),
