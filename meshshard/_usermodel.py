@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import json
 import os
 import sys
@@ -150,11 +151,18 @@ def build_user_model(spec: str, model_args: Mapping[str, Any], node_in: int, edg
 
     factory = load_factory(spec)
     call = f"{_split(spec)[1]}({node_in}, {edge_in}, {node_out}{''.join(f', {k}={v!r}' for k, v in model_args.items())})"
+    try:  # does the call fit the signature? (a TypeError from inside, a ShardConv refusal say, is another matter)
+        inspect.signature(factory).bind(node_in, edge_in, node_out, **model_args)
+        fits = True
+    except TypeError:
+        fits = False
+    except ValueError:  # no signature to read
+        fits = True
     try:
         model = factory(node_in, edge_in, node_out, **model_args)
     except Exception as err:
         hint = (" (it is called with the dataset's input, edge and target channel counts, then --model-args as keywords)"
-                if isinstance(err, TypeError) else "")
+                if isinstance(err, TypeError) and not fits else "")
         raise ValueError(f"--model {spec}: {call} failed: {type(err).__name__}: {first_line(err)}{hint}") from err
     if not isinstance(model, torch.nn.Module):
         raise ValueError(f"--model {spec}: {call} returned a {type(model).__name__}, not a torch.nn.Module")

@@ -213,6 +213,9 @@ def test_model_specs_and_arguments_are_checked_in_one_line(tmp_path: Path, monke
     with pytest.raises(ValueError, match=r"build\(2, 3, 1, width=4\) failed: TypeError: .*unexpected keyword.*"
                                          r"called with the dataset's input, edge and target channel counts"):
         build_user_model("odd.py:build", {"width": 4}, 2, 3, 1)
+    (tmp_path / "refused.py").write_text("def build(a, b, c):\n    raise TypeError('ShardConv cannot run this layer')\n")
+    with pytest.raises(ValueError, match=r"failed: TypeError: ShardConv cannot run this layer$"):  # the call fit: no hint
+        build_user_model("refused.py:build", {}, 2, 3, 1)
     (tmp_path / "pkgmodel.py").write_text("import torch\ndef build(a, b, c, width=4):\n    return torch.nn.Linear(a, c)\n")
     assert isinstance(build_user_model("pkgmodel:build", {"width": 5}, 2, 3, 1), torch.nn.Linear)  # a module of cwd
     assert parse_model_args(None) == {} and parse_model_args('{"hidden": 8, "names": ["a", "b"]}') == {"hidden": 8, "names": ["a", "b"]}
