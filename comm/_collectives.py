@@ -384,9 +384,15 @@ class _ScatterV(Function):
         return grad_x, None, None, None, None
 
 
+#: How many replicated results (global reductions) this process has made: DomainParallel looks
+#: for parameters used on them only when a forward made one (``[count]``, a mutable cell).
+REPLICATED_RESULTS = [0]
+
+
 class _SumToReplicated(Function):
     @staticmethod
     def forward(ctx: Any, x: Tensor, group: Any) -> Tensor:
+        REPLICATED_RESULTS[0] += 1
         world = dist.get_world_size(group) if dist.is_initialized() else 1
         nbytes = x.numel() * x.element_size()
         record(CollectiveCall("sum_to_replicated", "forward", nbytes if world > 1 else 0, nbytes if world > 1 else 0, world))

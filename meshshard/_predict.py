@@ -462,10 +462,13 @@ def _piece(data: Any, mesh: int, owned_ids: np.ndarray, chunk: int = 1 << 20) ->
     folder = _mesh_folder(data, mesh)
     kept: list[tuple[str, np.ndarray]] = []
     for cell_type in entry.get("cells", {}):
-        conn = np.load(folder / f"cells-{cell_type}.npy", mmap_mode="r", allow_pickle=False)
+        conn = data._load(folder / f"cells-{cell_type}.npy", "r")  # a regular file of the folder, never a link
         parts = []
         for lo in range(0, len(conn), chunk):
             block = np.asarray(conn[lo:lo + chunk], dtype=np.int64)
+            if block.size and (block.min() < 0 or block.max() >= entry["num_nodes"]):
+                raise ValueError(f"{folder / f'cells-{cell_type}.npy'}: Expected node ids in [0, {entry['num_nodes']}) "
+                                 f"(got {block.min()}..{block.max()})")
             first = block.min(axis=1)
             at = np.minimum(np.searchsorted(owned_ids, first), max(len(owned_ids) - 1, 0))
             mine = (owned_ids[at] == first) if len(owned_ids) else np.zeros(len(block), bool)

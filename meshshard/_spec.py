@@ -62,8 +62,10 @@ def _partition_layout(partition: Any, rank: int, world: int) -> tuple[tuple[int,
     if partition.num_parts != world:
         from meshshard.partition._dataset import plural
 
+        hint = (f"; run one process per part: torchrun --nproc-per-node {partition.num_parts} SCRIPT"
+                if world == 1 and partition.num_parts > 1 else "")
         raise ValueError(f"Expected a partition into {plural(world, 'part')} for a group of {plural(world, 'rank')} "
-                         f"(got {plural(partition.num_parts, 'part')})")
+                         f"(got {plural(partition.num_parts, 'part')}){hint}")
     if partition.rank != rank:
         raise ValueError(f"Expected the part of rank {rank} (got the part of rank {partition.rank})")
     counts = tuple(int(c) for c in partition.num_owned_per_part)

@@ -34,8 +34,8 @@ hands each rank the gradient of its own rows. Used on each rank's own rows (``x 
 in the backward (one ``all_reduce``), so both uses, and their mixtures, give the gradients of the
 single-process computation on the whole tensor. (Trainable parameters used in replicated
 computations, such as a head on globally pooled features or a scale applied to a global mean
-before it meets the rows, receive the whole gradient on every rank: :func:`meshshard.comm.sum_gradients`
-would count it once per rank. Let the statistic meet the rows first: ``(x * 0 + x.mean(0)) * scale``.)
+before it meets the rows, receive the whole gradient on every rank: :class:`meshshard.nn.DomainParallel`
+finds them and counts it once; :func:`meshshard.comm.sum_gradients` would count it once per rank.)
 
 Shapes: ``N`` global nodes, ``N_own`` owned rows, ``N_ghost`` ghost rows, ``...`` any trailing
 (feature, batch) dimensions. The node dimension is always dimension 0.
@@ -54,6 +54,7 @@ from torch import Tensor
 from torch.autograd import Function
 
 from meshshard.comm import all_gather_v, gather_v, indexed_all_to_all_v, scatter_v, sum_to_replicated
+from meshshard.comm._collectives import REPLICATED_RESULTS
 
 from ._spec import ShardSpec
 
@@ -153,6 +154,7 @@ class _FullTensor(Function):
 
     @staticmethod
     def forward(ctx: Any, local: Tensor, spec: ShardSpec) -> Tensor:
+        REPLICATED_RESULTS[0] += 1
         ctx.spec = spec
         with torch.no_grad():
             rows = all_gather_v(local, list(spec.owned_counts), group=spec.group)

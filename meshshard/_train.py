@@ -367,7 +367,8 @@ def train(cfg: TrainConfig) -> list[float]:
                  for d in range(cfg.data_parallel)]
         batch_loss = _check_finite(flags, step=step, samples=batch, data=cfg.data, last=last_saved, names=names)
         if step == 0 and ctx.rank == 0:
-            grads = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+            grads = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)  # unused: zeros,
+                               for p in model.parameters()])  # as DomainParallel gives them on several ranks
             _atomic_save({"loss": batch_loss, "grads": grads.cpu(), "sample": s}, out / "first_step.pt")
         opt.step()
         losses.append(batch_loss)

@@ -56,8 +56,9 @@ class TrainedRun:
         ``(2, E)`` (source row, target row), ``pos`` ``(N, D)`` the node coordinates; returns an
         ``(N, F_out)`` tensor. Sharded: ``x`` a ``ShardTensor`` of this rank's owned rows and
         ``graph`` a ``ShardGraph`` (its ``pos`` is used); returns a ``ShardTensor``, and equals the
-        whole-mesh prediction on those rows. Gradients flow to ``x``; wrap the call in
-        ``torch.no_grad()`` to predict only.
+        whole-mesh prediction on those rows (build the graph in the run's precision,
+        ``ShardGraph.from_partition(part, dtype=run.dtype)``: its coordinates give the edge
+        features). Gradients flow to ``x``; wrap the call in ``torch.no_grad()`` to predict only.
         """
         from meshshard import ShardGraph, ShardTensor, edge_features
 

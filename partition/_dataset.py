@@ -882,9 +882,17 @@ class Dataset:
             raise ValueError(f"Expected a sample in [0, {self.num_samples}) (got {sample})")
         return int(sample)
 
+    def _load(self, file: Path, mmap_mode: str | None) -> np.ndarray:
+        """``np.load`` of a file of this folder: never a link (it could point anywhere) or a special
+        file (a FIFO would block the reader)."""
+        if file.is_symlink() or (file.exists() and not file.is_file()):
+            raise ValueError(f"{file}: not a regular file of the dataset folder (a link or a special file); "
+                             "refusing to read it")
+        return np.load(file, mmap_mode=mmap_mode, allow_pickle=False)
+
     def _array(self, file: Path, rows: int, width: int | None) -> np.ndarray:
         try:
-            a = np.load(file, mmap_mode="r", allow_pickle=False)
+            a = self._load(file, "r")
         except FileNotFoundError:
             raise ValueError(f"{file}: missing (the dataset folder is incomplete)") from None
         except (ValueError, OSError) as err:
@@ -917,13 +925,26 @@ class Dataset:
             raise ValueError(f"Expected a mesh in [0, {self.num_meshes}) (got {index})")
         entry = self.meta["meshes"][index]
         folder = self.path / "meshes" / f"{index:05d}"
-        points = self._array(folder / "points.npy", entry["num_nodes"], entry["pos_dim"])
+        points = np.array(self._array(folder / "points.npy", entry["num_nodes"], entry["pos_dim"]))
         cells = []
-        for cell_type in entry["cells"]:
-            conn = np.load(folder / f"cells-{cell_type}.npy", allow_pickle=False)
-            cells.append((cell_type, conn))
-        edge_index = None if cells else np.load(folder / "edge_index.npy", allow_pickle=False)
-        return Mesh(np.array(points), cells, edge_index, entry["sha256"])
+        try:
+            for cell_type in entry["cells"]:
+                cells.append((cell_type, self._load(folder / f"cells-{cell_type}.npy", None)))
+            edge_index = None if cells else self._load(folder / "edge_index.npy", None)
+        except (OSError, ValueError) as err:
+            raise ValueError(str(err) if str(err).startswith(str(folder)) else f"{folder}: a mesh file is not readable "
+                             f"({err})") from None
+        n = len(points)
+        for name, ids in [(f"cells-{t}.npy", c) for t, c in cells] + [("edge_index.npy", edge_index)]:
+            if ids is None:
+                continue
+            if ids.ndim != 2 or ids.dtype.kind not in "iu" or (ids.size and (ids.min() < 0 or ids.max() >= n)):
+                raise ValueError(f"{folder / name}: Expected integer node ids in [0, {n}) in a 2-D array (got {ids.dtype} "
+                                 f"{ids.shape}{f', ids {ids.min()}..{ids.max()}' if ids.size and ids.dtype.kind in 'iu' else ''})")
+        if mesh_checksum(points, cells, edge_index) != entry["sha256"]:
+            raise ValueError(f"{folder}: the mesh's files differ from the checksum in {METADATA_FILE} (damaged or edited); "
+                             "make the dataset again")
+        return Mesh(points, cells, edge_index, entry["sha256"])
 
     def __repr__(self) -> str:
         return (f"Dataset({str(self.path)!r}, kind={self.kind!r}, samples={self.num_samples} "

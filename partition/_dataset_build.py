@@ -438,7 +438,7 @@ def partition_dataset(
 def _check_parts_output(out: Path, force: bool) -> None:
     """As for a partition folder; with ``force`` a folder of a dataset's partitions may be replaced
     too, when it holds only ``partitions.json`` and ``mesh-NNNNN`` partition folders."""
-    from meshshard.partition._format import METADATA_FILE, check_output_dir
+    from meshshard.partition._format import METADATA_FILE, check_is_partition, check_output_dir
 
     if force and (out / PARTITIONS_FILE).is_file() and not out.is_symlink():
         for child in out.iterdir():
@@ -448,5 +448,7 @@ def _check_parts_output(out: Path, force: bool) -> None:
             if not ours:
                 raise ValueError(f"{out}: holds {child.name}, which meshshard did not write; "
                                  "refusing to replace it, even with --force")
+            if child.is_dir():
+                check_is_partition(child)  # a mesh's partition and nothing else in it
         return
     check_output_dir(out, force)

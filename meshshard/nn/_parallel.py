@@ -129,6 +129,12 @@ class DomainParallel(nn.Module):
     engine waits for them all at the end of the backward, divides by the data-parallel size and
     writes the results back into ``.grad``.
 
+    Parameters used only on replicated values (a head on globally pooled features: the result of
+    ``ShardTensor.sum`` / ``mean`` / ``full_tensor``) get the whole gradient on every rank, not one
+    rank's part; after a forward that made such a value, the wrapper finds them in the output's
+    autograd graph and divides their sum by the domain size, so they too equal one process. A
+    parameter used both on rows and on a replicated value is refused (``ValueError``, in forward).
+
     Parameters that get no gradient on a rank in some backward (an unused branch, a rank whose
     shard skips a layer) contribute their current ``.grad``, or zeros when it is ``None``: every
     rank sends every bucket, in the same order, in every backward. So after a backward *every*
@@ -191,6 +197,7 @@ class DomainParallel(nn.Module):
         self._needs_check = True
         self._buckets: list[_Bucket] = []
         self._hooks: list[Any] = []
+        self._on_replicated: set[int] = set()  # parameters used only on replicated values since the last reduction
         self.register_state_dict_post_hook(_strip_prefix)
         self.register_load_state_dict_pre_hook(_add_prefix)
         if self._world == 1:
@@ -210,10 +217,28 @@ class DomainParallel(nn.Module):
             self._abandon()
         if self._needs_check and self._world > 1 and _debug_enabled():
             self.check_parameters()
+        made = _comm_state.REPLICATED_RESULTS[0]
         out = self.module(*args, **kwargs)
         if self._world > 1 and torch.is_grad_enabled():
+            if _comm_state.REPLICATED_RESULTS[0] != made:  # a global reduction ran: any parameter on its result?
+                self._on_replicated |= self._used_on_replicated(out)
             out = _mark_backward_start(out, self)
         return out
+
+    def _used_on_replicated(self, out: Any) -> set[int]:
+        """The parameters (ids) that ``out`` uses only on replicated values (a head on globally
+        pooled features): their gradient is whole on every rank, so the reduction counts it once.
+        A parameter used both there and on the rows is refused (its two parts cannot be told apart)."""
+        on_replicated, on_rows = _parameter_uses(out)
+        both = on_replicated & on_rows
+        if both:
+            names = [self._name_of(p) for p in self._params if id(p) in both]
+            raise ValueError(
+                f"DomainParallel: parameter(s) {', '.join(names)} are used both on the mesh's rows and on globally reduced "
+                "values (a graph-level head sharing weights with a node-level layer); their gradient cannot be reduced "
+                "exactly: give the computation on the reduced values its own parameters"
+            )
+        return on_replicated
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -310,10 +335,13 @@ class DomainParallel(nn.Module):
                     bucket.buffer.div_(self._data_size)
                 for i, p in enumerate(bucket.params):
                     reduced = bucket.view(i).view_as(p)
+                    if id(p) in self._on_replicated:  # whole on every rank: counted once per domain rank
+                        reduced.div_(self._world // self._data_size)
                     if p.grad is None:
                         p.grad = reduced.clone()
                     else:
                         p.grad.copy_(reduced)
+            self._on_replicated = set()
         finally:
             self._reset()
         self._needs_check = True
@@ -697,6 +725,49 @@ class _ShardedIO:
             return None
         output, self.kept = self._restore(output), []
         return output
+
+
+def _parameter_uses(out: Any) -> tuple[set[int], set[int]]:
+    """The leaf tensors (ids) that ``out``'s autograd graph reaches (1) through replicated values
+    only, (2) through rows. Replicated: a plain output computed from a global reduction, and what
+    lies between a replicated value used on rows (``_RowsUseReplicated``) and the reduction that
+    made it; the reduction's own inputs are rows again."""
+    from .._tensor import _REPLICATING, ShardTensor, _from_replicated
+
+    starts: list[tuple[Any, bool]] = []
+
+    def collect(obj: Any) -> None:
+        if isinstance(obj, ShardTensor):
+            starts.append((obj.to_local().grad_fn, False))
+        elif isinstance(obj, Tensor):
+            if obj.grad_fn is not None:
+                starts.append((obj.grad_fn, _from_replicated(obj)))
+        elif isinstance(obj, dict):
+            for v in obj.values():
+                collect(v)
+        elif isinstance(obj, list | tuple):
+            for v in obj:
+                collect(v)
+
+    collect(out)
+    on_replicated: set[int] = set()
+    on_rows: set[int] = set()
+    seen: set[tuple[Any, bool]] = set()
+    while starts:
+        node, replicated = starts.pop()
+        if node is None or (node, replicated) in seen:
+            continue
+        seen.add((node, replicated))
+        kind = type(node).__name__
+        if kind == "AccumulateGrad":
+            (on_replicated if replicated else on_rows).add(id(node.variable))
+            continue
+        if kind in _REPLICATING:
+            replicated = False
+        elif kind == "_RowsUseReplicatedBackward":
+            replicated = True
+        starts.extend((n, replicated) for n, _ in node.next_functions)
+    return on_replicated, on_rows
 
 
 def _rewrap(old: Any, local: Tensor) -> Any:

@@ -435,3 +435,67 @@ def test_argument_errors() -> None:
         DomainParallel(nn.Linear(1, 1), DeviceMesh2D(2, 2, 0, 0, None, None))
     with pytest.raises(TypeError, match="Expected 'mesh' to be a DeviceMesh2D"):
         DomainParallel(nn.Linear(1, 1), "mesh")  # type: ignore[arg-type]
+
+
+# --- parameters used on globally reduced values (a graph-level head) ----------------------------
+
+
+class _PooledHead(nn.Module):
+    """Node features, a head on their global mean, and either a node-level output (the pooled
+    value meets the rows again) or a graph-level one (the head's output is the model's)."""
+
+    def __init__(self, use: str) -> None:
+        from torch_geometric.nn import SAGEConv
+
+        from meshshard.nn import ShardConv
+
+        super().__init__()
+        torch.manual_seed(5)
+        self.use = use
+        self.conv = ShardConv(SAGEConv(3, 8)).double()
+        self.head, self.dec = nn.Linear(8, 8).double(), nn.Linear(8, 1).double()
+
+    def forward(self, x, graph):
+        h = torch.tanh(self.conv(x, graph))
+        g = self.head(h.mean(0))
+        if self.use == "graph":
+            return self.dec(torch.tanh(g))
+        if self.use == "both":  # the head's weights on the rows too
+            return self.dec(self.head(h) + g)
+        return self.dec(h + g)
+
+
+def _pooled_head_grads(rank: int, world: int, use: str) -> list:
+    case = mesh_case(MESH, max(world, 1))
+    x_all, y_all = _sample(0, 0, case.num_nodes)
+    model = _PooledHead(use)
+    if world == 0:  # one process, the whole mesh
+        out = model(x_all, torch.as_tensor(case.edge_index))
+        y = y_all
+    else:
+        graph = ShardGraph.from_partition(case.parts[rank], dtype=torch.float64)
+        own = graph.spec.global_ids
+        model = DomainParallel(model)
+        out = model(ShardTensor.from_local(x_all[own], graph.spec), graph)
+        y = ShardTensor.from_local(y_all[own], graph.spec)
+    loss = ((out - 0.3) ** 2).sum() if use == "graph" else ((out - y) ** 2).mean()
+    loss.backward()
+    return [p.grad.detach().numpy().copy() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("use", ["rows", "graph"])
+def test_a_head_on_globally_pooled_features_gets_the_single_process_gradient(use: str) -> None:
+    """Its gradient is whole on every rank (the replicated computation runs on each); summed over
+    the ranks it was R times the single-process one: DomainParallel counts it once."""
+    reference = _pooled_head_grads(0, 0, use)
+    for world in (2, 3):
+        for rank_grads in run_ranks(_pooled_head_grads, world, use, timeout=120):
+            for got, want in zip(rank_grads, reference, strict=True):
+                torch.testing.assert_close(torch.from_numpy(got), torch.from_numpy(want), rtol=1e-10, atol=1e-12,
+                                           msg=lambda m: f"{use}, {world} ranks: {m}")
+
+
+def test_a_parameter_on_both_rows_and_pooled_values_is_refused() -> None:
+    with pytest.raises(Exception, match=r"DomainParallel: parameter\(s\) head.weight, head.bias are used both on the "
+                                        r"mesh's rows and on globally reduced values"):
+        run_ranks(_pooled_head_grads, 2, "both", timeout=60)

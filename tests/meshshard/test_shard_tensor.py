@@ -323,7 +323,8 @@ def test_shard_tensor_matches_whole_tensor(world: int, layout: str) -> None:
 
 def test_spec_needs_a_partition_of_the_group_size() -> None:
     case = mesh_case(MESH, 2)
-    with pytest.raises(ValueError, match=r"Expected a partition into 1 part for a group of 1 rank \(got 2 parts\)"):
+    with pytest.raises(ValueError, match=r"Expected a partition into 1 part for a group of 1 rank \(got 2 parts\); run one "
+                                         r"process per part: torchrun --nproc-per-node 2 SCRIPT"):
         ShardSpec.from_partition(case.parts[0])
 
 

@@ -351,3 +351,22 @@ def test_resuming_notes_a_changed_model_file(case: dict, tmp_path: Path) -> None
     now = hashlib.sha256(mine.read_bytes()).hexdigest()
     assert [e["to"] for e in events if "event" in e] == [now]
     assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["config"]["model_sha256"] == now
+
+
+def test_a_model_with_an_unused_parameter_trains_on_one_process(case: dict, tmp_path: Path) -> None:
+    """Its gradient stays None on one process (no reduction fills it in): first_step.pt has zeros."""
+    (tmp_path / "unused.py").write_text(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(self, a, b, c):\n"
+        "        super().__init__()\n"
+        "        self.lin, self.spare = torch.nn.Linear(a, c), torch.nn.Linear(a, 7)\n"
+        "    def forward(self, x, graph, edge_attr):\n"
+        "        return self.lin(x)\n"
+        "def build(a, b, c):\n"
+        "    return M(a, b, c)\n")
+    cfg = TrainConfig(partition=str(case["root"] / "parts1"), data=case["data"], out=str(tmp_path / "run"), steps=1,
+                      quiet=True, dtype="float64", model=f"{tmp_path / 'unused.py'}:build")
+    train(cfg)
+    first = torch.load(tmp_path / "run" / "first_step.pt", weights_only=True)
+    assert first["grads"].shape == (2 * 1 + 1 + 2 * 7 + 7,) and not first["grads"][3:].any() and first["grads"][:3].any()

@@ -528,6 +528,11 @@ def test_info_of_a_datasets_partitions(sources, tmp_path: Path, capsys) -> None:
     (parts / "stray.txt").write_text("x")
     assert main(["partition", str(data), "--parts", "2", "--out", str(parts), "--force", "-q"]) == 2
     assert "holds stray.txt, which meshshard did not write" in capsys.readouterr().err
+    (parts / "stray.txt").unlink()
+    (parts / "mesh-00001" / "my-notes.txt").write_text("mine")  # inside a mesh's partition: not ours either
+    assert main(["partition", str(data), "--parts", "2", "--out", str(parts), "--force", "-q"]) == 2
+    assert "holds 'my-notes.txt', which is not a file of a partition" in capsys.readouterr().err
+    assert (parts / "mesh-00001" / "my-notes.txt").read_text() == "mine"
 
 
 @pytest.mark.parametrize("chunk", [1, 5, 17, 10**6])
@@ -601,3 +606,39 @@ def test_write_dataset_without_targets(tmp_path: Path) -> None:
     graphs[0].y = inputs[0][:, :1]
     with pytest.raises(ValueError, match="Expected 'y' on every Data or on none"):
         write_dataset_from_pyg(tmp_path / "q", graphs)
+
+
+def test_a_damaged_or_redirected_dataset_folder_is_refused_in_one_line(tmp_path: Path) -> None:
+    """Cell ids past the mesh (which crashed scipy, or wrote cells pointing nowhere), edited mesh
+    files, and links or FIFOs in place of the folder's files are refused when read."""
+    import os
+
+    pts, tri = grid_triangles(6, 5)
+    write_dataset(tmp_path / "d", np.ones((2, len(pts), 1)), np.ones((2, len(pts), 1)), pos=pts,
+                  cells=[("triangle", tri)])
+    mesh = tmp_path / "d" / "meshes" / "00000"
+    good = np.load(mesh / "cells-triangle.npy")
+    bad = good.copy()
+    bad[0, 0] = len(pts)
+    np.save(mesh / "cells-triangle.npy", bad)
+    with pytest.raises(ValueError, match=rf"cells-triangle.npy: Expected integer node ids in \[0, {len(pts)}\) in a 2-D "
+                                         rf"array \(got int64 \({len(tri)}, 3\), ids 0..{len(pts)}\)"):
+        open_dataset(tmp_path / "d").mesh(0)
+    assert main(["partition", str(tmp_path / "d"), "--parts", "2", "--out", str(tmp_path / "p"), "-q"]) == 2
+    bad = good.copy()
+    bad[[0, 1]] = bad[[1, 0]]  # ids in range, but not the mesh the checksum was taken of
+    np.save(mesh / "cells-triangle.npy", bad)
+    with pytest.raises(ValueError, match="the mesh's files differ from the checksum in dataset.json"):
+        open_dataset(tmp_path / "d").mesh(0)
+    np.save(mesh / "cells-triangle.npy", good)
+    assert open_dataset(tmp_path / "d").mesh(0).num_nodes == len(pts)
+    inputs = tmp_path / "d" / "samples" / "00001" / "inputs.npy"
+    (tmp_path / "outside.npy").write_bytes(inputs.read_bytes())
+    inputs.unlink()
+    inputs.symlink_to(tmp_path / "outside.npy")
+    with pytest.raises(ValueError, match="inputs.npy: not a regular file of the dataset folder"):
+        open_dataset(tmp_path / "d").sample_arrays(1)
+    inputs.unlink()
+    os.mkfifo(inputs)  # would block a reader forever
+    with pytest.raises(ValueError, match="inputs.npy: not a regular file of the dataset folder"):
+        open_dataset(tmp_path / "d").rows(1, np.arange(3))
