@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -177,6 +178,10 @@ def _one_line(err: BaseException) -> str:
             return (f"it holds something other than tensors and plain values ({detail.removeprefix('Unsupported global: ')}), "
                     "which is never unpickled")
         return f"not a torch.save file: {detail}"
+    if "Weights only load failed" in text:  # torch 2.13's wording: keep the reason, never the advice to turn it off
+        found = re.search(r"(unsupported GLOBAL \S+|Unsupported global: \S+|Unsupported operand \S+)", text)
+        what = f" ({found.group(1)})" if found else ""
+        return f"it holds something other than tensors and plain values{what}, which is never unpickled"
     return f"{type(err).__name__}: {text[:200]}" if text else type(err).__name__
 
 

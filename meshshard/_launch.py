@@ -288,7 +288,8 @@ def run_command(
     except (ValueError, RuntimeError, OSError) as err:
         if _debug() and not isinstance(err, RankFailed):
             traceback.print_exc()  # a rank under --nproc printed its own
-        print(f"meshshard {name}: error: {' '.join(str(err).split())}", file=sys.stderr)
+        failed = isinstance(err, RankFailed) and not getattr(err, "user_error", False)  # a rank died: what now
+        print(f"meshshard {name}: error: {' '.join(str(err).split())}{next_step() if failed else ''}", file=sys.stderr)
         return 2 if isinstance(err, ValueError) or getattr(err, "user_error", False) else 1
     except Terminated:
         print(f"meshshard {name}: terminated (SIGTERM); every local rank was stopped{next_step()}", file=sys.stderr)

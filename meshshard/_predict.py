@@ -88,6 +88,8 @@ class PredictConfig:
 def read_run(run: str | os.PathLike[str]) -> dict[str, Any]:
     """The checkpoint of a run folder (through the package's checkpoint reader)."""
     path = Path(run) / "checkpoint.pt"
+    if path.is_symlink():
+        raise ValueError(f"{path}: is a link; a run's checkpoint is read from inside its folder only")
     if not path.is_file():
         raise ValueError(f"{run}: no checkpoint.pt (not a run folder of meshshard train, or no step finished yet)")
     from meshshard._checkpoint import load_checkpoint  # tensors and plain values only, checksum checked
@@ -131,8 +133,11 @@ def _written_here(out: Path) -> tuple[list[str], bool] | None:
     """The names PRED's ``metrics.json`` says predict wrote there, and whether that prediction
     finished; None when it has none, or one that is not ours. (One written before ``files`` was
     recorded lists its samples' files.)"""
+    file = out / METRICS_FILE
+    if file.is_symlink() or not file.is_file():  # a link, a FIFO (a reader would block): not our record
+        return None
     try:
-        meta = json.loads((out / METRICS_FILE).read_text())
+        meta = json.loads(file.read_text())
     except (OSError, ValueError):
         return None
     if not isinstance(meta, dict) or not isinstance(meta.get("samples"), list):

@@ -603,9 +603,11 @@ def _run(args: Any) -> int:
     return run_command("train", _train_worker, args.nproc, asdict(cfg), check, stopped=lambda: _resume_hint(cfg.out))
 
 
-def _resume_hint(out: str) -> str:
+def _resume_hint(out: str) -> str | None:
     """What to do after a stopped run: resume from its last checkpoint, or start over without one."""
     ckpt = Path(out) / "checkpoint.pt"
+    if not Path(out).is_dir():  # stopped before it made RUN: nothing to say
+        return None
     if not ckpt.is_file():
         return f"{out} has no checkpoint yet: start it over with --force"
     # mmap: the step is read without the weights; weights_only: never unpickled

@@ -77,6 +77,22 @@ def test_a_checkpoint_that_would_run_code_is_refused_and_the_code_never_runs(tmp
                                          r"something other than tensors and plain values"):
         load_checkpoint(tmp_path / "checkpoint.pt")
     assert not marker.exists()
+    torch.save({"model": _Shell(f"touch {marker}")}, tmp_path / "checkpoint.pt")  # os.system: another refusal text
+    with pytest.raises(ValueError) as err:
+        load_checkpoint(tmp_path / "checkpoint.pt")
+    assert "something other than tensors and plain values" in str(err.value) and "system" in str(err.value)
+    assert "weights_only" not in str(err.value)  # never the advice to turn the protection off
+    assert not marker.exists()
+
+
+class _Shell:
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __reduce__(self):  # noqa: D105
+        import os
+
+        return (os.system, (self.command,))
 
 
 def test_a_flipped_byte_inside_a_weight_is_refused(tmp_path: Path) -> None:

@@ -71,6 +71,29 @@ def test_a_signal_to_the_launcher_stops_every_rank(setup: dict, signum: int, cod
     assert "Traceback" not in err, err
 
 
+def test_a_rank_killed_is_reported_with_the_step_to_resume_from(setup: dict) -> None:  # noqa: F811
+    out = setup["root"] / "rank-killed"
+    proc = subprocess.Popen(_command(setup, out, "--nproc", "2", "--data-parallel", "1", "--steps", "100000",
+                                     "--every", "1"),
+                            env=os.environ | {"MESHSHARD_TIMEOUT": "60"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((out / "log.jsonl").exists() and (out / "log.jsonl").read_text().count("\n") >= 2):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "training did not start"
+            time.sleep(0.2)
+        ranks = [c for c in _children(proc.pid) if "spawn" in Path(f"/proc/{c}/cmdline").read_text()]
+        os.kill(ranks[1], signal.SIGKILL)
+        _, err = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, err
+    assert re.fullmatch(r"meshshard train: error: rank 1 was killed by SIGKILL.*; "
+                        rf"{re.escape(str(out / 'checkpoint.pt'))} holds step \d+: continue with --resume",
+                        err.strip().splitlines()[-1]), err
+
+
 def test_errors_under_nproc_are_one_line_with_the_first_failing_rank(setup: dict) -> None:  # noqa: F811
     # every rank refuses the partition: exit 2, one line, no traceback unless MESHSHARD_DEBUG
     cmd = _command(setup, setup["root"] / "nproc-bad", "--nproc", "2", "--data-parallel", "2", "--steps", "2")
@@ -89,7 +112,8 @@ def test_errors_under_nproc_are_one_line_with_the_first_failing_rank(setup: dict
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=os.environ | {"MESHSHARD_FAIL_AT": "1:1"})
     assert run.returncode == 1, run.stderr
     assert "rank 1: MESHSHARD_FAIL_AT=1:1: dying in the middle of step 1" in run.stderr
-    assert run.stderr.strip().splitlines()[-1] == "meshshard train: error: rank 1 exited with code 17", run.stderr
+    assert run.stderr.strip().splitlines()[-1] == (f"meshshard train: error: rank 1 exited with code 17; {setup['root'] / 'nproc-dies'} "
+                                                   "has no checkpoint yet: start it over with --force"), run.stderr
     assert "Traceback" not in run.stderr, run.stderr
 
 
