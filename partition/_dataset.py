@@ -578,18 +578,34 @@ def write_samples(
 @contextmanager
 def atomic_folder(out: Path) -> Iterator[Path]:
     """Yield a temporary path beside ``out`` (not created) to fill; on success it replaces
-    ``out`` (whose safety the caller checked), on any error it is removed."""
+    ``out`` (whose safety the caller checked), on any error it is removed.
+
+    As :func:`meshshard.partition._safe_io.write_folder`: an existing ``out`` is renamed aside
+    before the new folder is renamed in, and deleted only then, so a crash leaves the old folder
+    or the new one whole, never a half-deleted one; what a killed run left (its staging folder,
+    or the old folder set aside) is tidied, or put back, by the next run."""
+    from meshshard.partition._safe_io import _NEW, _OLD, _temp, recover_interrupted
+
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    recover_interrupted(out)
+    staging, aside = _temp(out, _NEW, os.getpid()), _temp(out, _OLD, os.getpid())
+    for leftover in (staging, aside):
+        if leftover.is_dir() and not leftover.is_symlink():
+            shutil.rmtree(leftover)
+    moved = False
     try:
-        yield tmp
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
+        yield staging
+        if out.exists() or out.is_symlink():
+            os.rename(out, aside)
+            moved = True
+        os.rename(staging, out)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)
+        if moved and not out.exists():
+            os.rename(aside, out)
         raise
+    if moved:
+        shutil.rmtree(aside)
 
 
 def _read_json(file: Path) -> Any:

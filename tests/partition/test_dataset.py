@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import warnings
 from pathlib import Path
@@ -486,7 +487,7 @@ def test_samples_are_written_one_at_a_time(tmp_path: Path) -> None:
 
     def samples():
         for i in range(4):
-            tmp = next(tmp_path.glob(".d.tmp-*"))
+            tmp = next(tmp_path.glob(".d.meshshard-new-*"))
             seen.append(sorted(p.name for p in (tmp / "samples").glob("*")) if (tmp / "samples").exists() else [])
             yield _dataset.Sample(f"s{i}", pts, np.full((len(pts), 1), float(i)), np.ones((len(pts), 1)),
                                   cells=[("triangle", tri)])
@@ -642,3 +643,34 @@ def test_a_damaged_or_redirected_dataset_folder_is_refused_in_one_line(tmp_path:
     os.mkfifo(inputs)  # would block a reader forever
     with pytest.raises(ValueError, match="inputs.npy: not a regular file of the dataset folder"):
         open_dataset(tmp_path / "d").rows(1, np.arange(3))
+
+
+def test_a_dataset_replaced_with_force_is_never_left_half_deleted(tmp_path: Path, monkeypatch) -> None:
+    """The old folder is set aside before the new one goes in: killed between the two renames,
+    the old one is whole, aside, and the next run puts it back before it does anything else."""
+    import subprocess
+
+    from meshshard.partition import write_dataset
+    from meshshard.partition._safe_io import recover_interrupted
+
+    pts, tri = grid_triangles(5, 4)
+    write_dataset(tmp_path / "d", np.ones((3, len(pts), 1)), np.ones((3, len(pts), 1)), pos=pts, cells=[("triangle", tri)])
+    real_rename = os.rename
+
+    def killed_after_setting_aside(src, dst):
+        real_rename(src, dst)
+        if str(dst).endswith(f"meshshard-old-{os.getpid()}"):
+            raise KeyboardInterrupt  # as if killed between the two renames
+
+    monkeypatch.setattr(os, "rename", killed_after_setting_aside)
+    with pytest.raises(KeyboardInterrupt):
+        write_dataset(tmp_path / "d", np.zeros((2, len(pts), 1)), np.zeros((2, len(pts), 1)), pos=pts,
+                      cells=[("triangle", tri)], force=True)
+    monkeypatch.setattr(os, "rename", real_rename)
+    assert not (tmp_path / "d").exists() and not list(tmp_path.glob(".d.meshshard-new-*"))
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    next(tmp_path.glob(".d.meshshard-old-*")).rename(tmp_path / f".d.meshshard-old-{dead.pid}")  # its process is gone
+    assert recover_interrupted(tmp_path / "d") == [f"{tmp_path / 'd'}: restored from .d.meshshard-old-{dead.pid}, "
+                                                   "left by an interrupted --force"]
+    assert open_dataset(tmp_path / "d").num_samples == 3 and not list(tmp_path.glob(".d.*"))
