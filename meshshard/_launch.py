@@ -204,7 +204,13 @@ def launch_local(fn: Callable[..., Any], nprocs: int, *args: Any, grace_s: float
         try:
             for p in procs:
                 if not received:
-                    p.start()
+                    if main:  # ignored dispositions survive exec: a rank ignores Ctrl-C from its first instruction
+                        signal.signal(signal.SIGINT, signal.SIG_IGN)
+                    try:
+                        p.start()
+                    finally:
+                        if main:
+                            signal.signal(signal.SIGINT, on_signal)
             while not received:
                 running = [p for p in procs if p.exitcode is None and p.pid is not None]
                 failed = [(*_failure(r, p.exitcode, Path(report)), r) for r, p in enumerate(procs)

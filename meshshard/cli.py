@@ -73,19 +73,21 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(_chosen(argv))
-    args = parser.parse_args(argv)
-    func = getattr(args, "func", None)
-    if func is None:
-        parser.print_help()
-        return 0
-    try:
+    command = "meshshard"
+    try:  # Ctrl-C while the command's modules (torch) are still importing: one line too
+        parser = build_parser(_chosen(argv))
+        args = parser.parse_args(argv)
+        func = getattr(args, "func", None)
+        if func is None:
+            parser.print_help()
+            return 0
+        command = f"meshshard {args.command}"
         return int(func(args) or 0)
     except CommandError as err:
-        print(f"meshshard {args.command}: error: {err}", file=sys.stderr)
+        print(f"{command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"meshshard {args.command}: interrupted", file=sys.stderr)
+        print(f"{command}: interrupted", file=sys.stderr)
         return 130
 
 
@@ -96,7 +98,11 @@ def entry() -> None:
     teardown would destroy it while gloo's threads wait on a peer, and abort the process
     ("terminate called without an active exception"), turning exit code 1 into SIGABRT. Such a
     rank leaves without that teardown, its output flushed."""
-    code = main()
+    try:
+        code = main()
+    except BrokenPipeError:  # ``meshshard info X | head``: the reader has gone, nothing to report
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        code = 141
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         sys.stdout.flush()

@@ -20,3 +20,35 @@ def test_console_script_help() -> None:
 def test_selftest_rejects_zero_ranks(capsys) -> None:
     assert main(["selftest", "--ranks", "0"]) == 2
     assert "Expected --ranks >= 1 (got 0)" in capsys.readouterr().out
+
+
+def test_ctrl_c_while_the_commands_load_is_one_line(monkeypatch, capsys) -> None:
+    import meshshard.cli as cli
+
+    def interrupted(_chosen):
+        raise KeyboardInterrupt  # as if Ctrl-C came while torch was importing
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert main(["train", "parts", "--data", "d", "--out", "r"]) == 130
+    assert capsys.readouterr().err == "meshshard: interrupted\n"
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path) -> None:
+    """``meshshard info X | head``: a closed pipe is exit 141 and no traceback."""
+    import os
+
+    from meshshard.partition import write_dataset
+
+    import numpy as np
+
+    values = np.ones((1, 3, 1))
+    write_dataset(tmp_path / "d", values, values, pos=np.array([[0.0, 0], [1, 0], [0, 1]]),
+                  cells=[("triangle", np.array([[0, 1, 2]]))])
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-m", "meshshard", "info", str(tmp_path / "d")], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write)
+    assert done.returncode == 141 and done.stderr == "", done.stderr
