@@ -32,6 +32,7 @@ _LAZY: dict[str, str] = {
     "load_checkpoint": "meshshard._checkpoint",
     "CheckpointError": "meshshard._checkpoint",
     "load_run": "meshshard._trained",
+    "launch_local": "meshshard._launch",
     "TrainedRun": "meshshard._trained",
 }
 

@@ -166,6 +166,14 @@ def build_user_model(spec: str, model_args: Mapping[str, Any], node_in: int, edg
         raise ValueError(f"--model {spec}: {call} failed: {type(err).__name__}: {first_line(err)}{hint}") from err
     if not isinstance(model, torch.nn.Module):
         raise ValueError(f"--model {spec}: {call} returned a {type(model).__name__}, not a torch.nn.Module")
+    from torch.distributed.fsdp import FSDPModule
+    from torch.nn.parallel import DistributedDataParallel
+
+    from meshshard.nn import DomainParallel
+
+    if isinstance(model, DomainParallel | DistributedDataParallel | FSDPModule):
+        raise ValueError(f"--model {spec}: {call} returned a {type(model).__name__}; return the bare model "
+                         "(meshshard train wraps it in DomainParallel itself)")
     return model
 
 

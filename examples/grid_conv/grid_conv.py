@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if "RANK" in os.environ:  # under torchrun
         return run(args)
-    from meshshard._launch import launch_local
+    from meshshard import launch_local
 
     try:
         launch_local(_worker, args.nproc or 2, args)

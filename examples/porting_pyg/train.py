@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--check", metavar="MESH", help="also train on the whole MESH in one process and compare")
     args = parser.parse_args(argv)
     if args.nproc:
-        from meshshard._launch import launch_local
+        from meshshard import launch_local
 
         launch_local(worker, args.nproc, args.parts, args.steps, args.check)
     else:

@@ -213,6 +213,10 @@ def test_model_specs_and_arguments_are_checked_in_one_line(tmp_path: Path, monke
     with pytest.raises(ValueError, match=r"build\(2, 3, 1, width=4\) failed: TypeError: .*unexpected keyword.*"
                                          r"called with the dataset's input, edge and target channel counts"):
         build_user_model("odd.py:build", {"width": 4}, 2, 3, 1)
+    (tmp_path / "wrapped.py").write_text("import torch\nfrom meshshard.nn import DomainParallel\n"
+                                         "def build(a, b, c):\n    return DomainParallel(torch.nn.Linear(a, c))\n")
+    with pytest.raises(ValueError, match=r"returned a DomainParallel; return the bare model \(meshshard train wraps it"):
+        build_user_model("wrapped.py:build", {}, 2, 3, 1)
     (tmp_path / "refused.py").write_text("def build(a, b, c):\n    raise TypeError('ShardConv cannot run this layer')\n")
     with pytest.raises(ValueError, match=r"failed: TypeError: ShardConv cannot run this layer$"):  # the call fit: no hint
         build_user_model("refused.py:build", {}, 2, 3, 1)
