@@ -32,6 +32,7 @@ import os
 import re
 import socket
 import sys
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -119,7 +120,10 @@ def _launch_from_env(env: Mapping[str, str]) -> tuple[str, int, int, int, int]:
         world = _world(env, "SLURM_NTASKS")
         rank = _in_range("SLURM_PROCID", _int(env, "SLURM_PROCID"), "SLURM_NTASKS", world)
         local = _int(env, "SLURM_LOCALID") if "SLURM_LOCALID" in env else 0
-        name, per_node = _slurm_tasks_per_node(env)
+        if env.get("SLURM_NTASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE"):
+            name, per_node = _slurm_tasks_per_node(env)
+        else:  # srun always sets it; without it, all tasks may be on one node
+            name, per_node = "SLURM_NTASKS", [world]
         _in_range("SLURM_LOCALID", local, name, max(per_node))  # nodes may run different task counts
         return "slurm", rank, world, local, per_node[0]
     return "single", 0, 1, 0, 1
@@ -269,13 +273,26 @@ def init_distributed(backend: str | None = None, *, timeout_s: float | None = No
         raise ValueError(f"Expected the environment variable MASTER_PORT to be a port number in [1, 65535] (got {port!r})")
     _check_cuda_devices(local_world, chosen)
     device = _device_for(chosen, local)
-    dist.init_process_group(
-        chosen, init_method="env://", rank=rank, world_size=world, timeout=timedelta(seconds=seconds)
-    )
+    where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+    note = threading.Timer(_WAIT_NOTE_S, lambda: print(
+        f"meshshard: rank {rank} is waiting for the other {world - 1} rank(s) at {where} (a rank that failed to start? "
+        f"it gives up after {seconds:g} s, MESHSHARD_TIMEOUT)", file=sys.stderr, flush=True))
+    note.daemon = True
+    note.start()
+    try:
+        dist.init_process_group(
+            chosen, init_method="env://", rank=rank, world_size=world, timeout=timedelta(seconds=seconds)
+        )
+    finally:
+        note.cancel()
     atexit.register(_destroy_at_exit)
     if chosen == "nccl":
         _check_gpus_apart(local_world)
     return DistributedContext(rank, world, local, local_world, device, chosen, launcher)
+
+
+#: Seconds a rank waits for the others to join before it says so (once) on stderr.
+_WAIT_NOTE_S = 20.0
 
 
 def _destroy_at_exit() -> None:

@@ -241,3 +241,18 @@ def test_the_group_init_distributed_made_is_shut_down_when_a_script_ends(tmp_pat
     else:
         assert proc.returncode != 0 and "a script that fails" in proc.stderr
         assert "group up at exit: True" in proc.stdout, proc.stdout
+
+
+def test_a_rank_waiting_for_one_that_never_comes_says_so_then_gives_up() -> None:
+    code = ("import meshshard.comm._context as c\nc._WAIT_NOTE_S = 0.5\n"
+            "try:\n    c.init_distributed()\nexcept Exception as err:\n    print('gave up:', type(err).__name__)\n")
+    env = {**__import__("os").environ, "RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(free_port()), "MESHSHARD_TIMEOUT": "3", "MESHSHARD_BACKEND": "gloo"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.stderr.count("meshshard: rank 0 is waiting for the other 1 rank(s) at 127.0.0.1:") == 1, done.stderr
+    assert "it gives up after 3 s, MESHSHARD_TIMEOUT" in done.stderr and "gave up:" in done.stdout, done.stdout
+
+
+def test_slurm_without_tasks_per_node_takes_one_node() -> None:
+    env = {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "1"}
+    assert _launch_from_env(env) == ("slurm", 1, 2, 1, 2)
