@@ -197,7 +197,7 @@ def check_output(out: Path, force: bool) -> list[Path]:
 def _write_metrics(out: Path, record: dict[str, Any]) -> None:
     """Replace ``PRED/metrics.json`` whole (written aside, then renamed), so a crash leaves the last one."""
     part = out / (METRICS_FILE + ".part")
-    part.write_text(json.dumps(record, indent=2) + "\n")
+    part.write_text(json.dumps(record, indent=2, allow_nan=False) + "\n")
     os.replace(part, out / METRICS_FILE)
 
 
@@ -833,8 +833,13 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
                   "seconds": {"read_and_forward": round(forward_s, 4), "total": round(time.perf_counter() - started, 4)}}
         for (name, sl), (sse, sst) in zip(target_fields, sums):
             k = sl.stop - sl.start
+            if truth and not math.isfinite(sse):  # JSON has no NaN: the figure is null, and said once here
+                if main:
+                    print(f"note: {names[s]}: the prediction of {name} holds NaN or inf; its errors are null in "
+                          "metrics.json", file=sys.stderr, flush=True)
+                sse = None
             record["fields"][name] = ({"rmse": math.sqrt(sse / (n * k)), "rel_l2": math.sqrt(sse / sst) if sst > 0 else None}
-                                      if truth else {"rmse": None, "rel_l2": None})
+                                      if truth and sse is not None else {"rmse": None, "rel_l2": None})
         records.append(record)
         if ctx.rank == 0:
             _write_metrics(out, head | {"samples": records})

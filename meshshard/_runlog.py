@@ -112,6 +112,16 @@ def _not_a_run(out: Path) -> str | None:
             record = None
         if not isinstance(record, dict) or "step" not in record:
             return "log.jsonl, which is not a log of meshshard train's"
+    first = out / "first_step.pt"
+    if first.is_file():
+        import torch
+
+        try:
+            keys = set(torch.load(first, map_location="cpu", weights_only=True, mmap=True))
+        except Exception:  # noqa: BLE001 - any file that does not load this way is not ours
+            keys = set()
+        if keys != {"loss", "grads", "sample"}:
+            return "first_step.pt, which is not the first step of a meshshard run"
     if not ckpt.is_file() and not log.is_file():
         present = [name for name in RUN_FILES if (out / name).is_file()]
         return f"{' and '.join(present)} but no run of meshshard train's (no checkpoint.pt or log.jsonl)"

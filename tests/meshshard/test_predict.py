@@ -360,3 +360,22 @@ def test_the_runs_partition_of_other_meshes_is_refused_without_suggesting_to_rep
     assert proc.stderr.rstrip().endswith(
         f"it is the run's own partition, which the run needs: make one of {root / 'other'} in a new folder and pass "
         f"it: meshshard partition {root / 'other'} --parts 2 --out NEW_PARTS, then --partition NEW_PARTS")
+
+
+def test_a_prediction_that_is_not_finite_gets_null_errors_and_a_note(case: dict, monkeypatch, capsys) -> None:
+    import meshshard._predict as pr
+
+    real = pr._whole_layout
+
+    def nan_layout(*args, **kwargs):
+        layout = real(*args, **kwargs)
+        forward = layout.forward
+        layout.forward = lambda x: forward(x) * float("nan")
+        return layout
+
+    monkeypatch.setattr(pr, "_whole_layout", nan_layout)
+    out = case["root"] / "pred-nan"
+    done = predict(PredictConfig(run=case["run"], data=case["data"], out=str(out), samples="3", plots=False))
+    assert done["samples"][0]["fields"]["p"] == {"rmse": None, "rel_l2": None}
+    assert json.loads((out / "metrics.json").read_text())["mean"]["p"] == {"rmse": None, "rel_l2": None}  # valid JSON
+    assert "note: case 3: the prediction of p holds NaN or inf; its errors are null in metrics.json" in capsys.readouterr().err

@@ -57,6 +57,12 @@ def test_files_with_a_runs_names_that_are_not_a_run_are_never_written_over(tmp_p
     with pytest.raises(ValueError, match=r"holds loss.png but no run of meshshard train's \(no checkpoint.pt or log.jsonl\)"):
         _runlog.check_run_folder(run, resume=False, force=True)
     (run / "loss.png").unlink()
+    (run / "log.jsonl").write_text('{"step": 0, "loss": 1.0}\n')  # a run's log, beside the user's own first_step.pt
+    torch.save({"my": "notes"}, run / "first_step.pt")
+    with pytest.raises(ValueError, match="holds first_step.pt, which is not the first step of a meshshard run"):
+        _runlog.check_run_folder(run, resume=False, force=True)
+    (run / "log.jsonl").unlink()
+    (run / "first_step.pt").unlink()
     (run / "checkpoint.pt").symlink_to(tmp_path / "elsewhere.pt")
     with pytest.raises(ValueError, match="holds checkpoint.pt, which is not a file meshshard train wrote"):
         _runlog.check_run_folder(run, resume=False, force=True)
