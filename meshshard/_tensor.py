@@ -9,7 +9,8 @@ local rows and keeps the spec; anything else raises a ``TypeError`` that names t
 Row-wise are: element-wise arithmetic, comparisons and logic (and their operators), rounding,
 activations, dropout, ``F.linear``, feature-wise ``layer_norm`` / ``group_norm``, softmax,
 log_softmax, normalize and reductions over feature dimensions, indexing and reshaping that keep
-dimension 0, ``torch.cat`` along features, and functions registered with :func:`register_rowwise`.
+dimension 0, ``torch.cat`` / ``torch.stack`` / ``chunk`` / ``split`` / ``unbind`` along features,
+``zeros_like`` and its kin, and functions registered with :func:`register_rowwise`.
 Tensor methods of those operations work too (``x.relu()``, ``x.clone()``, ``x[:, :3]``). Tensor
 methods reach the same list (``x.index_select(...)`` is refused like ``torch.index_select``).
 ``nn.Linear``, ``nn.LayerNorm``, ``nn.Dropout`` and activation modules therefore accept a
@@ -109,6 +110,14 @@ _SHAPE: set[Callable[..., Any]] = {
     torch.unsqueeze, Tensor.squeeze, torch.squeeze, Tensor.transpose, torch.transpose, Tensor.permute,
     torch.permute, Tensor.__getitem__, Tensor.expand, Tensor.repeat,
 }
+
+#: Splitting along a feature dimension: (the position of ``dim``, its default).
+_SPLIT: dict[Callable[..., Any], tuple[int, int]] = {
+    torch.chunk: (2, 0), Tensor.chunk: (2, 0), torch.split: (2, 0), Tensor.split: (2, 0),
+    torch.tensor_split: (2, 0), Tensor.tensor_split: (2, 0), torch.unbind: (1, 0), Tensor.unbind: (1, 0),
+}
+#: A new tensor of the input's shape: the same rows.
+_LIKE: set[Callable[..., Any]] = {torch.zeros_like, torch.ones_like, torch.full_like, torch.empty_like}
 
 _USER_ROWWISE: set[Callable[..., Any]] = set()
 
@@ -528,6 +537,28 @@ class ShardTensor:
             return _wrap(torch.matmul(args[0]._local, args[1]), args[0]._spec)  # rows times a weight: row-wise
         if func in _MATMUL:
             name = "matmul"
+        if func in _SPLIT:
+            x = args[0]
+            if not isinstance(x, ShardTensor) or any(isinstance(a, ShardTensor) for a in (*args[1:], *kwargs.values())):
+                raise TypeError(f"{name}: only the input may be a ShardTensor")
+            position, default = _SPLIT[func]
+            dim = args[position] if len(args) > position else kwargs.get("dim", default)
+            if dim % x.ndim == 0:
+                raise TypeError(f"{name} along the node dimension (0) changes the layout; split along features (dim=-1)")
+            return tuple(ShardTensor(t, x._spec) for t in func(x._local, *args[1:], **kwargs))
+        if func in _LIKE and isinstance(args[0], ShardTensor):
+            if any(isinstance(a, ShardTensor) for a in (*args[1:], *kwargs.values())):
+                raise TypeError(f"{name}: only the input may be a ShardTensor")
+            return ShardTensor(func(args[0]._local, *args[1:], **kwargs), args[0]._spec)
+        if func is torch.stack:
+            tensors = args[0]
+            dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+            if not all(isinstance(t, ShardTensor) for t in tensors):
+                raise TypeError("torch.stack: expected only ShardTensors (wrap plain tensors with ShardTensor.from_local)")
+            spec = _common_spec(name, tuple(tensors), {})
+            if dim % (tensors[0].ndim + 1) == 0:
+                raise TypeError("torch.stack along the node dimension changes the layout; stack along features (dim=-1)")
+            return ShardTensor(torch.stack([t._local for t in tensors], dim), spec)
         if func is torch.cat:
             tensors = args[0]
             dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)

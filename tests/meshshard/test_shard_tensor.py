@@ -334,3 +334,26 @@ def test_spec_equality_means_same_layout() -> None:
     assert a != ShardSpec.from_counts([a.num_nodes]) and hash(a) == hash(ShardSpec.from_partition(mesh_case(MESH, 1).parts[0]))
     n = mesh_case(MESH, 1).num_nodes  # 2885 on the real mesh; its stand-in has fewer
     assert repr(a).startswith(f"ShardSpec(rank=0/1, owned={n}/{n}, ghosts=0")
+
+
+def test_splitting_stacking_and_like_along_features_are_row_wise() -> None:
+    """chunk / split / tensor_split / unbind / stack along features and zeros_like and its kin keep
+    the rows (JumpingKnowledge and similar models use them); along the node dimension they are refused."""
+    spec = ShardSpec.chunked(6)
+    local = torch.arange(36.0).reshape(6, 6).requires_grad_()
+    x = ShardTensor.from_local(local, spec)
+    a, b = x.chunk(2, dim=1)
+    assert isinstance(a, ShardTensor) and torch.equal(a.to_local(), local[:, :3]) and torch.equal(b.to_local(), local[:, 3:])
+    assert [t.to_local().shape[1] for t in torch.split(x, [2, 4], dim=-1)] == [2, 4]
+    assert [t.to_local().shape[1] for t in x.tensor_split(3, dim=1)] == [2, 2, 2]
+    assert len(x.unbind(1)) == 6 and torch.equal(x.unbind(dim=1)[2].to_local(), local[:, 2])
+    s = torch.stack([a, b], dim=1)
+    assert isinstance(s, ShardTensor) and s.to_local().shape == (6, 2, 3)
+    (s.to_local() * 2).sum().backward()
+    assert torch.equal(local.grad, torch.full((6, 6), 2.0))  # the gradient flows through to the rows
+    for like in (torch.zeros_like(x), torch.ones_like(x), torch.full_like(x, 3.0), torch.empty_like(x)):
+        assert isinstance(like, ShardTensor) and like.to_local().shape == (6, 6) and like.spec == spec
+    for refused in (lambda: x.chunk(2), lambda: torch.split(x, 3, dim=0), lambda: x.unbind(0),
+                    lambda: torch.stack([x, x])):
+        with pytest.raises(TypeError, match="along the node dimension"):
+            refused()
