@@ -294,8 +294,11 @@ def run_command(
     except (ValueError, RuntimeError, OSError) as err:
         if _debug() and not isinstance(err, RankFailed):
             traceback.print_exc()  # a rank under --nproc printed its own
-        failed = isinstance(err, RankFailed) and not getattr(err, "user_error", False)  # a rank died: what now
-        print(f"meshshard {name}: error: {' '.join(str(err).split())}{next_step() if failed else ''}", file=sys.stderr)
+        said = " ".join(str(err).split())
+        # a rank died, and its error does not say what to do next (a failed step names the last checkpoint itself)
+        failed = (isinstance(err, RankFailed) and not getattr(err, "user_error", False)
+                  and "--resume" not in said and "--force" not in said)
+        print(f"meshshard {name}: error: {said}{next_step() if failed else ''}", file=sys.stderr)
         return 2 if isinstance(err, ValueError) or getattr(err, "user_error", False) else 1
     except Terminated:
         print(f"meshshard {name}: terminated (SIGTERM); every local rank was stopped{next_step()}", file=sys.stderr)
