@@ -550,24 +550,16 @@ class ShardTensor:
             if any(isinstance(a, ShardTensor) for a in (*args[1:], *kwargs.values())):
                 raise TypeError(f"{name}: only the input may be a ShardTensor")
             return ShardTensor(func(args[0]._local, *args[1:], **kwargs), args[0]._spec)
-        if func is torch.stack:
-            tensors = args[0]
+        if func is torch.cat or func is torch.stack:
+            tensors, stack = args[0], func is torch.stack
             dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
             if not all(isinstance(t, ShardTensor) for t in tensors):
-                raise TypeError("torch.stack: expected only ShardTensors (wrap plain tensors with ShardTensor.from_local)")
+                raise TypeError(f"torch.{name}: expected only ShardTensors (wrap plain tensors with ShardTensor.from_local)")
             spec = _common_spec(name, tuple(tensors), {})
-            if dim % (tensors[0].ndim + 1) == 0:
-                raise TypeError("torch.stack along the node dimension changes the layout; stack along features (dim=-1)")
-            return ShardTensor(torch.stack([t._local for t in tensors], dim), spec)
-        if func is torch.cat:
-            tensors = args[0]
-            dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
-            if not all(isinstance(t, ShardTensor) for t in tensors):
-                raise TypeError("torch.cat: expected only ShardTensors (wrap plain tensors with ShardTensor.from_local)")
-            spec = _common_spec(name, tuple(tensors), {})
-            if dim % tensors[0].ndim == 0:
-                raise TypeError("torch.cat along the node dimension changes the layout; concatenate along features")
-            return ShardTensor(torch.cat([t._local for t in tensors], dim), spec)
+            if dim % (tensors[0].ndim + stack) == 0:
+                raise TypeError(f"torch.{name} along the node dimension changes the layout; "
+                                f"{'stack along features (dim=-1)' if stack else 'concatenate along features'}")
+            return ShardTensor(func([t._local for t in tensors], dim), spec)
         hint = _HINTS.get(name, _DEFAULT_HINT)
         raise TypeError(f"{name} is not a row-wise operation and would be wrong on shards of a ShardTensor; use {hint}")
 

@@ -40,21 +40,26 @@ def _gone(pid: int) -> bool:
     return state in ("Z", "X")
 
 
+def _training(setup: dict, out: Path) -> tuple[subprocess.Popen, list[int]]:  # noqa: F811
+    """``train --nproc 2`` checkpointing every step, once it has logged two steps; its two ranks' pids."""
+    proc = subprocess.Popen(_command(setup, out, "--nproc", "2", "--data-parallel", "1", "--steps", "100000",
+                                     "--every", "1"),
+                            env=os.environ | {"MESHSHARD_TIMEOUT": "60"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 120
+    while not ((out / "log.jsonl").exists() and (out / "log.jsonl").read_text().count("\n") >= 2):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"training did not start: {proc.communicate()}")
+        time.sleep(0.2)
+    return proc, [c for c in _children(proc.pid) if "spawn" in Path(f"/proc/{c}/cmdline").read_text()]
+
+
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_to_the_launcher_stops_every_rank(setup: dict, signum: int, code: int) -> None:  # noqa: F811
     out = setup["root"] / f"signal-{signum}"
-    env = os.environ | {"MESHSHARD_TIMEOUT": "60"}
-    ranks: list[int] = []
-    proc = subprocess.Popen(_command(setup, out, "--nproc", "2", "--data-parallel", "1", "--steps", "100000",
-                                     "--every", "1"),
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, ranks = _training(setup, out)
     try:
-        deadline = time.monotonic() + 120
-        while not ((out / "log.jsonl").exists() and (out / "log.jsonl").read_text().count("\n") >= 2):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "training did not start"
-            time.sleep(0.2)
-        ranks = [c for c in _children(proc.pid) if "spawn" in Path(f"/proc/{c}/cmdline").read_text()]
         assert len(ranks) == 2
         proc.send_signal(signum)
         _, err = proc.communicate(timeout=30)
@@ -73,17 +78,8 @@ def test_a_signal_to_the_launcher_stops_every_rank(setup: dict, signum: int, cod
 
 def test_a_rank_killed_is_reported_with_the_step_to_resume_from(setup: dict) -> None:  # noqa: F811
     out = setup["root"] / "rank-killed"
-    proc = subprocess.Popen(_command(setup, out, "--nproc", "2", "--data-parallel", "1", "--steps", "100000",
-                                     "--every", "1"),
-                            env=os.environ | {"MESHSHARD_TIMEOUT": "60"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc, ranks = _training(setup, out)
     try:
-        deadline = time.monotonic() + 120
-        while not ((out / "log.jsonl").exists() and (out / "log.jsonl").read_text().count("\n") >= 2):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "training did not start"
-            time.sleep(0.2)
-        ranks = [c for c in _children(proc.pid) if "spawn" in Path(f"/proc/{c}/cmdline").read_text()]
         os.kill(ranks[1], signal.SIGKILL)
         _, err = proc.communicate(timeout=90)
     finally:
