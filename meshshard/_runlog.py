@@ -103,7 +103,7 @@ def _not_a_run(out: Path) -> str | None:
             fmt = None
         if fmt != "meshshard-checkpoint":
             return "checkpoint.pt, which is not a meshshard checkpoint"
-    if log.is_file():
+    if log.is_file() and not log.is_symlink():
         with open(log, "rb") as f:
             first = f.readline(1 << 16)
         try:
@@ -240,8 +240,11 @@ def gather_peak_memory(device: Any = None) -> dict[str, list[float]]:
 
 
 def read_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The records of a ``log.jsonl`` (an unreadable line is skipped)."""
+    """The records of a ``log.jsonl`` (an unreadable line is skipped; a link or a special file,
+    such as a FIFO that would block the reader, reads as no records)."""
     records = []
+    if Path(path).is_symlink() or not Path(path).is_file():
+        return []
     try:
         lines = Path(path).read_text().splitlines()
     except OSError:

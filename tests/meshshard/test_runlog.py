@@ -240,3 +240,13 @@ def test_train_banner_log_plot_refusal_force_and_resume(small_case: dict) -> Non
 
     missing = _train(small_case, small_case["root"] / "new", "--steps", "1", "--resume")
     assert missing.returncode == 2 and "nothing to resume (no checkpoint.pt)" in missing.stderr
+
+
+def test_a_log_that_is_a_fifo_or_a_link_reads_as_no_records(tmp_path: Path) -> None:
+    import os
+
+    os.mkfifo(tmp_path / "log.jsonl")  # reading it would block (meshshard info RUN hung)
+    assert _runlog.read_log(tmp_path / "log.jsonl") == []
+    (tmp_path / "real.jsonl").write_text('{"step": 0, "loss": 1.0}\n')
+    (tmp_path / "link.jsonl").symlink_to(tmp_path / "real.jsonl")
+    assert _runlog.read_log(tmp_path / "link.jsonl") == [] and _runlog.read_log(tmp_path / "real.jsonl") == [{"step": 0, "loss": 1.0}]
