@@ -102,7 +102,7 @@ def _not_a_run(out: Path) -> str | None:
         except Exception:  # noqa: BLE001 - any file that does not load this way is not ours
             fmt = None
         if fmt != "meshshard-checkpoint":
-            return "checkpoint.pt, which is not a meshshard checkpoint"
+            return "checkpoint.pt, which is not a readable meshshard checkpoint (another program's, or damaged)"
     if log.is_file() and not log.is_symlink():
         with open(log, "rb") as f:
             first = f.readline(1 << 16)

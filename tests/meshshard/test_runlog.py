@@ -45,8 +45,9 @@ def test_files_with_a_runs_names_that_are_not_a_run_are_never_written_over(tmp_p
     run.mkdir()
     torch.save({"model": {"w": torch.ones(2)}}, run / "checkpoint.pt")  # the user's own checkpoint
     for force in (False, True):
-        with pytest.raises(ValueError, match=r"mine: holds checkpoint.pt, which is not a meshshard checkpoint; refusing "
-                                             r"to write over it, even with --force: pick another --out$"):
+        with pytest.raises(ValueError, match=r"mine: holds checkpoint.pt, which is not a readable meshshard checkpoint "
+                                             r"\(another program's, or damaged\); refusing to write over it, even with "
+                                             r"--force: pick another --out$"):
             _runlog.check_run_folder(run, resume=False, force=force)
     (run / "checkpoint.pt").unlink()
     (run / "log.jsonl").write_text("epoch 1 loss 0.3\n")
