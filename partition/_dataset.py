@@ -134,7 +134,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -563,7 +562,6 @@ def write_samples(
     train_set = set(train)
     in_ch, out_ch = channel_names(input_fields), channel_names(target_fields)
     with atomic_folder(out) as tmp:
-        tmp.mkdir()
         meta = _write_all(tmp, samples, names, train_set, in_ch, out_ch, np.dtype(dtype), progress)
         meta = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "kind": meta.pop("kind"),
                 "num_samples": len(names), "dtype": dtype,
@@ -577,35 +575,15 @@ def write_samples(
 
 @contextmanager
 def atomic_folder(out: Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``out`` (not created) to fill; on success it replaces
-    ``out`` (whose safety the caller checked), on any error it is removed.
+    """Yield an empty staging folder beside ``out`` to fill; on success it replaces ``out``
+    (whose safety the caller checked), on any error it is removed and the old ``out`` kept
+    (:func:`meshshard.partition._safe_io.staged_folder`). What a killed run left beside ``out``
+    is tidied, or put back, first."""
+    from meshshard.partition._safe_io import recover_interrupted, staged_folder
 
-    As :func:`meshshard.partition._safe_io.write_folder`: an existing ``out`` is renamed aside
-    before the new folder is renamed in, and deleted only then, so a crash leaves the old folder
-    or the new one whole, never a half-deleted one; what a killed run left (its staging folder,
-    or the old folder set aside) is tidied, or put back, by the next run."""
-    from meshshard.partition._safe_io import _NEW, _OLD, _temp, recover_interrupted
-
-    out.parent.mkdir(parents=True, exist_ok=True)
     recover_interrupted(out)
-    staging, aside = _temp(out, _NEW, os.getpid()), _temp(out, _OLD, os.getpid())
-    for leftover in (staging, aside):
-        if leftover.is_dir() and not leftover.is_symlink():
-            shutil.rmtree(leftover)
-    moved = False
-    try:
+    with staged_folder(out) as staging:
         yield staging
-        if out.exists() or out.is_symlink():
-            os.rename(out, aside)
-            moved = True
-        os.rename(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        if moved and not out.exists():
-            os.rename(aside, out)
-        raise
-    if moved:
-        shutil.rmtree(aside)
 
 
 def _read_json(file: Path) -> Any:

@@ -423,7 +423,6 @@ def partition_dataset(
         if dataset.kind == "one-mesh":
             one(0, tmp)
         else:
-            tmp.mkdir()
             meshes = []
             for m, entry in enumerate(dataset.meta["meshes"]):
                 one(m, tmp / f"mesh-{m:05d}")

@@ -35,7 +35,8 @@ import shutil
 import stat
 import zipfile
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -168,16 +169,15 @@ def check_destination(
     return notes
 
 
-def write_folder(out: str | os.PathLike[str], fill: Callable[[Path], T]) -> T:
-    """Create or replace the folder ``out`` with what ``fill(staging)`` writes, atomically.
+@contextmanager
+def staged_folder(out: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield an empty staging folder next to ``out`` to fill; then replace ``out`` with it, atomically.
 
-    ``fill`` writes into an empty staging folder next to ``out``. Then an existing ``out`` is
-    renamed aside, the staging folder renamed to ``out``, and the old folder deleted. Call
-    :func:`check_destination` first: this function replaces whatever is at ``out``. On an
-    exception every temporary folder is removed and an old ``out`` is put back.
-
-    Returns:
-        What ``fill`` returned.
+    An existing ``out`` is renamed aside, the staging folder renamed to ``out``, and the old folder
+    deleted last, so a crash leaves the old folder or the new one whole (what a killed process
+    set aside, :func:`recover_interrupted` puts back). Call :func:`check_destination` first: this
+    replaces whatever is at ``out``. On an exception in the block every temporary folder is
+    removed and an old ``out`` is put back.
     """
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -188,7 +188,7 @@ def write_folder(out: str | os.PathLike[str], fill: Callable[[Path], T]) -> T:
     staging.mkdir()
     moved = False
     try:
-        result = fill(staging)
+        yield staging
         _crash_point("staged")
         if out.exists() or out.is_symlink():
             os.rename(out, aside)
@@ -203,7 +203,17 @@ def write_folder(out: str | os.PathLike[str], fill: Callable[[Path], T]) -> T:
         raise
     if moved:
         shutil.rmtree(aside)
-    return result
+
+
+def write_folder(out: str | os.PathLike[str], fill: Callable[[Path], T]) -> T:
+    """Create or replace the folder ``out`` with what ``fill(staging)`` writes, atomically
+    (:func:`staged_folder`).
+
+    Returns:
+        What ``fill`` returned.
+    """
+    with staged_folder(out) as staging:
+        return fill(staging)
 
 
 def _open_regular(path: Path, label: object, max_bytes: int | None, *,
