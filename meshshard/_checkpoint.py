@@ -170,6 +170,18 @@ def save_checkpoint(path: str | os.PathLike[str], state: Mapping[str, Any]) -> N
     atomic_save(body | {"sha256": _digest(body)}, path)
 
 
+def peek(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The top-level entries of a ``torch.save`` file of plain values, without reading its tensors'
+    data (``mmap``) and never unpickling code (``weights_only``): for a quick look (whose file is
+    it, which step); ``None`` when it does not load that way. Not checked: read a checkpoint with
+    :func:`load_checkpoint`."""
+    try:
+        value = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # noqa: BLE001 - whatever does not load this way is not ours to look into
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def _one_line(err: BaseException) -> str:
     text = " ".join(str(err).split())
     if "WeightsUnpickler error:" in text:  # torch's restricted unpickler: keep its reason, drop its advice

@@ -226,30 +226,36 @@ def check_model_request(ckpt: dict[str, Any], run: str, model: str | None) -> No
         raise ValueError(f"{run}: trained the built-in MeshGraphNet; leave out --model")
 
 
-def build_model(ckpt: dict[str, Any], sizes: tuple[int, int, int], dtype: Any, model_spec: str | None,
+def build_model(ckpt: dict[str, Any], sizes: tuple[int, int, int], dtype: Any, model_spec: Any,
                 model_args: dict[str, Any] | None, source: str) -> Any:
-    """The run's model (MeshGraphNet, or yours from ``model_spec``) with its trained weights, for
-    ``sizes`` = (input, edge, target) channels, which come from ``source`` (named in the one-line
-    error when they do not fit it)."""
+    """The run's model with its trained weights, for ``sizes`` = (input, edge, target) channels,
+    which come from ``source`` (named in the one-line error when they do not fit it): MeshGraphNet
+    (``model_spec`` None), yours built from ``model_spec`` (``file.py:name``), or yours already
+    built (``model_spec`` an ``nn.Module``, whose weights are replaced)."""
+    from torch import nn
+
     from meshshard._usermodel import build_user_model
     from meshshard.nn import MeshGraphNet
 
     cfg = ckpt.get("config", {})
-    if model_spec:
-        args = model_args if model_args is not None else dict(cfg.get("model_args") or {})
+    args = model_args if model_args is not None else dict(cfg.get("model_args") or {})
+    if isinstance(model_spec, nn.Module):
+        model, given = model_spec.to(dtype), "the model given"
+    elif model_spec:
         model = build_user_model(model_spec, args, *sizes).to(dtype)
+        given = f"--model {model_spec} with --model-args {json.dumps(args)}"
     else:
-        model = MeshGraphNet(
+        model, given = MeshGraphNet(
             *sizes, latent_size=int(cfg.get("latent_size", 64)), hidden_layers=int(cfg.get("hidden_layers", 2)),
             message_passing_steps=int(cfg.get("message_passing_steps", 6)), activation=cfg.get("activation", "relu"),
-        ).to(dtype)
+        ).to(dtype), None
     try:
         model.load_state_dict(ckpt["model"])
     except RuntimeError as err:
         first = str(err).splitlines()[1].strip() if len(str(err).splitlines()) > 1 else str(err)
-        if model_spec:
+        if given:
             raise ValueError(
-                f"Expected --model {model_spec} with --model-args {json.dumps(args)} to rebuild the run's model (it "
+                f"Expected {given} to rebuild the run's model (it "
                 f"trained --model {cfg.get('model')} with --model-args {json.dumps(cfg.get('model_args') or {})}), with "
                 f"{sizes[0]} input, {sizes[1]} edge and {sizes[2]} target channels from {source}: {first}"
             ) from None

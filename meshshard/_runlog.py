@@ -93,15 +93,11 @@ def _not_a_run(out: Path) -> str | None:
     """None when the files of :data:`RUN_FILES` in ``out`` are a run of ``meshshard train``'s: a
     ``checkpoint.pt`` in its format, and a ``log.jsonl`` of its records (at least one of the two;
     ``first_step.pt`` and ``loss.png`` alone are no run). Else what is not ours."""
+    from meshshard._checkpoint import peek
+
     ckpt, log = out / "checkpoint.pt", out / "log.jsonl"
     if ckpt.is_file():
-        import torch
-
-        try:  # weights_only: never unpickled; mmap: the header, not the weights, is read
-            fmt = torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True).get("format")
-        except Exception:  # noqa: BLE001 - any file that does not load this way is not ours
-            fmt = None
-        if fmt != "meshshard-checkpoint":
+        if (peek(ckpt) or {}).get("format") != "meshshard-checkpoint":
             return "checkpoint.pt, which is not a readable meshshard checkpoint (another program's, or damaged)"
     if log.is_file() and not log.is_symlink():
         with open(log, "rb") as f:
@@ -114,13 +110,7 @@ def _not_a_run(out: Path) -> str | None:
             return "log.jsonl, which is not a log of meshshard train's"
     first = out / "first_step.pt"
     if first.is_file():
-        import torch
-
-        try:
-            keys = set(torch.load(first, map_location="cpu", weights_only=True, mmap=True))
-        except Exception:  # noqa: BLE001 - any file that does not load this way is not ours
-            keys = set()
-        if keys != {"loss", "grads", "sample"}:
+        if set(peek(first) or {}) != {"loss", "grads", "sample"}:
             return "first_step.pt, which is not the first step of a meshshard run"
     if not ckpt.is_file() and not log.is_file():
         present = [name for name in RUN_FILES if (out / name).is_file()]

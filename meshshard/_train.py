@@ -610,9 +610,10 @@ def _resume_hint(out: str) -> str | None:
         return None
     if not ckpt.is_file():
         return f"{out} has no checkpoint yet: start it over with --force"
-    # mmap: the step is read without the weights; weights_only: never unpickled
-    step = torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True)["step"]
-    return f"{ckpt} holds step {int(step)}: continue with --resume"
+    from meshshard._checkpoint import peek
+
+    step = (peek(ckpt) or {}).get("step")
+    return f"{ckpt} holds step {int(step)}: continue with --resume" if isinstance(step, int) else None
 
 
 def register(subparsers: Any) -> None:

@@ -123,22 +123,12 @@ def load_run(run: str | os.PathLike[str], *, model: str | nn.Module | None = Non
     device = torch.device(device or "cpu")
     sizes = len(norm.inputs.channels), len(norm.edges.channels), len(norm.targets.channels)
     trained = str(cfg.get("model") or "")
-    if isinstance(model, nn.Module):
-        built = model.to(dtype)
-        try:
-            built.load_state_dict(ckpt["model"])
-        except RuntimeError as err:
-            first = str(err).splitlines()[1].strip() if len(str(err).splitlines()) > 1 else str(err)
-            raise ValueError(f"Expected the model given to hold the run's weights ({trained or 'MeshGraphNet'}): "
-                             f"{first}") from None
-        built.eval()
-    else:
-        if trained and not model:
-            raise ValueError(f"{run}: trained your own model ({trained}); pass model={trained!r}, or the module "
-                             "itself (code named in a checkpoint is never imported)")
-        if model and not trained:
-            raise ValueError(f"{run}: trained the built-in MeshGraphNet; leave out model")
-        built = build_model(ckpt, sizes, dtype, model, model_args, f"{run}'s recorded statistics")
+    if trained and model is None:
+        raise ValueError(f"{run}: trained your own model ({trained}); pass model={trained!r}, or the module "
+                         "itself (code named in a checkpoint is never imported)")
+    if isinstance(model, str) and model and not trained:
+        raise ValueError(f"{run}: trained the built-in MeshGraphNet; leave out model")
+    built = build_model(ckpt, sizes, dtype, model, model_args, f"{run}'s recorded statistics")
     return TrainedRun(model=built.to(device), step=int(ckpt.get("step", 0)), config=cfg,
                       input_channels=list(norm.inputs.channels), target_channels=list(norm.targets.channels),
                       device=device, dtype=dtype, _normaliser=Normaliser(norm, device, dtype))
