@@ -28,7 +28,7 @@ def worker_command(script: str | Path, flags: Sequence[str], ranks: int, torchru
     when ``ranks > 1``)."""
     if not (ranks > 1 if torchrun is None else torchrun):
         return [sys.executable, str(script), *flags]
-    from meshshard._launch import free_port
+    from meshshard.comm import free_port
 
     return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
             "--master-port", str(free_port()), str(script), *flags]

@@ -126,7 +126,7 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     import tempfile
 
-    from meshshard._launch import launch_local
+    from meshshard.comm import launch_local
 
     out = tempfile.mktemp(suffix=".json")
     launch_local(worker, args.ranks, {"side": args.side, "latent": args.latent, "mp_steps": args.mp_steps,

@@ -22,7 +22,7 @@ The peak RSS is what the process holds, not what its tensors hold. glibc raises 
 threshold after large frees (up to 32 MB), so freed blocks under it stay in the heap and RSS creeps
 up from step to step, most where a rank's tensors are a few MB to a few tens of MB (many ranks, or
 a small mesh). Each rank of ``meshshard train`` therefore fixes its threshold at 1 MiB
-(``meshshard._launch.fix_mmap_threshold``): every larger block is returned to the system when
+(``meshshard.comm.fix_mmap_threshold``): every larger block is returned to the system when
 freed. ``--glibc-dynamic`` runs the ranks with glibc's own dynamic threshold instead
 (``MESHSHARD_MMAP_THRESHOLD=0``); ``--mmap-threshold BYTES`` with another fixed one
 (``GLIBC_TUNABLES=glibc.malloc.mmap_threshold=BYTES``, which the ranks leave alone).
@@ -91,7 +91,7 @@ def _idle_worker(report: str) -> None:
     import torch.distributed as dist
 
     import meshshard.nn  # noqa: F401 - the layers' imports, as a training rank has them
-    from meshshard._runlog import gather_peak_memory
+    from meshshard.run._report import gather_peak_memory
     from meshshard.comm import init_distributed
 
     ctx = init_distributed()
@@ -109,7 +109,7 @@ def idle_baseline(num_ranks: int, folder: Path) -> list[float]:
     """Peak RSS (MB) of each of ``num_ranks`` idle ranks, started as ``meshshard train --nproc`` starts them."""
     report = folder / f"idle-{num_ranks}.json"
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import train_memory; "
-            "from meshshard._launch import launch_local; "
+            "from meshshard.comm import launch_local; "
             "launch_local(train_memory._idle_worker, int(sys.argv[2]), sys.argv[3])")
     subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent), str(num_ranks), str(report)], check=True)
     return json.loads(report.read_text())["peak_rss_mb"]

@@ -11,7 +11,11 @@ gloo (CPU) and NCCL (GPU):
 - :func:`all_to_all_v`, :func:`all_gather_v`, :func:`gather_v`, :func:`scatter_v`;
 - :func:`sum_to_replicated`: a global sum held by every rank as one logical value;
 - :func:`sum_gradients`: the gradients of replicated parameters, summed over a group;
-- :func:`count_collectives`: record what a block of code sends, forward and backward.
+- :func:`count_collectives`: record what a block of code sends, forward and backward;
+- :func:`sum_across`, :func:`max_across`, :func:`gather_rows`, :func:`directory_lookup`: numpy
+  arrays across ranks (reports, prediction files);
+- :func:`launch_local`: start R local ranks as torchrun would (commands run without torchrun);
+  :func:`is_peer_failure`: whether an error came from a dead or stopped peer.
 
 Groups: ``group=None`` means the default (world) group, everywhere. A group of one rank inside a
 larger world is a real single-rank group (``init_device_mesh_2d`` makes one for pure data or pure
@@ -41,10 +45,13 @@ from ._context import (
     DistributedContext,
     init_device_mesh_2d,
     init_distributed,
+    is_peer_failure,
     local_ranks_backend,
 )
+from ._arrays import directory_lookup, exchange_counts, gather_rows, max_across, sum_across
 from ._counter import CollectiveCall, CollectiveLog, count_collectives
 from ._halo import HaloPlan
+from ._launch import RankFailed, Terminated, fix_mmap_threshold, free_port, launch_local
 from ._slurm import expand_hostlist, first_slurm_host
 
 __all__ = [
@@ -71,4 +78,15 @@ __all__ = [
     "count_collectives",
     "CollectiveLog",
     "CollectiveCall",
+    "is_peer_failure",
+    "launch_local",
+    "free_port",
+    "fix_mmap_threshold",
+    "RankFailed",
+    "Terminated",
+    "sum_across",
+    "max_across",
+    "gather_rows",
+    "exchange_counts",
+    "directory_lookup",
 ]

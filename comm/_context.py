@@ -43,7 +43,8 @@ import torch.distributed as dist
 
 from ._slurm import first_slurm_host
 
-__all__ = ["DistributedContext", "init_distributed", "local_ranks_backend", "DeviceMesh2D", "init_device_mesh_2d"]
+__all__ = ["DistributedContext", "init_distributed", "local_ranks_backend", "DeviceMesh2D", "init_device_mesh_2d",
+           "is_peer_failure"]
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -382,3 +383,12 @@ def init_device_mesh_2d(
             if k == domain_rank:
                 data_group = group
     return DeviceMesh2D(data_size, domain_parallel_size, data_rank, domain_rank, data_group, domain_group)
+
+
+def is_peer_failure(err: BaseException) -> bool:
+    """Whether an error raised during a step came from a collective (a dead or stopped peer), not
+    from the computation itself (a shape error in your own model, running out of memory)."""
+    if isinstance(err, dist.DistError | OSError):
+        return True
+    text = str(err).lower()
+    return any(word in text for word in ("gloo", "nccl", "connection", "timed out", "timeout", "peer", "socket"))

@@ -6,7 +6,9 @@ its own:
 
 - :mod:`meshshard.partition`: offline partitioning and the on-disk format (numpy only, no torch).
 - :mod:`meshshard.comm`: process groups and differentiable variable-size collectives (torch).
-- :mod:`meshshard`: sharded tensors and layers built on both.
+- :mod:`meshshard`: sharded tensors and layers built on both (:mod:`meshshard.nn`), the workloads
+  (:mod:`meshshard.tasks`) and the run (:mod:`meshshard.run`: train, predict, load a trained model).
+  The ``meshshard`` command (:mod:`meshshard.cli`) is built on these; the library never imports it.
 
 The attributes of this top-level package are resolved lazily (PEP 562), so that
 ``import meshshard.partition`` does not import torch.
@@ -19,7 +21,9 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-# name -> module that defines it; filled in as the layers land.
+# name -> module that defines it. The package's rooms: the containers (``_spec``, ``_tensor``,
+# ``_graph``, ``_grid_tensor``), the layers (``nn``), the tasks (``tasks``), the run (``run``), all
+# library; the commands (``cli``) sit on top and nothing here imports them.
 _LAZY: dict[str, str] = {
     "ShardSpec": "meshshard._spec",
     "ShardTensor": "meshshard._tensor",
@@ -29,11 +33,16 @@ _LAZY: dict[str, str] = {
     "GridTensor": "meshshard._grid_tensor",
     "GridLayout": "meshshard._grid_tensor",
     "grid_layout": "meshshard._grid_tensor",
-    "load_checkpoint": "meshshard._checkpoint",
-    "CheckpointError": "meshshard._checkpoint",
-    "load_run": "meshshard._trained",
-    "launch_local": "meshshard._launch",
-    "TrainedRun": "meshshard._trained",
+    "load_checkpoint": "meshshard.run",
+    "CheckpointError": "meshshard.run",
+    "load_run": "meshshard.run",
+    "TrainedRun": "meshshard.run",
+    "TrainConfig": "meshshard.run",
+    "train": "meshshard.run",
+    "PredictConfig": "meshshard.run",
+    "predict": "meshshard.run",
+    "ModelRecipe": "meshshard.run",
+    "launch_local": "meshshard.comm",
 }
 
 __all__ = ["__version__", *_LAZY]

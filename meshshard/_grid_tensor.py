@@ -30,7 +30,7 @@ from torch import Tensor
 from torch.autograd import Function
 
 from meshshard.comm import HaloPlan, all_gather_v, group_rank_and_size
-from meshshard.partition._grid import GridLayout, grid_layout, halo_windows, window_plan
+from meshshard.partition import GridLayout, grid_layout, halo_windows, window_plan
 
 from ._spec import ShardSpec
 from ._tensor import _ELEMENTWISE, ShardTensor

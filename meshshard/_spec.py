@@ -60,7 +60,7 @@ def _digest(*parts: Any) -> str:
 def _partition_layout(partition: Any, rank: int, world: int) -> tuple[tuple[int, ...], Tensor]:
     """Every rank's owned count and this rank's owned global ids, checked on this rank."""
     if partition.num_parts != world:
-        from meshshard.partition._dataset import plural
+        from meshshard.partition import plural
 
         hint = (f"; run one process per part: torchrun --nproc-per-node {partition.num_parts} SCRIPT"
                 if world == 1 and partition.num_parts > 1 else "")

@@ -82,29 +82,68 @@ _LAZY: dict[str, str] = {
     "build_partitions": "meshshard.partition._plan",
     "check_partitions": "meshshard.partition._verify",
     "verify_partition": "meshshard.partition._verify",
+    "MAX_LISTED": "meshshard.partition._text",
+    "listed": "meshshard.partition._text",
+    "plural": "meshshard.partition._text",
+    "PARTITIONS_FILE": "meshshard.partition._dataset",
+    "is_dataset": "meshshard.partition._dataset",
+    "read_dataset_metadata": "meshshard.partition._dataset",
+    "read_partitions_metadata": "meshshard.partition._dataset",
+    "Steps": "meshshard.partition._progress",
+    "print_summary": "meshshard.partition._report",
+    "plot_partition": "meshshard.partition._plot",
+    "list_sources": "meshshard.partition._dataset_build",
+    "check_output_dir": "meshshard.partition._format",
+    "halo_windows": "meshshard.partition._grid",
+    "window_plan": "meshshard.partition._grid",
+    "check_apart": "meshshard.partition._safe_io",
+    "check_destination": "meshshard.partition._safe_io",
+    "check_input_folders": "meshshard.partition._safe_io",
+    "check_output_folder": "meshshard.partition._safe_io",
+    "read_inside": "meshshard.partition._safe_io",
+}
+
+#: Public names for attributes that carry another name in their module.
+_ALIASES: dict[str, tuple[str, str]] = {
+    "dump_partition_metadata": ("meshshard.partition._format", "dump_metadata"),
+    "dump_dataset_metadata": ("meshshard.partition._dataset", "dump_metadata"),
 }
 
 __all__ = [
+    "Dataset",
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "GRAPHS",
-    "METHODS",
-    "Dataset",
     "Graph",
     "GridLayout",
-    "Normalisation",
     "InputData",
+    "MAX_LISTED",
+    "METHODS",
+    "Normalisation",
+    "PARTITIONS_FILE",
     "Partition",
+    "Steps",
     "assign_parts",
     "build_dataset",
     "build_graph",
     "build_partitions",
+    "check_apart",
+    "check_destination",
+    "check_input_folders",
+    "check_output_dir",
+    "check_output_folder",
     "check_partition_matches",
     "check_partitions",
     "dataset_partition_folder",
+    "dump_dataset_metadata",
+    "dump_partition_metadata",
     "edge_cut",
     "grid_layout",
+    "halo_windows",
     "imbalance",
+    "is_dataset",
+    "list_sources",
+    "listed",
     "load_partition",
     "open_dataset",
     "partition_dataset",
@@ -113,24 +152,31 @@ __all__ = [
     "partition_grid",
     "partition_mesh",
     "partition_points",
+    "plot_partition",
+    "plural",
+    "print_summary",
+    "read_dataset_metadata",
     "read_input",
+    "read_inside",
     "read_metadata",
+    "read_partitions_metadata",
     "refine_balance",
     "save_partition",
     "verify_partition",
+    "window_plan",
     "write_dataset",
     "write_dataset_from_pyg",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
+    module, attribute = _ALIASES.get(name, (_LAZY.get(name), name))
     if module is None:
         raise AttributeError(f"module 'meshshard.partition' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(module), attribute)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | set(_ALIASES))

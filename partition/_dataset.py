@@ -142,6 +142,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._text import MAX_LISTED, listed, plural  # noqa: F401 - also imported from here
+
 if TYPE_CHECKING:  # imported where used: a training rank reading samples needs no scipy
     from meshshard.partition._graph import Cells, Graph
 
@@ -192,23 +194,6 @@ FieldSpec = "str | tuple[str, int]"
 
 # ---------------------------------------------------------------------------------------------
 # Fields, channels, checksums
-
-
-#: Names listed in a note or an error; the rest are counted (``... and 7 more``).
-MAX_LISTED = 6
-
-
-def listed(items: Sequence[str], total: int | None = None, limit: int = MAX_LISTED) -> str:
-    """``a, b, c ... and 4 more``: the first ``limit`` of ``items`` (the first few of ``total``,
-    default all of them), the rest counted."""
-    total = len(items) if total is None else total
-    shown = min(limit, len(items))
-    return ", ".join(items[:shown]) + (f" ... and {total - shown} more" if total > shown else "")
-
-
-def plural(count: int, noun: str, nouns: str | None = None) -> str:
-    """``1 mesh``, ``2 meshes``: ``count`` and the noun in the right number (default: ``noun + "s"``)."""
-    return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"
 
 
 def channel_names(fields: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -44,7 +44,10 @@ import numpy as np
 
 __all__ = [
     "MAX_EXPANSION",
+    "check_apart",
     "check_destination",
+    "check_input_folders",
+    "check_output_folder",
     "decompress",
     "hash_regular",
     "interrupted_hint",
@@ -167,6 +170,34 @@ def check_destination(
         raise ValueError(f"{out}: exists and is not empty (pass --force to replace it)")
     is_ours(out)
     return notes
+
+
+def check_input_folders(*folders: tuple[str | os.PathLike[str], str]) -> None:
+    """Raise ``ValueError("PATH: no such WHAT")`` for the first ``(PATH, WHAT)`` that is not a folder."""
+    for path, what in folders:
+        if not Path(path).is_dir():
+            raise ValueError(f"{path}: no such {what}")
+
+
+def check_apart(out: str | os.PathLike[str], *folders: tuple[str | os.PathLike[str], str]) -> None:
+    """Raise ``ValueError`` when the output folder ``out`` is one of the ``(PATH, WHAT)`` input
+    folders or inside one: a command's files never go among its inputs (where ``--force`` would
+    then be asked to clear them, and a later command would find files that are not its own)."""
+    where = Path(out).resolve()
+    for path, what in folders:
+        inside = Path(path).resolve()
+        if where == inside or inside in where.parents:
+            raise ValueError(f"{out}: Expected an output folder apart from the {what} {path} "
+                             f"(got {'that folder' if where == inside else 'a folder inside it'})")
+
+
+def check_output_folder(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a ``Path``; an output folder may be missing, but one that exists must be a
+    folder, not a link (else ``ValueError("PATH: exists and is not a folder")``)."""
+    path = Path(path)
+    if path.exists() and (not path.is_dir() or path.is_symlink()):
+        raise ValueError(f"{path}: exists and is not a folder")
+    return path
 
 
 @contextmanager

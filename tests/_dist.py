@@ -27,7 +27,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from meshshard._launch import free_port
+from meshshard.comm import free_port
 
 __all__ = ["RankFailure", "free_port", "run_ranks"]
 

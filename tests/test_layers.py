@@ -95,7 +95,7 @@ def test_importing_comm_does_not_load_partition() -> None:
 def test_a_training_rank_loads_no_partitioning_libraries() -> None:
     # Every rank pays for what it imports (about 14 MB for scipy alone); loading a part, a dataset
     # sample and the layers needs numpy and torch only. Partitioning modules are imported on use.
-    loaded = _loaded_after("import meshshard.nn, meshshard.comm, meshshard._train; "
+    loaded = _loaded_after("import meshshard.nn, meshshard.comm, meshshard.run; "
                            "from meshshard import ShardGraph, ShardTensor, edge_features; "
                            "from meshshard.partition import load_partition, open_dataset")
     assert not {"scipy", "pymetis", "meshio"} & loaded, sorted({"scipy", "pymetis", "meshio"} & loaded)

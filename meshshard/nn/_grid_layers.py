@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from meshshard._grid_tensor import GridTensor, _Place
-from meshshard.partition._grid import GridLayout
+from meshshard.partition import GridLayout
 
 __all__ = ["GridConv", "GridPool", "GridUpsample", "shard_grid_layers"]
 

@@ -153,7 +153,7 @@ def test_local_ranks_without_a_gpu_each_run_on_the_cpu_with_a_note(monkeypatch: 
 
 
 def test_nccl_asked_for_more_local_ranks_than_gpus_is_refused_before_any_rank_starts(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    from meshshard._launch import run_command
+    from meshshard.cli._launch import run_command
 
     _gpus(monkeypatch, 1)
     for name in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):

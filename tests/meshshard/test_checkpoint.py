@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from meshshard._train import load_checkpoint
+from meshshard.run import load_checkpoint
 from meshshard.nn import MeshGraphNet
 
 
@@ -34,7 +34,7 @@ def _state() -> dict:
 
 
 def _save(path: Path, state: dict | None = None) -> dict:
-    from meshshard._checkpoint import save_checkpoint
+    from meshshard.run._checkpoint import save_checkpoint
 
     state = _state() if state is None else state
     save_checkpoint(path, state)
@@ -110,14 +110,14 @@ def test_a_flipped_byte_inside_a_weight_is_refused(tmp_path: Path) -> None:
 
 
 def test_incomplete_or_foreign_checkpoints_are_one_line_errors(tmp_path: Path) -> None:
-    from meshshard._checkpoint import save_checkpoint
+    from meshshard.run._checkpoint import save_checkpoint
 
     state = _state()
     del state["optimizer"]
     with pytest.raises(ValueError, match=r"Expected a checkpoint state with 'optimizer'"):
         save_checkpoint(tmp_path / "a.pt", state)
     # an otherwise valid file (right checksum) that lacks an entry, as an older or hand-made file would
-    from meshshard._checkpoint import _digest
+    from meshshard.run._checkpoint import _digest
 
     body = {"format": "meshshard-checkpoint", "format_version": 2, **state}
     torch.save(body | {"sha256": _digest(body)}, tmp_path / "b.pt")
@@ -139,7 +139,7 @@ def test_incomplete_or_foreign_checkpoints_are_one_line_errors(tmp_path: Path) -
 
 
 def test_non_finite_weights_are_never_saved(tmp_path: Path) -> None:
-    from meshshard._checkpoint import save_checkpoint
+    from meshshard.run._checkpoint import save_checkpoint
 
     state = _state()
     path = tmp_path / "checkpoint.pt"
@@ -152,7 +152,7 @@ def test_non_finite_weights_are_never_saved(tmp_path: Path) -> None:
 
 
 def test_only_plain_values_can_be_saved(tmp_path: Path) -> None:
-    from meshshard._checkpoint import atomic_save
+    from meshshard.run._checkpoint import atomic_save
 
     with pytest.raises(TypeError, match=r"Expected only tensors, numbers, strings, lists and dicts .*got bytearray"):
         atomic_save({"x": bytearray(b"1")}, tmp_path / "x.pt")

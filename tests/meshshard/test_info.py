@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from meshshard._info import describe_run
-from meshshard._predict import PredictConfig, predict
-from meshshard._train import TrainConfig, train
-from meshshard._usermodel import build_user_model
+from meshshard.cli._info import describe_run
+from meshshard.run import PredictConfig, predict
+from meshshard.run import TrainConfig, train
+from meshshard.run._recipe import build_user_model
 from meshshard.cli import main
 from meshshard.partition import open_dataset, partition_dataset, write_dataset
 from tests.partition.conftest import grid_triangles

@@ -120,7 +120,7 @@ class MallInfo2(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
 libc.mallinfo2.restype = MallInfo2
 libc.malloc.restype = ctypes.c_void_p
-from meshshard._launch import fix_mmap_threshold
+from meshshard.comm import fix_mmap_threshold
 fixed = fix_mmap_threshold() if sys.argv[1] == "fix" else False
 libc.free(ctypes.c_void_p(libc.malloc(8 << 20)))  # glibc's dynamic threshold rises to 8 MiB
 before = libc.mallinfo2().hblks
@@ -151,7 +151,7 @@ def test_a_rank_gets_a_fixed_mmap_threshold_unless_the_user_set_one(how: str, en
 
 
 def test_a_command_run_in_this_process_fixes_the_threshold_before_its_work(monkeypatch: pytest.MonkeyPatch) -> None:
-    from meshshard import _launch
+    from meshshard.cli import _launch
 
     calls: list[str] = []
     monkeypatch.setattr(_launch, "fix_mmap_threshold", lambda: calls.append("fixed"))
@@ -160,7 +160,7 @@ def test_a_command_run_in_this_process_fixes_the_threshold_before_its_work(monke
 
 
 def test_a_bad_threshold_setting_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    from meshshard._launch import fix_mmap_threshold
+    from meshshard.comm import fix_mmap_threshold
 
     for name in ("MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES"):
         monkeypatch.delenv(name, raising=False)

@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 import torch
 
-from meshshard._predict import PredictConfig, predict, read_pvtu, read_run
-from meshshard._train import TrainConfig, train
+from meshshard.run import PredictConfig, predict, read_run
+from meshshard.run._vtk import read_pvtu
+from meshshard.run import TrainConfig, train
 from meshshard.partition import open_dataset, partition_dataset, write_dataset
 from tests._dist import run_ranks
 from tests._meshes import DATA
@@ -67,7 +68,7 @@ def case(tmp_path_factory) -> dict:
 
 def _reference(case: dict, sample: int) -> np.ndarray:
     """The run's model on the whole mesh, computed here from the checkpoint (not by predict)."""
-    from meshshard._data import Normaliser, whole_sample
+    from meshshard.tasks import Normaliser, whole_sample
     from meshshard.nn import MeshGraphNet
 
     ckpt = read_run(case["run"])
@@ -179,7 +180,7 @@ def test_force_replaces_only_what_metrics_json_lists_and_a_stopped_prediction_ke
     """``--force`` deletes the files PRED's metrics.json lists and nothing else: a folder of the
     user's own .vtu files is refused, and so is a file predict did not list; a prediction that
     stops part-way leaves a metrics.json with the samples it finished, which a rerun names."""
-    import meshshard._predict as pr
+    import meshshard.run._prediction as pr
 
     root = case["root"]
     cases = root / "my-cases"
@@ -306,7 +307,8 @@ def _middle_layer(points: np.ndarray) -> np.ndarray:
 def _layers_rank(rank: int, world: int, cfg: dict) -> tuple[np.ndarray | None, dict | None]:
     """The slab of a picture when rank 0 owns the nodes below the middle plane and rank 1 those
     above (so one rank has no node in it), gathered on rank 0; then predict on the 2-part partition."""
-    from meshshard._predict import _gather_rows, _plot_rows
+    from meshshard.comm import gather_rows as _gather_rows
+    from meshshard.run._pictures import plot_rows as _plot_rows
 
     points = _layered_box()[0]
     mine = points[(points[:, 2] < 0.5) == (rank == 0)]
@@ -321,7 +323,7 @@ def test_a_mesh_of_few_node_layers_is_pictured_at_the_layer_nearest_its_middle_p
     root, points = layers["root"], layers["points"]
     expected = _middle_layer(points)
     assert len(expected) == 12 * 12
-    from meshshard._predict import _plot_rows
+    from meshshard.run._pictures import plot_rows as _plot_rows
 
     take = _plot_rows(points, len(points), None, torch.device("cpu"))
     np.testing.assert_array_equal(points[take], expected)
@@ -336,7 +338,7 @@ def test_a_mesh_of_few_node_layers_is_pictured_at_the_layer_nearest_its_middle_p
 
 
 def test_a_picture_that_cannot_be_drawn_is_skipped_with_a_note(layers: dict, monkeypatch, capsys) -> None:
-    import meshshard._predict as module
+    import meshshard.run._pictures as module
 
     def fail(*args, **kwargs):
         raise RuntimeError("cannot draw this")
@@ -363,7 +365,7 @@ def test_the_runs_partition_of_other_meshes_is_refused_without_suggesting_to_rep
 
 
 def test_a_prediction_that_is_not_finite_gets_null_errors_and_a_note(case: dict, monkeypatch, capsys) -> None:
-    import meshshard._predict as pr
+    import meshshard.run._prediction as pr
 
     real = pr._whole_layout
 

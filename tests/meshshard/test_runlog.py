@@ -7,14 +7,17 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
-from meshshard import _runlog
 from meshshard.partition import partition_dataset
+from meshshard.run import _folder, _report
 from tests._examples import example_module
+
+_runlog = SimpleNamespace(**vars(_folder), write_loss_plot=_report.write_loss_plot)  # the run folder, and loss.png
 
 
 def test_an_existing_run_is_refused_and_force_deletes_only_our_files(tmp_path: Path) -> None:
@@ -86,7 +89,7 @@ def test_a_run_that_stopped_before_its_first_checkpoint_points_to_force_not_resu
 def _train_args(*argv: str):
     import argparse
 
-    from meshshard._train import register
+    from meshshard.cli._train import register
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
@@ -94,7 +97,7 @@ def _train_args(*argv: str):
 
 
 def test_a_resumed_run_takes_the_settings_left_out_from_its_checkpoint(tmp_path: Path) -> None:
-    from meshshard._train import _model_settings
+    from meshshard.cli._train import _model_settings
 
     saved = {"steps": 30, "latent_size": 16, "hidden_layers": 1, "message_passing_steps": 2, "activation": "gelu", "dtype": "float64",
              "precision": "fp32", "seed": 5, "data_parallel": 2, "lr": 3e-4, "checkpoint_every": 7, "log_every": 1,
@@ -132,7 +135,7 @@ def test_a_resumed_run_takes_the_settings_left_out_from_its_checkpoint(tmp_path:
 
 
 def test_resume_refuses_fewer_steps_than_done_and_notes_a_finished_run(capsys) -> None:
-    from meshshard._train import TrainConfig, _check_steps_left
+    from meshshard.run._training import TrainConfig, _check_steps_left
 
     assert _check_steps_left(10, TrainConfig(partition="p", data="d", out="run", steps=30)) is None
     with pytest.raises(ValueError, match=r"^run: Expected --steps of at least the 30 steps the run has done, to resume "
@@ -144,7 +147,7 @@ def test_resume_refuses_fewer_steps_than_done_and_notes_a_finished_run(capsys) -
 
 
 def test_outputs_are_refused_among_the_inputs(tmp_path: Path) -> None:
-    from meshshard._launch import check_apart
+    from meshshard.partition import check_apart
 
     (tmp_path / "parts").mkdir()
     folders = ((tmp_path / "parts", "partition folder"), (tmp_path / "data", "dataset folder"))

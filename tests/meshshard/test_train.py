@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import torch
 
-from meshshard._data import whole_sample
-from meshshard._train import TrainConfig, load_checkpoint, sample_index, train
+from meshshard.tasks import whole_sample
+from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
 from meshshard.nn import MeshGraphNet
 from meshshard.partition import open_dataset, partition_dataset
 from tests._dist import RankFailure, free_port, run_ranks

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from meshshard._train import TrainConfig, load_checkpoint, sample_index, train
+from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
 from meshshard.partition import load_partition, open_dataset
 from tests._dist import free_port, run_ranks
 from tests.meshshard.test_train import setup  # noqa: F401 - the shared module fixture
@@ -87,7 +87,7 @@ def test_non_finite_data_loss_or_gradient_stops_every_rank_and_keeps_the_last_go
 
 
 def _finite_checks(rank: int, world: int, cfg: dict) -> list[int]:
-    import meshshard._train as trainer
+    import meshshard.run._training as trainer
 
     checked: list[int] = []
     real = trainer._non_finite_row
@@ -107,7 +107,7 @@ def test_each_training_sample_is_checked_for_non_finite_values_once(setup: dict)
 
 
 def test_a_non_finite_gradient_is_reported_with_the_step_and_samples() -> None:
-    from meshshard._train import NonFiniteLoss, _check_finite, _local_flags
+    from meshshard.run._training import NonFiniteLoss, _check_finite, _local_flags
 
     model = torch.nn.Linear(2, 1)
     model(torch.ones(1, 2)).sum().backward()
@@ -136,8 +136,8 @@ def _cli(setup: dict, out: Path, *extra: str) -> list[str]:  # noqa: F811
 def test_missing_folders_and_a_file_as_output_folder_are_one_line_and_exit_2(
     setup: dict, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch  # noqa: F811
 ) -> None:
-    """train and predict share these refusals (meshshard._launch), made before any rank starts."""
-    from meshshard._predict import check_output
+    """train and predict share these refusals (meshshard.partition.check_apart), made before any rank starts."""
+    from meshshard.run._prediction import check_prediction_folder as check_output
     from meshshard.cli import main
 
     for name in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "MESHSHARD_DEBUG"):
@@ -166,7 +166,7 @@ def test_missing_folders_and_a_file_as_output_folder_are_one_line_and_exit_2(
 def test_bad_counts_environment_and_checkpoints_are_one_line_and_exit_2(
     setup: dict, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch  # noqa: F811
 ) -> None:
-    from meshshard._checkpoint import FORMAT, FORMAT_VERSION, _digest
+    from meshshard.run._checkpoint import FORMAT, FORMAT_VERSION, _digest
     from meshshard.cli import main
 
     for name in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "MESHSHARD_DEBUG"):

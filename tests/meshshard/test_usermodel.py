@@ -24,10 +24,11 @@ import numpy as np
 import pytest
 import torch
 
-from meshshard._data import whole_sample
-from meshshard._runlog import check_resume
-from meshshard._train import TrainConfig, load_checkpoint, sample_index, train
-from meshshard._usermodel import build_user_model, check_output, load_factory, normalise_spec, parse_model_args
+from meshshard.tasks import whole_sample
+from meshshard.run._folder import check_resume
+from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
+from meshshard.run._recipe import build_user_model, load_factory, normalise_spec, parse_model_args
+from meshshard.run._recipe import check_model_output as check_output
 from meshshard.partition import open_dataset, partition_dataset, write_dataset
 from tests._dist import run_ranks
 from tests._meshes import mesh_file
@@ -274,7 +275,7 @@ def test_a_wrong_output_on_some_ranks_fails_every_rank_alike(world: int, wrong: 
 def test_unwrapped_pyg_layers_are_named_in_the_hint() -> None:
     from torch_geometric.nn import GCNConv, SAGEConv
 
-    from meshshard._usermodel import shard_hint, unwrapped_pyg_layers
+    from meshshard.run._recipe import shard_hint, unwrapped_pyg_layers
     from meshshard.nn import ShardConv
 
     model = torch.nn.ModuleDict({"a": ShardConv(SAGEConv(2, 2)),

@@ -164,7 +164,7 @@ def test_command_in_a_subprocess(mesh_file: Path, tmp_path: Path) -> None:
 
 
 def test_import_does_not_load_torch() -> None:
-    code = ("import sys, meshshard.partition, meshshard.partition._cli; "
+    code = ("import sys, meshshard.partition, meshshard.cli._partition; "
             "assert 'torch' not in sys.modules, 'torch imported'; "
             "assert 'pymetis' not in sys.modules and 'matplotlib' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -189,13 +189,13 @@ def test_help_and_partition_never_import_torch(mesh_file: Path, tmp_path: Path) 
     for name in ("partition", "info", "verify", "plot", "train", "demo", "selftest"):
         assert re.search(rf"^ +{name}\b", done.stdout, re.M), name
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
-    assert "torch" not in imported and "meshshard._train" not in imported
+    assert "torch" not in imported and "meshshard.run" not in imported
     assert not any(m.startswith("meshshard.partition._") for m in imported)
     out = tmp_path / "p"
     for argv in (["partition", str(mesh_file), "-k", "2", "-o", str(out)], ["verify", str(out)],
                  ["info", str(out)], ["partition", "--help"]):
         modules = _modules_after(argv)
-        assert "torch" not in modules and "meshshard._train" not in modules, argv
+        assert "torch" not in modules and "meshshard.run" not in modules, argv
 
 
 def test_plot_of_a_datasets_partitions_names_the_mesh_folders_to_plot(tmp_path: Path, capsys) -> None:

@@ -522,7 +522,7 @@ def test_info_of_a_datasets_partitions(sources, tmp_path: Path, capsys) -> None:
     assert main(["verify", str(parts)]) == 1
     assert "FAIL " in capsys.readouterr().out
     pytest.importorskip("torch")
-    from meshshard._data import DatasetReader  # training's reader checks each mesh's partition as it loads it
+    from meshshard.tasks import DatasetReader  # training's reader checks each mesh's partition as it loads it
 
     with pytest.raises(ValueError, match=r"mesh-00000: partition made for another dataset \(its mesh checksum differs"):
         DatasetReader(data, parts, 0).sample(0)

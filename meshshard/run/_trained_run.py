@@ -11,7 +11,7 @@ statistics it was trained with, and predicts in physical units, on a whole mesh 
     # or sharded, on this rank's part of a partition, under torchrun:
     T_own = run(ShardTensor.from_local(x_own, graph.spec), graph)   # graph: a ShardGraph
 
-The checkpoint is read with :func:`meshshard.load_checkpoint` (tensors and plain values only,
+The checkpoint is read with :func:`meshshard.run.load_checkpoint` (tensors and plain values only,
 checksum checked); code is never imported from what a checkpoint names.
 """
 
@@ -23,6 +23,12 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from meshshard.partition import Normalisation
+from meshshard.tasks import Normaliser
+
+from ._folder import read_run
+from ._recipe import build_model
 
 __all__ = ["TrainedRun", "load_run"]
 
@@ -60,7 +66,7 @@ class TrainedRun:
         ``ShardGraph.from_partition(part, dtype=run.dtype)``: its coordinates give the edge
         features). Gradients flow to ``x``; wrap the call in ``torch.no_grad()`` to predict only.
         """
-        from meshshard import ShardGraph, ShardTensor, edge_features
+        from meshshard import ShardGraph, ShardTensor
 
         norm = self._normaliser
         if isinstance(graph, ShardGraph):
@@ -69,7 +75,7 @@ class TrainedRun:
                                  f"(got {type(x).__name__})")
             self._check_channels(x.to_local().shape)
             local = norm.normalise_inputs(x.to_local().to(self.device, self.dtype))
-            ea = norm.normalise_edges(edge_features(graph.pos.to(self.device, self.dtype), graph.edge_index))
+            ea = norm.edge_attr(graph.pos.to(self.device, self.dtype), graph.edge_index)
             return norm.denormalise_targets(self.model(ShardTensor.from_local(local, x.spec), graph, ea))
         if pos is None:
             raise ValueError("Expected pos, the (N, D) node coordinates, with an edge_index (the edge features are "
@@ -81,7 +87,7 @@ class TrainedRun:
         if edge_index.ndim != 2 or edge_index.shape[0] != 2 or pos.ndim != 2 or pos.shape[0] != x.shape[0]:
             raise ValueError(f"Expected edge_index (2, E) and pos ({x.shape[0]}, D) for x of {x.shape[0]} rows "
                              f"(got {tuple(edge_index.shape)} and {tuple(pos.shape)})")
-        ea = norm.normalise_edges(edge_features(pos, edge_index))
+        ea = norm.edge_attr(pos, edge_index)
         return norm.denormalise_targets(self.model(norm.normalise_inputs(x), edge_index, ea))
 
     def _check_channels(self, shape: Any) -> None:
@@ -108,10 +114,6 @@ def load_run(run: str | os.PathLike[str], *, model: str | nn.Module | None = Non
         ValueError: on one line: no checkpoint, a damaged one, a run of your own model without
             ``model``, or a model whose weights are not the run's.
     """
-    from meshshard._data import Normaliser
-    from meshshard._predict import build_model, read_run
-    from meshshard.partition import Normalisation
-
     ckpt = read_run(run)
     cfg = dict(ckpt.get("config") or {})
     stored = cfg.get("normalisation")

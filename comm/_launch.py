@@ -33,8 +33,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RankFailed", "Terminated", "launch_local", "free_port", "run_command", "check_input_folders", "check_apart",
-           "check_output_folder", "fix_mmap_threshold"]
+__all__ = ["RankFailed", "Terminated", "launch_local", "free_port", "fix_mmap_threshold"]
 
 GRACE_S = 5.0
 #: The mmap threshold a rank's allocator gets (:func:`fix_mmap_threshold`), in bytes.
@@ -184,7 +183,7 @@ def launch_local(fn: Callable[..., Any], nprocs: int, *args: Any, grace_s: float
     """
     if nprocs < 1:
         raise ValueError(f"Expected at least one rank (got {nprocs})")
-    from meshshard.comm import local_ranks_backend
+    from ._context import local_ranks_backend
 
     backend, note = local_ranks_backend(nprocs)  # NCCL with a GPU for each rank, else gloo on the CPU
     if note:
@@ -227,83 +226,3 @@ def launch_local(fn: Callable[..., Any], nprocs: int, *args: Any, grace_s: float
     if received[0] == signal.SIGTERM:
         raise Terminated
     raise KeyboardInterrupt
-
-
-def check_input_folders(*folders: tuple[str | os.PathLike[str], str]) -> None:
-    """Raise ``ValueError("PATH: no such WHAT")`` for the first ``(PATH, WHAT)`` that is not a folder."""
-    for path, what in folders:
-        if not Path(path).is_dir():
-            raise ValueError(f"{path}: no such {what}")
-
-
-def check_apart(out: str | os.PathLike[str], *folders: tuple[str | os.PathLike[str], str]) -> None:
-    """Raise ``ValueError`` when the output folder ``out`` is one of the ``(PATH, WHAT)`` input
-    folders or inside one: a command's files never go among its inputs (where ``--force`` would
-    then be asked to clear them, and a later command would find files that are not its own)."""
-    where = Path(out).resolve()
-    for path, what in folders:
-        inside = Path(path).resolve()
-        if where == inside or inside in where.parents:
-            raise ValueError(f"{out}: Expected an output folder apart from the {what} {path} "
-                             f"(got {'that folder' if where == inside else 'a folder inside it'})")
-
-
-def check_output_folder(path: str | os.PathLike[str]) -> Path:
-    """``path`` as a ``Path``; an output folder may be missing, but one that exists must be a
-    folder, not a link (else ``ValueError("PATH: exists and is not a folder")``)."""
-    path = Path(path)
-    if path.exists() and (not path.is_dir() or path.is_symlink()):
-        raise ValueError(f"{path}: exists and is not a folder")
-    return path
-
-
-def run_command(
-    name: str,
-    worker: Callable[[dict[str, Any]], Any],
-    nproc: int,
-    payload: dict[str, Any],
-    check: Callable[[], Any] | None = None,
-    stopped: Callable[[], str | None] | None = None,
-) -> int:
-    """Run ``worker(payload)`` for the command ``meshshard NAME``: on ``nproc`` local ranks when
-    asked and not already launched (torchrun or SLURM), else in this process. ``check`` runs first,
-    here: the command's refusals (missing folders, say) before any rank starts. Returns the exit
-    code: 0; 2 for bad input (``ValueError``, or an error marked ``user_error``); 1 for a failure;
-    130 when stopped by SIGINT (Ctrl-C), 143 by SIGTERM, with what ``stopped()`` says to do next
-    (printed once: here, or by rank 0 under torchrun / SLURM). Errors print as one line;
-    ``MESHSHARD_DEBUG`` adds the traceback."""
-    launched = "RANK" in os.environ or "SLURM_PROCID" in os.environ
-
-    def next_step() -> str:
-        if stopped is None or os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) != "0":
-            return ""
-        try:
-            said = stopped()
-        except Exception:  # noqa: BLE001 - a hint must never hide how the command stopped
-            return ""
-        return f"; {said}" if said else ""
-
-    try:
-        if check is not None:
-            check()
-        if nproc and not launched:
-            launch_local(worker, nproc, payload)
-        else:
-            fix_mmap_threshold()  # this process is the rank (torchrun, SLURM, or one process)
-            worker(payload)
-    except (ValueError, RuntimeError, OSError) as err:
-        if _debug() and not isinstance(err, RankFailed):
-            traceback.print_exc()  # a rank under --nproc printed its own
-        said = " ".join(str(err).split())
-        # a rank died, and its error does not say what to do next (a failed step names the last checkpoint itself)
-        failed = (isinstance(err, RankFailed) and not getattr(err, "user_error", False)
-                  and "--resume" not in said and "--force" not in said)
-        print(f"meshshard {name}: error: {said}{next_step() if failed else ''}", file=sys.stderr)
-        return 2 if isinstance(err, ValueError) or getattr(err, "user_error", False) else 1
-    except Terminated:
-        print(f"meshshard {name}: terminated (SIGTERM); every local rank was stopped{next_step()}", file=sys.stderr)
-        return 143
-    except KeyboardInterrupt:
-        print(f"meshshard {name}: interrupted{next_step()}", file=sys.stderr)
-        return 130
-    return 0

@@ -33,15 +33,15 @@ def _weights(text: str) -> list[float]:
 
 
 def _cmd_partition(args: argparse.Namespace) -> int:
-    from meshshard.partition._api import partition_file
-    from meshshard.partition._format import check_output_dir, read_metadata
-    from meshshard.partition._progress import Steps
-    from meshshard.partition._report import print_summary
+    from meshshard.partition import partition_file
+    from meshshard.partition import check_output_dir, read_metadata
+    from meshshard.partition import Steps
+    from meshshard.partition import print_summary
 
-    from meshshard.partition._dataset import is_dataset
+    from meshshard.partition import is_dataset
 
     if args.input is not None and is_dataset(args.input):
-        from meshshard.partition._dataset_cli import run_partition_dataset
+        from ._dataset import run_partition_dataset
 
         return run_partition_dataset(args)
     if args.input is not None and Path(args.input).is_dir():
@@ -58,7 +58,7 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     for note in notes:
         print(f"meshshard partition: note: {note}", file=sys.stderr)
     if args.grid is not None or args.input is None:
-        from meshshard.partition._grid_cli import grid_command
+        from ._grid import grid_command
         return grid_command(args, _error)
     try:
         with Steps(enabled=not args.quiet, track_memory=True) as steps:
@@ -76,12 +76,12 @@ def _cmd_partition(args: argparse.Namespace) -> int:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from meshshard.partition._dataset import PARTITIONS_FILE, is_dataset
-    from meshshard.partition._format import dump_metadata, read_metadata
-    from meshshard.partition._report import print_summary
+    from meshshard.partition import PARTITIONS_FILE, is_dataset
+    from meshshard.partition import dump_partition_metadata as dump_metadata, read_metadata
+    from meshshard.partition import print_summary
 
     if is_dataset(args.dir) or (Path(args.dir) / PARTITIONS_FILE).is_file():
-        from meshshard.partition._dataset_cli import run_info
+        from ._dataset import run_info
 
         return run_info(args.dir, args.json)
     try:
@@ -100,12 +100,12 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from meshshard.partition._dataset import PARTITIONS_FILE, plural
-    from meshshard.partition._format import read_metadata
-    from meshshard.partition._verify import verify_partition
+    from meshshard.partition import PARTITIONS_FILE, plural
+    from meshshard.partition import read_metadata
+    from meshshard.partition import verify_partition
 
     if (Path(args.dir) / PARTITIONS_FILE).is_file():
-        from meshshard.partition._dataset_cli import run_verify
+        from ._dataset import run_verify
 
         return run_verify(args.dir, _cmd_verify)
     try:
@@ -125,8 +125,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from meshshard.partition._dataset import PARTITIONS_FILE, read_partitions_metadata
-    from meshshard.partition._plot import plot_partition
+    from meshshard.partition import PARTITIONS_FILE, read_partitions_metadata
+    from meshshard.partition import plot_partition
 
     try:
         if (Path(args.dir) / PARTITIONS_FILE).is_file():  # a dataset's partitions, found as verify finds them
@@ -192,7 +192,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="replace an existing partition folder (only one holding nothing but a "
                    "partition's files; never the current folder or its parents)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars, no summary")
-    from meshshard.partition._grid_cli import add_grid_arguments
+    from ._grid import add_grid_arguments
     add_grid_arguments(p)
 
     p = _add(subparsers, "info", "print a partition or dataset folder's metadata", _cmd_info)

@@ -1,5 +1,5 @@
-"""Reading a dataset (:mod:`meshshard.partition._dataset`) on one rank, as training and
-prediction need it: owned rows only, normalised, as tensors.
+"""Reading a dataset (``meshshard dataset``'s folder) on one rank, as training and prediction
+need it: owned rows only, normalised, as tensors.
 
 Public names (stable):
 
@@ -10,7 +10,8 @@ Public names (stable):
   :class:`~meshshard.ShardTensor`, and the normalised edge features of the local edges.
   Construction checks that the partitions belong to the dataset (one line, ``ValueError``).
 - :class:`Normaliser`: the statistics as tensors, with ``normalise_inputs``,
-  ``normalise_targets``, ``normalise_edges`` and ``denormalise_targets``; built from a dataset's
+  ``normalise_targets``, ``normalise_edges``, ``edge_attr`` (a graph's edge features, normalised)
+  and ``denormalise_targets``; built from a dataset's
   :class:`~meshshard.partition.Normalisation` or from ``checkpoint["config"]["normalisation"]``
   (:meth:`Normaliser.from_dict`), which training stores, so prediction de-normalises with the
   statistics the model was trained with.
@@ -37,8 +38,8 @@ from torch import Tensor
 
 from meshshard._graph import ShardGraph, edge_features
 from meshshard._tensor import ShardTensor
-from meshshard.partition import Dataset, Normalisation, load_partition, open_dataset
-from meshshard.partition._dataset import check_partition_matches, dataset_partition_folder
+from meshshard.partition import (Dataset, Normalisation, check_partition_matches, dataset_partition_folder,
+                                 load_partition, open_dataset)
 
 __all__ = ["DatasetReader", "LocalSample", "Normaliser", "whole_sample"]
 
@@ -76,6 +77,12 @@ class Normaliser:
     def normalise_edges(self, e: Tensor) -> Tensor:
         return (e - self._edge[0]) / self._edge[1]
 
+    def edge_attr(self, pos: Tensor, edge_index: Tensor) -> Tensor:
+        """The normalised edge features of a graph (:func:`meshshard.edge_features` of its
+        coordinates): the one place where a model's edge inputs are made, for a shard
+        (``graph.pos``, ``graph.edge_index``) and for a whole mesh alike. ``(E, F_e)``."""
+        return self.normalise_edges(edge_features(pos, edge_index))
+
     def denormalise_targets(self, y: Any) -> Any:
         """Model output to physical units: ``y * scale + mean`` (a Tensor or a ShardTensor)."""
         if isinstance(y, ShardTensor):
@@ -111,6 +118,9 @@ class DatasetReader:
         group: The domain process group (``None``: the default group, or none at all).
         device, dtype: Of every tensor returned.
         cache_size: Meshes whose shard stays loaded (least recently used dropped first).
+        normaliser: The statistics to apply (default: the dataset's; a trained run's for prediction).
+        parts_meta: What ``check_partition_matches(data, partition)`` returned, when the caller
+            has checked the partition already (default: checked here).
 
     Raises:
         ValueError: the partitions were made for another dataset, or for another number of parts
@@ -119,13 +129,14 @@ class DatasetReader:
 
     def __init__(self, data: str | os.PathLike[str] | Dataset, partition: str | os.PathLike[str], domain_rank: int,
                  group: Any = None, *, device: Any = None, dtype: torch.dtype = torch.float32,
-                 cache_size: int = 8) -> None:
+                 cache_size: int = 8, normaliser: Normaliser | None = None,
+                 parts_meta: dict[str, Any] | None = None) -> None:
         self.dataset = data if isinstance(data, Dataset) else open_dataset(data)
         self.partition = partition
-        self.parts_meta = check_partition_matches(self.dataset, partition)
+        self.parts_meta = parts_meta if parts_meta is not None else check_partition_matches(self.dataset, partition)
         self.num_parts: int = int(self.parts_meta["num_parts"])
         self.domain_rank, self.group, self.device, self.dtype = domain_rank, group, device, dtype
-        self.normaliser = Normaliser(self.dataset.normalisation, device, dtype)
+        self.normaliser = normaliser or Normaliser(self.dataset.normalisation, device, dtype)
         self.cache_size = max(1, cache_size)
         self._shards: OrderedDict[int, tuple[ShardGraph, Tensor, np.ndarray]] = OrderedDict()
 
@@ -163,7 +174,7 @@ class DatasetReader:
         graph = ShardGraph.from_partition(part, self.group, device=self.device, dtype=self.dtype)
         if graph.pos is None:
             raise ValueError(f"{folder}: Expected coordinates in the partition (got none)")
-        edge_attr = self.normaliser.normalise_edges(edge_features(graph.pos, graph.edge_index))
+        edge_attr = self.normaliser.edge_attr(graph.pos, graph.edge_index)
         entry = (graph, edge_attr, np.asarray(part.owned_ids))
         self._shards[mesh] = entry
         while len(self._shards) > self.cache_size:
@@ -201,4 +212,4 @@ def whole_sample(data: str | os.PathLike[str] | Dataset, s: int, *, device: Any 
     pos = torch.as_tensor(graph.pos, device=device).to(dtype)
     x, y = (torch.from_numpy(np.array(a, dtype=np.float64)).to(device, dtype) for a in dataset.sample_arrays(s))
     return (normaliser.normalise_inputs(x), normaliser.normalise_targets(y), edge_index,
-            normaliser.normalise_edges(edge_features(pos, edge_index)))
+            normaliser.edge_attr(pos, edge_index))

@@ -1,3 +1,4 @@
+
 """``meshshard predict``: a trained run's predictions, written back onto the mesh for ParaView.
 
 ``meshshard predict RUN --data DATA [--samples LIST] --out PRED [--nproc R | under torchrun]``
@@ -33,28 +34,34 @@ pieces can be matched to the input mesh. The point fields are float64.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
 import re
 import sys
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from meshshard._launch import check_apart, check_input_folders, check_output_folder, run_command
+from meshshard.comm import directory_lookup, gather_rows, init_distributed, is_peer_failure, sum_across
+from meshshard.partition import (check_apart, check_input_folders, check_output_folder, check_partition_matches,
+                                 open_dataset, plural, read_inside)
+from meshshard.tasks import DatasetReader, Normaliser, get_task
 
-__all__ = ["GATHER_MAX_NODES", "PredictConfig", "predict", "register"]
+from ._folder import read_run
+from ._pictures import sample_picture
+from ._recipe import build_model, check_model_output, first_line, load_factory, shard_hint
+from ._report import gather_peak_memory
+from ._vtk import write_pvtu, write_vtu
+
+__all__ = ["GATHER_MAX_NODES", "METRICS_FILE", "PredictConfig", "check_prediction_request", "predict",
+           "prediction_summary"]
 
 #: Meshes with at most this many nodes are written as one gathered ``.vtu`` (unless ``--pieces``).
 GATHER_MAX_NODES = 200_000
-#: Nodes drawn in one picture at most (a strided subsample beyond that).
-PLOT_MAX_NODES = 200_000
 #: PRED's record of what predict wrote there: rewritten after each sample (``complete`` is false
 #: until the last), it lists every file and piece folder (``files``), which ``--force`` alone may delete.
 METRICS_FILE = "metrics.json"
@@ -83,18 +90,6 @@ class PredictConfig:
 
 # ------------------------------------------------------------------------------------------------
 # Inputs: the checkpoint, the samples, the output folder
-
-
-def read_run(run: str | os.PathLike[str]) -> dict[str, Any]:
-    """The checkpoint of a run folder (through the package's checkpoint reader)."""
-    path = Path(run) / "checkpoint.pt"
-    if path.is_symlink():
-        raise ValueError(f"{path}: is a link; a run's checkpoint is read from inside its folder only")
-    if not path.is_file():
-        raise ValueError(f"{run}: no checkpoint.pt (not a run folder of meshshard train, or no step finished yet)")
-    from meshshard._checkpoint import load_checkpoint  # tensors and plain values only, checksum checked
-
-    return load_checkpoint(path)
 
 
 def select_samples(text: str | None, names: list[str], val: list[int]) -> list[int]:
@@ -159,7 +154,7 @@ def _written_here(out: Path) -> tuple[list[str], bool] | None:
     return names, meta.get("complete") is not False
 
 
-def check_output(out: Path, force: bool) -> list[Path]:
+def check_prediction_folder(out: Path, force: bool) -> list[Path]:
     """Refuse an existing non-empty PRED unless ``force``; with ``force`` return what to delete:
     the files and piece folders that PRED's ``metrics.json`` lists, and that file (anything else
     there, or no such record, refuses)."""
@@ -226,65 +221,6 @@ def check_model_request(ckpt: dict[str, Any], run: str, model: str | None) -> No
         raise ValueError(f"{run}: trained the built-in MeshGraphNet; leave out --model")
 
 
-def build_model(ckpt: dict[str, Any], sizes: tuple[int, int, int], dtype: Any, model_spec: Any,
-                model_args: dict[str, Any] | None, source: str) -> Any:
-    """The run's model with its trained weights, for ``sizes`` = (input, edge, target) channels,
-    which come from ``source`` (named in the one-line error when they do not fit it): MeshGraphNet
-    (``model_spec`` None), yours built from ``model_spec`` (``file.py:name``), or yours already
-    built (``model_spec`` an ``nn.Module``, whose weights are replaced)."""
-    from torch import nn
-
-    from meshshard._usermodel import build_user_model
-    from meshshard.nn import MeshGraphNet
-
-    cfg = ckpt.get("config", {})
-    args = model_args if model_args is not None else dict(cfg.get("model_args") or {})
-    if isinstance(model_spec, nn.Module):
-        model, given = model_spec.to(dtype), "the model given"
-    elif model_spec:
-        model = build_user_model(model_spec, args, *sizes).to(dtype)
-        given = f"--model {model_spec} with --model-args {json.dumps(args)}"
-    else:
-        model, given = MeshGraphNet(
-            *sizes, latent_size=int(cfg.get("latent_size", 64)), hidden_layers=int(cfg.get("hidden_layers", 2)),
-            message_passing_steps=int(cfg.get("message_passing_steps", 6)), activation=cfg.get("activation", "relu"),
-        ).to(dtype), None
-    try:
-        model.load_state_dict(ckpt["model"])
-    except RuntimeError as err:
-        first = str(err).splitlines()[1].strip() if len(str(err).splitlines()) > 1 else str(err)
-        if given:
-            raise ValueError(
-                f"Expected {given} to rebuild the run's model (it "
-                f"trained --model {cfg.get('model')} with --model-args {json.dumps(cfg.get('model_args') or {})}), with "
-                f"{sizes[0]} input, {sizes[1]} edge and {sizes[2]} target channels from {source}: {first}"
-            ) from None
-        raise ValueError(
-            f"Expected {source} to fit the run's model ({sizes[0]} input, {sizes[2]} target, "
-            f"{sizes[1]} edge channels here): {first}"
-        ) from None
-    model.eval()
-    return model
-
-
-def run_target_fields(ckpt: dict[str, Any]) -> list[dict[str, Any]]:
-    """The target fields a run trained on (``[{"name", "components"}]``): recorded by train, or
-    for an older checkpoint rebuilt from its target channels (``u[0]``, ``u[1]`` -> ``u``, 2)."""
-    cfg = ckpt.get("config", {})
-    recorded = cfg.get("target_fields")
-    if recorded:
-        return [{"name": str(f["name"]), "components": int(f["components"])} for f in recorded]
-    fields: list[dict[str, Any]] = []
-    for channel in (cfg.get("normalisation") or {}).get("target_channels", []):
-        match = re.fullmatch(r"(.+)\[(\d+)\]", channel)
-        base, index = (match.group(1), int(match.group(2))) if match else (channel, -1)
-        if index > 0 and fields and fields[-1]["name"] == base and fields[-1]["components"] == index:
-            fields[-1]["components"] += 1
-        else:
-            fields.append({"name": base if index == 0 else channel, "components": 1})
-    return fields
-
-
 def normalisation_of(ckpt: dict[str, Any], data: Any) -> Any:
     """The statistics the run trained with (stored in its checkpoint's config), or else the dataset's."""
     from meshshard.partition import Normalisation
@@ -300,150 +236,6 @@ def normalisation_of(ckpt: dict[str, Any], data: Any) -> Any:
         if list(theirs) != list(mine):
             raise ValueError(f"Expected {data.path} to have the run's {what} channels {list(theirs)} (got {list(mine)})")
     return norm
-
-
-# ------------------------------------------------------------------------------------------------
-# Cross-rank helpers (all vectorised; none holds O(N) per rank)
-
-
-def _counts_exchange(send_counts: np.ndarray, group: Any, device: Any) -> np.ndarray:
-    import torch
-
-    from meshshard.comm import all_to_all_v
-
-    world = len(send_counts)
-    t = torch.as_tensor(send_counts, dtype=torch.int64, device=device)
-    return all_to_all_v(t, [1] * world, [1] * world, group=group).cpu().numpy()
-
-
-def directory_lookup(owned_ids: np.ndarray, owned_values: np.ndarray, want: np.ndarray, num_nodes: int,
-                     group: Any, device: Any) -> np.ndarray:
-    """The values of any nodes ``want`` (global ids), given each rank's owned values.
-
-    Node ``g`` is kept by rank ``g * R // N``: owners push their rows there, then each rank asks
-    the keepers of the nodes it wants. Two rounds of ``all_to_all_v``; memory O(N / R) per rank.
-
-    Shapes:
-        owned_ids ``(N_own,)`` ascending; owned_values ``(N_own, F)``; want ``(W,)``; result ``(W, F)``.
-    """
-    import torch
-
-    from meshshard.comm import all_to_all_v, group_rank_and_size
-
-    _, world = group_rank_and_size(group)
-    width = owned_values.shape[1]
-
-    def keeper(ids: np.ndarray) -> np.ndarray:
-        return (ids.astype(np.int64) * world // max(num_nodes, 1)).astype(np.int64)
-
-    def a2a(array: np.ndarray, send: np.ndarray, recv: np.ndarray) -> np.ndarray:
-        t = torch.as_tensor(np.ascontiguousarray(array), device=device)
-        return all_to_all_v(t, send.tolist(), recv.tolist(), group=group).cpu().numpy()
-
-    # 1. owners -> keepers (owned ids ascending, so their keepers are non-decreasing)
-    send = np.bincount(keeper(owned_ids), minlength=world)
-    recv = _counts_exchange(send, group, device)
-    kept_ids = a2a(owned_ids.astype(np.int64), send, recv)
-    kept_values = a2a(owned_values.astype(np.float64).reshape(-1, width), send, recv)
-    order = np.argsort(kept_ids, kind="stable")
-    kept_ids, kept_values = kept_ids[order], kept_values[order]
-    # 2. askers -> keepers -> askers
-    by_keeper = np.argsort(keeper(want), kind="stable")
-    asked = want[by_keeper].astype(np.int64)
-    send = np.bincount(keeper(asked), minlength=world)
-    recv = _counts_exchange(send, group, device)
-    questions = a2a(asked, send, recv)
-    at = np.searchsorted(kept_ids, questions)
-    if len(questions) and (at.max() >= len(kept_ids) or np.any(kept_ids[at] != questions)):
-        raise RuntimeError("directory_lookup: a node was asked for that no rank owns (inconsistent partition)")
-    answers = a2a(kept_values[at].reshape(-1, width), recv, send)
-    out = np.empty((len(want), width), dtype=np.float64)
-    out[by_keeper] = answers
-    return out
-
-
-def _sum_all(values: np.ndarray, group: Any, device: Any) -> np.ndarray:
-    import torch
-    import torch.distributed as dist
-
-    t = torch.as_tensor(np.asarray(values, dtype=np.float64), device=device)
-    if dist.is_initialized():
-        dist.all_reduce(t, group=group)
-    return t.cpu().numpy()
-
-
-def _gather_rows(rows: np.ndarray, group: Any, device: Any, dst: int = 0) -> np.ndarray | None:
-    """Every rank's rows ``(n_rank, F)`` concatenated on ``dst`` (``None`` elsewhere); a rank may
-    send none."""
-    import torch
-
-    from meshshard.comm import all_gather_v, gather_v, group_rank_and_size
-
-    rank, world = group_rank_and_size(group)
-    if world == 1:
-        return rows
-    n = torch.as_tensor([len(rows)], dtype=torch.int64, device=device)
-    counts = all_gather_v(n, [1] * world, group=group).cpu().tolist()
-    rows = np.ascontiguousarray(rows, dtype=np.float64)
-    t = torch.as_tensor(rows[:, None] if rows.ndim == 1 else rows, device=device)
-    full = gather_v(t, counts, dst=dst, group=group).cpu().numpy()
-    return full if rank == dst else None
-
-
-# ------------------------------------------------------------------------------------------------
-# Writing VTK
-
-
-def _vtk_points(points: np.ndarray) -> np.ndarray:
-    points = np.asarray(points, dtype=np.float64)
-    if points.shape[1] < 3:
-        points = np.concatenate([points, np.zeros((len(points), 3 - points.shape[1]))], axis=1)
-    return points
-
-
-def write_vtu(path: Path, points: np.ndarray, cells: list[tuple[str, np.ndarray]], point_data: dict[str, np.ndarray]) -> None:
-    """One VTK unstructured-grid file (meshio's writer; 2-D points get z = 0)."""
-    import meshio
-
-    if not any(len(c) for _, c in cells):  # a graph without cells: show the nodes
-        cells = [("vertex", np.arange(len(points), dtype=np.int64)[:, None])]
-    mesh = meshio.Mesh(_vtk_points(points), [(t, np.asarray(c)) for t, c in cells if len(c)], point_data=point_data)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        meshio.write(path, mesh, file_format="vtu", binary=True)
-
-
-_VTK_TYPES = {np.dtype(np.float64): "Float64", np.dtype(np.float32): "Float32", np.dtype(np.int64): "Int64",
-              np.dtype(np.int32): "Int32"}
-
-
-def write_pvtu(path: Path, pieces: list[str], point_data: dict[str, tuple[np.dtype, int]]) -> None:
-    """The ``.pvtu`` index of ``pieces`` (file names relative to ``path``'s folder)."""
-    arrays = "\n".join(
-        f'      <PDataArray type="{_VTK_TYPES[np.dtype(dt)]}" Name="{name}" NumberOfComponents="{k}"/>'
-        for name, (dt, k) in point_data.items()
-    )
-    sources = "\n".join(f'    <Piece Source="{p}"/>' for p in pieces)
-    path.write_text(
-        '<?xml version="1.0"?>\n'
-        '<VTKFile type="PUnstructuredGrid" version="1.0" byte_order="LittleEndian" header_type="UInt32">\n'
-        '  <PUnstructuredGrid GhostLevel="0">\n'
-        f"    <PPointData>\n{arrays}\n    </PPointData>\n"
-        '    <PPoints>\n      <PDataArray type="Float64" NumberOfComponents="3"/>\n    </PPoints>\n'
-        f"{sources}\n"
-        "  </PUnstructuredGrid>\n</VTKFile>\n"
-    )
-
-
-def read_pvtu(path: str | os.PathLike[str]) -> list[Any]:
-    """The pieces of a ``.pvtu`` as meshio meshes (to check what :func:`write_pvtu` wrote)."""
-    import xml.etree.ElementTree as ET
-
-    import meshio
-
-    path = Path(path)
-    root = ET.parse(path).getroot()
-    return [meshio.read(path.parent / piece.attrib["Source"]) for piece in root.iter("Piece")]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -493,19 +285,17 @@ def _whole_layout(data: Any, mesh: int, model: Any, normaliser: Any, dtype: Any,
                   num_targets: int) -> _Layout:
     import torch
 
-    from meshshard import edge_features
-    from meshshard._usermodel import check_output
 
     m = data.mesh(mesh)
     edge_index = torch.as_tensor(m.graph().edge_index(), device=device)
     pos = torch.as_tensor(np.asarray(m.points), device=device).to(dtype)
-    ea = normaliser.normalise_edges(edge_features(pos, edge_index))
+    ea = normaliser.edge_attr(pos, edge_index)
     ids = np.arange(m.num_nodes, dtype=np.int64)
 
     def forward(x: Any) -> Any:
         out = model(x, edge_index, ea)
         if spec:
-            check_output(out, m.num_nodes, num_targets, spec, sharded=False)
+            check_model_output(out, m.num_nodes, num_targets, spec, sharded=False)
         return out
 
     return _Layout(mesh, m.num_nodes, ids, forward, np.asarray(m.points),
@@ -515,7 +305,6 @@ def _whole_layout(data: Any, mesh: int, model: Any, normaliser: Any, dtype: Any,
 def _shard_layout(data: Any, reader: Any, mesh: int, model: Any, ctx: Any, pieces: bool, spec: str | None,
                   num_targets: int) -> _Layout:
     from meshshard import ShardTensor
-    from meshshard._usermodel import check_output, first_line, shard_hint
 
     graph, ea, owned = reader.shard(mesh)
     owned = np.asarray(owned, dtype=np.int64)
@@ -525,14 +314,12 @@ def _shard_layout(data: Any, reader: Any, mesh: int, model: Any, ctx: Any, piece
         try:
             out = model(ShardTensor.from_local(x, graph.spec), graph, ea)
         except Exception as err:  # the model's own error, whatever its type, on one line
-            from meshshard._train import is_peer_failure
-
             if is_peer_failure(err):
                 raise
             hint = shard_hint(model) if spec else ""
             raise RuntimeError(f"the model's forward failed ({type(err).__name__}: {first_line(err)}){hint}") from err
         if spec:
-            check_output(out, len(owned), num_targets, spec, sharded=True, group=reader.group)
+            check_model_output(out, len(owned), num_targets, spec, sharded=True, group=reader.group)
         return out.to_local()
 
     layout = _Layout(mesh, int(data.meta["meshes"][mesh]["num_nodes"]), owned, forward, pos_owned)
@@ -542,7 +329,7 @@ def _shard_layout(data: Any, reader: Any, mesh: int, model: Any, ctx: Any, piece
 
 
 # ------------------------------------------------------------------------------------------------
-# Metrics, pictures
+# Metrics, and the files of one sample
 
 
 def field_slices(fields: list[dict[str, Any]]) -> list[tuple[str, slice]]:
@@ -565,115 +352,6 @@ def _print_table(rows: list[dict[str, Any]], fields: list[str]) -> None:
             rmse, rel = r["fields"][f]["rmse"], r["fields"][f]["rel_l2"]
             line += f" {'-' if rmse is None else format(rmse, '.4g'):>14} {'-' if rel is None else format(rel, '.3%'):>12}"
         print(line)
-
-
-def _triangulation(pos: np.ndarray, triangles: np.ndarray | None) -> Any:
-    """The mesh's triangles, or a Delaunay triangulation of the drawn nodes (a 3-D slab) without
-    the triangles much longer than the typical one (they would bridge holes); ``None`` if too few."""
-    from matplotlib.tri import Triangulation
-
-    if triangles is not None and len(triangles):
-        return Triangulation(pos[:, 0], pos[:, 1], triangles)
-    if len(pos) < 4:
-        return None
-    try:
-        tri = Triangulation(pos[:, 0], pos[:, 1])
-    except (ValueError, RuntimeError):
-        return None
-    corners = pos[tri.triangles][:, :, :2]
-    longest = np.linalg.norm(corners - np.roll(corners, 1, axis=1), axis=2).max(axis=1)
-    tri.set_mask(longest > 2.5 * np.median(longest))
-    return tri
-
-
-def plot_sample(path: Path, title: str, pos: np.ndarray, truth: np.ndarray | None, pred: np.ndarray,
-                fields: list[tuple[str, slice]], triangles: np.ndarray | None, note: str) -> bool:
-    """Truth, prediction and error side by side, one row per target field (the prediction alone
-    when ``truth`` is None); False without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    cols = 1 if truth is None else 3
-    fig, axes = plt.subplots(len(fields), cols, figsize=(4.6 * cols, 3.6 * len(fields)), dpi=110, squeeze=False)
-    try:  # the figure is closed even when drawing fails
-        tri = _triangulation(pos, triangles)
-        for row, (name, sl) in enumerate(fields):
-            p = pred[:, sl]
-            t = p if truth is None else truth[:, sl]
-            if p.shape[1] > 1:
-                t, p, label = np.linalg.norm(t, axis=1), np.linalg.norm(p, axis=1), f"|{name}|"
-            else:
-                t, p, label = t[:, 0], p[:, 0], name
-            err = p - t
-            lim = max(float(np.abs(err).max()) if len(err) else 0.0, 1e-30)
-            lo, hi = float(min(t.min(), p.min())), float(max(t.max(), p.max()))
-            panels = ((t, "truth", {"vmin": lo, "vmax": hi, "cmap": "viridis"}),
-                      (p, "prediction", {"vmin": lo, "vmax": hi, "cmap": "viridis"}),
-                      (err, "error (prediction - truth)", {"vmin": -lim, "vmax": lim, "cmap": "RdBu_r"}))
-            for col, (values, what, kw) in enumerate(panels[1:2] if truth is None else panels):
-                ax = axes[row, col]
-                if tri is not None:
-                    art = ax.tripcolor(tri, values, shading="gouraud", **kw)
-                else:
-                    art = ax.scatter(pos[:, 0], pos[:, 1], c=values, s=max(0.3, 3000 / max(len(values), 1)), linewidths=0, **kw)
-                ax.set_aspect("equal")
-                ax.set_title(f"{label}: {what}", fontsize=9)
-                ax.set_xticks([])
-                ax.set_yticks([])
-                fig.colorbar(art, ax=ax, shrink=0.8)
-        fig.suptitle(f"{title}\n{note}", fontsize=10)
-        fig.tight_layout()
-        fig.savefig(path)
-    finally:
-        plt.close(fig)
-    return True
-
-
-def _plot_rows(pos: np.ndarray, num_nodes: int, group: Any, device: Any) -> np.ndarray:
-    """Which owned rows go into the picture, strided so that at most ``PLOT_MAX_NODES`` in all:
-    all of them (2-D), or (3-D) those of a slab ``(zmax - zmin) / max(8, N^(1/3) / 2)`` thick
-    centred on the node nearest the middle plane ``z = (zmin + zmax) / 2`` (of those as near, the
-    lowest). So the slab holds at least the layer of nodes nearest the middle plane, even on a
-    mesh of a few node layers in z, whose middle plane can fall between two layers.
-
-    Every rank enters the same reductions (a rank may own no node, or none in the slab) and gets
-    the same slab. Communication: four ``all_reduce`` (3-D), none (2-D).
-    """
-    take = np.arange(len(pos))
-    if pos.shape[1] == 3:
-        z = pos[:, 2]
-        extent = _max_all([-z.min(), z.max()] if len(z) else [-np.inf, -np.inf], group, device)
-        low, high = -extent[0], extent[1]
-        gap = np.abs(z - (low + high) / 2) if len(z) else z  # distance to the middle plane
-        nearest = -_max_all([-gap.min() if len(z) else -np.inf], group, device)[0]
-        here = z[gap == nearest]  # this rank's nodes nearest the middle plane (exact: max returns an input)
-        centre = -_max_all([-here.min() if len(here) else -np.inf], group, device)[0]
-        slab = (high - low) / max(8.0, round(num_nodes ** (1 / 3)) / 2)
-        take = np.flatnonzero(np.abs(z - centre) <= slab / 2) if np.isfinite(centre) else take[:0]
-        total = _sum_all(np.array([len(take)]), group, device)[0]
-    else:
-        total = num_nodes
-    stride = max(1, math.ceil(total / PLOT_MAX_NODES))
-    return take[::stride]
-
-
-def _max_all(values: Any, group: Any, device: Any) -> np.ndarray:
-    """The elementwise maximum of ``values`` over the ranks (``all_reduce``; float64)."""
-    import torch
-    import torch.distributed as dist
-
-    t = torch.as_tensor(np.asarray(values, dtype=np.float64), device=device)
-    if dist.is_initialized():
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-    return t.cpu().numpy()
-
-
-# ------------------------------------------------------------------------------------------------
-# The command
 
 
 def _point_data(data: Any, targets: list[tuple[str, slice]], x: np.ndarray, y: np.ndarray | None, pred: np.ndarray,
@@ -701,7 +379,7 @@ def _point_data(data: Any, targets: list[tuple[str, slice]], x: np.ndarray, y: n
 def _write_gathered(path: Path, data: Any, targets: list[tuple[str, slice]], s: int, layout: _Layout, pred: np.ndarray,
                     ctx: Any) -> tuple[Any, ...] | None:
     """Rank 0 writes the whole mesh; returns (pos, truth, pred, triangles) on rank 0."""
-    rows = _gather_rows(np.concatenate([layout.owned_ids[:, None].astype(np.float64), pred], axis=1), None, ctx.device)
+    rows = gather_rows(np.concatenate([layout.owned_ids[:, None].astype(np.float64), pred], axis=1), None, ctx.device)
     if rows is None:
         return None
     full = np.empty((layout.num_nodes, pred.shape[1]))
@@ -740,10 +418,6 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
     import torch
     import torch.distributed as dist
 
-    from meshshard._data import DatasetReader, Normaliser
-    from meshshard.comm import init_distributed
-    from meshshard.partition import check_partition_matches, open_dataset
-    from meshshard.partition._dataset import plural
 
     ctx = init_distributed()
     data = open_dataset(cfg.data)
@@ -758,7 +432,7 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
     check_model_request(ckpt, cfg.run, cfg.model)
     # the run's target fields: DATA's when it has targets (checked equal above), else recorded by train
     truth = bool(data.target_channels)
-    target_meta = data.meta["targets"] if truth else run_target_fields(ckpt)
+    target_meta = get_task(str(run_cfg.get("task") or "steady")).output_fields(data, run_cfg)
     num_targets = len(norm.targets.channels)
     sizes = len(data.input_channels), len(data.edge_channels), num_targets
     model = build_model(ckpt, sizes, dtype, cfg.model, cfg.model_args, str(data.path)).to(ctx.device)
@@ -776,10 +450,10 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
         if meta["num_parts"] != ctx.world_size:
             raise ValueError(f"Expected a partition into {plural(ctx.world_size, 'part')}, one per rank (got {meta['num_parts']} in "
                              f"{parts}); make one with meshshard partition {cfg.data} --parts {ctx.world_size} and pass --partition")
-        reader = DatasetReader(data, parts, ctx.rank, None, device=ctx.device, dtype=dtype)
-        reader.normaliser = normaliser  # the run's statistics, for the edge features too
+        reader = DatasetReader(data, parts, ctx.rank, None, device=ctx.device, dtype=dtype, normaliser=normaliser,
+                               parts_meta=meta)  # the run's statistics, for the edge features too
     out = Path(cfg.out)
-    stale = check_output(out, cfg.force)  # on every rank, so a refusal stops them all before any collective
+    stale = check_prediction_folder(out, cfg.force)  # on every rank, so a refusal stops them all before any collective
     head = {"format": _METRICS_FORMAT, "format_version": 1, "complete": False, "run": str(cfg.run), "data": str(cfg.data),
             "step": ckpt.get("step"), "world_size": ctx.world_size, "units": "physical (de-normalised)",
             "targets_known": truth, "files": []}
@@ -822,7 +496,7 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
         forward_s = time.perf_counter() - started
         if truth:
             err = pred - y
-            sums = _sum_all(np.array([[float((err[:, sl] ** 2).sum()), float((y[:, sl] ** 2).sum())] for _, sl in target_fields]),
+            sums = sum_across(np.array([[float((err[:, sl] ** 2).sum()), float((y[:, sl] ** 2).sum())] for _, sl in target_fields]),
                             None, ctx.device)
         else:
             y, sums = None, [(math.nan, math.nan)] * len(target_fields)
@@ -833,7 +507,7 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
             path = out / f"{stem}.pvtu"
             _write_pieces(out / stem, path, data, target_fields, s, layout, pred, ctx)
             full = None
-        picture = _picture(out / f"{stem}.png", names[s], layout, y, pred, gather, full, target_fields, ctx) if cfg.plots else None
+        picture = sample_picture(out / f"{stem}.png", names[s], layout, y, pred, gather, full, target_fields, ctx) if cfg.plots else None
         record = {"sample": s, "name": names[s], "split": ("val" if s in val else "train") if truth else None, "num_nodes": n,
                   "file": path.name, "picture": picture, "fields": {},
                   "seconds": {"read_and_forward": round(forward_s, 4), "total": round(time.perf_counter() - started, 4)}}
@@ -852,8 +526,6 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
         if main:  # progress: a sample of a large mesh takes a while
             print(f"  [{len(records)}/{len(picks)}] {names[s]}: {n:,} nodes, {record['seconds']['total']:.1f} s -> "
                   f"{path.name}", flush=True)
-    from meshshard._runlog import gather_peak_memory
-
     memory = gather_peak_memory(ctx.device)  # every rank's peak, in rank order (a collective)
     if ctx.rank != 0:
         return None
@@ -868,113 +540,73 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
     return summary
 
 
-def _picture(path: Path, name: str, layout: _Layout, y: np.ndarray | None, pred: np.ndarray, gathered: bool,
-             full: tuple[Any, ...] | None, fields: list[tuple[str, slice]], ctx: Any) -> str | None:
-    """``PRED/<sample>.png`` on rank 0; every rank takes part in gathering the drawn nodes, and the
-    branch taken depends only on what all ranks know (``gathered``, the mesh's size and dimension).
-    ``y`` None: no known targets, the prediction alone is drawn."""
-    dim = layout.pos_owned.shape[1]
-    if y is None:
-        y = np.zeros((len(pred), 0))
-    if gathered and dim == 2 and layout.num_nodes <= PLOT_MAX_NODES:
-        if full is None:
-            return None
-        pos, truth, values, tri = full
-        note = f"{layout.num_nodes:,} nodes"
-    else:
-        take = _plot_rows(layout.pos_owned, layout.num_nodes, None, ctx.device)
-        rows = _gather_rows(np.concatenate([layout.pos_owned[take], y[take], pred[take]], axis=1), None, ctx.device)
-        if rows is None:
-            return None
-        pos, truth, values, tri = rows[:, :dim], rows[:, dim:dim + y.shape[1]], rows[:, dim + y.shape[1]:], None
-        note = f"{len(rows):,} of {layout.num_nodes:,} nodes"
-        if dim == 3 and len(rows):
-            low, high = pos[:, 2].min(), pos[:, 2].max()
-            where = f"z = {low:.4g}" if low == high else f"{low:.4g} <= z <= {high:.4g}"
-            note += f": those at {where} (a slab through the nodes nearest the middle plane), seen along z"
-    known = truth is not None and truth.shape[1] > 0
-    try:  # a picture that cannot be drawn never fails the prediction (only rank 0 is here: no collective)
-        if not len(pos):
-            raise ValueError("no node to draw")
-        ok = plot_sample(path, f"{name}: {'truth, prediction, error' if known else 'prediction'}", pos,
-                         truth if known else None, values, fields, tri, note)
-    except Exception as err:  # noqa: BLE001 - anything matplotlib raises
-        print(f"meshshard predict: note: no picture of {name} ({type(err).__name__}: {err}); the files and metrics "
-              "are written", file=sys.stderr, flush=True)
-        return None
-    if not ok:
-        print("meshshard predict: note: matplotlib is not installed, so no pictures (pip install matplotlib)", flush=True)
-    return path.name if ok else None
-
-
 def _mean(values: list[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return float(np.mean(known)) if known else None
 
 
-def _predict_worker(cfg_dict: dict[str, Any]) -> None:
-    predict(PredictConfig(**cfg_dict))
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        dist.destroy_process_group()
+#: The largest metrics.json info reads (a record per sample: a few hundred bytes each).
+MAX_METRICS_BYTES = 64 << 20
 
 
-def _run(args: argparse.Namespace) -> int:
-    from dataclasses import asdict
+def _error_figure(value: Any, where: str) -> float | None:
+    if value is None or isinstance(value, (int, float)) and not isinstance(value, bool):
+        return None if value is None else float(value)
+    raise ValueError(f"{where}: Expected a number or null (got {value!r})")
 
-    from meshshard._usermodel import load_factory, normalise_spec, parse_model_args
 
+def prediction_summary(pred: str | Path) -> dict[str, Any]:
+    """The facts ``meshshard info PRED`` prints, from ``PRED/metrics.json`` of ``meshshard predict``
+    (read as JSON only, from inside PRED; the paths it names are printed, never opened)."""
+    file = Path(pred) / METRICS_FILE
     try:
-        if args.model_args and not args.model:
-            raise ValueError("Expected --model-args only with --model")
-        model = normalise_spec(args.model) if args.model else None
-        model_args = parse_model_args(args.model_args) if args.model_args else None
-    except ValueError as err:
-        print(f"meshshard predict: error: {err}", file=sys.stderr)
-        return 2
-    cfg = PredictConfig(run=args.run, data=args.data, out=args.out, samples=args.samples, partition=args.partition,
-                        gather=True if args.gather else (False if args.pieces else None), dtype=args.dtype,
-                        force=args.force, plots=not args.no_plots, quiet=args.quiet, model=model, model_args=model_args)
-    folders = ((cfg.run, "run folder"), (cfg.data, "dataset folder"))
+        meta = json.loads(read_inside(pred, METRICS_FILE, max_bytes=MAX_METRICS_BYTES))
+    except (ValueError, UnicodeDecodeError) as err:
+        if str(err).startswith(str(file)):
+            raise
+        raise ValueError(f"{file}: not valid JSON ({err})") from None
+    if not isinstance(meta, dict) or meta.get("format", _METRICS_FORMAT) != _METRICS_FORMAT:
+        raise ValueError(f"{file}: Expected format {_METRICS_FORMAT!r} "
+                         f"(got {meta.get('format') if isinstance(meta, dict) else type(meta).__name__!r})")
+    samples = meta.get("samples")
+    if not isinstance(samples, list) or not all(isinstance(r, dict) and isinstance(r.get("fields"), dict) for r in samples):
+        raise ValueError(f"{file}: Expected a list of samples, each with its fields' errors (not a metrics.json of "
+                         "meshshard predict)")
+    complete = meta.get("complete") is not False  # one from before "complete" was recorded was written at the end
+    keys = ("rmse", "rel_l2")
+    errors = [{name: {key: _error_figure((e if isinstance(e, dict) else {}).get(key),
+                                         f"{file}: samples[{i}].fields.{name}.{key}") for key in keys}
+               for name, e in r["fields"].items()} for i, r in enumerate(samples)]
+    recorded = meta.get("mean")
+    if complete and isinstance(recorded, dict):
+        mean = {str(name): {key: _error_figure((e if isinstance(e, dict) else {}).get(key), f"{file}: mean.{name}.{key}")
+                            for key in keys} for name, e in recorded.items()}
+    else:  # a prediction that stopped part-way: the mean over the samples it finished
+        fields = list(dict.fromkeys(name for e in errors for name in e))
+        mean = {name: {key: _mean([e[name][key] for e in errors if name in e]) for key in keys} for name in fields}
+    return {
+        "prediction": str(pred),
+        "run": meta.get("run"),
+        "data": meta.get("data"),
+        "step": meta.get("step"),
+        "world_size": meta.get("world_size"),
+        "complete": complete,
+        "targets_known": meta.get("targets_known", any(e["rmse"] is not None for e in mean.values())),
+        "samples": [{"name": r.get("name"), "num_nodes": r.get("num_nodes"), "file": r.get("file")} for r in samples],
+        "mean": mean,
+    }
 
-    def check() -> None:  # one line before any rank starts
-        check_input_folders(*folders)
-        # PRED may be inside RUN (run/pred: train --force deletes only its own files), not RUN itself
-        check_apart(cfg.out, (cfg.data, "dataset folder"), *(((cfg.partition, "partition folder"),) if cfg.partition else ()))
-        if Path(cfg.out).resolve() == Path(cfg.run).resolve():
-            raise ValueError(f"{cfg.out}: Expected an output folder apart from the run folder (got the run folder; "
-                             f"{Path(cfg.out) / 'pred'} would do)")
-        check_model_request(read_run(cfg.run), cfg.run, cfg.model)
-        if cfg.model:
-            load_factory(cfg.model)
 
-    return run_command("predict", _predict_worker, args.nproc, asdict(cfg), check)
-
-
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "predict", help="predict with a trained run and write ParaView files (.vtu / .pvtu), metrics and pictures",
-        description="Run a trained model (RUN/checkpoint.pt) on samples of a dataset and write, per sample, the mesh "
-        "with <target>_pred, <target> and <target>_error fields (.vtu, or .pvtu plus one piece per rank), "
-        "PRED/metrics.json (RMSE, relative L2) and PRED/<sample>.png. One process runs on whole meshes; "
-        "under torchrun or with --nproc R, on a partition into R parts.",
-    )
-    p.add_argument("run", help="run folder of meshshard train (checkpoint.pt)")
-    p.add_argument("--data", required=True, help="dataset folder (meshshard dataset)")
-    p.add_argument("--out", required=True, help="folder for the predictions")
-    p.add_argument("--samples", default=None,
-                   help="val (default when the dataset has a validation split), train, all, or names/indices, comma-separated")
-    p.add_argument("--partition", default=None, help="partition folder for R ranks (default: the run's own)")
-    group = p.add_mutually_exclusive_group()
-    group.add_argument("--gather", action="store_true", help="write one .vtu per sample, whatever its size")
-    group.add_argument("--pieces", action="store_true", help=f"write one piece per rank plus a .pvtu even below {GATHER_MAX_NODES:,} nodes")
-    p.add_argument("--model", default=None, metavar="FILE.py:NAME",
-                   help="the run's own model, when it trained one with train --model (never read from the checkpoint)")
-    p.add_argument("--model-args", default=None, metavar="JSON", help="keyword arguments of --model (default: the run's)")
-    p.add_argument("--dtype", default=None, choices=["float32", "float64"], help="default: the run's")
-    p.add_argument("--no-plots", action="store_true", help="no PNG pictures")
-    p.add_argument("--force", action="store_true", help="replace earlier predictions in --out (only the files its metrics.json lists)")
-    p.add_argument("--nproc", type=int, default=0, help="start this many local ranks (when not under torchrun)")
-    p.add_argument("--quiet", "-q", action="store_true", help="no per-sample lines, no table (errors and notes still print)")
-    p.set_defaults(func=_run)
+def check_prediction_request(cfg: PredictConfig) -> None:
+    """Every refusal of :func:`predict` that files alone decide, as a one-line ``ValueError``,
+    before any rank starts: the folders, where PRED goes, and the model (a run of your own model
+    needs ``model``, whose file is imported here once)."""
+    check_input_folders((cfg.run, "run folder"), (cfg.data, "dataset folder"))
+    # PRED may be inside RUN (run/pred: train --force deletes only its own files), not RUN itself
+    check_apart(cfg.out, (cfg.data, "dataset folder"), *(((cfg.partition, "partition folder"),) if cfg.partition else ()))
+    if Path(cfg.out).resolve() == Path(cfg.run).resolve():
+        raise ValueError(f"{cfg.out}: Expected an output folder apart from the run folder (got the run folder; "
+                         f"{Path(cfg.out) / 'pred'} would do)")
+    check_model_request(read_run(cfg.run), cfg.run, cfg.model)
+    if cfg.model:
+        load_factory(cfg.model)

@@ -44,7 +44,7 @@ def mesh_usage(meta: Mapping[str, Any], limit: int = 8) -> list[str]:
     used first): ``mesh 1: 1,234 nodes, 1 sample: case-3``."""
     import numpy as np
 
-    from meshshard.partition._dataset import listed, plural
+    from meshshard.partition import listed, plural
 
     sample_mesh = np.array([s["mesh"] for s in meta["samples"]], dtype=np.int64)
     uses = np.bincount(sample_mesh, minlength=len(meta["meshes"]))
@@ -64,7 +64,7 @@ def odd_meshes_note(meta: Mapping[str, Any]) -> str | None:
     changed by mistake turns the dataset into a many-meshes one): which samples, on which meshes."""
     import numpy as np
 
-    from meshshard.partition._dataset import listed, plural
+    from meshshard.partition import listed, plural
 
     if len(meta["meshes"]) < 2:
         return None
@@ -116,8 +116,7 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
 
 def run_info(folder: str, as_json: bool) -> int:
     """``meshshard info DATA`` (a dataset folder) or ``meshshard info PARTS`` (a dataset's partitions)."""
-    from meshshard.partition._dataset import (PARTITIONS_FILE, dump_metadata, plural, read_dataset_metadata,
-                                              read_partitions_metadata)
+    from meshshard.partition import PARTITIONS_FILE, dump_dataset_metadata as dump_metadata, plural, read_dataset_metadata, read_partitions_metadata
 
     try:
         if (Path(folder) / PARTITIONS_FILE).is_file():
@@ -140,8 +139,8 @@ def run_info(folder: str, as_json: bool) -> int:
 def run_verify(folder: str, verify_one: Callable[[argparse.Namespace], int]) -> int:
     """``meshshard verify PARTS`` for a dataset's partitions: every mesh's partition folder, and
     that each was made from the mesh ``partitions.json`` names (exit 1 when anything fails)."""
-    from meshshard.partition._dataset import PARTITIONS_FILE, read_partitions_metadata
-    from meshshard.partition._format import read_metadata
+    from meshshard.partition import PARTITIONS_FILE, read_partitions_metadata
+    from meshshard.partition import read_metadata
 
     try:
         meta = read_partitions_metadata(folder)
@@ -164,9 +163,9 @@ def run_verify(folder: str, verify_one: Callable[[argparse.Namespace], int]) -> 
 
 def run_partition_dataset(args: argparse.Namespace) -> int:
     """``meshshard partition DATA --parts K --out PARTS``."""
-    from meshshard.partition._dataset import open_dataset, plural
-    from meshshard.partition._dataset_build import partition_dataset
-    from meshshard.partition._progress import Steps
+    from meshshard.partition import open_dataset, plural
+    from meshshard.partition import partition_dataset
+    from meshshard.partition import Steps
 
     ignored = [flag for flag, value in (("--graph", args.graph), ("--tpwgts", args.tpwgts),
                                         ("--grid", getattr(args, "grid", None))) if value is not None]
@@ -190,9 +189,9 @@ def run_partition_dataset(args: argparse.Namespace) -> int:
 
 
 def _cmd_dataset(args: argparse.Namespace) -> int:
-    from meshshard.partition._dataset import read_dataset_metadata
-    from meshshard.partition._dataset_build import build_dataset, list_sources
-    from meshshard.partition._progress import Steps
+    from meshshard.partition import read_dataset_metadata
+    from meshshard.partition import build_dataset, list_sources
+    from meshshard.partition import Steps
 
     val_samples = None if args.val_samples is None else [t for v in args.val_samples for t in v.split(",") if t.strip()]
 

@@ -1,19 +1,27 @@
-"""The run folder of ``meshshard train``: what may be written over, the banner, memory, ``loss.png``.
+"""The run folder: the files ``meshshard train`` writes, and every rule about them, in one place.
 
-Everything here is about the user's view of a run, apart from the training step itself:
+::
 
+    RUN/
+      checkpoint.pt   model, optimizer, completed steps, loss history, RNG state, config;
+                      tensors and plain values only, with a checksum (:mod:`._checkpoint`)
+      log.jsonl       one record per step (loss, seconds, memory), per validation, per event
+      first_step.pt   the batch-0 loss and the synced gradients of the first step (for checks)
+      loss.png        training and validation loss (:func:`meshshard.run._report.write_loss_plot`)
+
+- :data:`CHECKPOINT`, :data:`LOG`, :data:`FIRST_STEP`, :data:`LOSS_PLOT`: the names, stated once;
+  :data:`RUN_FILES`: all of them, the only files ``--force`` may delete.
+- :func:`read_run`: the checkpoint of a run folder (read from inside it only).
 - :func:`check_run_folder`: an existing RUN is never silently replaced. A RUN holding a
   checkpoint or a log is refused without ``--resume`` (continue it) or ``--force`` (start over,
-  deleting only the files ``meshshard train`` writes: :data:`RUN_FILES`, and only when they are
-  a run's); ``--resume`` without a checkpoint is an error. Files with those names that are not a
-  run (the user's own ``checkpoint.pt``, say) are refused, with ``--force`` too.
+  deleting only :data:`RUN_FILES`, and only when they are a run's: :func:`why_not_a_run`); ``--resume``
+  without a checkpoint is an error. Files with those names that are not a run (the user's own
+  ``checkpoint.pt``, say) are refused, with ``--force`` too.
 - :func:`check_resume`: a resumed run must keep what its exactness depends on (the model's shape,
   the dtype, the seed and the data-parallel schedule, the dataset, the partition's mesh); a changed
   learning rate is applied and logged (:func:`lr_change`).
-- :func:`banner`: printed by rank 0 before the first step.
-- :func:`peak_memory_mb`: this rank's peak resident memory (and CUDA allocation), gathered to
-  every rank by :func:`gather_peak_memory` for ``log.jsonl``.
-- :func:`write_loss_plot`: ``RUN/loss.png`` (training and validation loss), replaced atomically.
+- :func:`resume_hint`: what to do after a stopped run.
+- :func:`read_log`: the records of ``log.jsonl``.
 
 All checks run on every rank, from files only, before any collective, so a refusal stops every
 rank with the same one-line message.
@@ -22,34 +30,45 @@ rank with the same one-line message.
 from __future__ import annotations
 
 import json
+import math
 import os
-import resource
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from meshshard._launch import check_output_folder
+from meshshard.partition import check_output_folder
+
+from ._checkpoint import load_checkpoint, peek
 
 __all__ = [
+    "CHECKPOINT",
+    "LOG",
+    "FIRST_STEP",
+    "LOSS_PLOT",
     "RUN_FILES",
     "EXACTNESS_KEYS",
+    "read_run",
     "check_run_folder",
+    "why_not_a_run",
     "run_identity",
     "check_resume",
     "lr_change",
-    "banner",
-    "peak_memory_mb",
-    "gather_peak_memory",
-    "write_loss_plot",
     "read_log",
-    "partition_counts",
-    "data_summary",
     "delete_run_files",
+    "resume_hint",
+    "run_summary",
 ]
 
+#: The run's checkpoint (:mod:`._checkpoint`'s format).
+CHECKPOINT = "checkpoint.pt"
+#: One JSON record a line: steps, validations, events.
+LOG = "log.jsonl"
+#: The first step's loss and gradients.
+FIRST_STEP = "first_step.pt"
+#: The loss curve.
+LOSS_PLOT = "loss.png"
 #: The files ``meshshard train`` writes in RUN (and ``--force`` may delete); nothing else is touched.
-RUN_FILES = ("checkpoint.pt", "log.jsonl", "first_step.pt", "loss.png")
+RUN_FILES = (CHECKPOINT, LOG, FIRST_STEP, LOSS_PLOT)
 #: Settings that a resumed run must keep, or its steps would not repeat the uninterrupted run's.
 EXACTNESS_KEYS = ("model", "model_args", "latent_size", "hidden_layers", "message_passing_steps", "activation", "dtype",
                   "precision", "seed", "data_parallel")
@@ -61,24 +80,24 @@ def check_run_folder(out: str | os.PathLike[str], resume: bool, force: bool) -> 
     if resume and force:
         raise ValueError("Expected --resume or --force, not both (--resume continues RUN, --force starts it over)")
     out = check_output_folder(out)
-    ckpt = out / "checkpoint.pt"
+    ckpt = out / CHECKPOINT
     ours = [out / name for name in RUN_FILES if (out / name).is_file() and not (out / name).is_symlink()]
     for name in RUN_FILES:
         if (out / name).is_symlink() or (out / name).exists() and not (out / name).is_file():
             raise ValueError(f"{out}: holds {name}, which is not a file meshshard train wrote (a link or a folder); "
                              "refusing to write over it: pick another --out")
     if ours:
-        not_ours = _not_a_run(out)
+        not_ours = why_not_a_run(out)
         if not_ours:
             raise ValueError(f"{out}: holds {not_ours}; refusing to write over it, even with --force: pick another --out")
     if resume:
         if not ckpt.is_file():
-            if (out / "log.jsonl").is_file():
+            if (out / LOG).is_file():
                 raise ValueError(f"{out}: nothing to resume (no checkpoint.pt): the run stopped before it saved one; "
                                  "pass --force instead of --resume to start it over")
             raise ValueError(f"{out}: nothing to resume (no checkpoint.pt); run without --resume to start")
         return []
-    held = [p.name for p in ours if p.name in ("checkpoint.pt", "log.jsonl")]
+    held = [p.name for p in ours if p.name in (CHECKPOINT, LOG)]
     if held and not force:
         if not ckpt.is_file():  # a run that stopped before its first checkpoint: nothing to continue
             raise ValueError(f"{out}: holds a run that stopped before it saved a checkpoint (log.jsonl); pass "
@@ -89,13 +108,11 @@ def check_run_folder(out: str | os.PathLike[str], resume: bool, force: bool) -> 
     return ours if force else []
 
 
-def _not_a_run(out: Path) -> str | None:
+def why_not_a_run(out: Path) -> str | None:
     """None when the files of :data:`RUN_FILES` in ``out`` are a run of ``meshshard train``'s: a
     ``checkpoint.pt`` in its format, and a ``log.jsonl`` of its records (at least one of the two;
     ``first_step.pt`` and ``loss.png`` alone are no run). Else what is not ours."""
-    from meshshard._checkpoint import peek
-
-    ckpt, log = out / "checkpoint.pt", out / "log.jsonl"
+    ckpt, log = out / CHECKPOINT, out / LOG
     if ckpt.is_file():
         if (peek(ckpt) or {}).get("format") != "meshshard-checkpoint":
             return "checkpoint.pt, which is not a readable meshshard checkpoint (another program's, or damaged)"
@@ -108,7 +125,7 @@ def _not_a_run(out: Path) -> str | None:
             record = None
         if not isinstance(record, dict) or "step" not in record:
             return "log.jsonl, which is not a log of meshshard train's"
-    first = out / "first_step.pt"
+    first = out / FIRST_STEP
     if first.is_file():
         if set(peek(first) or {}) != {"loss", "grads", "sample"}:
             return "first_step.pt, which is not the first step of a meshshard run"
@@ -166,69 +183,6 @@ def lr_change(saved_config: Mapping[str, Any], lr: float) -> float | None:
     return float(old) if old is not None and float(old) != float(lr) else None
 
 
-def partition_counts(parts: str | os.PathLike[str], partition_meta: Mapping[str, Any]) -> tuple[int, list[int], list[int]]:
-    """(nodes of the largest mesh, owned counts, ghost counts) over every part of every mesh's
-    partition, from the partitions' metadata files (no communication, no part file read)."""
-    from meshshard.partition import dataset_partition_folder, read_metadata
-
-    nodes, owned, ghost = 0, [], []
-    for entry in partition_meta.get("meshes", []):
-        meta = read_metadata(dataset_partition_folder(parts, int(entry["mesh"])))
-        nodes = max(nodes, int(meta["num_nodes"]))
-        owned += [int(p["num_owned"]) for p in meta["parts"]]
-        ghost += [int(p["num_ghost"]) for p in meta["parts"]]
-    return nodes, owned or [0], ghost or [0]
-
-
-def banner(*, world_size: int, data_parallel: int, device: Any, backend: str, parameters: int,
-           partition: str, partition_meta: Mapping[str, Any], data: str, steps: int, start: int,
-           model: str = "MeshGraphNet") -> str:
-    """The lines rank 0 prints before the first step (from metadata files: no communication)."""
-    nodes, owned, ghost = partition_counts(partition, partition_meta)
-    meshes = len(partition_meta.get("meshes", []))
-    domain = world_size // max(data_parallel, 1)
-    where = f"{nodes:,} nodes" if meshes <= 1 else f"{meshes} meshes of up to {nodes:,} nodes"
-    lines = [
-        f"meshshard train: {world_size} rank(s) = {data_parallel} data-parallel x {domain} domain-parallel; "
-        f"device {device} ({backend}) on each rank",
-        f"  model: {model}, {parameters:,} parameters",
-        f"  partition: {partition}: {where} in {partition_meta.get('num_parts')} parts; per rank "
-        f"owned {min(owned):,}..{max(owned):,}, ghosts {min(ghost):,}..{max(ghost):,}",
-        f"  dataset: {data}: {data_summary(data)}",
-        f"  steps {start}..{steps}" + (f" (resuming from step {start})" if start else ""),
-    ]
-    return "\n".join(lines)
-
-
-def peak_memory_mb(device: Any = None) -> dict[str, float]:
-    """This process's peak resident memory in MB (``ru_maxrss``), and its peak CUDA allocation."""
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    out = {"rss": rss / (1024 * 1024) if sys.platform == "darwin" else rss / 1024}
-    if device is not None and getattr(device, "type", str(device)) == "cuda":
-        import torch
-
-        out["cuda"] = torch.cuda.max_memory_allocated(device) / 2**20
-    return out
-
-
-def gather_peak_memory(device: Any = None) -> dict[str, list[float]]:
-    """Every rank's :func:`peak_memory_mb`, in rank order (one small all-gather; a world of one
-    needs none)."""
-    import torch
-    import torch.distributed as dist
-
-    mine = peak_memory_mb(device)
-    keys = sorted(mine)
-    if not dist.is_initialized():
-        return {f"peak_{k}_mb": [round(mine[k], 1)] for k in keys}
-    from meshshard.comm import all_gather_v, communication_device
-
-    world = dist.get_world_size()
-    t = torch.tensor([mine[k] for k in keys], dtype=torch.float64, device=communication_device(None))
-    rows = all_gather_v(t.reshape(1, -1), [1] * world).cpu().numpy()
-    return {f"peak_{k}_mb": [round(float(v), 1) for v in rows[:, i]] for i, k in enumerate(keys)}
-
-
 def read_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The records of a ``log.jsonl`` (an unreadable line is skipped; a link or a special file,
     such as a FIFO that would block the reader, reads as no records)."""
@@ -247,54 +201,59 @@ def read_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return records
 
 
-def write_loss_plot(records: Sequence[Mapping[str, Any]], path: str | os.PathLike[str], title: str = "") -> bool:
-    """Training loss (every step) and validation loss (``eval_loss`` / ``val_loss`` records) on a
-    log scale, written to a temporary file and renamed; ``False`` when matplotlib is missing."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    train = [(r["step"], r["loss"]) for r in records if "loss" in r]
-    key = "val_loss" if any("val_loss" in r for r in records) else "eval_loss"
-    val = [(r["step"], r[key]) for r in records if key in r]
-    fig, ax = plt.subplots(figsize=(6.4, 4), dpi=110)
-    if train:
-        ax.plot([s for s, _ in train], [v for _, v in train], lw=0.8, alpha=0.6, label="training loss (per step)")
-    if val:
-        label = "validation loss" if key == "val_loss" else "loss over fixed samples"
-        ax.plot([s for s, _ in val], [v for _, v in val], "o-", lw=1.8, ms=3, label=label)
-    if any(v > 0 for _, v in train + val):
-        ax.set_yscale("log")
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss (MSE of normalised targets)")
-    ax.set_title(title or "meshshard train", fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    if train or val:
-        ax.legend()
-    fig.tight_layout()
-    path = Path(path)
-    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return True
+def read_run(run: str | os.PathLike[str]) -> dict[str, Any]:
+    """The checkpoint of a run folder, read from inside it (tensors and plain values only,
+    checksum checked)."""
+    path = Path(run) / CHECKPOINT
+    if path.is_symlink():
+        raise ValueError(f"{path}: is a link; a run's checkpoint is read from inside its folder only")
+    if not path.is_file():
+        raise ValueError(f"{run}: no {CHECKPOINT} (not a run folder of meshshard train, or no step finished yet)")
+    return load_checkpoint(path)
 
 
-def data_summary(data: str | os.PathLike[str]) -> str:
-    """One line about a dataset folder, from its ``dataset.json``."""
-    try:
-        meta = json.loads((Path(data) / "dataset.json").read_text())
-    except (OSError, ValueError):
-        return "no readable dataset.json"
-    split = meta.get("split") or {}
-    text = f"{meta.get('num_samples', '?')} samples"
-    if split:
-        text += f" (train {len(split.get('train', []))}, validation {len(split.get('val', []))})"
-    if meta.get("input_channels"):
-        text += f", inputs {', '.join(meta['input_channels'])} -> targets {', '.join(meta.get('target_channels', []))}"
-    elif meta.get("num_nodes"):
-        text += f" of {meta['num_nodes']:,} nodes"
-    return text
+def resume_hint(out: str | os.PathLike[str]) -> str | None:
+    """What to do after a stopped run: resume from its last checkpoint, or start over without one."""
+    ckpt = Path(out) / CHECKPOINT
+    if not Path(out).is_dir():  # stopped before it made RUN: nothing to say
+        return None
+    if not ckpt.is_file():
+        return f"{out} has no checkpoint yet: start it over with --force"
+    step = (peek(ckpt) or {}).get("step")
+    return f"{ckpt} holds step {int(step)}: continue with --resume" if isinstance(step, int) else None
+
+
+def run_summary(run: str | Path) -> dict[str, Any]:
+    """The facts ``meshshard info RUN`` prints, as plain values (``--json``)."""
+    from meshshard.tasks import get_task
+
+    ckpt = read_run(run)
+    cfg = dict(ckpt.get("config") or {})
+    norm = cfg.pop("normalisation", None) or {}
+    records = read_log(Path(run) / LOG)
+    losses = [float(v) for v in ckpt.get("losses", [])]
+    val = [(int(r["step"]), float(r["val_loss"])) for r in records if "val_loss" in r]
+    finite = [(i, v) for i, v in enumerate(losses) if math.isfinite(v)]
+    best = min(finite, key=lambda iv: iv[1]) if finite else None
+    model = cfg.get("model") or ""
+    return {
+        "run": str(run),
+        "step": int(ckpt.get("step", 0)),
+        "steps": cfg.get("steps"),
+        "world_size": ckpt.get("world_size"),
+        # the weights trained, as the banner counts them (a checkpoint from before it was recorded: the
+        # state dict, buffers included)
+        "parameters": int(cfg.get("num_parameters") or sum(v.numel() for v in (ckpt.get("model") or {}).values())),
+        "model": ({"kind": "your own", "spec": model, "model_args": cfg.get("model_args") or {}} if model else
+                  {"kind": "MeshGraphNet", **{k: cfg.get(k) for k in ("latent_size", "hidden_layers",
+                                                                      "message_passing_steps", "activation")}}),
+        "settings": {k: cfg.get(k) for k in ("lr", "dtype", "precision", "seed", "data_parallel", "checkpoint_every")},
+        "data": cfg.get("data"),
+        "partition": cfg.get("partition"),
+        "inputs": list(norm.get("input_channels", [])),
+        "targets": get_task(str(cfg.get("task") or "steady")).output_fields(None, cfg | {"normalisation": norm}),
+        "loss": {"first": losses[0] if losses else None, "last": losses[-1] if losses else None,
+                 "best": best[1] if best else None, "best_step": best[0] if best else None},
+        "val_loss": {"last": val[-1][1], "last_step": val[-1][0],
+                     "best": min(v for _, v in val), "best_step": min(val, key=lambda sv: sv[1])[0]} if val else None,
+    }

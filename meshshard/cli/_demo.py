@@ -16,7 +16,7 @@ from typing import Any
 
 __all__ = ["register"]
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "heat_diffusion" / "demo.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "heat_diffusion" / "demo.py"
 
 
 def _run(args: argparse.Namespace) -> int:

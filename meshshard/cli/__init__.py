@@ -7,9 +7,12 @@ arguments and returns an exit code. ``meshshard --help`` lists every command fro
 without importing any, so it and the partition commands never import torch. Adding a command
 is one line in the table (and a ``register`` in its module).
 
-Exit codes: 0 success, 1 a check failed (``verify``), 2 bad input or usage. A subcommand of a
-lower layer (``meshshard.partition``) reports its own errors, since it may not import this module;
-subcommands of this layer raise :class:`CommandError`, printed here as one line.
+Exit codes: 0 success, 1 a check failed (``verify``), 2 bad input or usage. Each command is a thin
+call into a public library function (:mod:`meshshard.partition`, :mod:`meshshard.run`), and
+reports its errors as one line; :class:`CommandError` is printed here as one line.
+
+This package is the commands' room: argument parsing, printing, launching ranks
+(:mod:`._launch`). The library (everything else in ``meshshard``) never imports it.
 """
 
 from __future__ import annotations
@@ -25,17 +28,17 @@ from meshshard import __version__
 #: ``(command, module whose register() adds it, one-line help)``, in the order ``--help``
 #: lists them. A module may register several commands (each gets its own row).
 COMMANDS: tuple[tuple[str, str, str], ...] = (
-    ("partition", "meshshard.partition._cli", "split a mesh, graph or point cloud into a "
+    ("partition", "meshshard.cli._partition", "split a mesh, graph or point cloud into a "
      "partition folder"),
-    ("info", "meshshard._info", "print a partition, dataset, run or prediction folder's metadata"),
-    ("verify", "meshshard.partition._cli", "check a partition folder (exit 0 valid, 1 not)"),
-    ("plot", "meshshard.partition._cli", "draw a partition's nodes coloured by part"),
-    ("dataset", "meshshard.partition._dataset_cli", "make a dataset folder from mesh files with "
+    ("info", "meshshard.cli._info", "print a partition, dataset, run or prediction folder's metadata"),
+    ("verify", "meshshard.cli._partition", "check a partition folder (exit 0 valid, 1 not)"),
+    ("plot", "meshshard.cli._partition", "draw a partition's nodes coloured by part"),
+    ("dataset", "meshshard.cli._dataset", "make a dataset folder from mesh files with "
      "point_data fields"),
-    ("train", "meshshard._train", "train a sharded MeshGraphNet, or your own model, on a partition"),
-    ("predict", "meshshard._predict", "predict with a trained run: ParaView files, metrics, pictures"),
-    ("demo", "meshshard._demo", "run the heat-diffusion example (examples/heat_diffusion) of a clone"),
-    ("selftest", "meshshard._selftest", "check the collectives on R local ranks"),
+    ("train", "meshshard.cli._train", "train a sharded MeshGraphNet, or your own model, on a partition"),
+    ("predict", "meshshard.cli._predict", "predict with a trained run: ParaView files, metrics, pictures"),
+    ("demo", "meshshard.cli._demo", "run the heat-diffusion example (examples/heat_diffusion) of a clone"),
+    ("selftest", "meshshard.cli._selftest", "check the collectives on R local ranks"),
 )
 
 

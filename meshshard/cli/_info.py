@@ -1,11 +1,11 @@
 """``meshshard info FOLDER``: what a partition, dataset, run or prediction folder holds.
 
-Partition and dataset folders are described by :mod:`meshshard.partition` (no torch is imported
-for them). A run folder of ``meshshard train`` (``checkpoint.pt``) is described here from its
-checkpoint (read as tensors and plain values only, checksum checked) and its ``log.jsonl``: the
+Partition and dataset folders are described by ``meshshard.cli._partition`` (no torch is imported
+for them). A run folder of ``meshshard train`` (``checkpoint.pt``) is described from
+:func:`meshshard.run.run_summary`: its checkpoint (read as tensors and plain values only, checksum checked) and its ``log.jsonl``: the
 model and how to rebuild it for ``meshshard predict``, the settings, the data and partition it
 trained on, the steps done and the loss. A prediction folder of ``meshshard predict``
-(``metrics.json``) is described from that file alone: the run and data it came from, the step,
+(``metrics.json``) is described from that file alone (:func:`meshshard.run.prediction_summary`): the run and data it came from, the step,
 the samples, whether it finished, and the mean errors per target field.
 """
 
@@ -13,55 +13,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["describe_prediction", "describe_run", "prediction_summary", "run_summary", "register"]
-
-
-def run_summary(run: str | Path) -> dict[str, Any]:
-    """The facts ``meshshard info RUN`` prints, as plain values (``--json``)."""
-    from meshshard._predict import read_run, run_target_fields
-    from meshshard._runlog import read_log
-
-    ckpt = read_run(run)
-    cfg = dict(ckpt.get("config") or {})
-    norm = cfg.pop("normalisation", None) or {}
-    records = read_log(Path(run) / "log.jsonl")
-    losses = [float(v) for v in ckpt.get("losses", [])]
-    val = [(int(r["step"]), float(r["val_loss"])) for r in records if "val_loss" in r]
-    finite = [(i, v) for i, v in enumerate(losses) if math.isfinite(v)]
-    best = min(finite, key=lambda iv: iv[1]) if finite else None
-    model = cfg.get("model") or ""
-    return {
-        "run": str(run),
-        "step": int(ckpt.get("step", 0)),
-        "steps": cfg.get("steps"),
-        "world_size": ckpt.get("world_size"),
-        # the weights trained, as the banner counts them (a checkpoint from before it was recorded: the
-        # state dict, buffers included)
-        "parameters": int(cfg.get("num_parameters") or sum(v.numel() for v in (ckpt.get("model") or {}).values())),
-        "model": ({"kind": "your own", "spec": model, "model_args": cfg.get("model_args") or {}} if model else
-                  {"kind": "MeshGraphNet", **{k: cfg.get(k) for k in ("latent_size", "hidden_layers",
-                                                                      "message_passing_steps", "activation")}}),
-        "settings": {k: cfg.get(k) for k in ("lr", "dtype", "precision", "seed", "data_parallel", "checkpoint_every")},
-        "data": cfg.get("data"),
-        "partition": cfg.get("partition"),
-        "inputs": list(norm.get("input_channels", [])),
-        "targets": run_target_fields(ckpt),
-        "loss": {"first": losses[0] if losses else None, "last": losses[-1] if losses else None,
-                 "best": best[1] if best else None, "best_step": best[0] if best else None},
-        "val_loss": {"last": val[-1][1], "last_step": val[-1][0],
-                     "best": min(v for _, v in val), "best_step": min(val, key=lambda sv: sv[1])[0]} if val else None,
-    }
+__all__ = ["describe_prediction", "describe_run", "register"]
 
 
 def describe_run(summary: dict[str, Any]) -> str:
     """The readable summary ``meshshard info RUN`` prints."""
-    from meshshard.partition._dataset_cli import field_list
+    from ._dataset import field_list
 
     m = summary["model"]
     if m["kind"] == "your own":
@@ -90,64 +52,9 @@ def describe_run(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-#: The largest metrics.json info reads (a record per sample: a few hundred bytes each).
-MAX_METRICS_BYTES = 64 << 20
-
-
-def _error_figure(value: Any, where: str) -> float | None:
-    if value is None or isinstance(value, (int, float)) and not isinstance(value, bool):
-        return None if value is None else float(value)
-    raise ValueError(f"{where}: Expected a number or null (got {value!r})")
-
-
-def prediction_summary(pred: str | Path) -> dict[str, Any]:
-    """The facts ``meshshard info PRED`` prints, from ``PRED/metrics.json`` of ``meshshard predict``
-    (read as JSON only, from inside PRED; the paths it names are printed, never opened)."""
-    from meshshard._predict import _METRICS_FORMAT, METRICS_FILE, _mean
-    from meshshard.partition._safe_io import read_inside
-
-    file = Path(pred) / METRICS_FILE
-    try:
-        meta = json.loads(read_inside(pred, METRICS_FILE, max_bytes=MAX_METRICS_BYTES))
-    except (ValueError, UnicodeDecodeError) as err:
-        if str(err).startswith(str(file)):
-            raise
-        raise ValueError(f"{file}: not valid JSON ({err})") from None
-    if not isinstance(meta, dict) or meta.get("format", _METRICS_FORMAT) != _METRICS_FORMAT:
-        raise ValueError(f"{file}: Expected format {_METRICS_FORMAT!r} "
-                         f"(got {meta.get('format') if isinstance(meta, dict) else type(meta).__name__!r})")
-    samples = meta.get("samples")
-    if not isinstance(samples, list) or not all(isinstance(r, dict) and isinstance(r.get("fields"), dict) for r in samples):
-        raise ValueError(f"{file}: Expected a list of samples, each with its fields' errors (not a metrics.json of "
-                         "meshshard predict)")
-    complete = meta.get("complete") is not False  # one from before "complete" was recorded was written at the end
-    keys = ("rmse", "rel_l2")
-    errors = [{name: {key: _error_figure((e if isinstance(e, dict) else {}).get(key),
-                                         f"{file}: samples[{i}].fields.{name}.{key}") for key in keys}
-               for name, e in r["fields"].items()} for i, r in enumerate(samples)]
-    recorded = meta.get("mean")
-    if complete and isinstance(recorded, dict):
-        mean = {str(name): {key: _error_figure((e if isinstance(e, dict) else {}).get(key), f"{file}: mean.{name}.{key}")
-                            for key in keys} for name, e in recorded.items()}
-    else:  # a prediction that stopped part-way: the mean over the samples it finished
-        fields = list(dict.fromkeys(name for e in errors for name in e))
-        mean = {name: {key: _mean([e[name][key] for e in errors if name in e]) for key in keys} for name in fields}
-    return {
-        "prediction": str(pred),
-        "run": meta.get("run"),
-        "data": meta.get("data"),
-        "step": meta.get("step"),
-        "world_size": meta.get("world_size"),
-        "complete": complete,
-        "targets_known": meta.get("targets_known", any(e["rmse"] is not None for e in mean.values())),
-        "samples": [{"name": r.get("name"), "num_nodes": r.get("num_nodes"), "file": r.get("file")} for r in samples],
-        "mean": mean,
-    }
-
-
 def describe_prediction(summary: dict[str, Any]) -> str:
     """The readable summary ``meshshard info PRED`` prints."""
-    from meshshard.partition._dataset import MAX_LISTED, listed, plural
+    from meshshard.partition import MAX_LISTED, listed, plural
 
     samples = summary["samples"]
     count = plural(len(samples), "sample")
@@ -213,9 +120,11 @@ def _cmd_info(args: argparse.Namespace) -> int:
         return _fail(why)
     run = (path / "checkpoint.pt").is_file()
     if not run and not _is_prediction(path):
-        from meshshard.partition._cli import _cmd_info as partition_info
+        from ._partition import _cmd_info as partition_info
 
         return partition_info(args)
+    from meshshard.run import prediction_summary, run_summary
+
     try:
         summary = run_summary(args.dir) if run else prediction_summary(args.dir)
     except (ValueError, OSError) as err:

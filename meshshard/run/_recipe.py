@@ -1,4 +1,11 @@
-"""Your own model in ``meshshard train`` and ``meshshard predict``: ``--model FILE.py:NAME``.
+"""The model recipe of a run: which model, with which settings, built for which channel counts.
+
+:class:`ModelRecipe` is what a run records and rebuilds: the built-in MeshGraphNet (its settings,
+with the defaults of :data:`MESHGRAPHNET_DEFAULTS`, stated here once) or your own model
+(``--model FILE.py:NAME`` and its ``--model-args``). ``recipe.build(node_in, edge_in, node_out)``
+makes the module; :func:`build_model` rebuilds a run's trained model from its checkpoint.
+
+Your own model: ``--model FILE.py:NAME``.
 
 ``--model`` names a callable in a Python file (``models/gnn.py:build``) or in an importable module
 (``mypackage.models:build``); ``--model-args`` gives it keyword arguments as a JSON object. It is
@@ -29,11 +36,19 @@ import json
 import os
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["normalise_spec", "model_digest", "parse_model_args", "load_factory", "build_user_model", "check_output",
-           "ModelOutputError", "unwrapped_pyg_layers", "shard_hint", "first_line"]
+__all__ = ["MESHGRAPHNET_DEFAULTS", "ModelRecipe", "build_model", "normalise_spec", "model_digest", "parse_model_args",
+           "load_factory", "build_user_model", "check_model_output", "ModelOutputError", "unwrapped_pyg_layers",
+           "shard_hint", "first_line"]
+
+#: The built-in MeshGraphNet's settings in ``meshshard train`` (a run's config keys) and their
+#: defaults: smaller than the paper's 128 / 15 (``MeshGraphNet``'s own constructor defaults), so
+#: that a first run on a CPU takes minutes.
+MESHGRAPHNET_DEFAULTS: dict[str, Any] = {"latent_size": 64, "hidden_layers": 2, "message_passing_steps": 6,
+                                         "activation": "relu", "checkpoint_steps": False}
 
 _PLAIN = (str, int, float, bool, type(None))
 
@@ -199,14 +214,14 @@ def shard_hint(model: Any) -> str:
     names = unwrapped_pyg_layers(model)
     if not names:
         return ""
-    from meshshard.partition._dataset import listed
+    from meshshard.partition import listed
 
     shown = listed(names, limit=3)
     return (f"; the model's PyG layer(s) {shown} are not wrapped in meshshard.nn.ShardConv, which makes them work on a "
             "ShardTensor and a ShardGraph: write ShardConv(SAGEConv(...)) (docs/training.md, \"Your own model\")")
 
 
-def check_output(out: Any, rows: int, node_out: int, spec: str, sharded: bool, group: Any = None) -> None:
+def check_model_output(out: Any, rows: int, node_out: int, spec: str, sharded: bool, group: Any = None) -> None:
     """Raise a one-line ``ValueError`` unless the model returned one row of ``node_out`` values per
     node (a ``ShardTensor`` of the owned rows on shards).
 
@@ -244,12 +259,12 @@ def _agree(problem: str | None, group: Any) -> str | None:
     import torch
     import torch.distributed as dist
 
+    from meshshard.comm import communication_device
+
     if not (dist.is_available() and dist.is_initialized()):
         return problem
     ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
     me = ranks.index(dist.get_rank())
-    from meshshard.comm import communication_device
-
     device = communication_device(group)
     flags = torch.zeros(len(ranks), dtype=torch.int64, device=device)
     text = problem.encode() if problem else b""
@@ -264,3 +279,77 @@ def _agree(problem: str | None, group: Any) -> str | None:
         buf.copy_(torch.frombuffer(bytearray(text), dtype=torch.uint8))
     dist.broadcast(buf, src=ranks[first], group=group)
     return f"rank {ranks[first]}: " + bytes(buf.cpu().tolist()).decode()
+
+
+@dataclass(frozen=True)
+class ModelRecipe:
+    """Which model a run trains: the built-in MeshGraphNet (``spec`` empty, its settings in
+    ``settings``) or your own (``spec`` ``FILE.py:NAME``, its keyword arguments in ``args``).
+
+    Built from a run's config (:meth:`from_config`: the keys of ``TrainConfig``, what a checkpoint
+    records), so training and every rebuild of the run make the same module.
+    """
+
+    spec: str = ""
+    args: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=lambda: dict(MESHGRAPHNET_DEFAULTS))
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> ModelRecipe:
+        """The recipe of a run's config; settings it leaves out take :data:`MESHGRAPHNET_DEFAULTS`."""
+        settings = {key: config.get(key, default) if config.get(key) is not None else default
+                    for key, default in MESHGRAPHNET_DEFAULTS.items()}
+        return cls(str(config.get("model") or ""), dict(config.get("model_args") or {}), settings)
+
+    @property
+    def name(self) -> str:
+        """``MeshGraphNet``, or the ``--model`` spec."""
+        return self.spec or "MeshGraphNet"
+
+    def build(self, node_in: int, edge_in: int, node_out: int) -> Any:
+        """The module for these channel counts (input, edge, target), with fresh weights."""
+        if self.spec:
+            return build_user_model(self.spec, self.args, node_in, edge_in, node_out)
+        from meshshard.nn import MeshGraphNet
+
+        s = self.settings
+        return MeshGraphNet(node_in, edge_in, node_out, latent_size=int(s["latent_size"]),
+                            hidden_layers=int(s["hidden_layers"]),
+                            message_passing_steps=int(s["message_passing_steps"]), activation=str(s["activation"]),
+                            checkpoint_steps=bool(s["checkpoint_steps"]))
+
+
+def build_model(ckpt: dict[str, Any], sizes: tuple[int, int, int], dtype: Any, model_spec: Any,
+                model_args: dict[str, Any] | None, source: str) -> Any:
+    """The run's model with its trained weights, in eval mode, for ``sizes`` = (input, edge,
+    target) channels, which come from ``source`` (named in the one-line error when they do not fit
+    it): MeshGraphNet (``model_spec`` None), yours built from ``model_spec`` (``file.py:name``), or
+    yours already built (``model_spec`` an ``nn.Module``, whose weights are replaced)."""
+    from torch import nn
+
+    cfg = ckpt.get("config", {})
+    recipe = ModelRecipe.from_config(cfg)
+    args = model_args if model_args is not None else recipe.args
+    if isinstance(model_spec, nn.Module):
+        model, given = model_spec.to(dtype), "the model given"
+    elif model_spec:
+        model = ModelRecipe(model_spec, args).build(*sizes).to(dtype)
+        given = f"--model {model_spec} with --model-args {json.dumps(args)}"
+    else:
+        model, given = ModelRecipe(settings={**recipe.settings, "checkpoint_steps": False}).build(*sizes).to(dtype), None
+    try:
+        model.load_state_dict(ckpt["model"])
+    except RuntimeError as err:
+        first = str(err).splitlines()[1].strip() if len(str(err).splitlines()) > 1 else str(err)
+        if given:
+            raise ValueError(
+                f"Expected {given} to rebuild the run's model (it "
+                f"trained --model {cfg.get('model')} with --model-args {json.dumps(cfg.get('model_args') or {})}), with "
+                f"{sizes[0]} input, {sizes[1]} edge and {sizes[2]} target channels from {source}: {first}"
+            ) from None
+        raise ValueError(
+            f"Expected {source} to fit the run's model ({sizes[0]} input, {sizes[2]} target, "
+            f"{sizes[1]} edge channels here): {first}"
+        ) from None
+    model.eval()
+    return model

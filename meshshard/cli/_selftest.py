@@ -139,7 +139,7 @@ def _run(args: argparse.Namespace) -> int:
         _report(summary)
         _finish()
         return 1 if summary["failures"] else 0
-    from ._launch import launch_local
+    from meshshard.comm import launch_local
 
     if args.ranks < 1:
         print(f"meshshard selftest: error: Expected --ranks >= 1 (got {args.ranks})")

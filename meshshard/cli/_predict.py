@@ -1,0 +1,69 @@
+"""``meshshard predict``: the command line of :func:`meshshard.run.predict`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import asdict
+from typing import Any
+
+from meshshard.run import (GATHER_MAX_NODES, PredictConfig, check_prediction_request, normalise_spec, parse_model_args,
+                           predict)
+
+from ._launch import run_command
+
+__all__ = ["register"]
+
+
+def _predict_worker(cfg_dict: dict[str, Any]) -> None:
+    predict(PredictConfig(**cfg_dict))
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        if args.model_args and not args.model:
+            raise ValueError("Expected --model-args only with --model")
+        model = normalise_spec(args.model) if args.model else None
+        model_args = parse_model_args(args.model_args) if args.model_args else None
+    except ValueError as err:
+        print(f"meshshard predict: error: {err}", file=sys.stderr)
+        return 2
+    cfg = PredictConfig(run=args.run, data=args.data, out=args.out, samples=args.samples, partition=args.partition,
+                        gather=True if args.gather else (False if args.pieces else None), dtype=args.dtype,
+                        force=args.force, plots=not args.no_plots, quiet=args.quiet, model=model, model_args=model_args)
+    def check() -> None:  # one line before any rank starts
+        check_prediction_request(cfg)
+
+    return run_command("predict", _predict_worker, args.nproc, asdict(cfg), check)
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "predict", help="predict with a trained run and write ParaView files (.vtu / .pvtu), metrics and pictures",
+        description="Run a trained model (RUN/checkpoint.pt) on samples of a dataset and write, per sample, the mesh "
+        "with <target>_pred, <target> and <target>_error fields (.vtu, or .pvtu plus one piece per rank), "
+        "PRED/metrics.json (RMSE, relative L2) and PRED/<sample>.png. One process runs on whole meshes; "
+        "under torchrun or with --nproc R, on a partition into R parts.",
+    )
+    p.add_argument("run", help="run folder of meshshard train (checkpoint.pt)")
+    p.add_argument("--data", required=True, help="dataset folder (meshshard dataset)")
+    p.add_argument("--out", required=True, help="folder for the predictions")
+    p.add_argument("--samples", default=None,
+                   help="val (default when the dataset has a validation split), train, all, or names/indices, comma-separated")
+    p.add_argument("--partition", default=None, help="partition folder for R ranks (default: the run's own)")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--gather", action="store_true", help="write one .vtu per sample, whatever its size")
+    group.add_argument("--pieces", action="store_true", help=f"write one piece per rank plus a .pvtu even below {GATHER_MAX_NODES:,} nodes")
+    p.add_argument("--model", default=None, metavar="FILE.py:NAME",
+                   help="the run's own model, when it trained one with train --model (never read from the checkpoint)")
+    p.add_argument("--model-args", default=None, metavar="JSON", help="keyword arguments of --model (default: the run's)")
+    p.add_argument("--dtype", default=None, choices=["float32", "float64"], help="default: the run's")
+    p.add_argument("--no-plots", action="store_true", help="no PNG pictures")
+    p.add_argument("--force", action="store_true", help="replace earlier predictions in --out (only the files its metrics.json lists)")
+    p.add_argument("--nproc", type=int, default=0, help="start this many local ranks (when not under torchrun)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no per-sample lines, no table (errors and notes still print)")
+    p.set_defaults(func=_run)

@@ -1,0 +1,167 @@
+"""``meshshard train``: the command line of :func:`meshshard.run.train`.
+
+Argument parsing, the settings a resumed run takes from its checkpoint, the checks made before any
+rank starts, and the launch; the training itself is the library's (:mod:`meshshard.run`).
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from meshshard.run import (CHECKPOINT, TrainConfig, check_training, load_checkpoint, normalise_spec, parse_model_args,
+                           resume_hint, train)
+
+from ._launch import run_command
+
+__all__ = ["register"]
+
+
+def _train_worker(cfg_dict: dict[str, Any]) -> None:
+    train(TrainConfig.from_dict(cfg_dict))
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _check_counts(args: Any) -> str | None:
+    """The first count or rate on the command line that cannot work, as a one-line error; else None."""
+    for flag, value in (("--steps", args.steps), ("--every", args.every), ("--log-every", args.log_every),
+                        ("--latent", args.latent), ("--mp-steps", args.mp_steps), ("--data-parallel", args.data_parallel)):
+        if value < 1:
+            return f"Expected {flag} to be a positive integer (got {value})"
+    if args.hidden_layers < 0:
+        return f"Expected --hidden-layers to be 0 or more (got {args.hidden_layers})"
+    if args.val_every < 0:
+        return f"Expected --val-every to be 0 (off) or a positive integer (got {args.val_every})"
+    if args.nproc < 0:
+        return f"Expected --nproc to be 0 (not launching) or a positive integer (got {args.nproc})"
+    if not (np.isfinite(args.lr) and args.lr > 0):
+        return f"Expected --lr to be a positive number (got {args.lr})"
+    return None
+
+
+#: The built-in MeshGraphNet's settings (argparse default None: given or not is known), and their defaults.
+_MESHGRAPHNET_FLAGS = {"latent": "--latent", "hidden_layers": "--hidden-layers", "mp_steps": "--mp-steps",
+                       "activation": "--activation", "checkpoint_steps": "--checkpoint-steps"}
+
+
+#: Settings a resumed run takes from its checkpoint when they are not on the command line (argparse
+#: default None): argument name -> config key. A new run takes ``TrainConfig``'s defaults, stated there once.
+_RUN_SETTINGS = {"steps": "steps", "latent": "latent_size", "hidden_layers": "hidden_layers",
+                 "mp_steps": "message_passing_steps", "activation": "activation", "dtype": "dtype",
+                 "precision": "precision", "seed": "seed", "data_parallel": "data_parallel", "lr": "lr",
+                 "every": "checkpoint_every", "log_every": "log_every", "val_every": "val_every",
+                 "checkpoint_steps": "checkpoint_steps"}
+_DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
+
+
+def _saved_checkpoint(args: Any) -> dict[str, Any] | None:
+    """With --resume, RUN/checkpoint.pt (read once here, for the settings left out and the checks);
+    else, or when it is missing or unreadable, None: the run-folder check then refuses in one line."""
+    if not args.resume:
+        return None
+    try:
+        return load_checkpoint(Path(args.out) / CHECKPOINT)
+    except (ValueError, OSError):
+        return None
+
+
+def _model_settings(args: Any, saved: dict[str, Any]) -> str | None:
+    """Fill the settings left out: on --resume the run's (``saved``), else the defaults; with
+    --model, refuse MeshGraphNet's flags (one line) and read --model-args (on --resume with the
+    run's --model, the run's arguments unless given). The model file itself is never taken from
+    the checkpoint: code is imported only from a --model on the command line."""
+    if saved.get("model") and not args.model:
+        return (f"{args.out}: the run trained your own model ({saved['model']}); pass --model "
+                f"{shlex.quote(str(saved['model']))} to resume it (code is never imported from what a checkpoint says)")
+    given = [flag for key, flag in _MESHGRAPHNET_FLAGS.items() if getattr(args, key) not in (None, False)]
+    for key, name in _RUN_SETTINGS.items():
+        default = _DEFAULTS[name]
+        if getattr(args, key) is None:
+            setattr(args, key, saved.get(name, default) if not (args.model and key in _MESHGRAPHNET_FLAGS) else default)
+    if not args.model:
+        return "Expected --model-args only with --model" if args.model_args else None
+    if given:
+        return (f"{', '.join(given)} set(s) the built-in MeshGraphNet; with --model, give your model's settings "
+                "as --model-args '{\"name\": value}'")
+    try:
+        args.model = normalise_spec(args.model)
+        if args.model_args is None and saved.get("model") == args.model:
+            args.model_args = dict(saved.get("model_args") or {})
+        else:
+            args.model_args = parse_model_args(args.model_args)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+def _run(args: Any) -> int:
+    saved_ckpt = _saved_checkpoint(args)
+    problem = _model_settings(args, dict(saved_ckpt.get("config") or {}) if saved_ckpt else {}) or _check_counts(args)
+    if problem:
+        print(f"meshshard train: error: {problem}", file=sys.stderr)
+        return 2
+    cfg = TrainConfig(
+        partition=args.partition, data=args.data, out=args.out, steps=args.steps, lr=args.lr,
+        latent_size=args.latent, hidden_layers=args.hidden_layers, message_passing_steps=args.mp_steps,
+        activation=args.activation, data_parallel=args.data_parallel, checkpoint_every=args.every,
+        resume=args.resume, force=args.force, seed=args.seed, log_every=args.log_every, quiet=args.quiet,
+        val_every=args.val_every, dtype=args.dtype, precision=args.precision,
+        checkpoint_steps=args.checkpoint_steps, model=args.model or "", model_args=args.model_args or {},
+    )
+    def check() -> None:  # the RUN checks here too, so that a refusal is one line before any rank starts
+        check_training(cfg, saved_ckpt)
+
+    return run_command("train", _train_worker, args.nproc, asdict(cfg), check, stopped=lambda: resume_hint(cfg.out))
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "train", help="train a sharded MeshGraphNet, or your own model, on a partition (under torchrun, or --nproc local ranks)",
+        description="Train MeshGraphNet, or your own model (--model), on a partitioned mesh. Run under torchrun "
+        "(torchrun --nproc-per-node R -m meshshard train ...) or start R local ranks with --nproc R.",
+    )
+    p.add_argument("partition", help="partitions of the dataset (meshshard partition DATA)")
+    p.add_argument("--data", required=True, help="dataset folder (meshshard dataset)")
+    p.add_argument("--out", required=True, help="run folder: checkpoint.pt, log.jsonl")
+    p.add_argument("--steps", type=int, default=None,
+                   help=f"total training steps (default {_DEFAULTS['steps']}; on --resume the run's: a resumed run goes on up to this many)")
+    p.add_argument("--lr", type=float, default=None,
+                   help=f"learning rate (default {_DEFAULTS['lr']:g}; on --resume the run's, and a changed one is applied)")
+    p.add_argument("--model", default=None, metavar="FILE.py:NAME",
+                   help="your own model instead of MeshGraphNet: NAME(node_in, edge_in, node_out, **model_args) in a "
+                   "Python file or module (docs/training.md)")
+    p.add_argument("--model-args", default=None, metavar="JSON", help="keyword arguments of --model, a JSON object")
+    p.add_argument("--latent", "--latent-size", dest="latent", type=int, default=None,
+                   help=f"MeshGraphNet's latent size (default {_DEFAULTS['latent_size']}; paper: 128)")
+    p.add_argument("--hidden-layers", type=int, default=None, help=f"MeshGraphNet's hidden layers per MLP (default {_DEFAULTS['hidden_layers']})")
+    p.add_argument("--mp-steps", type=int, default=None, help=f"MeshGraphNet's message-passing steps (default {_DEFAULTS['message_passing_steps']}; paper: 15)")
+    p.add_argument("--activation", default=None, help=f"MeshGraphNet's activation (default {_DEFAULTS['activation']})")
+    p.add_argument("--data-parallel", type=int, default=None,
+                   help=f"data-parallel groups; domain size = world / this (default {_DEFAULTS['data_parallel']})")
+    p.add_argument("--every", "--checkpoint-every", dest="every", type=int, default=None,
+                   help=f"checkpoint every N steps (default {_DEFAULTS['checkpoint_every']})")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from RUN/checkpoint.pt; settings left out are the run's (a changed --lr is applied)")
+    p.add_argument("--force", action="store_true", help="start RUN over (deletes only the files train writes in it)")
+    p.add_argument("--seed", type=int, default=None,
+                   help=f"seeds the weights and the order of the training samples (default {_DEFAULTS['seed']})")
+    p.add_argument("--log-every", type=int, default=None, help=f"print and log every N steps (default {_DEFAULTS['log_every']})")
+    p.add_argument("--val-every", "--eval-every", dest="val_every", type=int, default=None,
+                   help="mean loss over the validation split every K steps and at the end (default 0: off)")
+    p.add_argument("--checkpoint-steps", action="store_true", default=None,
+                   help="MeshGraphNet: recompute each message-passing step in backward (less memory, more time)")
+    p.add_argument("--dtype", default=None, choices=["float32", "float64"], help=f"parameters and data (default {_DEFAULTS['dtype']})")
+    p.add_argument("--precision", default=None, choices=["fp32", "bf16-mixed"],
+                   help="fp32 (default), or bf16-mixed: bfloat16 matrix products under autocast, float32 weights, "
+                   "sums and loss")
+    p.add_argument("--nproc", type=int, default=0, help="start this many local ranks (when not under torchrun)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no banner, no per-step lines (errors and notes still print)")
+    p.set_defaults(func=_run)

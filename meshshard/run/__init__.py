@@ -1,0 +1,63 @@
+"""The run: training a model on a dataset's partitions, and what a trained run is.
+
+A run is a folder (``RUN/``, :mod:`meshshard.run._folder` defines its files) that
+:func:`train` fills and :func:`predict` and :func:`load_run` read. Everything about it lives here,
+as library code that the ``meshshard train / predict / info`` commands only call:
+
+- :class:`TrainConfig`, :func:`train`, :func:`check_training`: the one training loop (data x
+  domain parallel, exact resume); the workload (:mod:`meshshard.tasks`) plugs into it;
+- :class:`PredictConfig`, :func:`predict`: the one prediction writer (ParaView files, metrics,
+  pictures), on whole meshes or on shards;
+- :class:`ModelRecipe`, :data:`MESHGRAPHNET_DEFAULTS`: which model a run trains, with its
+  defaults stated once, built for the dataset's channel counts;
+- :func:`load_run`, :class:`TrainedRun`: a trained run's model, weights and normalisation for
+  code of your own;
+- the run folder: :data:`CHECKPOINT`, :data:`LOG`, :data:`RUN_FILES`, :func:`read_run`,
+  :func:`load_checkpoint` (tensors and plain values only, checksum checked), :func:`run_summary`,
+  :func:`resume_hint`; a prediction folder: :func:`prediction_summary`.
+"""
+
+from __future__ import annotations
+
+from ._checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from ._folder import (CHECKPOINT, FIRST_STEP, LOG, LOSS_PLOT, RUN_FILES, check_run_folder, read_log, read_run,
+                      resume_hint, run_summary)
+from ._prediction import GATHER_MAX_NODES, METRICS_FILE, PredictConfig, check_prediction_request, predict, prediction_summary
+from ._recipe import (MESHGRAPHNET_DEFAULTS, ModelRecipe, build_model, load_factory, normalise_spec,
+                      parse_model_args)
+from ._trained_run import TrainedRun, load_run
+from ._training import TrainConfig, check_training, sample_index, train
+
+__all__ = [
+    "CHECKPOINT",
+    "FIRST_STEP",
+    "GATHER_MAX_NODES",
+    "LOG",
+    "LOSS_PLOT",
+    "MESHGRAPHNET_DEFAULTS",
+    "METRICS_FILE",
+    "RUN_FILES",
+    "CheckpointError",
+    "ModelRecipe",
+    "PredictConfig",
+    "TrainConfig",
+    "TrainedRun",
+    "build_model",
+    "check_prediction_request",
+    "check_run_folder",
+    "check_training",
+    "load_checkpoint",
+    "load_factory",
+    "load_run",
+    "normalise_spec",
+    "parse_model_args",
+    "predict",
+    "prediction_summary",
+    "read_log",
+    "read_run",
+    "resume_hint",
+    "run_summary",
+    "sample_index",
+    "save_checkpoint",
+    "train",
+]

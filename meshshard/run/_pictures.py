@@ -1,0 +1,156 @@
+"""``PRED/<sample>.png``: truth, prediction and error side by side, drawn on rank 0 from rows that
+every rank contributes (a strided subsample of at most :data:`PLOT_MAX_NODES`; a slab through
+the middle plane of a 3-D mesh). A picture that cannot be drawn never fails the prediction.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from meshshard.comm import gather_rows, max_across, sum_across
+
+__all__ = ["PLOT_MAX_NODES", "plot_rows", "plot_sample", "sample_picture"]
+
+
+#: Nodes drawn in one picture at most (a strided subsample beyond that).
+PLOT_MAX_NODES = 200_000
+
+
+def _triangulation(pos: np.ndarray, triangles: np.ndarray | None) -> Any:
+    """The mesh's triangles, or a Delaunay triangulation of the drawn nodes (a 3-D slab) without
+    the triangles much longer than the typical one (they would bridge holes); ``None`` if too few."""
+    from matplotlib.tri import Triangulation
+
+    if triangles is not None and len(triangles):
+        return Triangulation(pos[:, 0], pos[:, 1], triangles)
+    if len(pos) < 4:
+        return None
+    try:
+        tri = Triangulation(pos[:, 0], pos[:, 1])
+    except (ValueError, RuntimeError):
+        return None
+    corners = pos[tri.triangles][:, :, :2]
+    longest = np.linalg.norm(corners - np.roll(corners, 1, axis=1), axis=2).max(axis=1)
+    tri.set_mask(longest > 2.5 * np.median(longest))
+    return tri
+
+
+def plot_sample(path: Path, title: str, pos: np.ndarray, truth: np.ndarray | None, pred: np.ndarray,
+                fields: list[tuple[str, slice]], triangles: np.ndarray | None, note: str) -> bool:
+    """Truth, prediction and error side by side, one row per target field (the prediction alone
+    when ``truth`` is None); False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    cols = 1 if truth is None else 3
+    fig, axes = plt.subplots(len(fields), cols, figsize=(4.6 * cols, 3.6 * len(fields)), dpi=110, squeeze=False)
+    try:  # the figure is closed even when drawing fails
+        tri = _triangulation(pos, triangles)
+        for row, (name, sl) in enumerate(fields):
+            p = pred[:, sl]
+            t = p if truth is None else truth[:, sl]
+            if p.shape[1] > 1:
+                t, p, label = np.linalg.norm(t, axis=1), np.linalg.norm(p, axis=1), f"|{name}|"
+            else:
+                t, p, label = t[:, 0], p[:, 0], name
+            err = p - t
+            lim = max(float(np.abs(err).max()) if len(err) else 0.0, 1e-30)
+            lo, hi = float(min(t.min(), p.min())), float(max(t.max(), p.max()))
+            panels = ((t, "truth", {"vmin": lo, "vmax": hi, "cmap": "viridis"}),
+                      (p, "prediction", {"vmin": lo, "vmax": hi, "cmap": "viridis"}),
+                      (err, "error (prediction - truth)", {"vmin": -lim, "vmax": lim, "cmap": "RdBu_r"}))
+            for col, (values, what, kw) in enumerate(panels[1:2] if truth is None else panels):
+                ax = axes[row, col]
+                if tri is not None:
+                    art = ax.tripcolor(tri, values, shading="gouraud", **kw)
+                else:
+                    art = ax.scatter(pos[:, 0], pos[:, 1], c=values, s=max(0.3, 3000 / max(len(values), 1)), linewidths=0, **kw)
+                ax.set_aspect("equal")
+                ax.set_title(f"{label}: {what}", fontsize=9)
+                ax.set_xticks([])
+                ax.set_yticks([])
+                fig.colorbar(art, ax=ax, shrink=0.8)
+        fig.suptitle(f"{title}\n{note}", fontsize=10)
+        fig.tight_layout()
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+    return True
+
+
+def plot_rows(pos: np.ndarray, num_nodes: int, group: Any, device: Any) -> np.ndarray:
+    """Which owned rows go into the picture, strided so that at most ``PLOT_MAX_NODES`` in all:
+    all of them (2-D), or (3-D) those of a slab ``(zmax - zmin) / max(8, N^(1/3) / 2)`` thick
+    centred on the node nearest the middle plane ``z = (zmin + zmax) / 2`` (of those as near, the
+    lowest). So the slab holds at least the layer of nodes nearest the middle plane, even on a
+    mesh of a few node layers in z, whose middle plane can fall between two layers.
+
+    Every rank enters the same reductions (a rank may own no node, or none in the slab) and gets
+    the same slab. Communication: four ``all_reduce`` (3-D), none (2-D).
+    """
+    take = np.arange(len(pos))
+    if pos.shape[1] == 3:
+        z = pos[:, 2]
+        extent = max_across([-z.min(), z.max()] if len(z) else [-np.inf, -np.inf], group, device)
+        low, high = -extent[0], extent[1]
+        gap = np.abs(z - (low + high) / 2) if len(z) else z  # distance to the middle plane
+        nearest = -max_across([-gap.min() if len(z) else -np.inf], group, device)[0]
+        here = z[gap == nearest]  # this rank's nodes nearest the middle plane (exact: max returns an input)
+        centre = -max_across([-here.min() if len(here) else -np.inf], group, device)[0]
+        slab = (high - low) / max(8.0, round(num_nodes ** (1 / 3)) / 2)
+        take = np.flatnonzero(np.abs(z - centre) <= slab / 2) if np.isfinite(centre) else take[:0]
+        total = sum_across(np.array([len(take)]), group, device)[0]
+    else:
+        total = num_nodes
+    stride = max(1, math.ceil(total / PLOT_MAX_NODES))
+    return take[::stride]
+
+
+
+
+def sample_picture(path: Path, name: str, layout: Any, y: np.ndarray | None, pred: np.ndarray, gathered: bool,
+             full: tuple[Any, ...] | None, fields: list[tuple[str, slice]], ctx: Any) -> str | None:
+    """``PRED/<sample>.png`` on rank 0; every rank takes part in gathering the drawn nodes, and the
+    branch taken depends only on what all ranks know (``gathered``, the mesh's size and dimension).
+    ``y`` None: no known targets, the prediction alone is drawn."""
+    dim = layout.pos_owned.shape[1]
+    if y is None:
+        y = np.zeros((len(pred), 0))
+    if gathered and dim == 2 and layout.num_nodes <= PLOT_MAX_NODES:
+        if full is None:
+            return None
+        pos, truth, values, tri = full
+        note = f"{layout.num_nodes:,} nodes"
+    else:
+        take = plot_rows(layout.pos_owned, layout.num_nodes, None, ctx.device)
+        rows = gather_rows(np.concatenate([layout.pos_owned[take], y[take], pred[take]], axis=1), None, ctx.device)
+        if rows is None:
+            return None
+        pos, truth, values, tri = rows[:, :dim], rows[:, dim:dim + y.shape[1]], rows[:, dim + y.shape[1]:], None
+        note = f"{len(rows):,} of {layout.num_nodes:,} nodes"
+        if dim == 3 and len(rows):
+            low, high = pos[:, 2].min(), pos[:, 2].max()
+            where = f"z = {low:.4g}" if low == high else f"{low:.4g} <= z <= {high:.4g}"
+            note += f": those at {where} (a slab through the nodes nearest the middle plane), seen along z"
+    known = truth is not None and truth.shape[1] > 0
+    try:  # a picture that cannot be drawn never fails the prediction (only rank 0 is here: no collective)
+        if not len(pos):
+            raise ValueError("no node to draw")
+        ok = plot_sample(path, f"{name}: {'truth, prediction, error' if known else 'prediction'}", pos,
+                         truth if known else None, values, fields, tri, note)
+    except Exception as err:  # noqa: BLE001 - anything matplotlib raises
+        print(f"meshshard predict: note: no picture of {name} ({type(err).__name__}: {err}); the files and metrics "
+              "are written", file=sys.stderr, flush=True)
+        return None
+    if not ok:
+        print("meshshard predict: note: matplotlib is not installed, so no pictures (pip install matplotlib)", flush=True)
+    return path.name if ok else None
