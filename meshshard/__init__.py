@@ -39,6 +39,7 @@ _LAZY: dict[str, str] = {
     "TrainedRun": "meshshard.run",
     "TrainConfig": "meshshard.run",
     "train": "meshshard.run",
+    "check_training": "meshshard.run",
     "PredictConfig": "meshshard.run",
     "predict": "meshshard.run",
     "ModelRecipe": "meshshard.run",

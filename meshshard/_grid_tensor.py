@@ -63,8 +63,8 @@ def _piece(source: np.ndarray, lo: Sequence[int], hi: Sequence[int], box_lo: Seq
     position comes from; the box is ``[box_lo, box_hi)``, all in window coordinates."""
     o_lo = [max(a, b) for a, b in zip(lo, box_lo)]
     o_hi = [max(min(a, b), c) for a, b, c in zip(hi, box_hi, o_lo)]
-    piece_slices = tuple(slice(a - l, b - l) for a, b, l in zip(o_lo, o_hi, lo))
-    box_slices = tuple(slice(a - l, b - l) for a, b, l in zip(o_lo, o_hi, box_lo))
+    piece_slices = tuple(slice(a - low, b - low) for a, b, low in zip(o_lo, o_hi, lo))
+    box_slices = tuple(slice(a - low, b - low) for a, b, low in zip(o_lo, o_hi, box_lo))
     sub = source[tuple(slice(a, b) for a, b in zip(lo, hi))]
     inside = np.zeros(sub.shape, dtype=bool)
     inside[piece_slices] = True
@@ -140,7 +140,7 @@ def _plan(layout: GridLayout, rank: int, starts: bytes, stops: bytes, modes: tup
     # window [i, i + e) lies in the box.
     out_shape = [w - e + 1 for w, e in zip(p.window_shape, extent)]
     i_lo = [min(max(a, 0), m) for a, m in zip(box_lo, out_shape)]
-    i_hi = [max(min(b - e + 1, m), l) for b, e, m, l in zip(box_hi, extent, out_shape, i_lo)]
+    i_hi = [max(min(b - e + 1, m), low) for b, e, m, low in zip(box_hi, extent, out_shape, i_lo)]
     if any(b <= a for a, b in zip(i_lo, i_hi)):
         return whole.to(device)
     rects = _frames(out_shape, i_lo, i_hi)

@@ -410,7 +410,7 @@ def nodal_graph(cells: Cells, num_nodes: int, *, pos: np.ndarray | None = None) 
     scratch = threading.local()
     if len(jobs) > 1 and GRAPH_WORKERS > 1:
         with ThreadPoolExecutor(GRAPH_WORKERS) as pool:  # map: at most GRAPH_WORKERS running
-            found = list(pool.map(lambda job: _chunk_pairs(*job, dtype, scratch), jobs))
+            found = list(pool.map(lambda job: _chunk_pairs(*job, dtype, scratch), jobs))  # noqa: F821 - del'd below, after use
     else:
         found = [_chunk_pairs(*job, dtype, scratch) for job in jobs]
     del jobs, scratch

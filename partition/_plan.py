@@ -208,10 +208,10 @@ def plan_partitions(
     scratch = threading.local()  # each thread's hop array (-1 between parts)
 
     def halo_of(r: int) -> dict[str, np.ndarray]:
-        if not hasattr(scratch, "hop"):
-            scratch.hop = np.full(n, -1, dtype=np.int8)
+        if not hasattr(scratch, "hop"):  # noqa: F821 - scratch is deleted after the pool is done
+            scratch.hop = np.full(n, -1, dtype=np.int8)  # noqa: F821
         owned = owned_order[offsets[r]:offsets[r + 1]]
-        return _halo(graph, parts, owned, halo_hops, scratch.hop)
+        return _halo(graph, parts, owned, halo_hops, scratch.hop)  # noqa: F821
 
     halos = []
     # numpy's gathers let go of the GIL: on two cores two parts' halos are found at once

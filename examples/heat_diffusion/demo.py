@@ -37,8 +37,8 @@ def _single_process_first_step(cfg: Any, sample: int) -> tuple[float, Any]:
     """Loss and gradients of the first step, computed by one process on the whole mesh."""
     import torch
 
-    from meshshard.tasks import whole_sample
     from meshshard.nn import MeshGraphNet
+    from meshshard.tasks import whole_sample
 
     x, y, edge_index, ea = whole_sample(cfg.data, sample)
     torch.manual_seed(cfg.seed)
@@ -76,7 +76,7 @@ def run_demo(out: Path, steps: int, nodes: int, ranks: int) -> int:
     import meshio
     import torch
 
-    from meshshard.run import TrainConfig
+    from meshshard import TrainConfig
     from meshshard.cli import main as cli
 
     started = time.perf_counter()

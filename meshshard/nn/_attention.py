@@ -91,6 +91,7 @@ class BallQueryAttention(nn.Module):
         self.out = nn.Linear(dim, out_dim or dim, bias=bias, **kw)
 
     def extra_repr(self) -> str:
+        """The settings, for ``print(module)``."""
         return f"dim={self.dim}, heads={self.heads}, radius={self.radius}, max_neighbors={self.max_neighbors}"
 
     def build_plan(self, pos: Tensor | ShardTensor, spec: ShardSpec | None = None) -> BallQueryPlan:
@@ -100,6 +101,11 @@ class BallQueryAttention(nn.Module):
         return BallQueryPlan.build(pos, self.radius, self.max_neighbors, spec)
 
     def forward(self, x: Tensor | ShardTensor, pos: Tensor | ShardTensor, plan: BallQueryPlan | None = None) -> Any:
+        """Attention of every point over its ball-query neighbours (see the class docstring).
+
+        ``plan``: a :class:`BallQueryPlan` built once for ``pos`` (:meth:`build_plan`), reused
+        across calls; built here when left out (on shards, a collective every rank must join).
+        """
         spec = x.spec if isinstance(x, ShardTensor) else None
         x_local = x.to_local() if isinstance(x, ShardTensor) else x
         pos_local = self._local_pos(pos, spec)

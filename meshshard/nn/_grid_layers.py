@@ -123,9 +123,12 @@ class GridConv(nn.Module):
                              "follow it with a GridPool to downsample")
 
     def extra_repr(self) -> str:
+        """The wrapped convolution, for ``print(module)``."""
         return repr(self.conv)
 
     def forward(self, x: Any) -> Any:
+        """The convolution of ``x``: a plain tensor as ``nn.Conv*d`` takes it, or a ``GridTensor``
+        (this rank's box, the window exchanged first; see the class docstring)."""
         conv = self.conv
         if not isinstance(x, GridTensor):
             return conv._conv_forward(x, self.weight, self.bias)
@@ -185,6 +188,7 @@ class GridPool(nn.Module):
             raise ValueError("Expected count_include_pad=True for a sharded average pool with padding")
 
     def forward(self, x: Any) -> Any:
+        """The pooling of ``x``: a plain tensor, or a ``GridTensor`` (see the class docstring)."""
         pool = self.pool
         if not isinstance(x, GridTensor):
             return pool(x)
@@ -240,6 +244,7 @@ class GridUpsample(nn.Module):
                              f"upsample (got size={upsample.size}, scale_factor={factors})")
 
     def forward(self, x: Any) -> Any:
+        """The upsampling of ``x``: a plain tensor, or a ``GridTensor`` (see the class docstring)."""
         up = self.upsample
         if not isinstance(x, GridTensor):
             return up(x)

@@ -319,6 +319,17 @@ class MeshGraphNet(nn.Module):
         self.recompute = recompute
 
     def forward(self, x: Any, graph: Any, edge_attr: Tensor) -> Any:
+        """Encode, process and decode: the node values at every node.
+
+        Shapes:
+            whole graph: ``x`` ``(N, node_in)``, ``graph`` an ``edge_index`` ``(2, E)``,
+            ``edge_attr`` ``(E, edge_in)`` -> ``(N, node_out)``;
+            on a shard: ``x`` a ``ShardTensor`` ``(N_own, node_in)``, ``graph`` a ``ShardGraph``,
+            ``edge_attr`` ``(E_local, edge_in)`` -> a ``ShardTensor`` ``(N_own, node_out)``.
+
+        Communication (shards): per processor step, one halo exchange of the node latents (1-hop
+        mode) forward and its adjoint backward; none in k-hop mode.
+        """
         if isinstance(graph, ShardGraph):
             return self._forward_shard(x, graph, edge_attr)
         if isinstance(x, ShardTensor):

@@ -213,6 +213,8 @@ class DomainParallel(nn.Module):
     # --- forwarding ---------------------------------------------------------------------------
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """The wrapped model's forward; the replicated parameters' gradients are reduced during
+        the backward that follows (summed over the domain group, averaged over the data group)."""
         if self._queued:  # a backward stopped half-way (an error): drop its reduction
             self._abandon()
         if self._needs_check and self._world > 1 and _debug_enabled():

@@ -118,6 +118,13 @@ class ShardConv(nn.Module):
         self.register_load_state_dict_pre_hook(_add_prefix)
 
     def forward(self, x: Any, graph: Any, edge_attr: Tensor | None = None, **kwargs: Any) -> Any:
+        """The wrapped layer: on a whole graph (``graph`` an ``edge_index``), exactly as PyG calls
+        it; on a shard (``x`` a ``ShardTensor``, ``graph`` a ``ShardGraph``), the owned rows of
+        the whole-graph result, their gradients equal too.
+
+        Communication (shards): a halo exchange of ``x`` forward and its adjoint backward, plus
+        what the layer's mode needs (see the class docstring).
+        """
         if not isinstance(graph, ShardGraph):
             args = () if edge_attr is None else (edge_attr,)
             return self.layer(x, graph, *args, **kwargs)
@@ -133,6 +140,7 @@ class ShardConv(nn.Module):
         return ShardTensor(out, graph.spec)
 
     def extra_repr(self) -> str:
+        """The mode the layer runs in on shards, for ``print(module)``."""
         return f"mode={self.mode!r}"
 
 
@@ -170,6 +178,8 @@ class ShardNorm(nn.Module):
         return self.norm
 
     def forward(self, x: Any, *args: Any, **kwargs: Any) -> Any:
+        """The wrapped normalisation; on a ``ShardTensor``, with statistics over every node of
+        the graph (one all-reduce forward, one backward), equal to the whole graph's."""
         if not isinstance(x, ShardTensor) or self.kind == "BatchNorm":
             return self.norm(x, *args, **kwargs)
         if any(a is not None for a in args) or kwargs.get("batch") is not None:  # (PyG's MLP passes None, None)

@@ -101,7 +101,7 @@ def test_source_index_fills_the_padded_window(mode, shape, kw, lo, hi):
         np.testing.assert_array_equal(received, flat[plan.ghost_ids])
         rows = np.concatenate([flat[lay.owned_ids(r)], received, [0.0]])
         window = rows[plan.source_index].reshape(plan.window_shape)
-        sl = tuple(slice(a, b + l + h) for a, b, l, h in zip(boxes[r][0], boxes[r][1], lo, hi))
+        sl = tuple(slice(a, b + low + h) for a, b, low, h in zip(boxes[r][0], boxes[r][1], lo, hi))
         np.testing.assert_array_equal(window, padded[sl])
 
 
