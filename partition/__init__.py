@@ -101,6 +101,7 @@ _LAZY: dict[str, str] = {
     "check_input_folders": "meshshard.partition._safe_io",
     "check_output_folder": "meshshard.partition._safe_io",
     "read_inside": "meshshard.partition._safe_io",
+    "read_json_inside": "meshshard.partition._safe_io",
 }
 
 #: Public names for attributes that carry another name in their module.
@@ -157,6 +158,7 @@ __all__ = [
     "print_summary",
     "read_dataset_metadata",
     "read_input",
+    "read_json_inside",
     "read_inside",
     "read_metadata",
     "read_partitions_metadata",

@@ -898,12 +898,29 @@ class Dataset:
         ids = np.asarray(node_ids, dtype=np.int64)
         return np.asarray(inputs[ids], dtype=np.float64), np.asarray(targets[ids], dtype=np.float64)
 
+    def mesh_folder(self, index: int) -> Path:
+        """The folder of mesh ``index`` (``meshes/NNNNN``), the one place its path is made."""
+        if not 0 <= index < self.num_meshes:
+            raise ValueError(f"Expected a mesh in [0, {self.num_meshes}) (got {index})")
+        return self.path / "meshes" / f"{index:05d}"
+
+    def mesh_points(self, index: int) -> np.ndarray:
+        """The coordinates of mesh ``index``, ``(N, D)``, as a read-only memory map (read the rows
+        you need: a rank writing its piece never reads the whole mesh)."""
+        entry = self.meta["meshes"][index]
+        return self._array(self.mesh_folder(index) / "points.npy", entry["num_nodes"], entry["pos_dim"])
+
+    def mesh_cells(self, index: int, cell_type: str) -> np.ndarray:
+        """The cells of one type of mesh ``index``, ``(C, k)`` node ids, as a read-only memory map
+        (a regular file inside the folder, never a link; check the ids of what you read)."""
+        return self._load(self.mesh_folder(index) / f"cells-{cell_type}.npy", "r")
+
     def mesh(self, index: int) -> Mesh:
         """The stored mesh ``index`` (whole: for partitioning and for writing predictions)."""
         if not 0 <= index < self.num_meshes:
             raise ValueError(f"Expected a mesh in [0, {self.num_meshes}) (got {index})")
         entry = self.meta["meshes"][index]
-        folder = self.path / "meshes" / f"{index:05d}"
+        folder = self.mesh_folder(index)
         points = np.array(self._array(folder / "points.npy", entry["num_nodes"], entry["pos_dim"]))
         cells = []
         try:

@@ -148,7 +148,7 @@ import numpy as np
 
 from meshshard.partition._invariants import part_problems
 from meshshard.partition._partition import PART_ARRAYS, Partition
-from meshshard.partition._safe_io import (check_destination, interrupted_hint, read_inside,
+from meshshard.partition._safe_io import (check_destination, interrupted_hint, read_inside, read_json_inside,
                                           read_npz, write_folder)
 
 __all__ = [
@@ -514,12 +514,7 @@ def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
     file = folder / METADATA_FILE
     if not os.path.lexists(file):
         raise ValueError(f"{folder}: not a partition folder (no {METADATA_FILE})")
-    try:
-        meta = json.loads(read_inside(folder, METADATA_FILE, max_bytes=MAX_METADATA_BYTES))
-    except (ValueError, UnicodeDecodeError) as err:
-        if str(err).startswith(str(file)):
-            raise
-        raise ValueError(f"{file}: not valid JSON ({err})") from None
+    meta = read_json_inside(folder, METADATA_FILE, max_bytes=MAX_METADATA_BYTES)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         raise ValueError(f"{file}: Expected format {FORMAT_NAME!r} "
                          f"(got {meta.get('format') if isinstance(meta, dict) else meta!r})")

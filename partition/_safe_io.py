@@ -29,6 +29,7 @@ import bz2
 import gzip
 import hashlib
 import io
+import json
 import os
 import re
 import shutil
@@ -52,6 +53,7 @@ __all__ = [
     "hash_regular",
     "interrupted_hint",
     "read_inside",
+    "read_json_inside",
     "read_npy",
     "read_npz",
     "read_regular",
@@ -318,6 +320,18 @@ def read_inside(folder: str | os.PathLike[str], name: object, *, max_bytes: int)
         raise ValueError(f"{label}: Expected a file inside the folder (it resolves to "
                          f"{target})")
     return _open_regular(target, label, max_bytes, follow=False)
+
+
+def read_json_inside(folder: str | os.PathLike[str], name: str, *, max_bytes: int) -> Any:
+    """The JSON value of the file ``name`` inside ``folder`` (read as :func:`read_inside` reads);
+    ``ValueError("FOLDER/NAME: not valid JSON (...)")`` when it does not parse."""
+    file = Path(folder) / name
+    try:
+        return json.loads(read_inside(folder, name, max_bytes=max_bytes))
+    except (ValueError, UnicodeDecodeError) as err:
+        if str(err).startswith(str(file)):
+            raise
+        raise ValueError(f"{file}: not valid JSON ({err})") from None
 
 
 def max_expansion() -> float:

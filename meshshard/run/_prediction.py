@@ -48,10 +48,11 @@ import numpy as np
 
 from meshshard.comm import directory_lookup, gather_rows, init_distributed, is_peer_failure, sum_across
 from meshshard.partition import (check_apart, check_input_folders, check_output_folder, check_partition_matches,
-                                 open_dataset, plural, read_inside)
+                                 open_dataset, plural, read_json_inside)
 from meshshard.tasks import DatasetReader, Normaliser, get_task
 
-from ._folder import read_run
+from ._checkpoint import peek
+from ._folder import CHECKPOINT, read_run
 from ._pictures import sample_picture
 from ._recipe import build_model, check_model_output, first_line, load_factory, shard_hint
 from ._report import gather_peak_memory
@@ -243,8 +244,8 @@ def normalisation_of(ckpt: dict[str, Any], data: Any) -> Any:
 
 
 @dataclass
-class _Layout:
-    """What a rank needs to predict on, and write, the samples of one mesh."""
+class _MeshOnRank:
+    """One mesh as this rank sees it: what it needs to predict on, and write, the samples of that mesh."""
 
     mesh: int
     num_nodes: int
@@ -255,17 +256,13 @@ class _Layout:
     piece_cells: list[tuple[str, np.ndarray]] | None = None  # connectivity in piece numbering
 
 
-def _mesh_folder(data: Any, mesh: int) -> Path:
-    return Path(data.path) / "meshes" / f"{mesh:05d}"
-
-
 def _piece(data: Any, mesh: int, owned_ids: np.ndarray, chunk: int = 1 << 20) -> tuple[np.ndarray, list[tuple[str, np.ndarray]]]:
     """The cells whose smallest node this rank owns (read in chunks), and the nodes they use."""
     entry = data.meta["meshes"][mesh]
-    folder = _mesh_folder(data, mesh)
+    folder = data.mesh_folder(mesh)
     kept: list[tuple[str, np.ndarray]] = []
     for cell_type in entry.get("cells", {}):
-        conn = data._load(folder / f"cells-{cell_type}.npy", "r")  # a regular file of the folder, never a link
+        conn = data.mesh_cells(mesh, cell_type)  # a memory map of a regular file of the folder, never a link
         parts = []
         for lo in range(0, len(conn), chunk):
             block = np.asarray(conn[lo:lo + chunk], dtype=np.int64)
@@ -282,7 +279,7 @@ def _piece(data: Any, mesh: int, owned_ids: np.ndarray, chunk: int = 1 << 20) ->
 
 
 def _whole_layout(data: Any, mesh: int, model: Any, normaliser: Any, dtype: Any, device: Any, spec: str | None,
-                  num_targets: int) -> _Layout:
+                  num_targets: int) -> _MeshOnRank:
     import torch
 
 
@@ -298,12 +295,12 @@ def _whole_layout(data: Any, mesh: int, model: Any, normaliser: Any, dtype: Any,
             check_model_output(out, m.num_nodes, num_targets, spec, sharded=False)
         return out
 
-    return _Layout(mesh, m.num_nodes, ids, forward, np.asarray(m.points),
+    return _MeshOnRank(mesh, m.num_nodes, ids, forward, np.asarray(m.points),
                    ids, [(t, np.asarray(c, dtype=np.int64)) for t, c in m.cells])
 
 
 def _shard_layout(data: Any, reader: Any, mesh: int, model: Any, ctx: Any, pieces: bool, spec: str | None,
-                  num_targets: int) -> _Layout:
+                  num_targets: int) -> _MeshOnRank:
     from meshshard import ShardTensor
 
     graph, ea, owned = reader.shard(mesh)
@@ -322,7 +319,7 @@ def _shard_layout(data: Any, reader: Any, mesh: int, model: Any, ctx: Any, piece
             check_model_output(out, len(owned), num_targets, spec, sharded=True, group=reader.group)
         return out.to_local()
 
-    layout = _Layout(mesh, int(data.meta["meshes"][mesh]["num_nodes"]), owned, forward, pos_owned)
+    layout = _MeshOnRank(mesh, int(data.meta["meshes"][mesh]["num_nodes"]), owned, forward, pos_owned)
     if pieces:
         layout.piece_ids, layout.piece_cells = _piece(data, mesh, owned)
     return layout
@@ -376,7 +373,7 @@ def _point_data(data: Any, targets: list[tuple[str, slice]], x: np.ndarray, y: n
     return out
 
 
-def _write_gathered(path: Path, data: Any, targets: list[tuple[str, slice]], s: int, layout: _Layout, pred: np.ndarray,
+def _write_gathered(path: Path, data: Any, targets: list[tuple[str, slice]], s: int, layout: _MeshOnRank, pred: np.ndarray,
                     ctx: Any) -> tuple[Any, ...] | None:
     """Rank 0 writes the whole mesh; returns (pos, truth, pred, triangles) on rank 0."""
     rows = gather_rows(np.concatenate([layout.owned_ids[:, None].astype(np.float64), pred], axis=1), None, ctx.device)
@@ -393,7 +390,7 @@ def _write_gathered(path: Path, data: Any, targets: list[tuple[str, slice]], s: 
     return np.asarray(mesh.points), y, full, tri
 
 
-def _write_pieces(folder: Path, index: Path, data: Any, targets: list[tuple[str, slice]], s: int, layout: _Layout,
+def _write_pieces(folder: Path, index: Path, data: Any, targets: list[tuple[str, slice]], s: int, layout: _MeshOnRank,
                   pred: np.ndarray, ctx: Any) -> None:
     """Each rank writes its piece; rank 0 the ``.pvtu`` index."""
     assert layout.piece_ids is not None and layout.piece_cells is not None
@@ -403,7 +400,7 @@ def _write_pieces(folder: Path, index: Path, data: Any, targets: list[tuple[str,
     values = np.empty((len(ids), pred.shape[1]))
     values[owned] = pred[at[owned]]
     values[~owned] = directory_lookup(layout.owned_ids, pred, ids[~owned], layout.num_nodes, None, ctx.device)
-    points = np.load(_mesh_folder(data, layout.mesh) / "points.npy", mmap_mode="r", allow_pickle=False)
+    points = data.mesh_points(layout.mesh)
     x, y = data.rows(s, ids)
     fields = _point_data(data, targets, x, y, values, ids)
     folder.mkdir(parents=True, exist_ok=True)
@@ -471,7 +468,7 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
         print(f"meshshard predict: {len(picks)} sample(s) of {cfg.data} with {cfg.run} (step {ckpt.get('step')}); {where}"
               + ("" if truth else f"; {cfg.data} has no targets: predictions only, no errors"), flush=True)
     target_fields = field_slices(target_meta)
-    layouts: dict[tuple[int, bool], _Layout] = {}
+    layouts: dict[tuple[int, bool], _MeshOnRank] = {}
     records = []
     stems = [file_stem(name) for name in names]
     val = set(int(v) for v in data.val)
@@ -559,12 +556,7 @@ def prediction_summary(pred: str | Path) -> dict[str, Any]:
     """The facts ``meshshard info PRED`` prints, from ``PRED/metrics.json`` of ``meshshard predict``
     (read as JSON only, from inside PRED; the paths it names are printed, never opened)."""
     file = Path(pred) / METRICS_FILE
-    try:
-        meta = json.loads(read_inside(pred, METRICS_FILE, max_bytes=MAX_METRICS_BYTES))
-    except (ValueError, UnicodeDecodeError) as err:
-        if str(err).startswith(str(file)):
-            raise
-        raise ValueError(f"{file}: not valid JSON ({err})") from None
+    meta = read_json_inside(pred, METRICS_FILE, max_bytes=MAX_METRICS_BYTES)
     if not isinstance(meta, dict) or meta.get("format", _METRICS_FORMAT) != _METRICS_FORMAT:
         raise ValueError(f"{file}: Expected format {_METRICS_FORMAT!r} "
                          f"(got {meta.get('format') if isinstance(meta, dict) else type(meta).__name__!r})")
@@ -607,6 +599,9 @@ def check_prediction_request(cfg: PredictConfig) -> None:
     if Path(cfg.out).resolve() == Path(cfg.run).resolve():
         raise ValueError(f"{cfg.out}: Expected an output folder apart from the run folder (got the run folder; "
                          f"{Path(cfg.out) / 'pred'} would do)")
-    check_model_request(read_run(cfg.run), cfg.run, cfg.model)
+    # the model it trained, from a look at the checkpoint's entries (its tensors are not read; a
+    # checkpoint that does not load so is read whole, for the one-line reason); the ranks check it whole
+    seen = peek(Path(cfg.run) / CHECKPOINT) if not (Path(cfg.run) / CHECKPOINT).is_symlink() else None
+    check_model_request(seen if isinstance((seen or {}).get("config"), dict) else read_run(cfg.run), cfg.run, cfg.model)
     if cfg.model:
         load_factory(cfg.model)

@@ -1,0 +1,73 @@
+"""The style the code is held to: ``ruff check`` (configured in ``pyproject.toml``: line length
+120 in the library, import order, pyflakes, pycodestyle, the library never importing the
+commands), and a docstring on every public name and on the public methods of every public class
+(``forward`` included), which ruff's pydocstyle cannot see in private modules."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: The public surfaces: every name in their ``__all__`` is documented.
+PUBLIC = ("meshshard", "meshshard.nn", "meshshard.comm", "meshshard.partition", "meshshard.run", "meshshard.tasks")
+
+
+def _ruff() -> list[str] | None:
+    beside = Path(sys.executable).parent / "ruff"
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which("ruff")
+    return [found] if found else None
+
+
+def test_ruff_finds_nothing() -> None:
+    ruff = _ruff()
+    if ruff is None:
+        pytest.skip("ruff is not installed (pip install -e '.[test]' installs it)")
+    done = subprocess.run([*ruff, "check", "--no-cache", "--output-format", "concise", "."], cwd=REPO,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+def undocumented(module_name: str) -> list[str]:
+    """The public names of ``module_name`` without a docstring, and the public methods (and
+    ``forward``) of its public classes, defined in meshshard, without one."""
+    module = importlib.import_module(module_name)
+    missing = []
+    for name in getattr(module, "__all__", []):
+        value = getattr(module, name)
+        if not (inspect.isclass(value) or inspect.isfunction(value)):
+            continue
+        if not getattr(value, "__module__", "").startswith("meshshard"):
+            continue
+        if not (value.__doc__ or "").strip():
+            missing.append(f"{module_name}.{name}")
+        if inspect.isclass(value):
+            for attr, member in vars(value).items():
+                if attr.startswith("_") or not inspect.isfunction(member):
+                    continue
+                if not (member.__doc__ or "").strip():
+                    missing.append(f"{module_name}.{name}.{attr}")
+    return missing
+
+
+@pytest.mark.parametrize("module_name", PUBLIC)
+def test_the_public_api_is_documented(module_name: str) -> None:
+    assert undocumented(module_name) == []
+
+
+def test_the_docstring_check_can_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "meshshard_probe.py").write_text(
+        "__all__ = ['Layer', 'f']\n"
+        "class Layer:\n    '''A layer.'''\n    def forward(self, x):\n        return x\n"
+        "def f():\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert undocumented("meshshard_probe") == ["meshshard_probe.Layer.forward", "meshshard_probe.f"]
