@@ -21,28 +21,30 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-# name -> module that defines it. The package's rooms: the containers (``_spec``, ``_tensor``,
-# ``_graph``, ``_grid_tensor``), the layers (``nn``), the tasks (``tasks``), the run (``run``), all
-# library; the commands (``cli``) sit on top and nothing here imports them.
+# name -> module that defines it: this package's own modules relative to it (``._tensor`` is
+# ``_tensor.py`` beside this file), a lower layer by its absolute name. The package's rooms: the
+# containers (``_spec``, ``_tensor``, ``_graph``, ``_grid_tensor``), the layers (``nn``), the tasks
+# (``tasks``), the run (``run``), all library; the commands (``cli``) sit on top and nothing here
+# imports them.
 _LAZY: dict[str, str] = {
-    "ShardSpec": "meshshard._spec",
-    "ShardTensor": "meshshard._tensor",
-    "register_rowwise": "meshshard._tensor",
-    "ShardGraph": "meshshard._graph",
-    "edge_features": "meshshard._graph",
-    "GridTensor": "meshshard._grid_tensor",
-    "GridLayout": "meshshard._grid_tensor",
-    "grid_layout": "meshshard._grid_tensor",
-    "load_checkpoint": "meshshard.run",
-    "CheckpointError": "meshshard.run",
-    "load_run": "meshshard.run",
-    "TrainedRun": "meshshard.run",
-    "TrainConfig": "meshshard.run",
-    "train": "meshshard.run",
-    "check_training": "meshshard.run",
-    "PredictConfig": "meshshard.run",
-    "predict": "meshshard.run",
-    "ModelRecipe": "meshshard.run",
+    "ShardSpec": "._spec",
+    "ShardTensor": "._tensor",
+    "register_rowwise": "._tensor",
+    "ShardGraph": "._graph",
+    "edge_features": "._graph",
+    "GridTensor": "._grid_tensor",
+    "GridLayout": "._grid_tensor",
+    "grid_layout": "._grid_tensor",
+    "load_checkpoint": ".run",
+    "CheckpointError": ".run",
+    "load_run": ".run",
+    "TrainedRun": ".run",
+    "TrainConfig": ".run",
+    "train": ".run",
+    "check_training": ".run",
+    "PredictConfig": ".run",
+    "predict": ".run",
+    "ModelRecipe": ".run",
     "launch_local": "meshshard.comm",
 }
 
@@ -53,7 +55,7 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'meshshard' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value
     return value
 

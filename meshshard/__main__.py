@@ -1,3 +1,3 @@
-from meshshard.cli import entry
+from .cli import entry
 
 entry()

@@ -27,87 +27,88 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time see __getattr__ below
-    from meshshard.partition._api import (GRAPHS, build_graph, partition_file, partition_graph,
-                                          partition_mesh, partition_points)
-    from meshshard.partition._dataset import (Dataset, Normalisation, check_partition_matches,
-                                              dataset_partition_folder, open_dataset, write_dataset,
-                                              write_dataset_from_pyg)
-    from meshshard.partition._dataset_build import build_dataset, partition_dataset
-    from meshshard.partition._assign import (METHODS, assign_parts, edge_cut, imbalance,
-                                             refine_balance)
-    from meshshard.partition._format import (FORMAT_NAME, FORMAT_VERSION, load_partition,
-                                             read_metadata, save_partition)
-    from meshshard.partition._graph import Graph
-    from meshshard.partition._grid import GridLayout, grid_layout, partition_grid
-    from meshshard.partition._io import InputData, read_input
-    from meshshard.partition._partition import Partition
-    from meshshard.partition._plan import build_partitions
-    from meshshard.partition._verify import check_partitions, verify_partition
+    from ._api import (GRAPHS, build_graph, partition_file, partition_graph,
+                       partition_mesh, partition_points)
+    from ._dataset import (Dataset, Normalisation, check_partition_matches,
+                           dataset_partition_folder, open_dataset, write_dataset,
+                           write_dataset_from_pyg)
+    from ._dataset_build import build_dataset, partition_dataset
+    from ._assign import (METHODS, assign_parts, edge_cut, imbalance,
+                          refine_balance)
+    from ._format import (FORMAT_NAME, FORMAT_VERSION, load_partition,
+                          read_metadata, save_partition)
+    from ._graph import Graph
+    from ._grid import GridLayout, grid_layout, partition_grid
+    from ._io import InputData, read_input
+    from ._partition import Partition
+    from ._plan import build_partitions
+    from ._verify import check_partitions, verify_partition
 
-# name -> module that defines it. Resolved on first use, so that a training rank that only
-# loads its part (``load_partition``) does not import scipy, pymetis or meshio.
+# name -> module that defines it, relative to this package (``._api`` is ``_api.py`` beside this
+# file). Resolved on first use, so that a training rank that only loads its part
+# (``load_partition``) does not import scipy, pymetis or meshio.
 _LAZY: dict[str, str] = {
-    "GRAPHS": "meshshard.partition._api",
-    "build_graph": "meshshard.partition._api",
-    "partition_file": "meshshard.partition._api",
-    "partition_graph": "meshshard.partition._api",
-    "partition_mesh": "meshshard.partition._api",
-    "partition_points": "meshshard.partition._api",
-    "Dataset": "meshshard.partition._dataset",
-    "Normalisation": "meshshard.partition._dataset",
-    "check_partition_matches": "meshshard.partition._dataset",
-    "dataset_partition_folder": "meshshard.partition._dataset",
-    "open_dataset": "meshshard.partition._dataset",
-    "write_dataset": "meshshard.partition._dataset",
-    "write_dataset_from_pyg": "meshshard.partition._dataset",
-    "build_dataset": "meshshard.partition._dataset_build",
-    "partition_dataset": "meshshard.partition._dataset_build",
-    "METHODS": "meshshard.partition._assign",
-    "assign_parts": "meshshard.partition._assign",
-    "edge_cut": "meshshard.partition._assign",
-    "imbalance": "meshshard.partition._assign",
-    "refine_balance": "meshshard.partition._assign",
-    "FORMAT_NAME": "meshshard.partition._format",
-    "FORMAT_VERSION": "meshshard.partition._format",
-    "load_partition": "meshshard.partition._format",
-    "read_metadata": "meshshard.partition._format",
-    "save_partition": "meshshard.partition._format",
-    "Graph": "meshshard.partition._graph",
-    "GridLayout": "meshshard.partition._grid",
-    "grid_layout": "meshshard.partition._grid",
-    "partition_grid": "meshshard.partition._grid",
-    "InputData": "meshshard.partition._io",
-    "read_input": "meshshard.partition._io",
-    "Partition": "meshshard.partition._partition",
-    "build_partitions": "meshshard.partition._plan",
-    "check_partitions": "meshshard.partition._verify",
-    "verify_partition": "meshshard.partition._verify",
-    "MAX_LISTED": "meshshard.partition._text",
-    "listed": "meshshard.partition._text",
-    "plural": "meshshard.partition._text",
-    "PARTITIONS_FILE": "meshshard.partition._dataset",
-    "is_dataset": "meshshard.partition._dataset",
-    "read_dataset_metadata": "meshshard.partition._dataset",
-    "read_partitions_metadata": "meshshard.partition._dataset",
-    "Steps": "meshshard.partition._progress",
-    "print_summary": "meshshard.partition._report",
-    "plot_partition": "meshshard.partition._plot",
-    "list_sources": "meshshard.partition._dataset_build",
-    "check_output_dir": "meshshard.partition._format",
-    "halo_windows": "meshshard.partition._grid",
-    "window_plan": "meshshard.partition._grid",
-    "check_apart": "meshshard.partition._safe_io",
-    "check_destination": "meshshard.partition._safe_io",
-    "check_input_folders": "meshshard.partition._safe_io",
-    "check_output_folder": "meshshard.partition._safe_io",
-    "read_inside": "meshshard.partition._safe_io",
-    "read_json_inside": "meshshard.partition._safe_io",
+    "GRAPHS": "._api",
+    "build_graph": "._api",
+    "partition_file": "._api",
+    "partition_graph": "._api",
+    "partition_mesh": "._api",
+    "partition_points": "._api",
+    "Dataset": "._dataset",
+    "Normalisation": "._dataset",
+    "check_partition_matches": "._dataset",
+    "dataset_partition_folder": "._dataset",
+    "open_dataset": "._dataset",
+    "write_dataset": "._dataset",
+    "write_dataset_from_pyg": "._dataset",
+    "build_dataset": "._dataset_build",
+    "partition_dataset": "._dataset_build",
+    "METHODS": "._assign",
+    "assign_parts": "._assign",
+    "edge_cut": "._assign",
+    "imbalance": "._assign",
+    "refine_balance": "._assign",
+    "FORMAT_NAME": "._format",
+    "FORMAT_VERSION": "._format",
+    "load_partition": "._format",
+    "read_metadata": "._format",
+    "save_partition": "._format",
+    "Graph": "._graph",
+    "GridLayout": "._grid",
+    "grid_layout": "._grid",
+    "partition_grid": "._grid",
+    "InputData": "._io",
+    "read_input": "._io",
+    "Partition": "._partition",
+    "build_partitions": "._plan",
+    "check_partitions": "._verify",
+    "verify_partition": "._verify",
+    "MAX_LISTED": "._text",
+    "listed": "._text",
+    "plural": "._text",
+    "PARTITIONS_FILE": "._dataset",
+    "is_dataset": "._dataset",
+    "read_dataset_metadata": "._dataset",
+    "read_partitions_metadata": "._dataset",
+    "Steps": "._progress",
+    "print_summary": "._report",
+    "plot_partition": "._plot",
+    "list_sources": "._dataset_build",
+    "check_output_dir": "._format",
+    "halo_windows": "._grid",
+    "window_plan": "._grid",
+    "check_apart": "._safe_io",
+    "check_destination": "._safe_io",
+    "check_input_folders": "._safe_io",
+    "check_output_folder": "._safe_io",
+    "read_inside": "._safe_io",
+    "read_json_inside": "._safe_io",
 }
 
 #: Public names for attributes that carry another name in their module.
 _ALIASES: dict[str, tuple[str, str]] = {
-    "dump_partition_metadata": ("meshshard.partition._format", "dump_metadata"),
-    "dump_dataset_metadata": ("meshshard.partition._dataset", "dump_metadata"),
+    "dump_partition_metadata": ("._format", "dump_metadata"),
+    "dump_dataset_metadata": ("._dataset", "dump_metadata"),
 }
 
 __all__ = [
@@ -175,7 +176,7 @@ def __getattr__(name: str) -> Any:
     module, attribute = _ALIASES.get(name, (_LAZY.get(name), name))
     if module is None:
         raise AttributeError(f"module 'meshshard.partition' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), attribute)
+    value = getattr(importlib.import_module(module, __name__), attribute)
     globals()[name] = value
     return value
 

@@ -13,15 +13,15 @@ from typing import Any
 
 import numpy as np
 
-from meshshard.partition._assign import (assign_parts, check_num_parts, edge_cut,
-                                         load_imbalance, refine_balance, target_weights)
-from meshshard.partition._format import check_output_dir, write_partitions
-from meshshard.partition._graph import Cells, Graph, dual_graph, knn_graph, nodal_graph, \
+from ._assign import (assign_parts, check_num_parts, edge_cut,
+                      load_imbalance, refine_balance, target_weights)
+from ._format import check_output_dir, write_partitions
+from ._graph import Cells, Graph, dual_graph, knn_graph, nodal_graph, \
     radius_graph
-from meshshard.partition._io import InputData, check_finite, read_input
-from meshshard.partition._partition import Partition
-from meshshard.partition._plan import check_assignment, plan_partitions
-from meshshard.partition._progress import Steps
+from ._io import InputData, check_finite, read_input
+from ._partition import Partition
+from ._plan import check_assignment, plan_partitions
+from ._progress import Steps
 
 __all__ = ["GRAPHS", "build_graph", "partition_file", "partition_graph", "partition_mesh",
            "partition_points"]

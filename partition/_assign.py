@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from meshshard.partition._graph import Graph
+from ._graph import Graph
 
 __all__ = [
     "METHODS",

@@ -145,7 +145,7 @@ import numpy as np
 from ._text import MAX_LISTED, listed, plural  # noqa: F401 - also imported from here
 
 if TYPE_CHECKING:  # imported where used: a training rank reading samples needs no scipy
-    from meshshard.partition._graph import Cells, Graph
+    from ._graph import Cells, Graph
 
 __all__ = [
     "FORMAT_NAME",
@@ -564,7 +564,7 @@ def atomic_folder(out: Path) -> Iterator[Path]:
     (whose safety the caller checked), on any error it is removed and the old ``out`` kept
     (:func:`meshshard.partition._safe_io.staged_folder`). What a killed run left beside ``out``
     is tidied, or put back, first."""
-    from meshshard.partition._safe_io import recover_interrupted, staged_folder
+    from ._safe_io import recover_interrupted, staged_folder
 
     recover_interrupted(out)
     with staged_folder(out) as staging:
@@ -606,7 +606,7 @@ def _write_all(tmp: Path, samples: Iterable[Sample], names: Sequence[str], train
                 raise ValueError(f"{where}: Expected {meshes[0]['pos_dim']}-D points like the first sample "
                                  f"(got {pos.shape[1]}-D)")
             mesh_of[digest] = len(meshes)
-            from meshshard.partition._graph import Graph, nodal_graph
+            from ._graph import Graph, nodal_graph
 
             graph = nodal_graph(cells, len(pos)) if cells else Graph.from_edge_index(ei, len(pos))
             folder = tmp / "meshes" / f"{len(meshes):05d}"
@@ -814,7 +814,7 @@ class Mesh:
 
     def graph(self) -> Graph:
         """The nodal graph training uses (edges of the cells, or the stored edge_index)."""
-        from meshshard.partition._graph import Graph, nodal_graph
+        from ._graph import Graph, nodal_graph
 
         if self.cells:
             return nodal_graph(self.cells, self.num_nodes, pos=self.points)
@@ -996,7 +996,7 @@ def dataset_partition_folder(parts: str | os.PathLike[str], mesh: int) -> Path:
 def read_partitions_metadata(parts: str | os.PathLike[str]) -> dict[str, Any]:
     """The partitions of a dataset, as ``{"num_parts", "meshes": [{"mesh", "num_nodes", "sha256"}]}``,
     from a ``partitions.json`` folder or a single partition folder."""
-    from meshshard.partition._format import read_metadata
+    from ._format import read_metadata
 
     parts = Path(parts)
     file = parts / PARTITIONS_FILE

@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from meshshard.partition._dataset import (PARTITIONS_FILE, PARTITIONS_FORMAT, Sample, atomic_folder,
-                                          channel_names, check_dataset_output, listed, open_dataset, plural,
-                                          write_samples)
+from ._dataset import (PARTITIONS_FILE, PARTITIONS_FORMAT, Sample, atomic_folder,
+                       channel_names, check_dataset_output, listed, open_dataset, plural,
+                       write_samples)
 
 __all__ = ["list_sources", "sample_names", "build_dataset", "partition_dataset", "parse_field_names"]
 
@@ -395,10 +395,10 @@ def partition_dataset(
     """``meshshard partition DATA``: partition the one mesh of a dataset (PARTS is a partition
     folder), or every distinct mesh (PARTS holds one partition folder per mesh, see the format
     docstring). Each partition records the mesh's checksum as its ``input.sha256``."""
-    from meshshard.partition._api import _run
-    from meshshard.partition._assign import check_num_parts
-    from meshshard.partition._format import write_partitions
-    from meshshard.partition._progress import Steps
+    from ._api import _run
+    from ._assign import check_num_parts
+    from ._format import write_partitions
+    from ._progress import Steps
 
     dataset = open_dataset(data)
     out = Path(out)
@@ -437,7 +437,7 @@ def partition_dataset(
 def _check_parts_output(out: Path, force: bool) -> None:
     """As for a partition folder; with ``force`` a folder of a dataset's partitions may be replaced
     too, when it holds only ``partitions.json`` and ``mesh-NNNNN`` partition folders."""
-    from meshshard.partition._format import METADATA_FILE, check_is_partition, check_output_dir
+    from ._format import METADATA_FILE, check_is_partition, check_output_dir
 
     if force and (out / PARTITIONS_FILE).is_file() and not out.is_symlink():
         for child in out.iterdir():

@@ -146,10 +146,9 @@ from typing import Any
 
 import numpy as np
 
-from meshshard.partition._invariants import part_problems
-from meshshard.partition._partition import PART_ARRAYS, Partition
-from meshshard.partition._safe_io import (check_destination, interrupted_hint, read_inside, read_json_inside,
-                                          read_npz, write_folder)
+from ._invariants import part_problems
+from ._partition import PART_ARRAYS, Partition
+from ._safe_io import check_destination, interrupted_hint, read_inside, read_json_inside, read_npz, write_folder
 
 __all__ = [
     "FORMAT_NAME",
@@ -581,7 +580,7 @@ def load_partition(
     meta = read_metadata(folder)
     num_parts = meta["num_parts"]
     if not 0 <= rank < num_parts:
-        from meshshard.partition._dataset import plural
+        from ._dataset import plural
 
         raise ValueError(f"Expected a rank in [0, {num_parts}) (got {rank}): {folder} has one part per rank for "
                          f"{plural(num_parts, 'rank')}; run that many, or partition into as many parts as ranks")

@@ -362,7 +362,7 @@ def halo_windows(layout: GridLayout, width: int | Sequence[int]) -> tuple[np.nda
 def grid_graph(shape: Sequence[int], *, periodic: bool = False) -> Any:
     """The grid's box-stencil graph (each point joined to its ``3^d - 1`` neighbours), with the
     point coordinates as ``pos``; ``periodic`` wraps every axis."""
-    from meshshard.partition._graph import Graph
+    from ._graph import Graph
 
     shape = _ints("shape", shape)
     n = int(np.prod(shape))
@@ -401,7 +401,7 @@ def partition_grid(
     ghosts = the band of width ``halo_width``, i.e. ``halo_hops = halo_width``), ready for
     :func:`~meshshard.partition.save_partition`. Arguments as for :func:`grid_layout`.
     """
-    from meshshard.partition._plan import build_partitions
+    from ._plan import build_partitions
 
     layout = grid_layout(shape, parts, proc_grid=proc_grid, splits=splits)
     graph = grid_graph(layout.shape, periodic=periodic)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from meshshard.partition._partition import Partition
+from ._partition import Partition
 
 __all__ = ["part_problems"]
 

@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from meshshard.partition._assign import edge_cut as count_cut
-from meshshard.partition._assign import imbalance
-from meshshard.partition._format import MAX_HOPS, make_metadata
-from meshshard.partition._graph import Graph, sorted_unique
-from meshshard.partition._partition import Partition
+from ._assign import edge_cut as count_cut
+from ._assign import imbalance
+from ._format import MAX_HOPS, make_metadata
+from ._graph import Graph, sorted_unique
+from ._partition import Partition
 
 __all__ = ["build_partitions", "check_assignment", "plan_partitions"]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from meshshard.partition._format import load_partition, read_metadata
+from ._format import load_partition, read_metadata
 
 __all__ = ["plot_partition"]
 

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from meshshard.partition._format import load_partition, read_metadata
-from meshshard.partition._invariants import part_problems
-from meshshard.partition._partition import Partition
+from ._format import load_partition, read_metadata
+from ._invariants import part_problems
+from ._partition import Partition
 
 __all__ = ["check_partitions", "verify_partition"]
 

@@ -15,9 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from meshshard._spec import ShardSpec
-from meshshard._tensor import ShardTensor
-
+from .._spec import ShardSpec
+from .._tensor import ShardTensor
 from ._ball_halo import BallQueryPlan
 from ._ball_query import check_max_neighbors, check_radius
 

@@ -34,10 +34,10 @@ import math
 import torch
 from torch import Tensor
 
-from meshshard._spec import ShardSpec
-from meshshard._tensor import ShardTensor
 from meshshard.comm import HaloPlan, all_gather_v, all_to_all_v
 
+from .._spec import ShardSpec
+from .._tensor import ShardTensor
 from ._ball_query import BallQueryResult, _ball_query, check_max_neighbors, check_points, check_radius
 
 __all__ = ["BallQueryPlan"]

@@ -24,8 +24,9 @@ import numpy as np
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from meshshard._grid_tensor import GridTensor, _Place
 from meshshard.partition import GridLayout
+
+from .._grid_tensor import GridTensor, _Place
 
 __all__ = ["GridConv", "GridPool", "GridUpsample", "shard_grid_layers"]
 

@@ -54,8 +54,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from meshshard._graph import ShardGraph
-from meshshard._tensor import ShardTensor
+from .._graph import ShardGraph
+from .._tensor import ShardTensor
 
 __all__ = ["ShardConv", "ShardNorm", "SUPPORTED"]
 

@@ -225,7 +225,7 @@ def resume_hint(out: str | os.PathLike[str]) -> str | None:
 
 def run_summary(run: str | Path) -> dict[str, Any]:
     """The facts ``meshshard info RUN`` prints, as plain values (``--json``)."""
-    from meshshard.tasks import get_task
+    from ..tasks import get_task
 
     ckpt = read_run(run)
     cfg = dict(ckpt.get("config") or {})

@@ -49,8 +49,8 @@ import numpy as np
 from meshshard.comm import directory_lookup, gather_rows, init_distributed, is_peer_failure, sum_across
 from meshshard.partition import (check_apart, check_input_folders, check_output_folder, check_partition_matches,
                                  open_dataset, plural, read_json_inside)
-from meshshard.tasks import DatasetReader, Normaliser, get_task
 
+from ..tasks import DatasetReader, Normaliser, get_task
 from ._checkpoint import peek
 from ._folder import CHECKPOINT, read_run
 from ._pictures import sample_picture
@@ -301,7 +301,7 @@ def _whole_layout(data: Any, mesh: int, model: Any, normaliser: Any, dtype: Any,
 
 def _shard_layout(data: Any, reader: Any, mesh: int, model: Any, ctx: Any, pieces: bool, spec: str | None,
                   num_targets: int) -> _MeshOnRank:
-    from meshshard import ShardTensor
+    from .._tensor import ShardTensor
 
     graph, ea, owned = reader.shard(mesh)
     owned = np.asarray(owned, dtype=np.int64)

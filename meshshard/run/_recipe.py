@@ -184,7 +184,7 @@ def build_user_model(spec: str, model_args: Mapping[str, Any], node_in: int, edg
     from torch.distributed.fsdp import FSDPModule
     from torch.nn.parallel import DistributedDataParallel
 
-    from meshshard.nn import DomainParallel
+    from ..nn import DomainParallel
 
     if isinstance(model, DomainParallel | DistributedDataParallel | FSDPModule):
         raise ValueError(f"--model {spec}: {call} returned a {type(model).__name__}; return the bare model "
@@ -202,7 +202,7 @@ def unwrapped_pyg_layers(model: Any) -> list[str]:
     pyg = sys.modules.get("torch_geometric.nn")
     if pyg is None:  # a model without PyG layers never imported it
         return []
-    from meshshard.nn import ShardConv
+    from ..nn import ShardConv
 
     wrappers = [name for name, m in model.named_modules() if isinstance(m, ShardConv)]
     return [name for name, m in model.named_modules() if isinstance(m, pyg.MessagePassing)
@@ -238,7 +238,7 @@ def check_model_output(out: Any, rows: int, node_out: int, spec: str, sharded: b
 
 
 def _output_problem(out: Any, rows: int, node_out: int, spec: str, sharded: bool) -> str | None:
-    from meshshard import ShardTensor
+    from .._tensor import ShardTensor
 
     want = f"a ShardTensor ({rows}, {node_out}) of this rank's rows" if sharded else f"a tensor ({rows}, {node_out})"
     if sharded and not isinstance(out, ShardTensor):
@@ -310,7 +310,7 @@ class ModelRecipe:
         """The module for these channel counts (input, edge, target), with fresh weights."""
         if self.spec:
             return build_user_model(self.spec, self.args, node_in, edge_in, node_out)
-        from meshshard.nn import MeshGraphNet
+        from ..nn import MeshGraphNet
 
         s = self.settings
         return MeshGraphNet(node_in, edge_in, node_out, latent_size=int(s["latent_size"]),

@@ -25,8 +25,8 @@ import torch
 from torch import nn
 
 from meshshard.partition import Normalisation
-from meshshard.tasks import Normaliser
 
+from ..tasks import Normaliser
 from ._folder import read_run
 from ._recipe import build_model
 
@@ -66,7 +66,8 @@ class TrainedRun:
         ``ShardGraph.from_partition(part, dtype=run.dtype)``: its coordinates give the edge
         features). Gradients flow to ``x``; wrap the call in ``torch.no_grad()`` to predict only.
         """
-        from meshshard import ShardGraph, ShardTensor
+        from .._graph import ShardGraph
+        from .._tensor import ShardTensor
 
         norm = self._normaliser
         if isinstance(graph, ShardGraph):

@@ -39,8 +39,8 @@ import torch
 
 from meshshard.comm import is_peer_failure
 from meshshard.partition import check_apart, check_input_folders, check_partition_matches, open_dataset, plural
-from meshshard.tasks import get_task
 
+from ..tasks import get_task
 from . import _folder, _report
 from ._checkpoint import atomic_save as _atomic_save
 from ._checkpoint import load_checkpoint, save_checkpoint
@@ -206,7 +206,8 @@ def train(cfg: TrainConfig) -> list[float]:
     import torch.distributed as dist
 
     from meshshard.comm import init_device_mesh_2d, init_distributed
-    from meshshard.nn import DomainParallel
+
+    from ..nn import DomainParallel
 
     ctx = init_distributed()
     task = get_task(cfg.task)

@@ -36,10 +36,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from meshshard._graph import ShardGraph, edge_features
-from meshshard._tensor import ShardTensor
 from meshshard.partition import (Dataset, Normalisation, check_partition_matches, dataset_partition_folder,
                                  load_partition, open_dataset)
+
+from .._graph import ShardGraph, edge_features
+from .._tensor import ShardTensor
 
 __all__ = ["DatasetReader", "LocalSample", "Normaliser", "whole_sample"]
 
