@@ -101,6 +101,7 @@ _LAZY: dict[str, str] = {
     "check_input_folders": "meshshard.partition._safe_io",
     "check_output_folder": "meshshard.partition._safe_io",
     "read_inside": "meshshard.partition._safe_io",
+    "Refusals": "meshshard.partition._safe_io",
 }
 
 #: Public names for attributes that carry another name in their module.
@@ -122,6 +123,7 @@ __all__ = [
     "Normalisation",
     "PARTITIONS_FILE",
     "Partition",
+    "Refusals",
     "Steps",
     "assign_parts",
     "build_dataset",
