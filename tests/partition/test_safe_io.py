@@ -264,3 +264,31 @@ def test_check_destination_says_each_refusal_in_the_words_given(tmp_path: Path, 
     monkeypatch.chdir(d)
     with pytest.raises(ValueError, match=r"^\.: here$"):
         check_destination(".", force=False, is_ours=_accept, refusals=words)
+
+
+def test_a_datasets_output_is_checked_after_an_interrupted_replace_is_put_back(tmp_path: Path, monkeypatch) -> None:
+    """The old dataset an interrupted --force set aside is restored before the check, so a rerun
+    without --force is refused rather than replacing it; a dataset's partitions are never written
+    over the current folder, --force or not."""
+    import subprocess
+
+    from meshshard.partition import write_dataset
+    from meshshard.partition._dataset import check_dataset_output
+    from meshshard.partition._dataset_build import _check_parts_output
+
+    from .conftest import grid_triangles
+
+    pts, tri = grid_triangles(5, 4)
+    data = write_dataset(tmp_path / "d", np.ones((2, len(pts), 1)), np.ones((2, len(pts), 1)), pos=pts,
+                         cells=[("triangle", tri)])
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    os.rename(data, tmp_path / f".d.meshshard-old-{dead.pid}")
+    with pytest.raises(ValueError, match=r"d: exists and is not empty \(pass --force to replace a dataset folder\)$"):
+        check_dataset_output(data, False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "partitions.json").write_text("{}")
+    monkeypatch.chdir(tmp_path / "p")
+    with pytest.raises(ValueError, match="is the current folder or one of its parents"):
+        _check_parts_output(Path("."), True)
