@@ -102,6 +102,9 @@ _LAZY: dict[str, str] = {
     "check_output_folder": "meshshard.partition._safe_io",
     "read_inside": "meshshard.partition._safe_io",
     "Refusals": "meshshard.partition._safe_io",
+    "FOLDER_KINDS": "meshshard.partition._kinds",
+    "FolderKind": "meshshard.partition._kinds",
+    "kinds_of": "meshshard.partition._kinds",
 }
 
 #: Public names for attributes that carry another name in their module.
@@ -112,8 +115,10 @@ _ALIASES: dict[str, tuple[str, str]] = {
 
 __all__ = [
     "Dataset",
+    "FOLDER_KINDS",
     "FORMAT_NAME",
     "FORMAT_VERSION",
+    "FolderKind",
     "GRAPHS",
     "Graph",
     "GridLayout",
@@ -144,6 +149,7 @@ __all__ = [
     "halo_windows",
     "imbalance",
     "is_dataset",
+    "kinds_of",
     "list_sources",
     "listed",
     "load_partition",
