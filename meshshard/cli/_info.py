@@ -16,10 +16,7 @@ import json
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from meshshard.partition import FolderKind
+from typing import Any
 
 __all__ = ["describe_prediction", "describe_run", "register"]
 
@@ -84,14 +81,6 @@ def describe_prediction(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _named_kinds() -> list[FolderKind]:
-    """The kinds info describes, in the order its messages name them (a dataset's partitions are a
-    folder with partitions.json, which an error need not name)."""
-    from meshshard.partition import FOLDER_KINDS
-
-    return [kind for kind in FOLDER_KINDS.values() if kind.name != "partitions"]
-
-
 def _either(words: list[str]) -> str:
     return ", ".join(words[:-1]) + " or " + words[-1]
 
@@ -99,9 +88,11 @@ def _either(words: list[str]) -> str:
 def _not_described(path: Path) -> str | None:
     """Why ``meshshard info`` cannot describe ``path`` (a file, or a folder of none of its kinds);
     None when it may be one of them, or is missing (the partition layer's error says so)."""
-    from meshshard.partition import kinds_of
+    from meshshard.partition import FOLDER_KINDS, kinds_of
 
-    named = _named_kinds()
+    # the kinds info describes, in the table's order; a dataset's partitions (a folder with
+    # partitions.json) an error need not name
+    named = [kind for kind in FOLDER_KINDS.values() if kind.name != "partitions"]
     kinds = f"a {_either([kind.name for kind in named])} folder"
     if path.exists() and not path.is_dir():
         return f"{path}: is a file; meshshard info takes a folder ({kinds})"
