@@ -214,7 +214,8 @@ def test_check_destination_refuses_a_link_a_file_the_cwd_and_a_folder_holding_an
             check_destination(where, force=True, is_ours=_accept)
     monkeypatch.chdir(tmp_path)
     for given in (tmp_path / "real", tmp_path / "real" / "sub" / "mesh.vtu"):  # the input itself, or inside
-        with pytest.raises(ValueError, match=rf"real: holds the input {re.escape(str(given))}; refusing to write there$"):
+        message = rf"real: holds the input {re.escape(str(given))}; refusing to write there$"
+        with pytest.raises(ValueError, match=message):
             check_destination(tmp_path / "real", force=True, is_ours=_accept, inputs=[tmp_path / "x.vtu", given])
     check_destination(tmp_path / "real-2", force=True, is_ours=_accept, inputs=[tmp_path / "real"])  # a mere prefix
 
@@ -251,14 +252,17 @@ def test_check_destination_says_each_refusal_in_the_words_given(tmp_path: Path, 
     from meshshard.partition import Refusals, check_destination
 
     words = Refusals(current="{out}: here", holds_input="{out}: has {input}", link="{out}: a link",
-                     not_folder="{out}: a file", not_empty=lambda folder: f"{folder}: holds {len(list(folder.iterdir()))}")
+                     not_folder="{out}: a file",
+                     not_empty=lambda folder: f"{folder}: holds {len(list(folder.iterdir()))}")
     d = tmp_path / "d"
     d.mkdir()
     (d / "x").write_text("x")
     (tmp_path / "f").write_text("x")
     (tmp_path / "l").symlink_to(d)
-    for out, inputs, message in ((d, [d / "x"], f"{d}: has {d / 'x'}"), (tmp_path / "l", [], f"{tmp_path / 'l'}: a link"),
-                                 (tmp_path / "f", [], f"{tmp_path / 'f'}: a file"), (d, [], f"{d}: holds 1")):
+    for out, inputs, message in ((d, [d / "x"], f"{d}: has {d / 'x'}"),
+                                 (tmp_path / "l", [], f"{tmp_path / 'l'}: a link"),
+                                 (tmp_path / "f", [], f"{tmp_path / 'f'}: a file"),
+                                 (d, [], f"{d}: holds 1")):
         with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
             check_destination(out, force=False, is_ours=_accept, inputs=inputs, refusals=words)
     monkeypatch.chdir(d)
