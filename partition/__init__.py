@@ -103,6 +103,10 @@ _LAZY: dict[str, str] = {
     "check_output_folder": "._safe_io",
     "read_inside": "._safe_io",
     "read_json_inside": "._safe_io",
+    "Refusals": "._safe_io",
+    "FOLDER_KINDS": "._kinds",
+    "FolderKind": "._kinds",
+    "kinds_of": "._kinds",
 }
 
 #: Public names for attributes that carry another name in their module.
@@ -113,8 +117,10 @@ _ALIASES: dict[str, tuple[str, str]] = {
 
 __all__ = [
     "Dataset",
+    "FOLDER_KINDS",
     "FORMAT_NAME",
     "FORMAT_VERSION",
+    "FolderKind",
     "GRAPHS",
     "Graph",
     "GridLayout",
@@ -124,6 +130,7 @@ __all__ = [
     "Normalisation",
     "PARTITIONS_FILE",
     "Partition",
+    "Refusals",
     "Steps",
     "assign_parts",
     "build_dataset",
@@ -144,6 +151,7 @@ __all__ = [
     "halo_windows",
     "imbalance",
     "is_dataset",
+    "kinds_of",
     "list_sources",
     "listed",
     "load_partition",

@@ -142,6 +142,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._safe_io import Refusals, check_destination
 from ._text import MAX_LISTED, listed, plural  # noqa: F401 - also imported from here
 
 if TYPE_CHECKING:  # imported where used: a training rank reading samples needs no scipy
@@ -432,31 +433,29 @@ def _is_ours(out: Path) -> str | None:
     return None
 
 
+#: A dataset folder's words for :func:`check_destination`'s refusals.
+_REFUSALS = Refusals(
+    current="{out}: refusing to write a dataset over the current folder or a parent of it",
+    holds_input="{out}: refusing to write a dataset over a folder holding the source {input}",
+    link="{out}: exists and is not a folder",
+    not_empty="{out}: exists and is not empty (pass --force to replace a dataset folder)")
+
+
+def _check_is_dataset(out: Path) -> None:
+    """Raise unless ``out`` holds a dataset and only our files (what ``--force`` may replace)."""
+    why = _is_ours(out)
+    if why is not None:
+        raise ValueError(f"{out}: is not a meshshard dataset folder ({why}); refusing to replace it, even with --force")
+
+
 def check_dataset_output(out: str | os.PathLike[str], force: bool,
                          sources: Sequence[str | os.PathLike[str]] = ()) -> Path:
     """Raise unless ``out`` may be written: absent, an empty folder, or with ``force`` a dataset
     folder holding only our files; never ``.``, a parent of the current folder, or a folder that
-    is or contains a source."""
-    out = Path(out)
-    resolved = out.resolve()
-    if resolved == Path.cwd().resolve() or resolved in Path.cwd().resolve().parents:
-        raise ValueError(f"{out}: refusing to write a dataset over the current folder or a parent of it")
-    for src in sources:
-        s = Path(src).resolve()
-        if s == resolved or resolved in s.parents:
-            raise ValueError(f"{out}: refusing to write a dataset over a folder holding the source {src}")
-    if not out.exists():
-        return out
-    if not out.is_dir() or out.is_symlink():
-        raise ValueError(f"{out}: exists and is not a folder")
-    if not any(out.iterdir()):
-        return out
-    if not force:
-        raise ValueError(f"{out}: exists and is not empty (pass --force to replace a dataset folder)")
-    why = _is_ours(out)
-    if why is not None:
-        raise ValueError(f"{out}: is not a meshshard dataset folder ({why}); refusing to replace it, even with --force")
-    return out
+    is or contains a source (:func:`check_destination`, which first puts back what an interrupted
+    replace set aside)."""
+    check_destination(out, force=force, is_ours=_check_is_dataset, inputs=sources, refusals=_REFUSALS)
+    return Path(out)
 
 
 def _save_npy(path: Path, array: np.ndarray) -> None:

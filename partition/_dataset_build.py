@@ -31,6 +31,8 @@ from ._dataset import (PARTITIONS_FILE, PARTITIONS_FORMAT, Sample, atomic_folder
                        channel_names, check_dataset_output, listed, open_dataset, plural,
                        write_samples)
 
+from ._safe_io import check_destination
+
 __all__ = ["list_sources", "sample_names", "build_dataset", "partition_dataset", "parse_field_names"]
 
 _COMPONENT = re.compile(r"^(.+)\[(\d+)\]$")
@@ -437,17 +439,23 @@ def partition_dataset(
 def _check_parts_output(out: Path, force: bool) -> None:
     """As for a partition folder; with ``force`` a folder of a dataset's partitions may be replaced
     too, when it holds only ``partitions.json`` and ``mesh-NNNNN`` partition folders."""
-    from ._format import METADATA_FILE, check_is_partition, check_output_dir
+    check_destination(out, force=force, is_ours=_check_is_partitions)
 
-    if force and (out / PARTITIONS_FILE).is_file() and not out.is_symlink():
-        for child in out.iterdir():
-            ours = child.name == PARTITIONS_FILE or (
-                re.fullmatch(r"mesh-\d{5}", child.name) and child.is_dir() and not child.is_symlink()
-                and (child / METADATA_FILE).is_file())
-            if not ours:
-                raise ValueError(f"{out}: holds {child.name}, which meshshard did not write; "
-                                 "refusing to replace it, even with --force")
-            if child.is_dir():
-                check_is_partition(child)  # a mesh's partition and nothing else in it
+
+def _check_is_partitions(out: Path) -> None:
+    """Raise unless ``out`` holds a dataset's partitions (``partitions.json`` and ``mesh-NNNNN``
+    partition folders, each only a partition) or one partition, and nothing else."""
+    from ._format import METADATA_FILE, check_is_partition
+
+    if not (out / PARTITIONS_FILE).is_file():
+        check_is_partition(out)
         return
-    check_output_dir(out, force)
+    for child in out.iterdir():
+        ours = child.name == PARTITIONS_FILE or (
+            re.fullmatch(r"mesh-\d{5}", child.name) and child.is_dir() and not child.is_symlink()
+            and (child / METADATA_FILE).is_file())
+        if not ours:
+            raise ValueError(f"{out}: holds {child.name}, which meshshard did not write; "
+                             "refusing to replace it, even with --force")
+        if child.is_dir():
+            check_is_partition(child)  # a mesh's partition and nothing else in it

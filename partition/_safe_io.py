@@ -5,11 +5,15 @@ numpy and the standard library only. Three concerns, one function each:
 - **Replacing a folder** (``--force``): :func:`check_destination` decides whether ``out`` may be
   written (absent, an empty folder, or with ``force`` a folder that the caller's ``is_ours``
   accepts; never the current folder, one of its parents, or a folder holding an input), after
-  recovering from an interrupted replace. :func:`write_folder` then fills a staging folder next
-  to ``out`` and swaps it in: rename the old folder aside, rename the new one in, delete the
-  old. A crash at any point leaves either the old or the new folder whole: before the first
-  rename ``out`` is the old one, after the second it is the new one, and in between the old one
-  is whole under its aside name, which the next run renames back (:func:`recover_interrupted`).
+  recovering from an interrupted replace. It is the one rule of every command's output folder
+  (a partition, a dataset, a dataset's partitions, a run, a prediction: :mod:`._kinds`); each
+  passes its own ``is_ours`` and the words of its refusals (:class:`Refusals`); a run and a
+  prediction, written in place, skip what only a folder replaced whole needs.
+  :func:`write_folder` then fills a staging folder next to ``out`` and swaps it in: rename the
+  old folder aside, rename the new one in, delete the old. A crash at any point leaves either
+  the old or the new folder whole: before the first rename ``out`` is the old one, after the
+  second it is the new one, and in between the old one is whole under its aside name, which the
+  next run renames back (:func:`recover_interrupted`).
   Staging and aside folders are siblings of ``out`` named ``.NAME.meshshard-new-PID`` and
   ``.NAME.meshshard-old-PID``; the next run removes those of dead processes and says so.
 - **Reading files named by metadata**: :func:`read_inside` reads only a regular file inside a
@@ -38,6 +42,7 @@ import zipfile
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -45,6 +50,7 @@ import numpy as np
 
 __all__ = [
     "MAX_EXPANSION",
+    "Refusals",
     "check_apart",
     "check_destination",
     "check_input_folders",
@@ -136,41 +142,88 @@ def recover_interrupted(out: str | os.PathLike[str]) -> list[str]:
     return notes
 
 
+@dataclass(frozen=True)
+class Refusals:
+    """The words of :func:`check_destination`'s refusals, one ``str.format`` template each (of
+    ``{out}``, and ``{input}`` for ``holds_input``); ``not_empty`` may instead be a function of
+    the folder that returns the whole message. The defaults are a partition folder's."""
+
+    #: ``out`` is the current folder or one of its parents.
+    current: str = ("{out}: is the current folder or one of its parents; refusing to write there "
+                    "(give a new folder)")
+    #: ``out`` is, or holds, the input ``{input}``.
+    holds_input: str = "{out}: holds the input {input}; refusing to write there"
+    #: ``out`` is a symbolic link (to a folder or not, or dangling).
+    link: str = "{out}: is a symbolic link; refusing to replace it"
+    #: ``out`` is a file, or anything else that is not a folder.
+    not_folder: str = "{out}: exists and is not a folder"
+    #: ``out`` holds something and ``force`` was not given.
+    not_empty: str | Callable[[Path], str] = "{out}: exists and is not empty (pass --force to replace it)"
+
+
 def check_destination(
     out: str | os.PathLike[str],
     *,
     force: bool,
     is_ours: Callable[[Path], None],
     inputs: Sequence[str | os.PathLike[str]] = (),
+    in_place: bool = False,
+    holds: Callable[[Path], bool] | None = None,
+    ours_first: bool = False,
+    refusals: Refusals | None = None,
 ) -> list[str]:
-    """Raise unless ``out`` may be written by :func:`write_folder`; returns the notes of
-    :func:`recover_interrupted`, which runs first.
+    """Raise a one-line ``ValueError`` unless ``out`` may be written; the one rule of every
+    command's output folder, whose kind says only what is its own (``is_ours``) and in which words.
 
-    ``out`` may be absent, an empty folder, or (with ``force``) a folder that ``is_ours``
-    accepts: ``is_ours(folder)`` raises ``ValueError`` saying why the folder is not one of
-    ours. Never the current folder or one of its parents, nor a folder that holds an input.
+    In this order:
+
+    1. ``out`` is never the current folder or one of its parents (a folder replaced whole is
+       renamed aside, see :func:`staged_folder`; not ``in_place``), nor a folder that is or
+       holds one of ``inputs``.
+    2. What an interrupted replace of ``out`` left is tidied or put back
+       (:func:`recover_interrupted`; not ``in_place``, where nothing is set aside).
+    3. ``out`` is never a link, nor a file.
+    4. An absent ``out``, or one that holds nothing (``holds(out)`` false; by default, an empty
+       folder), may be written.
+    5. Else, with ``ours_first``, ``is_ours(out)`` is asked first (what is not ours is refused
+       even without ``force``); without ``force``, ``out`` is refused (``refusals.not_empty``);
+       with it, ``is_ours(out)`` must accept it: it raises ``ValueError`` saying why the folder is
+       not one of ours.
+
+    Args:
+        in_place: ``out`` is written in place, its own files replaced one by one (a run, a
+            prediction), not replaced whole by :func:`write_folder`.
+        holds: Whether ``out`` holds something to replace (default: any entry).
+        refusals: The words of each refusal (default: a partition folder's).
+
+    Returns:
+        The notes of :func:`recover_interrupted`, one per action (none ``in_place``).
     """
     out = Path(out)
+    refusals = refusals or Refusals()
     where = out.resolve()
     cwd = Path.cwd().resolve()
-    if where == cwd or where in cwd.parents:
-        raise ValueError(f"{out}: is the current folder or one of its parents; refusing to "
-                         "write there (give a new folder)")
+    if not in_place and (where == cwd or where in cwd.parents):
+        raise ValueError(refusals.current.format(out=out))
     for given in inputs:
         if Path(given).resolve().is_relative_to(where):
-            raise ValueError(f"{out}: holds the input {given}; refusing to write there")
-    notes = recover_interrupted(out)
+            raise ValueError(refusals.holds_input.format(out=out, input=given))
+    notes = [] if in_place else recover_interrupted(out)
     if out.is_symlink():
-        raise ValueError(f"{out}: is a symbolic link; refusing to replace it")
+        raise ValueError(refusals.link.format(out=out))
     if not out.exists():
         return notes
     if not out.is_dir():
-        raise ValueError(f"{out}: exists and is not a folder")
-    if not any(out.iterdir()):
+        raise ValueError(refusals.not_folder.format(out=out))
+    if not (holds(out) if holds is not None else any(out.iterdir())):
         return notes
+    if ours_first:
+        is_ours(out)
     if not force:
-        raise ValueError(f"{out}: exists and is not empty (pass --force to replace it)")
-    is_ours(out)
+        words = refusals.not_empty
+        raise ValueError(words(out) if callable(words) else words.format(out=out))
+    if not ours_first:
+        is_ours(out)
     return notes
 
 

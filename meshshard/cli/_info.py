@@ -81,12 +81,6 @@ def describe_prediction(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-#: The file that marks each kind of folder info describes, in the order its messages name them
-#: (a dataset's partitions are a folder with partitions.json, which an error need not name).
-_MARKERS = {"partition": "partition.json", "dataset": "dataset.json", "run": "checkpoint.pt",
-            "prediction": "metrics.json"}
-
-
 def _either(words: list[str]) -> str:
     return ", ".join(words[:-1]) + " or " + words[-1]
 
@@ -94,18 +88,25 @@ def _either(words: list[str]) -> str:
 def _not_described(path: Path) -> str | None:
     """Why ``meshshard info`` cannot describe ``path`` (a file, or a folder of none of its kinds);
     None when it may be one of them, or is missing (the partition layer's error says so)."""
-    kinds = f"a {_either(list(_MARKERS))} folder"
+    from meshshard.partition import FOLDER_KINDS, kinds_of
+
+    # the kinds info describes, in the table's order; a dataset's partitions (a folder with
+    # partitions.json) an error need not name
+    named = [kind for kind in FOLDER_KINDS.values() if kind.name != "partitions"]
+    kinds = f"a {_either([kind.name for kind in named])} folder"
     if path.exists() and not path.is_dir():
         return f"{path}: is a file; meshshard info takes a folder ({kinds})"
-    if path.is_dir() and not any((path / name).exists() for name in (*_MARKERS.values(), "partitions.json")):
-        return f"{path}: not {kinds} (no {_either(list(_MARKERS.values()))} in it)"
+    if path.is_dir() and not kinds_of(path):
+        return f"{path}: not {kinds} (no {_either([kind.marker for kind in named])} in it)"
     return None
 
 
 def _is_prediction(path: Path) -> bool:
     """A folder with metrics.json and none of a partition or dataset folder's own files."""
-    return (path / "metrics.json").exists() and not any(
-        (path / name).exists() for name in ("partition.json", "dataset.json", "partitions.json"))
+    from meshshard.partition import kinds_of
+
+    found = {kind.name for kind in kinds_of(path)}
+    return "prediction" in found and not found & {"partition", "dataset", "partitions"}
 
 
 def _fail(message: str) -> int:
@@ -118,7 +119,9 @@ def _cmd_info(args: argparse.Namespace) -> int:
     why = _not_described(path)
     if why is not None:
         return _fail(why)
-    run = (path / "checkpoint.pt").is_file()
+    from meshshard.partition import FOLDER_KINDS
+
+    run = (path / FOLDER_KINDS["run"].marker).is_file()
     if not run and not _is_prediction(path):
         from ._partition import _cmd_info as partition_info
 

@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from meshshard.partition import check_output_folder
+from meshshard.partition import Refusals, check_destination
 
 from ._checkpoint import load_checkpoint, peek
 
@@ -74,38 +74,54 @@ EXACTNESS_KEYS = ("model", "model_args", "latent_size", "hidden_layers", "messag
                   "precision", "seed", "data_parallel")
 
 
-def check_run_folder(out: str | os.PathLike[str], resume: bool, force: bool) -> list[Path]:
-    """Raise a one-line ``ValueError`` unless RUN may be used as asked; return what ``--force``
-    must delete (our files only)."""
-    if resume and force:
-        raise ValueError("Expected --resume or --force, not both (--resume continues RUN, --force starts it over)")
-    out = check_output_folder(out)
-    ckpt = out / CHECKPOINT
-    ours = [out / name for name in RUN_FILES if (out / name).is_file() and not (out / name).is_symlink()]
+def _holds_a_run(out: Path) -> str:
+    """The refusal of a RUN that holds a run, without ``--resume`` or ``--force``."""
+    if not (out / CHECKPOINT).is_file():  # a run that stopped before its first checkpoint: nothing to continue
+        return f"{out}: holds a run that stopped before it saved a checkpoint (log.jsonl); pass --force to start over"
+    held = [name for name in (CHECKPOINT, LOG) if (out / name).is_file()]
+    return f"{out}: holds a run ({', '.join(held)}); pass --resume to continue it or --force to start over"
+
+
+#: A run folder's words for ``check_destination``'s refusals.
+_REFUSALS = Refusals(link="{out}: exists and is not a folder", not_empty=_holds_a_run)
+
+
+def _holds_run_files(out: Path) -> bool:
+    return any((out / name).exists() or (out / name).is_symlink() for name in RUN_FILES)
+
+
+def _check_is_a_run(out: Path) -> None:
+    """Raise unless the files of :data:`RUN_FILES` in ``out`` are a run's (:func:`why_not_a_run`)."""
     for name in RUN_FILES:
         if (out / name).is_symlink() or (out / name).exists() and not (out / name).is_file():
             raise ValueError(f"{out}: holds {name}, which is not a file meshshard train wrote (a link or a folder); "
                              "refusing to write over it: pick another --out")
-    if ours:
-        not_ours = why_not_a_run(out)
-        if not_ours:
-            raise ValueError(f"{out}: holds {not_ours}; refusing to write over it, even with --force: pick another --out")
+    not_ours = why_not_a_run(out)
+    if not_ours:
+        raise ValueError(f"{out}: holds {not_ours}; refusing to write over it, even with --force: pick another --out")
+
+
+def check_run_folder(out: str | os.PathLike[str], resume: bool, force: bool) -> list[Path]:
+    """Raise a one-line ``ValueError`` unless RUN may be used as asked; return what ``--force``
+    must delete (our files only).
+
+    ``meshshard.partition.check_destination``'s rule for a folder written in place: RUN may hold
+    anything besides :data:`RUN_FILES`; files by those names must be a run's, even with ``--force``.
+    """
+    if resume and force:
+        raise ValueError("Expected --resume or --force, not both (--resume continues RUN, --force starts it over)")
+    out = Path(out)
+    check_destination(out, force=force or resume,  # --resume, like --force, takes a RUN that holds a run
+                      is_ours=_check_is_a_run, in_place=True, holds=_holds_run_files, ours_first=True,
+                      refusals=_REFUSALS)
     if resume:
-        if not ckpt.is_file():
+        if not (out / CHECKPOINT).is_file():
             if (out / LOG).is_file():
                 raise ValueError(f"{out}: nothing to resume (no checkpoint.pt): the run stopped before it saved one; "
                                  "pass --force instead of --resume to start it over")
             raise ValueError(f"{out}: nothing to resume (no checkpoint.pt); run without --resume to start")
         return []
-    held = [p.name for p in ours if p.name in (CHECKPOINT, LOG)]
-    if held and not force:
-        if not ckpt.is_file():  # a run that stopped before its first checkpoint: nothing to continue
-            raise ValueError(f"{out}: holds a run that stopped before it saved a checkpoint (log.jsonl); pass "
-                             "--force to start over")
-        raise ValueError(
-            f"{out}: holds a run ({', '.join(held)}); pass --resume to continue it or --force to start over"
-        )
-    return ours if force else []
+    return [out / name for name in RUN_FILES if (out / name).is_file()] if force else []
 
 
 def why_not_a_run(out: Path) -> str | None:

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from meshshard.comm import directory_lookup, gather_rows, init_distributed, is_peer_failure, sum_across
-from meshshard.partition import (check_apart, check_input_folders, check_output_folder, check_partition_matches,
+from meshshard.partition import (Refusals, check_apart, check_destination, check_input_folders, check_partition_matches,
                                  open_dataset, plural, read_json_inside)
 
 from ..tasks import DatasetReader, Normaliser, get_task
@@ -155,27 +155,30 @@ def _written_here(out: Path) -> tuple[list[str], bool] | None:
     return names, meta.get("complete") is not False
 
 
-def check_prediction_folder(out: Path, force: bool) -> list[Path]:
-    """Refuse an existing non-empty PRED unless ``force``; with ``force`` return what to delete:
-    the files and piece folders that PRED's ``metrics.json`` lists, and that file (anything else
-    there, or no such record, refuses)."""
-    if not check_output_folder(out).exists():
-        return []
-    entries = list(out.iterdir())
-    if not entries:
-        return []
+def _holds_a_prediction(out: Path) -> str:
+    """The refusal of a PRED that holds something, without ``--force``."""
     record = _written_here(out)
-    if not force:
-        if record is not None and not record[1]:
-            raise ValueError(f"{out}: holds a prediction that stopped part-way ({METRICS_FILE} lists the samples it "
-                             "finished); pass --force to replace it")
-        raise ValueError(f"{out}: exists and is not empty (pass --force to replace earlier predictions)")
+    if record is not None and not record[1]:
+        return (f"{out}: holds a prediction that stopped part-way ({METRICS_FILE} lists the samples it finished); "
+                "pass --force to replace it")
+    return f"{out}: exists and is not empty (pass --force to replace earlier predictions)"
+
+
+#: A prediction folder's words for ``check_destination``'s refusals.
+_REFUSALS = Refusals(link="{out}: exists and is not a folder", not_empty=_holds_a_prediction)
+
+
+def _check_is_a_prediction(out: Path) -> None:
+    """Raise unless everything in PRED is what its ``metrics.json`` says predict wrote there."""
+    entries = list(out.iterdir())
     for path in entries:
         if path.is_symlink():
             raise ValueError(f"{out}: holds a link ({path.name}); refusing to replace it, even with --force")
         if not (path.is_file() and (_OUR_FILE.match(path.name) or path.name in (METRICS_FILE, METRICS_FILE + ".part"))
                 or path.is_dir() and _OUR_FOLDER.match(path.name)):
-            raise ValueError(f"{out}: holds {path.name}, which meshshard predict did not write; refusing to replace it, even with --force")
+            raise ValueError(f"{out}: holds {path.name}, which meshshard predict did not write; refusing to replace "
+                             "it, even with --force")
+    record = _written_here(out)
     if record is None:
         raise ValueError(f"{out}: holds no {METRICS_FILE} of meshshard predict's, so none of its files is known to be "
                          "ours; refusing to replace them, even with --force")
@@ -184,10 +187,19 @@ def check_prediction_folder(out: Path, force: bool) -> list[Path]:
         if path.name not in ours:
             raise ValueError(f"{out}: holds {path.name}, which meshshard predict did not write (its {METRICS_FILE} does not "
                              "list it); refusing to replace it, even with --force")
-        if path.is_dir() and not all(p.is_file() and not p.is_symlink() and _PIECE.match(p.name) for p in path.iterdir()):
+        if path.is_dir() and not all(p.is_file() and not p.is_symlink() and _PIECE.match(p.name)
+                                     for p in path.iterdir()):
             raise ValueError(f"{out}: holds {path.name}/ with files meshshard predict did not write; refusing to replace it, "
                              "even with --force")
-    return entries
+
+
+def check_prediction_folder(out: Path, force: bool) -> list[Path]:
+    """Refuse an existing non-empty PRED unless ``force``; with ``force`` return what to delete:
+    the files and piece folders that PRED's ``metrics.json`` lists, and that file (anything else
+    there, or no such record, refuses). ``meshshard.partition.check_destination``'s rule for a
+    folder written in place."""
+    check_destination(out, force=force, is_ours=_check_is_a_prediction, in_place=True, refusals=_REFUSALS)
+    return list(Path(out).iterdir()) if force and Path(out).is_dir() else []
 
 
 def _write_metrics(out: Path, record: dict[str, Any]) -> None:

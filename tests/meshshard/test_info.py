@@ -140,3 +140,13 @@ def test_info_describes_a_prediction_finished_stopped_part_way_or_of_an_older_ve
     (tmp_path / "link" / "metrics.json").symlink_to(pred / "metrics.json")
     assert main(["info", str(tmp_path / "link")]) == 2
     assert "Expected a file inside the folder" in capsys.readouterr().err
+
+
+def test_the_kinds_table_names_the_run_layers_own_files() -> None:
+    """partition may not import meshshard.run, so its table of folder kinds states a run's and a
+    prediction's marker files again: they must be the ones meshshard.run writes."""
+    from meshshard.partition import FOLDER_KINDS
+    from meshshard.run import CHECKPOINT, METRICS_FILE
+
+    assert FOLDER_KINDS["run"].marker == CHECKPOINT
+    assert FOLDER_KINDS["prediction"].marker == METRICS_FILE

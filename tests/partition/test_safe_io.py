@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from meshshard.cli import main
@@ -162,3 +164,135 @@ def test_a_fifo_never_hangs_load_verify_or_plot(two, tmp_path: Path, capsys) -> 
     assert main(["partition", str(tmp_path / "in.npy"), "-k", "2", "-o", str(tmp_path / "q"),
                  "-q"]) == 2
     assert "is not a regular file" in capsys.readouterr().err
+
+
+# one output guard for every kind of folder ---------------------------------------------------
+
+def _refuse(folder: Path) -> None:
+    raise ValueError(f"{folder}: not ours")
+
+
+def _accept(folder: Path) -> None:
+    return None
+
+
+def test_check_destination_absent_or_empty_may_be_written_and_a_full_one_needs_force(tmp_path: Path) -> None:
+    from meshshard.partition import check_destination
+
+    out = tmp_path / "out"
+    asked = []
+    assert check_destination(out, force=False, is_ours=asked.append) == []  # absent
+    out.mkdir()
+    assert check_destination(out, force=False, is_ours=asked.append) == []  # empty
+    (out / "x").write_text("x")
+    with pytest.raises(ValueError, match=r"^.*out: exists and is not empty \(pass --force to replace it\)$"):
+        check_destination(out, force=False, is_ours=asked.append)
+    assert asked == []  # never asked without force, nor of an absent or empty folder
+    assert check_destination(out, force=True, is_ours=asked.append) == [] and asked == [out]
+    with pytest.raises(ValueError, match=r"out: not ours$"):
+        check_destination(out, force=True, is_ours=_refuse)
+    assert (out / "x").read_text() == "x"
+
+
+def test_check_destination_refuses_a_link_a_file_the_cwd_and_a_folder_holding_an_input(
+        tmp_path: Path, monkeypatch) -> None:
+    from meshshard.partition import check_destination
+
+    (tmp_path / "real").mkdir()
+    for link, target in (("link", "real"), ("dangling", "gone")):
+        (tmp_path / link).symlink_to(tmp_path / target)
+        with pytest.raises(ValueError, match=rf"{link}: is a symbolic link; refusing to replace it$"):
+            check_destination(tmp_path / link, force=True, is_ours=_accept)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match=r"file: exists and is not a folder$"):
+        check_destination(tmp_path / "file", force=True, is_ours=_accept)
+    (tmp_path / "real" / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "real" / "sub")
+    for where in (".", "..", str(tmp_path)):
+        with pytest.raises(ValueError, match=r"is the current folder or one of its parents; refusing to write there "
+                                             r"\(give a new folder\)$"):
+            check_destination(where, force=True, is_ours=_accept)
+    monkeypatch.chdir(tmp_path)
+    for given in (tmp_path / "real", tmp_path / "real" / "sub" / "mesh.vtu"):  # the input itself, or inside
+        message = rf"real: holds the input {re.escape(str(given))}; refusing to write there$"
+        with pytest.raises(ValueError, match=message):
+            check_destination(tmp_path / "real", force=True, is_ours=_accept, inputs=[tmp_path / "x.vtu", given])
+    check_destination(tmp_path / "real-2", force=True, is_ours=_accept, inputs=[tmp_path / "real"])  # a mere prefix
+
+
+def test_check_destination_in_place_keeps_the_cwd_and_leftovers_and_asks_only_what_it_holds(
+        tmp_path: Path, monkeypatch) -> None:
+    """A folder written in place (a run, a prediction) is never renamed: the current folder may be
+    one, nothing is recovered, and only what ``holds`` says counts as something to replace."""
+    import subprocess
+
+    from meshshard.partition import check_destination
+
+    out = tmp_path / "out"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (tmp_path / f".out.meshshard-old-{dead.pid}").mkdir()  # what an interrupted replace left
+    assert check_destination(out, force=False, is_ours=_refuse, in_place=True) == []
+    assert (tmp_path / f".out.meshshard-old-{dead.pid}").is_dir() and not out.exists()
+    assert check_destination(out, force=False, is_ours=_refuse) == [
+        f"{out}: restored from .out.meshshard-old-{dead.pid}, left by an interrupted --force"]
+    (out / "notes.txt").write_text("mine")
+    monkeypatch.chdir(out)
+    holds_run = lambda folder: (folder / "run.pt").exists()  # noqa: E731
+    assert check_destination(".", force=False, is_ours=_refuse, in_place=True, holds=holds_run) == []
+    (out / "run.pt").write_text("x")
+    with pytest.raises(ValueError, match="exists and is not empty"):
+        check_destination(".", force=False, is_ours=_refuse, in_place=True, holds=holds_run)
+    with pytest.raises(ValueError, match="not ours"):  # ours_first: what is not ours is refused, force or not
+        check_destination(".", force=False, is_ours=_refuse, in_place=True, holds=holds_run, ours_first=True)
+    assert check_destination(".", force=True, is_ours=_accept, in_place=True, holds=holds_run, ours_first=True) == []
+
+
+def test_check_destination_says_each_refusal_in_the_words_given(tmp_path: Path, monkeypatch) -> None:
+    from meshshard.partition import Refusals, check_destination
+
+    words = Refusals(current="{out}: here", holds_input="{out}: has {input}", link="{out}: a link",
+                     not_folder="{out}: a file",
+                     not_empty=lambda folder: f"{folder}: holds {len(list(folder.iterdir()))}")
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "x").write_text("x")
+    (tmp_path / "f").write_text("x")
+    (tmp_path / "l").symlink_to(d)
+    for out, inputs, message in ((d, [d / "x"], f"{d}: has {d / 'x'}"),
+                                 (tmp_path / "l", [], f"{tmp_path / 'l'}: a link"),
+                                 (tmp_path / "f", [], f"{tmp_path / 'f'}: a file"),
+                                 (d, [], f"{d}: holds 1")):
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            check_destination(out, force=False, is_ours=_accept, inputs=inputs, refusals=words)
+    monkeypatch.chdir(d)
+    with pytest.raises(ValueError, match=r"^\.: here$"):
+        check_destination(".", force=False, is_ours=_accept, refusals=words)
+
+
+def test_a_datasets_output_is_checked_after_an_interrupted_replace_is_put_back(tmp_path: Path, monkeypatch) -> None:
+    """The old dataset an interrupted --force set aside is restored before the check, so a rerun
+    without --force is refused rather than replacing it; a dataset's partitions are never written
+    over the current folder, --force or not."""
+    import subprocess
+
+    from meshshard.partition import write_dataset
+    from meshshard.partition._dataset import check_dataset_output
+    from meshshard.partition._dataset_build import _check_parts_output
+
+    from .conftest import grid_triangles
+
+    pts, tri = grid_triangles(5, 4)
+    data = write_dataset(tmp_path / "d", np.ones((2, len(pts), 1)), np.ones((2, len(pts), 1)), pos=pts,
+                         cells=[("triangle", tri)])
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    os.rename(data, tmp_path / f".d.meshshard-old-{dead.pid}")
+    with pytest.raises(ValueError, match=r"d: exists and is not empty \(pass --force to replace a dataset folder\)$"):
+        check_dataset_output(data, False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "partitions.json").write_text("{}")
+    monkeypatch.chdir(tmp_path / "p")
+    with pytest.raises(ValueError, match="is the current folder or one of its parents"):
+        _check_parts_output(Path("."), True)
