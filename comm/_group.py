@@ -44,8 +44,8 @@ def is_distributed() -> bool:
 
 def _sends(group: Any) -> bool:
     """Whether a collective on ``group`` involves another rank: a process group is up and the group
-    has more than one rank."""
-    return is_distributed() and dist.get_world_size(group) != 1
+    has more than one rank (``get_world_size`` is -1 on a rank outside ``group``, which sends nothing)."""
+    return is_distributed() and dist.get_world_size(group) > 1
 
 
 def backend_name(group: Any = None) -> str | None:
