@@ -461,6 +461,7 @@ class ShardTensor:
 
     def to_dtensor(self, placement: str = "shard", device_mesh: Any = None) -> Any:
         """A DTensor: ``"shard"`` (``Shard(0)``; needs the chunked layout) or ``"replicate"``."""
+        # DTensor interop: torch's DTensor types and placements; nothing is sent by importing them
         from torch.distributed.tensor import DTensor, Replicate, Shard
 
         mesh = device_mesh if device_mesh is not None else _device_mesh(self._spec.group, self.device)
@@ -485,6 +486,7 @@ class ShardTensor:
         With ``spec``, the result is laid out by it (a redistribute for ``Shard(0)``, a local slice
         for ``Replicate()``, which needs ``spec``).
         """
+        # DTensor interop: torch's DTensor types and placements; nothing is sent by importing them
         from torch.distributed.tensor import Replicate, Shard
 
         placements = tuple(dtensor.placements)
