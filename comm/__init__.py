@@ -15,7 +15,16 @@ gloo (CPU) and NCCL (GPU):
 - :func:`sum_across`, :func:`max_across`, :func:`gather_rows`, :func:`directory_lookup`: numpy
   arrays across ranks (reports, prediction files);
 - :func:`launch_local`: start R local ranks as torchrun would (commands run without torchrun);
-  :func:`is_peer_failure`: whether an error came from a dead or stopped peer.
+  :func:`is_peer_failure`: whether an error came from a dead or stopped peer;
+- the process group itself, plain (not autograd-aware) calls for bookkeeping:
+  :func:`is_distributed`, :func:`backend_name`, :func:`group_ranks`, :func:`all_reduce_sum`,
+  :func:`all_reduce_max`, :func:`broadcast_tensor`, :func:`all_gather_stacked`,
+  :func:`all_gather_objects`, :func:`barrier`, :func:`agree_on_first_error` (one rank's error
+  raised on every rank), :func:`shutdown`; :func:`torch_device_mesh` (the ``("domain", "data")``
+  mesh FSDP2 takes);
+- process-wide switches and counters: :func:`set_debug` / :func:`debug_enabled` (the cross-rank
+  argument checks), :func:`note_replicated_result` / :func:`replicated_results` (how many values
+  made by global reductions), :func:`record_collective` (count a call under a name of one's own).
 
 Groups: ``group=None`` means the default (world) group, everywhere. A group of one rank inside a
 larger world is a real single-rank group (``init_device_mesh_2d`` makes one for pure data or pure
@@ -36,6 +45,9 @@ from ._collectives import (
     indexed_all_to_all_v,
     release_workspace,
     scatter_v,
+    debug_enabled,
+    note_replicated_result,
+    replicated_results,
     set_debug,
     sum_gradients,
     sum_to_replicated,
@@ -47,9 +59,23 @@ from ._context import (
     init_distributed,
     is_peer_failure,
     local_ranks_backend,
+    torch_device_mesh,
 )
 from ._arrays import directory_lookup, exchange_counts, gather_rows, max_across, sum_across
-from ._counter import CollectiveCall, CollectiveLog, count_collectives
+from ._counter import CollectiveCall, CollectiveLog, count_collectives, record_collective
+from ._group import (
+    agree_on_first_error,
+    all_gather_objects,
+    all_gather_stacked,
+    all_reduce_max,
+    all_reduce_sum,
+    backend_name,
+    barrier,
+    broadcast_tensor,
+    group_ranks,
+    is_distributed,
+    shutdown,
+)
 from ._halo import HaloPlan
 from ._launch import RankFailed, Terminated, fix_mmap_threshold, free_port, launch_local
 from ._slurm import expand_hostlist, first_slurm_host
@@ -89,4 +115,20 @@ __all__ = [
     "gather_rows",
     "exchange_counts",
     "directory_lookup",
+    "debug_enabled",
+    "note_replicated_result",
+    "replicated_results",
+    "record_collective",
+    "torch_device_mesh",
+    "is_distributed",
+    "backend_name",
+    "group_ranks",
+    "all_reduce_sum",
+    "all_reduce_max",
+    "broadcast_tensor",
+    "all_gather_stacked",
+    "all_gather_objects",
+    "barrier",
+    "agree_on_first_error",
+    "shutdown",
 ]

@@ -50,6 +50,9 @@ __all__ = [
     "gather_v",
     "scatter_v",
     "set_debug",
+    "debug_enabled",
+    "note_replicated_result",
+    "replicated_results",
     "group_rank_and_size",
     "release_workspace",
     "communication_device",
@@ -70,6 +73,13 @@ def set_debug(enabled: bool) -> None:
     """
     global _debug
     _debug = bool(enabled)
+
+
+def debug_enabled() -> bool:
+    """Whether the cross-rank argument check is on (:func:`set_debug`, else ``MESHSHARD_DEBUG``),
+    read at call time: for layers above that run checks of their own under the same switch
+    (``DomainParallel`` compares parameters across ranks)."""
+    return _debug
 
 
 def group_rank_and_size(group: Any = None) -> tuple[int, int]:
@@ -385,14 +395,31 @@ class _ScatterV(Function):
 
 
 #: How many replicated results (global reductions) this process has made: DomainParallel looks
-#: for parameters used on them only when a forward made one (``[count]``, a mutable cell).
+#: for parameters used on them only when a forward made one (``[count]``, a mutable cell; read and
+#: bumped through :func:`replicated_results` and :func:`note_replicated_result`).
 REPLICATED_RESULTS = [0]
+
+
+def note_replicated_result() -> None:
+    """Count one more replicated result: a value made by a global reduction that every rank holds
+    whole (:func:`sum_to_replicated` counts itself; ``ShardTensor.full_tensor`` calls this).
+
+    Local, no communication. :func:`replicated_results` reads the count."""
+    REPLICATED_RESULTS[0] += 1
+
+
+def replicated_results() -> int:
+    """How many replicated results this process has made so far (:func:`note_replicated_result`).
+
+    ``DomainParallel`` compares it before and after a forward: only a forward that made one can
+    have parameters used on globally reduced values, whose gradient it then counts once."""
+    return REPLICATED_RESULTS[0]
 
 
 class _SumToReplicated(Function):
     @staticmethod
     def forward(ctx: Any, x: Tensor, group: Any) -> Tensor:
-        REPLICATED_RESULTS[0] += 1
+        note_replicated_result()
         world = dist.get_world_size(group) if dist.is_initialized() else 1
         nbytes = x.numel() * x.element_size()
         record(CollectiveCall("sum_to_replicated", "forward", nbytes if world > 1 else 0, nbytes if world > 1 else 0, world))

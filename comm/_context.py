@@ -44,7 +44,7 @@ import torch.distributed as dist
 from ._slurm import first_slurm_host
 
 __all__ = ["DistributedContext", "init_distributed", "local_ranks_backend", "DeviceMesh2D", "init_device_mesh_2d",
-           "is_peer_failure"]
+           "is_peer_failure", "torch_device_mesh"]
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -383,6 +383,24 @@ def init_device_mesh_2d(
             if k == domain_rank:
                 data_group = group
     return DeviceMesh2D(data_size, domain_parallel_size, data_rank, domain_rank, data_group, domain_group)
+
+
+def torch_device_mesh(mesh: DeviceMesh2D | None, device_type: str = "cpu") -> Any:
+    """A torch ``DeviceMesh`` over the world with dims ``("domain", "data")``: row ``k`` holds the data
+    group of domain rank ``k``, so the last dim runs over a data group and the first over a domain
+    group (``meshshard.nn.fsdp_device_mesh`` hands it to FSDP2). ``mesh=None``: the whole world is
+    one domain group, ``(R, 1)``. ``mesh`` must cover the world.
+
+    Every rank must call it: the ``DeviceMesh`` creates a process group per row and per column
+    (``new_group``, collective over the default group).
+    """
+    from torch.distributed.device_mesh import DeviceMesh
+
+    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    dp, domain = (1, world) if mesh is None else (mesh.data_parallel_size, mesh.domain_parallel_size)
+    # global rank g = data_rank * domain + domain_rank; row k = the data group of domain rank k
+    layout = torch.arange(world).reshape(dp, domain).T.contiguous()
+    return DeviceMesh(device_type, layout, mesh_dim_names=("domain", "data"))
 
 
 def is_peer_failure(err: BaseException) -> bool:

@@ -14,7 +14,8 @@ the backward"); users can use it to see what a model sends::
 Every call of a public collective is recorded once, as a logical call: in a world of one, calls are
 recorded too (with ``world_size=1`` and no bytes sent), so a count does not depend on the number of
 ranks. Recording is process-wide and thread-safe (CUDA backward passes run on autograd's device
-threads), and logs may nest.
+threads), and logs may nest. A layer that sends through comm's plain calls under a name of its own
+(``DomainParallel``'s gradient buckets) records that call with :func:`record_collective`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-__all__ = ["CollectiveCall", "CollectiveLog", "count_collectives"]
+__all__ = ["CollectiveCall", "CollectiveLog", "count_collectives", "record_collective"]
 
 
 @dataclass(frozen=True)
@@ -99,3 +100,12 @@ def record(call: CollectiveCall) -> None:
     with _lock:
         for log in _active:
             log.calls.append(call)
+
+
+def record_collective(call: CollectiveCall) -> None:
+    """Add ``call`` to every open :func:`count_collectives` log (a no-op when none is open).
+
+    For a logical call that a layer above comm builds from comm's plain collectives and counts under
+    a name of its own (``DomainParallel``'s gradient buckets, ``ddp_comm_hook``). Local, no
+    communication."""
+    record(call)

@@ -99,16 +99,16 @@ class ShardGraph:
         What ``torch_geometric.nn.PNAConv`` takes as ``deg`` (its ``get_degree_histogram`` on the
         whole graph). Communication: two small ``all_reduce`` (plus :meth:`in_degree`'s exchange).
         """
-        import torch.distributed as dist
+        from meshshard.comm import all_reduce_max, all_reduce_sum
 
         deg = self.in_degree()[: self.num_owned]
         top = torch.tensor([int(deg.max()) + 1 if deg.numel() else 0])
-        grouped = dist.is_initialized() and self.spec.world_size > 1
+        grouped = self.spec.world_size > 1  # and a process group: without one, both calls send nothing
         if grouped:
-            dist.all_reduce(top, op=dist.ReduceOp.MAX, group=self.spec.group)
+            all_reduce_max(top, group=self.spec.group)
         hist = torch.bincount(deg.cpu(), minlength=int(top)).to(torch.int64)
         if grouped:
-            dist.all_reduce(hist, group=self.spec.group)
+            all_reduce_sum(hist, group=self.spec.group)
         return hist
 
     def dst_lengths(self, num_rows: int) -> Tensor | None:

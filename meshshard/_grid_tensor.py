@@ -454,6 +454,7 @@ class GridTensor:
         Raises:
             ValueError: for a box decomposition or slabs of other sizes (one line, what to use).
         """
+        # DTensor interop: torch's DTensor types and placements; nothing is sent by importing them
         from torch.distributed.tensor import DTensor, Replicate, Shard
 
         from ._tensor import _device_mesh
@@ -478,6 +479,7 @@ class GridTensor:
     def from_dtensor(cls, dtensor: Any, group: Any = None) -> GridTensor:
         """From a DTensor on a 1-D mesh placed ``Shard(k)``, ``k >= 2`` (a slab layout along
         spatial dim ``k - 2`` with ``torch.chunk`` sizes)."""
+        # DTensor interop: torch's DTensor types and placements; nothing is sent by importing them
         from torch.distributed.tensor import Shard
 
         placements = tuple(dtensor.placements)

@@ -54,8 +54,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd import Function
 
-from meshshard.comm import all_gather_v, gather_v, indexed_all_to_all_v, scatter_v, sum_to_replicated
-from meshshard.comm._collectives import REPLICATED_RESULTS
+from meshshard.comm import (all_gather_v, all_reduce_sum, gather_v, indexed_all_to_all_v, note_replicated_result,
+                            scatter_v, sum_to_replicated)
 
 from ._spec import ShardSpec
 
@@ -163,7 +163,7 @@ class _FullTensor(Function):
 
     @staticmethod
     def forward(ctx: Any, local: Tensor, spec: ShardSpec) -> Tensor:
-        REPLICATED_RESULTS[0] += 1
+        note_replicated_result()
         ctx.spec = spec
         with torch.no_grad():
             rows = all_gather_v(local, list(spec.owned_counts), group=spec.group)
@@ -186,11 +186,11 @@ class _SumOfParts(Function):
     @staticmethod
     def forward(ctx: Any, x: Tensor, group: Any) -> Tensor:
         ctx.group = group
-        return _all_reduce(x.clone(), group)
+        return all_reduce_sum(x.clone(), group=group)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        return _all_reduce(grad.clone(), ctx.group), None
+        return all_reduce_sum(grad.clone(), group=ctx.group), None
 
 
 class _RowsUseReplicated(Function):
@@ -208,7 +208,7 @@ class _RowsUseReplicated(Function):
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        return _all_reduce(grad.clone(), ctx.group), None
+        return all_reduce_sum(grad.clone(), group=ctx.group), None
 
 
 _REPLICATING = frozenset({"_SumToReplicatedBackward", "_FullTensorBackward"})
@@ -235,14 +235,6 @@ def _partial_to_whole(args: Any, spec: ShardSpec) -> Any:
     if isinstance(args, Tensor) and args.grad_fn is not None and _from_replicated(args):
         return _RowsUseReplicated.apply(args, spec.group)
     return args
-
-
-def _all_reduce(x: Tensor, group: Any) -> Tensor:
-    import torch.distributed as dist
-
-    if dist.is_initialized() and dist.get_world_size(group) > 1:
-        dist.all_reduce(x, group=group)
-    return x
 
 
 def _inverse(ids: Tensor) -> Tensor:
@@ -469,6 +461,7 @@ class ShardTensor:
 
     def to_dtensor(self, placement: str = "shard", device_mesh: Any = None) -> Any:
         """A DTensor: ``"shard"`` (``Shard(0)``; needs the chunked layout) or ``"replicate"``."""
+        # DTensor interop: torch's DTensor types and placements; nothing is sent by importing them
         from torch.distributed.tensor import DTensor, Replicate, Shard
 
         mesh = device_mesh if device_mesh is not None else _device_mesh(self._spec.group, self.device)
@@ -493,6 +486,7 @@ class ShardTensor:
         With ``spec``, the result is laid out by it (a redistribute for ``Shard(0)``, a local slice
         for ``Replicate()``, which needs ``spec``).
         """
+        # DTensor interop: torch's DTensor types and placements; nothing is sent by importing them
         from torch.distributed.tensor import Replicate, Shard
 
         placements = tuple(dtensor.placements)
@@ -811,6 +805,8 @@ def _batch_norm(
 
 
 def _device_mesh(group: Any, device: torch.device) -> Any:
+    # DTensor interop: a DeviceMesh around a group that exists already (from_group makes none and
+    # sends nothing), so these torch.distributed names stay here rather than in comm.
     import torch.distributed as dist
     from torch.distributed.device_mesh import DeviceMesh
 

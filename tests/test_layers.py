@@ -50,15 +50,6 @@ ROOMS = {
     "run": ("meshshard.cli",),
 }
 
-# Code that reaches into comm's process-wide state (the debug switch, the replicated-result hook,
-# the collective counter) while it is being given public seams in comm by another change. When that
-# lands these pass, and strict=True says so: drop the file from here (and, for _parallel.py, import
-# comm by its absolute name, ``from meshshard.comm import DeviceMesh2D, ...``).
-PENDING_COMM_SEAMS = {
-    "private": {"meshshard/_tensor.py", "meshshard/nn/_parallel.py"},
-    "relative": {"meshshard/nn/_parallel.py"},
-}
-
 
 def _is(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + ".")
@@ -276,11 +267,7 @@ def room_of(path: Path) -> str | None:
 
 
 def _params(files: list[Path], rule: str) -> list:
-    pending = PENDING_COMM_SEAMS.get(rule, set())
-    reason = "reaches into comm's private state; public seams for it are being added to comm"
-    return [pytest.param(path, id=_name(path),
-                         marks=[pytest.mark.xfail(strict=True, reason=reason)] if _name(path) in pending else [])
-            for path in files]
+    return [pytest.param(path, id=_name(path)) for path in files]
 
 
 @functools.cache

@@ -94,6 +94,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def _process_group_up() -> bool:
+    """Whether this rank has a process group up; asked only once torch is loaded, so that a command
+    that never needed torch does not import it just to ask."""
+    from meshshard.comm import is_distributed
+
+    return is_distributed()
+
+
 def entry() -> None:
     """The ``meshshard`` command and ``python -m meshshard``: :func:`main`, then exit with its code.
 
@@ -106,8 +114,7 @@ def entry() -> None:
     except BrokenPipeError:  # ``meshshard info X | head``: the reader has gone, nothing to report
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         code = 141
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
+    if "torch.distributed" in sys.modules and _process_group_up():
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

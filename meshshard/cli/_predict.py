@@ -17,10 +17,9 @@ __all__ = ["register"]
 
 def _predict_worker(cfg_dict: dict[str, Any]) -> None:
     predict(PredictConfig(**cfg_dict))
-    import torch.distributed as dist
+    from meshshard.comm import shutdown
 
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    shutdown()
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -101,11 +101,9 @@ def _check_on_this_rank(features: int) -> None:
 
 
 def _gather_summaries(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    import torch.distributed as dist
+    from meshshard.comm import all_gather_objects
 
-    everyone: list[Any] = [None] * summary["world_size"]
-    dist.all_gather_object(everyone, summary)
-    return everyone
+    return all_gather_objects(summary)
 
 
 def _report(summary: dict[str, Any]) -> None:
@@ -126,11 +124,10 @@ def _report(summary: dict[str, Any]) -> None:
 
 
 def _finish() -> None:
-    import torch.distributed as dist
+    from meshshard.comm import barrier, shutdown
 
-    if dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+    barrier()
+    shutdown()
 
 
 def _run(args: argparse.Namespace) -> int:

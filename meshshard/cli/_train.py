@@ -24,10 +24,9 @@ __all__ = ["register"]
 
 def _train_worker(cfg_dict: dict[str, Any]) -> None:
     train(TrainConfig.from_dict(cfg_dict))
-    import torch.distributed as dist
+    from meshshard.comm import shutdown
 
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    shutdown()
 
 
 def _check_counts(args: Any) -> str | None:

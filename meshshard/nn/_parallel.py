@@ -29,28 +29,32 @@ from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import torch
-import torch.distributed as dist
 from torch import Tensor, nn
+from torch.distributed import GradBucket  # the type DDP hands its hooks (it checks the annotation); sends nothing
 
-from ..comm import DeviceMesh2D, communication_device
-from ..comm import _collectives as _comm_state
-from ..comm._counter import CollectiveCall, record
+from meshshard.comm import (
+    CollectiveCall,
+    DeviceMesh2D,
+    all_gather_objects,
+    all_gather_stacked,
+    all_reduce_sum,
+    broadcast_tensor,
+    communication_device,
+    debug_enabled,
+    group_rank_and_size,
+    record_collective,
+    replicated_results,
+    torch_device_mesh,
+)
 
 __all__ = ["DomainParallel", "ddp_comm_hook", "fsdp_device_mesh", "fully_shard_data_parallel"]
 
 _PREFIX = "module."
 
 
-def _world() -> tuple[int, int]:
-    """(rank, world size) of the default group; ``(0, 1)`` without one."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
 def _data_size(mesh: DeviceMesh2D | None) -> int:
     """The divisor of the world-wide gradient sum: the data-parallel size (1 for ``mesh=None``)."""
-    _, world = _world()
+    _, world = group_rank_and_size()
     if mesh is None:
         return 1
     if not isinstance(mesh, DeviceMesh2D):
@@ -62,11 +66,6 @@ def _data_size(mesh: DeviceMesh2D | None) -> int:
             f"{mesh.domain_parallel_size} domain = {size} ranks)"
         )
     return mesh.data_parallel_size
-
-
-def _debug_enabled() -> bool:
-    """``MESHSHARD_DEBUG`` / :func:`meshshard.comm.set_debug`, read at call time."""
-    return bool(getattr(_comm_state, "_debug", False))
 
 
 class _Bucket:
@@ -186,7 +185,7 @@ class DomainParallel(nn.Module):
         self.module = module
         self.mesh = mesh
         self._data_size = _data_size(mesh)
-        self._rank, self._world = _world()
+        self._rank, self._world = group_rank_and_size()
         named = _unique_parameters(module)
         self._names = [name for name, _ in named]
         self._params = [p for _, p in named]
@@ -217,12 +216,12 @@ class DomainParallel(nn.Module):
         the backward that follows (summed over the domain group, averaged over the data group)."""
         if self._queued:  # a backward stopped half-way (an error): drop its reduction
             self._abandon()
-        if self._needs_check and self._world > 1 and _debug_enabled():
+        if self._needs_check and self._world > 1 and debug_enabled():
             self.check_parameters()
-        made = _comm_state.REPLICATED_RESULTS[0]
+        made = replicated_results()
         out = self.module(*args, **kwargs)
         if self._world > 1 and torch.is_grad_enabled():
-            if _comm_state.REPLICATED_RESULTS[0] != made:  # a global reduction ran: any parameter on its result?
+            if replicated_results() != made:  # a global reduction ran: any parameter on its result?
                 self._on_replicated |= self._used_on_replicated(out)
             out = _mark_backward_start(out, self)
         return out
@@ -313,8 +312,8 @@ class DomainParallel(nn.Module):
     def _launch(self, b: int) -> None:
         bucket = self._buckets[b]
         nbytes = bucket.buffer.numel() * bucket.buffer.element_size()
-        record(CollectiveCall("DomainParallel", "backward", nbytes, nbytes, self._world))
-        bucket.work = dist.all_reduce(bucket.buffer, async_op=True)
+        record_collective(CollectiveCall("DomainParallel", "backward", nbytes, nbytes, self._world))
+        bucket.work = all_reduce_sum(bucket.buffer, async_op=True)
 
     def _finalize(self) -> None:
         """End of backward: send the buckets not yet sent (in order), wait, write ``.grad`` back."""
@@ -387,10 +386,8 @@ class DomainParallel(nn.Module):
         if self._world == 1:
             return
         mine = torch.tensor([_fingerprint(p) for p in self._params], dtype=torch.int64, device=communication_device())
-        record(CollectiveCall("DomainParallel.check_parameters", "forward", 0, 0, self._world))
-        everyone = [torch.empty_like(mine) for _ in range(self._world)]
-        dist.all_gather(everyone, mine)
-        table = torch.stack(everyone).cpu()  # (R, P)
+        record_collective(CollectiveCall("DomainParallel.check_parameters", "forward", 0, 0, self._world))
+        table = all_gather_stacked(mine).cpu()  # (R, P)
         differs = (table != table[0]).any(dim=0).nonzero().flatten()
         if len(differs):
             k = int(differs[0])
@@ -474,8 +471,7 @@ def _check_layout(names: list[str], params: list[nn.Parameter], module: nn.Modul
     """Every rank must bucket the same parameters: compare names, shapes and dtypes across ranks."""
     mine = [(n, tuple(p.shape), str(p.dtype)) for n, p in zip(names, params)]
     mine_buffers = [(n, tuple(b.shape), str(b.dtype)) for n, b in module.named_buffers()]
-    everyone: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, (mine, mine_buffers))
+    everyone = all_gather_objects((mine, mine_buffers))
     for r, layout in enumerate(everyone):
         if layout != everyone[0]:
             first = next((a, b) for a, b in zip(layout[0] + layout[1] + [None], everyone[0][0] + everyone[0][1] + [None]) if a != b)
@@ -492,7 +488,7 @@ def _broadcast(tensors: list[Tensor]) -> None:
     with torch.no_grad():
         for members in groups.values():
             flat = torch.cat([t.detach().reshape(-1) for t in members])
-            dist.broadcast(flat, src=0)
+            broadcast_tensor(flat, src=0)
             offset = 0
             for t in members:
                 t.copy_(flat[offset : offset + t.numel()].view_as(t))
@@ -527,7 +523,7 @@ def _add_prefix(module: nn.Module, state_dict: dict[str, Any], prefix: str, *arg
 # --- DDP and FSDP2 over the data-parallel dimension ---------------------------------------------
 
 
-def ddp_comm_hook(mesh: DeviceMesh2D | None, bucket: dist.GradBucket) -> torch.futures.Future[Tensor]:
+def ddp_comm_hook(mesh: DeviceMesh2D | None, bucket: GradBucket) -> torch.futures.Future[Tensor]:
     """A DDP communication hook: sum over the domain group, mean over the data group.
 
     Use with DDP over the data-parallel dimension::
@@ -544,10 +540,10 @@ def ddp_comm_hook(mesh: DeviceMesh2D | None, bucket: dist.GradBucket) -> torch.f
     """
     dp = _data_size(mesh)
     buffer = bucket.buffer()
-    _, world = _world()
+    _, world = group_rank_and_size()
     nbytes = buffer.numel() * buffer.element_size()
-    record(CollectiveCall("ddp_comm_hook", "backward", nbytes, nbytes, world))
-    future = dist.all_reduce(buffer, async_op=True).get_future()
+    record_collective(CollectiveCall("ddp_comm_hook", "backward", nbytes, nbytes, world))
+    future = all_reduce_sum(buffer, async_op=True).get_future()
 
     def scale(fut: torch.futures.Future[list[Tensor]]) -> Tensor:
         value = fut.value()[0]
@@ -558,7 +554,7 @@ def ddp_comm_hook(mesh: DeviceMesh2D | None, bucket: dist.GradBucket) -> torch.f
 
 # DDP checks the hook's annotations as objects; with postponed evaluation they would be strings.
 ddp_comm_hook.__annotations__ = {
-    "mesh": DeviceMesh2D | None, "bucket": dist.GradBucket, "return": torch.futures.Future[torch.Tensor],
+    "mesh": DeviceMesh2D | None, "bucket": GradBucket, "return": torch.futures.Future[torch.Tensor],
 }
 
 
@@ -569,14 +565,8 @@ def fsdp_device_mesh(mesh: DeviceMesh2D | None, device_type: str = "cpu") -> Any
     sharded across the data group and replicated across the domain group. Collective: every rank
     must call it (it creates process groups). ``mesh=None``: pure domain parallelism, ``(R, 1)``.
     """
-    from torch.distributed.device_mesh import DeviceMesh
-
     _data_size(mesh)
-    _, world = _world()
-    dp, domain = (1, world) if mesh is None else (mesh.data_parallel_size, mesh.domain_parallel_size)
-    # global rank g = data_rank * domain + domain_rank; row k = the data group of domain rank k
-    layout = torch.arange(world).reshape(dp, domain).T.contiguous()
-    return DeviceMesh(device_type, layout, mesh_dim_names=("domain", "data"))
+    return torch_device_mesh(mesh, device_type)
 
 
 def fully_shard_data_parallel(
@@ -607,6 +597,8 @@ def fully_shard_data_parallel(
     ``GridTensor``: hooks around FSDP2's own let it see the tensor inside (:class:`_ShardedIO`),
     which plain ``fully_shard`` does not.
     """
+    # torch's FSDP2 API: it communicates inside torch, over the process groups of the DeviceMesh
+    # that comm made (fsdp_device_mesh); nothing here sends by itself.
     from torch.distributed.fsdp import FSDPModule, fully_shard, register_fsdp_forward_method
 
     dp = _data_size(mesh)

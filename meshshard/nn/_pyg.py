@@ -513,13 +513,11 @@ def _cheb_norm(
 def _global_max(graph: ShardGraph, values: Tensor, dtype: torch.dtype) -> Tensor:
     """``values.max()`` over every rank, differentiable like torch's: the gradient is shared evenly
     by the entries equal to the maximum (on every rank). Communication: three small ``all_reduce``."""
-    import torch.distributed as dist
-
-    from meshshard.comm import sum_to_replicated
+    from meshshard.comm import all_reduce_max, sum_to_replicated
 
     top = values.detach().max().reshape(1).double().cpu() if values.numel() else torch.tensor([float("-inf")], dtype=torch.float64)
-    if dist.is_initialized() and graph.spec.world_size > 1:
-        dist.all_reduce(top, op=dist.ReduceOp.MAX, group=graph.spec.group)
+    if graph.spec.world_size > 1:  # and a process group: without one, all_reduce_max sends nothing
+        all_reduce_max(top, group=graph.spec.group)
     ties = (values.detach() == top.to(values)).to(values.dtype)
     group = graph.spec.group
     return sum_to_replicated((values * ties).sum(), group=group) / sum_to_replicated(ties.sum(), group=group)

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from meshshard.comm import directory_lookup, gather_rows, init_distributed, is_peer_failure, sum_across
+from meshshard.comm import barrier, directory_lookup, gather_rows, init_distributed, is_peer_failure, sum_across
 from meshshard.partition import (Refusals, check_apart, check_destination, check_input_folders, check_partition_matches,
                                  open_dataset, plural, read_json_inside)
 
@@ -425,7 +425,6 @@ def _write_pieces(folder: Path, index: Path, data: Any, targets: list[tuple[str,
 def predict(cfg: PredictConfig) -> dict[str, Any] | None:
     """Predict, write PRED and return the metrics (on rank 0; ``None`` on the other ranks)."""
     import torch
-    import torch.distributed as dist
 
 
     ctx = init_distributed()
@@ -466,14 +465,12 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
     head = {"format": _METRICS_FORMAT, "format_version": 1, "complete": False, "run": str(cfg.run), "data": str(cfg.data),
             "step": ckpt.get("step"), "world_size": ctx.world_size, "units": "physical (de-normalised)",
             "targets_known": truth, "files": []}
-    if dist.is_initialized():
-        dist.barrier()  # every rank has looked at PRED before rank 0 changes it
+    barrier()  # every rank has looked at PRED before rank 0 changes it
     if ctx.rank == 0:
         _delete(stale)
         out.mkdir(parents=True, exist_ok=True)
         _write_metrics(out, head | {"samples": []})  # from now on PRED says what is ours in it
-    if dist.is_initialized():
-        dist.barrier()
+    barrier()
     main = ctx.rank == 0 and not cfg.quiet
     if main:
         where = "one process, whole meshes" if parts is None else f"{ctx.world_size} ranks, partition {parts}"

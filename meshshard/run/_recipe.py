@@ -181,7 +181,7 @@ def build_user_model(spec: str, model_args: Mapping[str, Any], node_in: int, edg
         raise ValueError(f"--model {spec}: {call} failed: {type(err).__name__}: {first_line(err)}{hint}") from err
     if not isinstance(model, torch.nn.Module):
         raise ValueError(f"--model {spec}: {call} returned a {type(model).__name__}, not a torch.nn.Module")
-    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.fsdp import FSDPModule  # a class to refuse, as DDP's below; sends nothing
     from torch.nn.parallel import DistributedDataParallel
 
     from ..nn import DomainParallel
@@ -232,7 +232,9 @@ def check_model_output(out: Any, rows: int, node_out: int, spec: str, sharded: b
     """
     problem = _output_problem(out, rows, node_out, spec, sharded)
     if sharded:
-        problem = _agree(problem, group)
+        from meshshard.comm import agree_on_first_error
+
+        problem = agree_on_first_error(problem, group)
     if problem:
         raise ModelOutputError(problem)
 
@@ -251,34 +253,6 @@ def _output_problem(out: Any, rows: int, node_out: int, spec: str, sharded: bool
         return (f"Expected the model of --model {spec} to return {want}, one row per node and one column per "
                 f"target channel (got {got})")
     return None
-
-
-def _agree(problem: str | None, group: Any) -> str | None:
-    """Every rank of ``group`` gets the problem of its lowest rank that has one (prefixed with that
-    rank), or ``None`` when none has; without a process group, ``problem`` as it is."""
-    import torch
-    import torch.distributed as dist
-
-    from meshshard.comm import communication_device
-
-    if not (dist.is_available() and dist.is_initialized()):
-        return problem
-    ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
-    me = ranks.index(dist.get_rank())
-    device = communication_device(group)
-    flags = torch.zeros(len(ranks), dtype=torch.int64, device=device)
-    text = problem.encode() if problem else b""
-    flags[me] = len(text)
-    dist.all_reduce(flags, group=group)  # each rank's message length, 0 where its output is right
-    bad = torch.nonzero(flags).flatten().tolist()
-    if not bad:
-        return None
-    first = bad[0]
-    buf = torch.zeros(int(flags[first]), dtype=torch.uint8, device=device)
-    if me == first:
-        buf.copy_(torch.frombuffer(bytearray(text), dtype=torch.uint8))
-    dist.broadcast(buf, src=ranks[first], group=group)
-    return f"rank {ranks[first]}: " + bytes(buf.cpu().tolist()).decode()
 
 
 @dataclass(frozen=True)

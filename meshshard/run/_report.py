@@ -68,15 +68,14 @@ def gather_peak_memory(device: Any = None) -> dict[str, list[float]]:
     """Every rank's :func:`peak_memory_mb`, in rank order (one small all-gather; a world of one
     needs none)."""
     import torch
-    import torch.distributed as dist
+
+    from meshshard.comm import all_gather_v, communication_device, group_rank_and_size, is_distributed
 
     mine = peak_memory_mb(device)
     keys = sorted(mine)
-    if not dist.is_initialized():
+    if not is_distributed():
         return {f"peak_{k}_mb": [round(mine[k], 1)] for k in keys}
-    from meshshard.comm import all_gather_v, communication_device
-
-    world = dist.get_world_size()
+    _, world = group_rank_and_size()
     t = torch.tensor([mine[k] for k in keys], dtype=torch.float64, device=communication_device(None))
     rows = all_gather_v(t.reshape(1, -1), [1] * world).cpu().numpy()
     return {f"peak_{k}_mb": [round(float(v), 1) for v in rows[:, i]] for i, k in enumerate(keys)}

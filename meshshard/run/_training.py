@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from meshshard.comm import is_peer_failure
+from meshshard.comm import all_reduce_sum, backend_name, barrier, is_peer_failure
 from meshshard.partition import check_apart, check_input_folders, check_partition_matches, open_dataset, plural
 
 from ..tasks import get_task
@@ -203,8 +203,6 @@ def _check_finite(flags: torch.Tensor, *, step: int, samples: list[int], data: s
 
 def train(cfg: TrainConfig) -> list[float]:
     """Run (or resume) training; returns the loss of every step so far (on every rank)."""
-    import torch.distributed as dist
-
     from meshshard.comm import init_device_mesh_2d, init_distributed
 
     from ..nn import DomainParallel
@@ -275,7 +273,7 @@ def train(cfg: TrainConfig) -> list[float]:
         _rewrite_log(out / LOG, losses)
         if not cfg.quiet:
             print(_report.banner(world_size=ctx.world_size, data_parallel=cfg.data_parallel, device=ctx.device,
-                                 backend=dist.get_backend() if dist.is_initialized() else "single process",
+                                 backend=backend_name() or "single process",
                                  parameters=num_parameters, partition=cfg.partition,
                                  model=f"{type(inner).__name__} from {cfg.model}" if cfg.model else "MeshGraphNet",
                                  partition_meta=meta, data=cfg.data, steps=cfg.steps, start=start), flush=True)
@@ -308,8 +306,7 @@ def train(cfg: TrainConfig) -> list[float]:
                     check_model_output(pred, len(b.owned_ids), reader.num_targets, cfg.model, sharded=True,
                                  group=mesh.domain_group)
                 total += float(task.loss(pred, b))
-        if dist.is_initialized():
-            dist.all_reduce(total)  # every domain rank of a data group holds that group's sum
+        all_reduce_sum(total)  # every domain rank of a data group holds that group's sum
         return float(total) / (domain * len(reader.val))
 
     validating = cfg.val_every > 0 and len(reader.val) > 0
@@ -337,8 +334,7 @@ def train(cfg: TrainConfig) -> list[float]:
             opt.zero_grad(set_to_none=True)
             loss.backward()
             flags = _local_flags(loss, bad_row, model.parameters(), rank=ctx.rank, world=ctx.world_size)
-            if dist.is_initialized():
-                dist.all_reduce(flags)  # each domain rank holds its sample's loss; and every rank's finite checks
+            all_reduce_sum(flags)  # each domain rank holds its sample's loss; and every rank's finite checks
         except ModelOutputError:
             raise
         except Exception as err:  # the model's own error (any type) or a collective's: said which, on one line
@@ -373,8 +369,7 @@ def train(cfg: TrainConfig) -> list[float]:
         log.eval(cfg.steps, validate(cfg.steps))
     log.plot()
     log.close()
-    if dist.is_initialized():
-        dist.barrier()
+    barrier()
     return losses
 
 
