@@ -413,7 +413,7 @@ class GridTensor:
         lay = self._layout
         plan = self._window_plan(*halo_windows(lay, halo_width), "zeros")
         return ShardSpec(owned_counts=lay.owned_counts(), rank=self._rank,
-                         global_ids=torch.from_numpy(lay.owned_ids(self._rank)), halo=plan.halo,
+                         owned_ids=torch.from_numpy(lay.owned_ids(self._rank)), halo=plan.halo,
                          group=self._group,
                          source=f"grid:{lay.shape}:{lay.proc_grid}:{lay.splits}:{halo_width}")
 
@@ -433,7 +433,7 @@ class GridTensor:
         """Back from :meth:`to_shard_tensor`'s layout (rows = this rank's box, row-major)."""
         spec = st.spec
         ids = layout.owned_ids(spec.rank)
-        if spec.num_owned != len(ids) or not torch.equal(spec.global_ids, torch.from_numpy(ids)):
+        if spec.num_owned != len(ids) or not torch.equal(spec.owned_ids, torch.from_numpy(ids)):
             raise ValueError("Expected a ShardTensor whose rows are this rank's grid box in row-major "
                              "order; redistribute it to GridTensor(...).shard_spec() first")
         local = st.to_local()

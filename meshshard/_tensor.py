@@ -172,7 +172,7 @@ class _FullTensor(Function):
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        return grad.index_select(0, ctx.spec._on("global_ids", grad.device)), None
+        return grad.index_select(0, ctx.spec._on("owned_ids", grad.device)), None
 
 
 class _SumOfParts(Function):
@@ -504,7 +504,7 @@ class ShardTensor:
             if spec is None:
                 raise ValueError("Expected a 'spec' to shard a replicated DTensor by")
             full = dtensor.to_local()
-            return cls.from_local(full.index_select(0, spec._on("global_ids", full.device)), spec)
+            return cls.from_local(full.index_select(0, spec._on("owned_ids", full.device)), spec)
         raise ValueError(f"Expected a DTensor on a 1-D mesh placed Shard(0) or Replicate() (got {placements})")
 
     # --- row-wise torch functions ------------------------------------------------------------------
