@@ -49,7 +49,7 @@ import numpy as np
 from meshshard.comm import directory_lookup, gather_rows, init_distributed, is_peer_failure, sum_across
 from meshshard.partition import (check_apart, check_input_folders, check_output_folder, check_partition_matches,
                                  open_dataset, plural, read_inside)
-from meshshard.tasks import DatasetReader, Normaliser, get_task
+from meshshard.tasks import DatasetReader, TensorNormalisation, get_task
 
 from ._folder import read_run
 from ._pictures import sample_picture
@@ -428,7 +428,7 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
         raise ValueError(f"Expected --dtype float32 or float64 (got {dtype_name!r})")
     dtype = getattr(torch, dtype_name)
     norm = normalisation_of(ckpt, data)
-    normaliser = Normaliser(norm, ctx.device, dtype)
+    normaliser = TensorNormalisation(norm, ctx.device, dtype)
     check_model_request(ckpt, cfg.run, cfg.model)
     # the run's target fields: DATA's when it has targets (checked equal above), else recorded by train
     truth = bool(data.target_channels)
