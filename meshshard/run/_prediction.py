@@ -281,8 +281,8 @@ def _piece(data: Any, mesh: int, owned_ids: np.ndarray, chunk: int = 1 << 20) ->
     return ids, [(t, np.searchsorted(ids, c)) for t, c in kept]
 
 
-def _whole_layout(data: Any, mesh: int, model: Any, normaliser: Any, dtype: Any, device: Any, spec: str | None,
-                  num_targets: int) -> _Layout:
+def _whole_layout(data: Any, mesh: int, model: Any, normaliser: Any, dtype: Any, device: Any,
+                  model_spec: str | None, num_targets: int) -> _Layout:
     import torch
 
 
@@ -294,15 +294,15 @@ def _whole_layout(data: Any, mesh: int, model: Any, normaliser: Any, dtype: Any,
 
     def forward(x: Any) -> Any:
         out = model(x, edge_index, ea)
-        if spec:
-            check_model_output(out, m.num_nodes, num_targets, spec, sharded=False)
+        if model_spec:
+            check_model_output(out, m.num_nodes, num_targets, model_spec, sharded=False)
         return out
 
     return _Layout(mesh, m.num_nodes, ids, forward, np.asarray(m.points),
                    ids, [(t, np.asarray(c, dtype=np.int64)) for t, c in m.cells])
 
 
-def _shard_layout(data: Any, reader: Any, mesh: int, model: Any, ctx: Any, pieces: bool, spec: str | None,
+def _shard_layout(data: Any, reader: Any, mesh: int, model: Any, ctx: Any, pieces: bool, model_spec: str | None,
                   num_targets: int) -> _Layout:
     from meshshard import ShardTensor
 
@@ -316,10 +316,10 @@ def _shard_layout(data: Any, reader: Any, mesh: int, model: Any, ctx: Any, piece
         except Exception as err:  # the model's own error, whatever its type, on one line
             if is_peer_failure(err):
                 raise
-            hint = shard_hint(model) if spec else ""
+            hint = shard_hint(model) if model_spec else ""
             raise RuntimeError(f"the model's forward failed ({type(err).__name__}: {first_line(err)}){hint}") from err
-        if spec:
-            check_model_output(out, len(owned), num_targets, spec, sharded=True, group=reader.group)
+        if model_spec:
+            check_model_output(out, len(owned), num_targets, model_spec, sharded=True, group=reader.group)
         return out.to_local()
 
     layout = _Layout(mesh, int(data.meta["meshes"][mesh]["num_nodes"]), owned, forward, pos_owned)
@@ -487,7 +487,8 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
         if key not in layouts:
             layouts[key] = (_whole_layout(data, m, model, normaliser, dtype, ctx.device, cfg.model, num_targets)
                             if reader is None else
-                            _shard_layout(data, reader, m, model, ctx, pieces=not gather, spec=cfg.model, num_targets=num_targets))
+                            _shard_layout(data, reader, m, model, ctx, pieces=not gather, model_spec=cfg.model,
+                                          num_targets=num_targets))
         layout = layouts[key]
         x, y = data.rows(s, layout.owned_ids)
         with torch.no_grad():

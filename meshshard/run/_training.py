@@ -131,9 +131,10 @@ def _step_failure(err: Exception, where: str, ckpt_path: Path, user_model: Any, 
 
 def _maybe_fail(rank: int, step: int) -> None:
     """Testing hook: ``MESHSHARD_FAIL_AT=RANK:STEP`` kills that rank in the middle of that step."""
-    spec = os.environ.get("MESHSHARD_FAIL_AT")
-    if spec and spec == f"{rank}:{step}":
-        print(f"rank {rank}: MESHSHARD_FAIL_AT={spec}: dying in the middle of step {step}", file=sys.stderr, flush=True)
+    fail_at = os.environ.get("MESHSHARD_FAIL_AT")
+    if fail_at and fail_at == f"{rank}:{step}":
+        print(f"rank {rank}: MESHSHARD_FAIL_AT={fail_at}: dying in the middle of step {step}", file=sys.stderr,
+              flush=True)
         os._exit(17)
 
 
