@@ -246,7 +246,7 @@ def normalisation_of(ckpt: dict[str, Any], data: Any) -> Any:
 class _Layout:
     """What a rank needs to predict on, and write, the samples of one mesh."""
 
-    mesh: int
+    mesh: int  # the mesh's index in the dataset (a mesh is an index here; a loaded one is "whole")
     num_nodes: int
     owned_ids: np.ndarray  # (N_own,) global ids, ascending (all nodes on one process)
     forward: Any  # callable(x_normalised_tensor) -> (N_own, F_out) tensor
@@ -286,20 +286,20 @@ def _whole_layout(data: Any, mesh: int, model: Any, normaliser: Any, dtype: Any,
     import torch
 
 
-    m = data.mesh(mesh)
-    edge_index = torch.as_tensor(m.graph().edge_index(), device=device)
-    pos = torch.as_tensor(np.asarray(m.points), device=device).to(dtype)
+    whole = data.mesh(mesh)
+    edge_index = torch.as_tensor(whole.graph().edge_index(), device=device)
+    pos = torch.as_tensor(np.asarray(whole.points), device=device).to(dtype)
     ea = normaliser.edge_attr(pos, edge_index)
-    ids = np.arange(m.num_nodes, dtype=np.int64)
+    ids = np.arange(whole.num_nodes, dtype=np.int64)
 
     def forward(x: Any) -> Any:
         out = model(x, edge_index, ea)
         if model_spec:
-            check_model_output(out, m.num_nodes, num_targets, model_spec, sharded=False)
+            check_model_output(out, whole.num_nodes, num_targets, model_spec, sharded=False)
         return out
 
-    return _Layout(mesh, m.num_nodes, ids, forward, np.asarray(m.points),
-                   ids, [(t, np.asarray(c, dtype=np.int64)) for t, c in m.cells])
+    return _Layout(mesh, whole.num_nodes, ids, forward, np.asarray(whole.points),
+                   ids, [(t, np.asarray(c, dtype=np.int64)) for t, c in whole.cells])
 
 
 def _shard_layout(data: Any, reader: Any, mesh: int, model: Any, ctx: Any, pieces: bool, model_spec: str | None,
@@ -384,13 +384,13 @@ def _write_gathered(path: Path, data: Any, targets: list[tuple[str, slice]], s: 
         return None
     full = np.empty((layout.num_nodes, pred.shape[1]))
     full[rows[:, 0].astype(np.int64)] = rows[:, 1:]
-    mesh = data.mesh(layout.mesh)
+    whole = data.mesh(layout.mesh)
     ids = np.arange(layout.num_nodes, dtype=np.int64)
     x, y = data.rows(s, ids)
-    cells = [(t, np.asarray(c, dtype=np.int64)) for t, c in mesh.cells]
-    write_vtu(path, np.asarray(mesh.points), cells, _point_data(data, targets, x, y, full, ids))
+    cells = [(t, np.asarray(c, dtype=np.int64)) for t, c in whole.cells]
+    write_vtu(path, np.asarray(whole.points), cells, _point_data(data, targets, x, y, full, ids))
     tri = next((c for t, c in cells if t == "triangle"), None)
-    return np.asarray(mesh.points), y, full, tri
+    return np.asarray(whole.points), y, full, tri
 
 
 def _write_pieces(folder: Path, index: Path, data: Any, targets: list[tuple[str, slice]], s: int, layout: _Layout,
@@ -477,17 +477,17 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
     val = set(int(v) for v in data.val)
     for s in picks:
         started = time.perf_counter()
-        m, n = data.sample_mesh(s), data.num_nodes(s)
+        mesh, n = data.sample_mesh(s), data.num_nodes(s)
         gather = True if parts is None else (cfg.gather if cfg.gather is not None else n <= GATHER_MAX_NODES)
         stem = stems[s] if stems.count(stems[s]) == 1 else f"{stems[s]}-{s}"
         if ctx.rank == 0:  # listed before any rank writes them (the ranks meet in the forward below first)
             head["files"] += ([f"{stem}.vtu"] if gather else [f"{stem}.pvtu", stem]) + ([f"{stem}.png"] if cfg.plots else [])
             _write_metrics(out, head | {"samples": records})
-        key = (m, gather)
+        key = (mesh, gather)
         if key not in layouts:
-            layouts[key] = (_whole_layout(data, m, model, normaliser, dtype, ctx.device, cfg.model, num_targets)
+            layouts[key] = (_whole_layout(data, mesh, model, normaliser, dtype, ctx.device, cfg.model, num_targets)
                             if reader is None else
-                            _shard_layout(data, reader, m, model, ctx, pieces=not gather, model_spec=cfg.model,
+                            _shard_layout(data, reader, mesh, model, ctx, pieces=not gather, model_spec=cfg.model,
                                           num_targets=num_targets))
         layout = layouts[key]
         x, y = data.rows(s, layout.owned_ids)

@@ -108,7 +108,8 @@ Normaliser = TensorNormalisation
 @dataclass(frozen=True, eq=False)
 class LocalSample:
     """One sample on this rank. x, y: owned rows ``(N_own, F_in)`` / ``(N_own, F_out)``,
-    normalised; edge_attr ``(E_local, F_e)``, normalised; owned_ids ``(N_own,)`` global ids."""
+    normalised; edge_attr ``(E_local, F_e)``, normalised; owned_ids ``(N_own,)`` global ids;
+    mesh: the index of the sample's mesh in the dataset (``dataset.sample_mesh(sample)``)."""
 
     sample: int
     mesh: int
@@ -174,7 +175,8 @@ class DatasetReader:
         return len(self.dataset.edge_channels)
 
     def shard(self, mesh: int) -> tuple[ShardGraph, Tensor, np.ndarray]:
-        """(graph, normalised edge features, owned global ids) of mesh ``mesh`` on this rank."""
+        """(graph, normalised edge features, owned global ids) on this rank of the dataset's mesh
+        number ``mesh`` (an index, as ``dataset.sample_mesh(s)`` returns)."""
         if mesh in self._shards:
             self._shards.move_to_end(mesh)
             return self._shards[mesh]
