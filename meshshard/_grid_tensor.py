@@ -459,9 +459,10 @@ class GridTensor:
         from ._tensor import _device_mesh
 
         axis = self._slab_axis()
-        mesh = device_mesh if device_mesh is not None else _device_mesh(self._group, self.device)
+        if device_mesh is None:
+            device_mesh = _device_mesh(self._group, self.device)
         if axis is None:
-            return DTensor.from_local(self._local, mesh, [Replicate()], run_check=False)
+            return DTensor.from_local(self._local, device_mesh, [Replicate()], run_check=False)
         n, p = self._layout.shape[axis], self._layout.proc_grid[axis]
         chunk = -(-n // p)
         expected = tuple(max(0, min(chunk, n - r * chunk)) for r in range(p))
@@ -471,7 +472,7 @@ class GridTensor:
                              "use GridTensor.distribute(x.full_tensor(), grid_layout(..., splits=...))")
         shape = self.global_shape
         stride = torch.empty(0).new_empty(shape, device="meta").stride()
-        return DTensor.from_local(self._local, mesh, [Shard(2 + axis)], run_check=False,
+        return DTensor.from_local(self._local, device_mesh, [Shard(2 + axis)], run_check=False,
                                   shape=shape, stride=stride)
 
     @classmethod

@@ -471,9 +471,10 @@ class ShardTensor:
         """A DTensor: ``"shard"`` (``Shard(0)``; needs the chunked layout) or ``"replicate"``."""
         from torch.distributed.tensor import DTensor, Replicate, Shard
 
-        mesh = device_mesh if device_mesh is not None else _device_mesh(self._spec.group, self.device)
+        if device_mesh is None:
+            device_mesh = _device_mesh(self._spec.group, self.device)
         if placement == "replicate":
-            return DTensor.from_local(self.full_tensor(), mesh, [Replicate()], run_check=False)
+            return DTensor.from_local(self.full_tensor(), device_mesh, [Replicate()], run_check=False)
         if placement != "shard":
             raise ValueError(f"Expected 'placement' to be 'shard' or 'replicate' (got {placement!r})")
         chunked = ShardSpec.chunked(self._spec.num_nodes, self._spec.group)
@@ -484,7 +485,7 @@ class ShardTensor:
             )
         shape = self.global_shape
         stride = torch.empty(0).new_empty(shape, device="meta").stride()
-        return DTensor.from_local(self._local, mesh, [Shard(0)], run_check=False, shape=shape, stride=stride)
+        return DTensor.from_local(self._local, device_mesh, [Shard(0)], run_check=False, shape=shape, stride=stride)
 
     @classmethod
     def from_dtensor(cls, dtensor: Any, spec: ShardSpec | None = None) -> ShardTensor:
