@@ -177,10 +177,11 @@ def _worker(rank: int, world: int, init_file: str, job: dict, results) -> None:
         pos = torch.from_numpy(job["pos"])
         if job.get("plan", True) and sharded:
             owner = job["owner"]
-            spec = ShardSpec.from_counts(np.bincount(owner, minlength=world).tolist(), global_ids=np.nonzero(owner == rank)[0])
-            own = spec.global_ids
+            spec = ShardSpec.from_counts(np.bincount(owner, minlength=world).tolist(),
+                                         owned_ids=np.nonzero(owner == rank)[0])
+            own = spec.owned_ids
             t, plan = best_of(lambda: BallQueryPlan.build(pos[own], job["radius"], job["k"], spec), job["repeats"])
-            out.update(plan_s=t, sent=sum(plan.send_counts), halo=plan.num_halo, owned=spec.num_owned)
+            out.update(plan_s=t, sent=sum(plan.send_counts), halo=plan.num_ghost, owned=spec.num_owned)
         if job.get("attention"):
             a = job["attention"]
             torch.manual_seed(0)
@@ -190,7 +191,7 @@ def _worker(rank: int, world: int, init_file: str, job: dict, results) -> None:
             w_full = torch.randn(n, a["dim"], generator=torch.Generator().manual_seed(2))
             p32 = pos.float()
             if sharded:
-                own = spec.global_ids
+                own = spec.owned_ids
                 x = ShardTensor.from_local(x_full[own].clone().requires_grad_(), spec)
                 p, w, plan = p32[own], w_full[own], module.build_plan(ShardTensor.from_local(p32[own], spec))
             else:
@@ -206,7 +207,7 @@ def _worker(rank: int, world: int, init_file: str, job: dict, results) -> None:
                     times.append(time.perf_counter() - start)
                 peaks.append(mem.growth_mb)
             out.update(attn_s=min(times), attn_peak_mb=min(peaks), attn_collectives=log.count(),
-                       attn_bytes_sent=log.bytes_sent(), attn_rows=int(plan.num_owned), attn_halo=plan.num_halo)
+                       attn_bytes_sent=log.bytes_sent(), attn_rows=int(plan.num_owned), attn_halo=plan.num_ghost)
         results.put((rank, out))
         if sharded:
             dist.destroy_process_group()

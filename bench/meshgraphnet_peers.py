@@ -130,7 +130,7 @@ def worker(args: argparse.Namespace) -> None:
             g = torch.Generator().manual_seed(0)
             x_full = torch.randn(args.num_nodes, 3, generator=g)
             y_full = torch.randn(args.num_nodes, 1, generator=g)
-            own = graph.spec.global_ids.cpu()
+            own = graph.spec.owned_ids.cpu()
             x = ShardTensor.from_local(x_full[own].to(device), graph.spec)
             y = ShardTensor.from_local(y_full[own].to(device), graph.spec)
             del x_full, y_full

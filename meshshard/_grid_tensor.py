@@ -413,7 +413,7 @@ class GridTensor:
         lay = self._layout
         plan = self._window_plan(*halo_windows(lay, halo_width), "zeros")
         return ShardSpec(owned_counts=lay.owned_counts(), rank=self._rank,
-                         global_ids=torch.from_numpy(lay.owned_ids(self._rank)), halo=plan.halo,
+                         owned_ids=torch.from_numpy(lay.owned_ids(self._rank)), halo=plan.halo,
                          group=self._group,
                          source=f"grid:{lay.shape}:{lay.proc_grid}:{lay.splits}:{halo_width}")
 
@@ -433,7 +433,7 @@ class GridTensor:
         """Back from :meth:`to_shard_tensor`'s layout (rows = this rank's box, row-major)."""
         spec = st.spec
         ids = layout.owned_ids(spec.rank)
-        if spec.num_owned != len(ids) or not torch.equal(spec.global_ids, torch.from_numpy(ids)):
+        if spec.num_owned != len(ids) or not torch.equal(spec.owned_ids, torch.from_numpy(ids)):
             raise ValueError("Expected a ShardTensor whose rows are this rank's grid box in row-major "
                              "order; redistribute it to GridTensor(...).shard_spec() first")
         local = st.to_local()
@@ -460,9 +460,10 @@ class GridTensor:
         from ._tensor import _device_mesh
 
         axis = self._slab_axis()
-        mesh = device_mesh if device_mesh is not None else _device_mesh(self._group, self.device)
+        if device_mesh is None:
+            device_mesh = _device_mesh(self._group, self.device)
         if axis is None:
-            return DTensor.from_local(self._local, mesh, [Replicate()], run_check=False)
+            return DTensor.from_local(self._local, device_mesh, [Replicate()], run_check=False)
         n, p = self._layout.shape[axis], self._layout.proc_grid[axis]
         chunk = -(-n // p)
         expected = tuple(max(0, min(chunk, n - r * chunk)) for r in range(p))
@@ -472,7 +473,7 @@ class GridTensor:
                              "use GridTensor.distribute(x.full_tensor(), grid_layout(..., splits=...))")
         shape = self.global_shape
         stride = torch.empty(0).new_empty(shape, device="meta").stride()
-        return DTensor.from_local(self._local, mesh, [Shard(2 + axis)], run_check=False,
+        return DTensor.from_local(self._local, device_mesh, [Shard(2 + axis)], run_check=False,
                                   shape=shape, stride=stride)
 
     @classmethod

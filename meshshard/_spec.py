@@ -5,8 +5,9 @@ the halo plan from this rank's part file; the only communication in building one
 plan's check across ranks (below). It holds:
 
 - ``owned_counts``: ``R`` ints, the number of rows each rank owns;
-- ``global_ids``: ``(N_own,)`` int64, the global node id of each owned row on this rank
-  (ascending for a partition; a contiguous range for a chunked layout);
+- ``owned_ids``: ``(N_own,)`` int64, the global node id of each owned row on this rank
+  (ascending for a partition; a contiguous range for a chunked layout), as a partition's
+  ``owned_ids``; ``global_ids`` is a deprecated alias of it;
 - ``halo``: the halo plan, when there is one, a :class:`meshshard.comm.HaloPlan` (``send_index``
   ``(sum(send_counts),)``, ``send_counts`` and ``recv_counts``, ``R`` each, also readable on the
   spec), whose exchange gives exactly the ghost rows in local order;
@@ -90,11 +91,14 @@ class ShardSpec:
     """The row layout of sharded node tensors, and the halo plan that fills their ghost rows.
 
     Build it with :meth:`from_partition`, :meth:`from_counts` or :meth:`chunked`.
+
+    Names follow DESIGN.md's numbering: ``owned_ids`` (this rank's owned global ids, ``(N_own,)``)
+    and ``num_ghost``; ``global_ids`` is a deprecated alias of ``owned_ids``.
     """
 
     owned_counts: tuple[int, ...]
     rank: int
-    global_ids: Tensor
+    owned_ids: Tensor
     halo: HaloPlan | None = None
     group: Any = None
     source: str = "counts"
@@ -107,10 +111,10 @@ class ShardSpec:
             raise ValueError(f"Expected 'owned_counts' to be non-negative (got {list(self.owned_counts)})")
         if not 0 <= self.rank < world:
             raise ValueError(f"Expected 'rank' in [0, {world}) (got {self.rank})")
-        if self.global_ids.numel() != self.owned_counts[self.rank]:
+        if self.owned_ids.numel() != self.owned_counts[self.rank]:
             raise ValueError(
-                f"Expected 'global_ids' to have owned_counts[{self.rank}] = {self.owned_counts[self.rank]} "
-                f"entries (got {self.global_ids.numel()})"
+                f"Expected 'owned_ids' to have owned_counts[{self.rank}] = {self.owned_counts[self.rank]} "
+                f"entries (got {self.owned_ids.numel()})"
             )
         if self.halo is not None and (
             (self.halo.rank, self.halo.world_size, self.halo.num_owned) != (self.rank, world, self.num_owned)
@@ -119,7 +123,7 @@ class ShardSpec:
                 f"Expected a halo plan of rank {self.rank} of {world} with {self.num_owned} owned rows "
                 f"(got {self.halo!r})"
             )
-        key = _digest(self.owned_counts, self.rank, self.global_ids, self.send_index, self.send_counts,
+        key = _digest(self.owned_counts, self.rank, self.owned_ids, self.send_index, self.send_counts,
                       self.recv_counts, id(self.group) if self.group is not None else None, self.source)
         object.__setattr__(self, "_key", key)
 
@@ -153,29 +157,35 @@ class ShardSpec:
         meta = getattr(partition, "metadata", None) or {}
         identity = json.dumps(meta.get("parts", meta), sort_keys=True, default=str) if meta else "in-memory"
         return cls(
-            owned_counts=counts, rank=rank, global_ids=ids, halo=halo, group=group,
+            owned_counts=counts, rank=rank, owned_ids=ids, halo=halo, group=group,
             source="partition:" + _digest(identity),
         )
 
     @classmethod
-    def from_counts(cls, owned_counts: Sequence[int], group: Any = None, *, global_ids: Any = None) -> ShardSpec:
+    def from_counts(cls, owned_counts: Sequence[int], group: Any = None, *, owned_ids: Any = None,
+                    global_ids: Any = None) -> ShardSpec:
         """A layout without a halo: rank ``r`` owns ``owned_counts[r]`` rows.
 
-        Without ``global_ids``, rank ``r`` owns the contiguous range of global ids that follows the
-        ranks before it (how data usually arrives from a loader).
+        Without ``owned_ids``, rank ``r`` owns the contiguous range of global ids that follows the
+        ranks before it (how data usually arrives from a loader). ``global_ids`` is a deprecated
+        alias of ``owned_ids`` (give one of them).
         """
         rank, world = group_rank_and_size(group)
         counts = tuple(int(c) for c in owned_counts)
         if len(counts) != world:
             raise ValueError(f"Expected 'owned_counts' to have {world} entries, one per rank (got {len(counts)})")
-        if global_ids is None:
+        name = "owned_ids" if global_ids is None else "global_ids"
+        if owned_ids is not None and global_ids is not None:
+            raise ValueError("Expected 'owned_ids' or its alias 'global_ids', not both")
+        given = owned_ids if global_ids is None else global_ids
+        if given is None:
             start = sum(counts[:rank])
             ids = torch.arange(start, start + counts[rank], dtype=torch.int64)
             source = "contiguous"
         else:
-            ids = _as_index("global_ids", global_ids)
+            ids = _as_index(name, given)
             source = "ids:" + _digest(ids)
-        return cls(owned_counts=counts, rank=rank, global_ids=ids, group=group, source=source)
+        return cls(owned_counts=counts, rank=rank, owned_ids=ids, group=group, source=source)
 
     @classmethod
     def chunked(cls, num_nodes: int, group: Any = None) -> ShardSpec:
@@ -205,7 +215,13 @@ class ShardSpec:
 
     @property
     def num_ghost(self) -> int:
+        """The ghost rows this rank receives in a halo exchange (``N_ghost``; 0 without a halo)."""
         return self.halo.num_ghost if self.halo is not None else 0
+
+    @property
+    def global_ids(self) -> Tensor:
+        """Deprecated alias of :attr:`owned_ids` (the same tensor): this rank's owned global ids."""
+        return self.owned_ids
 
     @property
     def send_index(self) -> Tensor | None:
@@ -251,7 +267,7 @@ class ShardSpec:
                 self._cache["all_ids"] = torch.arange(self.num_nodes, dtype=torch.int64)
             else:
                 with torch.no_grad():
-                    mine = self.global_ids.to(communication_device(self.group))[:, None]
+                    mine = self.owned_ids.to(communication_device(self.group))[:, None]
                     ids = all_gather_v(mine, list(self.owned_counts), group=self.group)[:, 0].cpu()
                 self._cache["all_ids"] = ids
         return self._cache["all_ids"]
@@ -282,11 +298,11 @@ class ShardSpec:
         with torch.no_grad():
             # 1. the target's rows tell the directory where they live: rank << 32 | position
             code = (target.rank << 32) + torch.arange(target.num_owned, dtype=torch.int64)
-            (entries, _, _, _) = self._to_directory(torch.stack([target.global_ids, code], 1).to(dev), block)
+            (entries, _, _, _) = self._to_directory(torch.stack([target.owned_ids, code], 1).to(dev), block)
             table = torch.full((max(0, min(block, n - lo)),), -1, dtype=torch.int64, device=dev)
             table[entries[:, 0] - lo] = entries[:, 1]
             # 2. this layout's rows ask the directory, and the answers come back the same way
-            asks, order, counts, recv = self._to_directory(self.global_ids.to(dev)[:, None], block)
+            asks, order, counts, recv = self._to_directory(self.owned_ids.to(dev)[:, None], block)
             answers = all_to_all_v(table[asks[:, 0] - lo][:, None], recv, counts, group=self.group)[:, 0]
             where = torch.empty_like(answers)
             where[order] = answers

@@ -172,7 +172,7 @@ class _FullTensor(Function):
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        return grad.index_select(0, ctx.spec._on("global_ids", grad.device)), None
+        return grad.index_select(0, ctx.spec._on("owned_ids", grad.device)), None
 
 
 class _SumOfParts(Function):
@@ -464,9 +464,10 @@ class ShardTensor:
         # DTensor interop: torch's DTensor types and placements; nothing is sent by importing them
         from torch.distributed.tensor import DTensor, Replicate, Shard
 
-        mesh = device_mesh if device_mesh is not None else _device_mesh(self._spec.group, self.device)
+        if device_mesh is None:
+            device_mesh = _device_mesh(self._spec.group, self.device)
         if placement == "replicate":
-            return DTensor.from_local(self.full_tensor(), mesh, [Replicate()], run_check=False)
+            return DTensor.from_local(self.full_tensor(), device_mesh, [Replicate()], run_check=False)
         if placement != "shard":
             raise ValueError(f"Expected 'placement' to be 'shard' or 'replicate' (got {placement!r})")
         chunked = ShardSpec.chunked(self._spec.num_nodes, self._spec.group)
@@ -477,7 +478,7 @@ class ShardTensor:
             )
         shape = self.global_shape
         stride = torch.empty(0).new_empty(shape, device="meta").stride()
-        return DTensor.from_local(self._local, mesh, [Shard(0)], run_check=False, shape=shape, stride=stride)
+        return DTensor.from_local(self._local, device_mesh, [Shard(0)], run_check=False, shape=shape, stride=stride)
 
     @classmethod
     def from_dtensor(cls, dtensor: Any, spec: ShardSpec | None = None) -> ShardTensor:
@@ -498,7 +499,7 @@ class ShardTensor:
             if spec is None:
                 raise ValueError("Expected a 'spec' to shard a replicated DTensor by")
             full = dtensor.to_local()
-            return cls.from_local(full.index_select(0, spec._on("global_ids", full.device)), spec)
+            return cls.from_local(full.index_select(0, spec._on("owned_ids", full.device)), spec)
         raise ValueError(f"Expected a DTensor on a 1-D mesh placed Shard(0) or Replicate() (got {placements})")
 
     # --- row-wise torch functions ------------------------------------------------------------------

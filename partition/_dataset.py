@@ -310,7 +310,13 @@ class ChannelStats:
 
 @dataclass(frozen=True, eq=False)
 class Normalisation:
-    """The statistics training applies: inputs, targets and edge features."""
+    """The statistics training applies: inputs, targets and edge features.
+
+    One concept in two forms: this one (numpy, what ``dataset.json`` and a checkpoint store), and
+    the same statistics as tensors on a device, ``meshshard.tasks.TensorNormalisation(norm,
+    device, dtype)`` (formerly ``Normaliser``), which training and prediction apply. The tensor
+    form lives above this layer, since ``meshshard.partition`` never imports torch.
+    """
 
     inputs: ChannelStats
     targets: ChannelStats

@@ -23,8 +23,8 @@ exactly those of :func:`~meshshard.nn._ball_query.ball_query` on the whole cloud
 Reuse: build the plan once per point set and pass it to every layer that uses the same radius;
 when points move, :meth:`BallQueryPlan.rebuild` builds a new one (same cost as the first; nothing
 is updated in place). Local numbering of a plan: rows ``0..N_own-1`` are the owned points,
-``N_own..N_own+N_halo-1`` the halo points, grouped by source rank (ascending), in the source's
-owned order within a group (ascending global id for a partition).
+``N_own..N_own+N_ghost-1`` the ghost (halo) points, grouped by source rank (ascending), in the
+source's owned order within a group (ascending global id for a partition).
 """
 
 from __future__ import annotations
@@ -58,13 +58,17 @@ class BallQueryPlan:
         spec: the layout of the owned points (``None``: the whole cloud on this process).
         halo: the halo exchange, a :class:`meshshard.comm.HaloPlan` (``None`` on a whole cloud);
             ``send_index``, ``send_counts`` and ``recv_counts`` read it.
-        halo_ids: global ids of the halo rows, in local order.
+        ghost_ids: global ids of the ghost (halo) rows, in local order; ``num_ghost`` counts
+            them. ``halo_ids``, ``halo_pos`` and ``num_halo`` are deprecated aliases of
+            ``ghost_ids``, ``ghost_pos`` and ``num_ghost`` (the names of ``ShardSpec`` and
+            ``HaloPlan``).
+        ghost_pos: the ghost rows' coordinates, float64.
         neighbors: the :class:`BallQueryResult` of the owned points, ``index`` in local rows
-            (owned, then halo).
+            (owned, then ghost).
         neighbor_ids: the same neighbours in global ids, ``-1`` where ``mask`` is False.
 
     Shapes:
-        send_index: ``(sum(send_counts),)``; halo_ids: ``(N_halo,)``;
+        send_index: ``(sum(send_counts),)``; ghost_ids: ``(N_ghost,)``; ghost_pos: ``(N_ghost, D)``;
         neighbors (each field), neighbor_ids: ``(N_own, max_neighbors)``.
     """
 
@@ -74,8 +78,8 @@ class BallQueryPlan:
         max_neighbors: int,
         spec: ShardSpec | None,
         halo: HaloPlan | None,
-        halo_ids: Tensor,
-        halo_pos: Tensor,
+        ghost_ids: Tensor,
+        ghost_pos: Tensor,
         neighbors: BallQueryResult,
         neighbor_ids: Tensor,
     ) -> None:
@@ -84,8 +88,8 @@ class BallQueryPlan:
         self.max_neighbors = max_neighbors
         self.spec = spec
         self.halo = halo
-        self.halo_ids = halo_ids
-        self.halo_pos = halo_pos
+        self.ghost_ids = ghost_ids
+        self.ghost_pos = ghost_pos
         self.neighbors = neighbors
         self.neighbor_ids = neighbor_ids
 
@@ -154,7 +158,7 @@ class BallQueryPlan:
     @classmethod
     def _sharded(cls, pos: Tensor, r: float, k: int, spec: ShardSpec) -> BallQueryPlan:
         p64, device = pos.to(torch.float64), pos.device
-        ids = spec.global_ids.to(device)
+        ids = spec.owned_ids.to(device)
         boxes = _share_boxes(p64, spec)
         wide = r * (1 + _HALO_SLACK)
         lattice = _Lattice(boxes, wide, p64.shape[1], device)
@@ -162,12 +166,12 @@ class BallQueryPlan:
         send_index, send_counts = _select_sends(p64, boxes, regions, region_counts, lattice, wide, spec)
         plan = HaloPlan.from_send_counts(send_index, send_counts, num_owned=p64.shape[0], group=spec.group)
         # global ids and the float64 coordinates' bits, in one int64 exchange
-        halo = plan.exchange(torch.cat([ids[:, None], p64.view(torch.int64)], 1))
-        halo_ids, halo_pos = halo[:, 0].contiguous(), halo[:, 1:].contiguous().view(torch.float64)
-        local_ids = torch.cat([ids, halo_ids])
-        result = _ball_query(pos, torch.cat([p64, halo_pos]), r, k, local_ids, _CHUNK_PAIRS)
+        ghosts = plan.exchange(torch.cat([ids[:, None], p64.view(torch.int64)], 1))
+        ghost_ids, ghost_pos = ghosts[:, 0].contiguous(), ghosts[:, 1:].contiguous().view(torch.float64)
+        local_ids = torch.cat([ids, ghost_ids])
+        result = _ball_query(pos, torch.cat([p64, ghost_pos]), r, k, local_ids, _CHUNK_PAIRS)
         neighbor_ids = torch.where(result.mask, local_ids[result.index.clamp(min=0)], result.index)
-        return cls(r, k, spec, plan, halo_ids, halo_pos, result, neighbor_ids)
+        return cls(r, k, spec, plan, ghost_ids, ghost_pos, result, neighbor_ids)
 
     # --- use --------------------------------------------------------------------------------------
 
@@ -176,13 +180,29 @@ class BallQueryPlan:
         return self.neighbors.index.shape[0]
 
     @property
+    def num_ghost(self) -> int:
+        """The ghost (halo) rows this rank receives, ``N_ghost`` (0 on a whole cloud)."""
+        return int(self.ghost_ids.numel())
+
+    @property
     def num_halo(self) -> int:
-        return int(self.halo_ids.numel())
+        """Deprecated alias of :attr:`num_ghost`."""
+        return self.num_ghost
+
+    @property
+    def halo_ids(self) -> Tensor:
+        """Deprecated alias of :attr:`ghost_ids` (the same tensor)."""
+        return self.ghost_ids
+
+    @property
+    def halo_pos(self) -> Tensor:
+        """Deprecated alias of :attr:`ghost_pos` (the same tensor)."""
+        return self.ghost_pos
 
     @property
     def send_index(self) -> Tensor:
         """Owned rows sent to other ranks, grouped by destination (empty on a whole cloud)."""
-        return self.halo.send_index if self.halo is not None else self.halo_ids.new_zeros(0).cpu()
+        return self.halo.send_index if self.halo is not None else self.ghost_ids.new_zeros(0).cpu()
 
     @property
     def send_counts(self) -> list[int]:
@@ -196,7 +216,7 @@ class BallQueryPlan:
         """The halo rows of ``x`` (owned rows), differentiable.
 
         Shapes:
-            x: ``(N_own, ...)``; result: ``(N_halo, ...)``.
+            x: ``(N_own, ...)``; result: ``(N_ghost, ...)``.
 
         Communication: one ``indexed_all_to_all_v`` forward, one backward (the adjoint: the halo
         rows' gradients return to their owners and accumulate there); none on a whole cloud.
@@ -208,7 +228,7 @@ class BallQueryPlan:
         return self.halo.exchange(x)
 
     def with_halo(self, x: Tensor) -> Tensor:
-        """Owned rows followed by the halo rows, ``(N_own + N_halo, ...)``, the plan's local numbering.
+        """Owned rows followed by the halo rows, ``(N_own + N_ghost, ...)``, the plan's local numbering.
 
         Communication: that of :meth:`exchange`, fused with the concatenation
         (:meth:`meshshard.comm.HaloPlan.append`).
@@ -222,7 +242,7 @@ class BallQueryPlan:
         sent = sum(self.send_counts)
         return (
             f"BallQueryPlan({where}, radius={self.radius}, max_neighbors={self.max_neighbors}, "
-            f"owned={self.num_owned}, halo={self.num_halo}, sent={sent}, truncated={self.neighbors.num_truncated})"
+            f"owned={self.num_owned}, halo={self.num_ghost}, sent={sent}, truncated={self.neighbors.num_truncated})"
         )
 
 

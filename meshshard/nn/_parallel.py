@@ -4,8 +4,14 @@ On a domain-parallel run every rank holds the same parameters and computes its s
 their gradient; the gradient of the global loss is the **sum** of those parts over the domain
 group. With data parallelism on top (a ``data x domain`` :class:`~meshshard.comm.DeviceMesh2D`),
 each data group trains on another sample and the batch gradient is the **mean** over the data
-group of the per-sample sums. Since every rank of the mesh takes part, both are one ``all_reduce``
-over the world followed by a division by ``data_parallel_size``.
+group of the per-sample sums. Since every rank of the device mesh takes part, both are one
+``all_reduce`` over the world followed by a division by ``data_parallel_size``.
+
+In this module ``mesh`` (the keyword of :class:`DomainParallel`, :func:`ddp_comm_hook`,
+:func:`fsdp_device_mesh` and :func:`fully_shard_data_parallel`, as in torch's ``fully_shard``)
+is always a *device mesh*, the ranks' ``data x domain`` layout from
+:func:`~meshshard.comm.init_device_mesh_2d`; code that holds one calls it ``device_mesh``, and
+``mesh`` elsewhere (a dataset's ``sample_mesh(s)``) is the index of a geometric mesh.
 
 Three ways to get it, each equal to single-process training on the same batch:
 

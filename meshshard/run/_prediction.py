@@ -50,7 +50,7 @@ from meshshard.comm import barrier, directory_lookup, gather_rows, init_distribu
 from meshshard.partition import (Refusals, check_apart, check_destination, check_input_folders, check_partition_matches,
                                  open_dataset, plural, read_json_inside)
 
-from ..tasks import DatasetReader, Normaliser, get_task
+from ..tasks import DatasetReader, TensorNormalisation, get_task
 from ._checkpoint import peek
 from ._folder import CHECKPOINT, read_run
 from ._pictures import sample_picture
@@ -259,7 +259,7 @@ def normalisation_of(ckpt: dict[str, Any], data: Any) -> Any:
 class _MeshOnRank:
     """One mesh as this rank sees it: what it needs to predict on, and write, the samples of that mesh."""
 
-    mesh: int
+    mesh: int  # the mesh's index in the dataset (a mesh is an index here; a loaded one is "whole")
     num_nodes: int
     owned_ids: np.ndarray  # (N_own,) global ids, ascending (all nodes on one process)
     forward: Any  # callable(x_normalised_tensor) -> (N_own, F_out) tensor
@@ -290,28 +290,28 @@ def _piece(data: Any, mesh: int, owned_ids: np.ndarray, chunk: int = 1 << 20) ->
     return ids, [(t, np.searchsorted(ids, c)) for t, c in kept]
 
 
-def _whole_layout(data: Any, mesh: int, model: Any, normaliser: Any, dtype: Any, device: Any, spec: str | None,
-                  num_targets: int) -> _MeshOnRank:
+def _whole_layout(data: Any, mesh: int, model: Any, normaliser: Any, dtype: Any, device: Any,
+                  model_spec: str | None, num_targets: int) -> _MeshOnRank:
     import torch
 
 
-    m = data.mesh(mesh)
-    edge_index = torch.as_tensor(m.graph().edge_index(), device=device)
-    pos = torch.as_tensor(np.asarray(m.points), device=device).to(dtype)
+    whole = data.mesh(mesh)
+    edge_index = torch.as_tensor(whole.graph().edge_index(), device=device)
+    pos = torch.as_tensor(np.asarray(whole.points), device=device).to(dtype)
     ea = normaliser.edge_attr(pos, edge_index)
-    ids = np.arange(m.num_nodes, dtype=np.int64)
+    ids = np.arange(whole.num_nodes, dtype=np.int64)
 
     def forward(x: Any) -> Any:
         out = model(x, edge_index, ea)
-        if spec:
-            check_model_output(out, m.num_nodes, num_targets, spec, sharded=False)
+        if model_spec:
+            check_model_output(out, whole.num_nodes, num_targets, model_spec, sharded=False)
         return out
 
-    return _MeshOnRank(mesh, m.num_nodes, ids, forward, np.asarray(m.points),
-                   ids, [(t, np.asarray(c, dtype=np.int64)) for t, c in m.cells])
+    return _MeshOnRank(mesh, whole.num_nodes, ids, forward, np.asarray(whole.points),
+                       ids, [(t, np.asarray(c, dtype=np.int64)) for t, c in whole.cells])
 
 
-def _shard_layout(data: Any, reader: Any, mesh: int, model: Any, ctx: Any, pieces: bool, spec: str | None,
+def _shard_layout(data: Any, reader: Any, mesh: int, model: Any, ctx: Any, pieces: bool, model_spec: str | None,
                   num_targets: int) -> _MeshOnRank:
     from .._tensor import ShardTensor
 
@@ -325,10 +325,10 @@ def _shard_layout(data: Any, reader: Any, mesh: int, model: Any, ctx: Any, piece
         except Exception as err:  # the model's own error, whatever its type, on one line
             if is_peer_failure(err):
                 raise
-            hint = shard_hint(model) if spec else ""
+            hint = shard_hint(model) if model_spec else ""
             raise RuntimeError(f"the model's forward failed ({type(err).__name__}: {first_line(err)}){hint}") from err
-        if spec:
-            check_model_output(out, len(owned), num_targets, spec, sharded=True, group=reader.group)
+        if model_spec:
+            check_model_output(out, len(owned), num_targets, model_spec, sharded=True, group=reader.group)
         return out.to_local()
 
     layout = _MeshOnRank(mesh, int(data.meta["meshes"][mesh]["num_nodes"]), owned, forward, pos_owned)
@@ -393,13 +393,13 @@ def _write_gathered(path: Path, data: Any, targets: list[tuple[str, slice]], s: 
         return None
     full = np.empty((layout.num_nodes, pred.shape[1]))
     full[rows[:, 0].astype(np.int64)] = rows[:, 1:]
-    mesh = data.mesh(layout.mesh)
+    whole = data.mesh(layout.mesh)
     ids = np.arange(layout.num_nodes, dtype=np.int64)
     x, y = data.rows(s, ids)
-    cells = [(t, np.asarray(c, dtype=np.int64)) for t, c in mesh.cells]
-    write_vtu(path, np.asarray(mesh.points), cells, _point_data(data, targets, x, y, full, ids))
+    cells = [(t, np.asarray(c, dtype=np.int64)) for t, c in whole.cells]
+    write_vtu(path, np.asarray(whole.points), cells, _point_data(data, targets, x, y, full, ids))
     tri = next((c for t, c in cells if t == "triangle"), None)
-    return np.asarray(mesh.points), y, full, tri
+    return np.asarray(whole.points), y, full, tri
 
 
 def _write_pieces(folder: Path, index: Path, data: Any, targets: list[tuple[str, slice]], s: int, layout: _MeshOnRank,
@@ -436,7 +436,7 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
         raise ValueError(f"Expected --dtype float32 or float64 (got {dtype_name!r})")
     dtype = getattr(torch, dtype_name)
     norm = normalisation_of(ckpt, data)
-    normaliser = Normaliser(norm, ctx.device, dtype)
+    normaliser = TensorNormalisation(norm, ctx.device, dtype)
     check_model_request(ckpt, cfg.run, cfg.model)
     # the run's target fields: DATA's when it has targets (checked equal above), else recorded by train
     truth = bool(data.target_channels)
@@ -483,17 +483,18 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
     val = set(int(v) for v in data.val)
     for s in picks:
         started = time.perf_counter()
-        m, n = data.sample_mesh(s), data.num_nodes(s)
+        mesh, n = data.sample_mesh(s), data.num_nodes(s)
         gather = True if parts is None else (cfg.gather if cfg.gather is not None else n <= GATHER_MAX_NODES)
         stem = stems[s] if stems.count(stems[s]) == 1 else f"{stems[s]}-{s}"
         if ctx.rank == 0:  # listed before any rank writes them (the ranks meet in the forward below first)
             head["files"] += ([f"{stem}.vtu"] if gather else [f"{stem}.pvtu", stem]) + ([f"{stem}.png"] if cfg.plots else [])
             _write_metrics(out, head | {"samples": records})
-        key = (m, gather)
+        key = (mesh, gather)
         if key not in layouts:
-            layouts[key] = (_whole_layout(data, m, model, normaliser, dtype, ctx.device, cfg.model, num_targets)
+            layouts[key] = (_whole_layout(data, mesh, model, normaliser, dtype, ctx.device, cfg.model, num_targets)
                             if reader is None else
-                            _shard_layout(data, reader, m, model, ctx, pieces=not gather, spec=cfg.model, num_targets=num_targets))
+                            _shard_layout(data, reader, mesh, model, ctx, pieces=not gather, model_spec=cfg.model,
+                                          num_targets=num_targets))
         layout = layouts[key]
         x, y = data.rows(s, layout.owned_ids)
         with torch.no_grad():

@@ -22,8 +22,9 @@ A model built from ``meshshard.nn.ShardConv`` around PyG layers and row-wise ope
 (see ``docs/training.md``). The module is wrapped in ``DomainParallel`` for training.
 
 Safety: code is imported only from a ``--model`` given on the command line. A checkpoint records
-the spec and its arguments as plain text, so a run can be resumed and checked; ``predict`` asks for
-``--model`` again rather than import whatever a checkpoint someone sent you names.
+the ``--model`` string (``model_spec`` here: ``spec`` alone always means a ``ShardSpec``) and its
+arguments as plain text, so a run can be resumed and checked; ``predict`` asks for ``--model``
+again rather than import whatever a checkpoint someone sent you names.
 """
 
 from __future__ import annotations
@@ -53,10 +54,10 @@ MESHGRAPHNET_DEFAULTS: dict[str, Any] = {"latent_size": 64, "hidden_layers": 2, 
 _PLAIN = (str, int, float, bool, type(None))
 
 
-def _split(spec: str) -> tuple[str, str]:
-    target, sep, name = spec.rpartition(":")
+def _split(model_spec: str) -> tuple[str, str]:
+    target, sep, name = model_spec.rpartition(":")
     if not sep or not target or not name.isidentifier():
-        raise ValueError(f"Expected --model FILE.py:NAME or MODULE:NAME, NAME a function or class (got {spec!r})")
+        raise ValueError(f"Expected --model FILE.py:NAME or MODULE:NAME, NAME a function or class (got {model_spec!r})")
     return target, name
 
 
@@ -64,19 +65,19 @@ def _is_file(target: str) -> bool:
     return target.endswith(".py") or os.sep in target or "/" in target
 
 
-def normalise_spec(spec: str) -> str:
-    """``spec`` with a file path made absolute (a module spec is returned as given), so a run
-    records which file it trained with, wherever it is resumed from."""
-    if not spec:
+def normalise_spec(model_spec: str) -> str:
+    """``model_spec`` (a ``--model`` string) with a file path made absolute (a module's is returned
+    as given), so a run records which file it trained with, wherever it is resumed from."""
+    if not model_spec:
         return ""
-    target, name = _split(spec)
-    return f"{Path(target).resolve()}:{name}" if _is_file(target) else spec
+    target, name = _split(model_spec)
+    return f"{Path(target).resolve()}:{name}" if _is_file(target) else model_spec
 
 
-def model_digest(spec: str) -> str | None:
-    """SHA-256 of the source file ``spec`` names (a file, or a module's file), for a resumed run to
-    notice that the model's code changed; ``None`` when there is no such file to read."""
-    target, _ = _split(spec)
+def model_digest(model_spec: str) -> str | None:
+    """SHA-256 of the source file ``model_spec`` names (a file, or a module's file), for a resumed
+    run to notice that the model's code changed; ``None`` when there is no such file to read."""
+    target, _ = _split(model_spec)
     if _is_file(target):
         path: Path | None = Path(target)
     else:
@@ -108,11 +109,11 @@ def parse_model_args(text: str | None) -> dict[str, Any]:
     return value
 
 
-def _import(target: str, spec: str) -> Any:
+def _import(target: str, model_spec: str) -> Any:
     if _is_file(target):
         path = Path(target).resolve()
         if not path.is_file():
-            raise ValueError(f"{target}: no such file (--model {spec})")
+            raise ValueError(f"{target}: no such file (--model {model_spec})")
         if path.suffix != ".py":
             raise ValueError(f"Expected --model to name a .py file (got {target})")
         name = f"_meshshard_model_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:10]}"
@@ -128,16 +129,19 @@ def _import(target: str, spec: str) -> Any:
             loader_spec.loader.exec_module(module)
         except Exception as err:
             del sys.modules[name]
-            raise ValueError(f"--model {spec}: importing {target} failed: {type(err).__name__}: {first_line(err)}") from err
+            raise ValueError(f"--model {model_spec}: importing {target} failed: "
+                             f"{type(err).__name__}: {first_line(err)}") from err
         return module
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # a module of the current folder, as python -m would find it
     try:
         return importlib.import_module(target)
     except ModuleNotFoundError as err:
-        raise ValueError(f"--model {spec}: no module {err.name!r} (a file needs its path, e.g. ./{target.replace('.', '/')}.py)") from None
+        raise ValueError(f"--model {model_spec}: no module {err.name!r} "
+                         f"(a file needs its path, e.g. ./{target.replace('.', '/')}.py)") from None
     except Exception as err:
-        raise ValueError(f"--model {spec}: importing {target} failed: {type(err).__name__}: {first_line(err)}") from err
+        raise ValueError(f"--model {model_spec}: importing {target} failed: "
+                         f"{type(err).__name__}: {first_line(err)}") from err
 
 
 def first_line(err: BaseException) -> str:
@@ -146,26 +150,28 @@ def first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else ""
 
 
-def load_factory(spec: str) -> Callable[..., Any]:
+def load_factory(model_spec: str) -> Callable[..., Any]:
     """The callable ``--model`` names; a one-line ``ValueError`` for anything that is not one."""
-    target, name = _split(spec)
-    module = _import(target, spec)
+    target, name = _split(model_spec)
+    module = _import(target, model_spec)
     factory = getattr(module, name, None)
     if factory is None:
         offered = sorted(k for k, v in vars(module).items()
                          if callable(v) and not k.startswith("_") and getattr(v, "__module__", None) == module.__name__)
-        raise ValueError(f"--model {spec}: {target} defines no {name!r} (it defines: {', '.join(offered) or 'nothing callable'})")
+        raise ValueError(f"--model {model_spec}: {target} defines no {name!r} "
+                         f"(it defines: {', '.join(offered) or 'nothing callable'})")
     if not callable(factory):
-        raise ValueError(f"--model {spec}: {name} is a {type(factory).__name__}, not a function or class")
+        raise ValueError(f"--model {model_spec}: {name} is a {type(factory).__name__}, not a function or class")
     return factory
 
 
-def build_user_model(spec: str, model_args: Mapping[str, Any], node_in: int, edge_in: int, node_out: int) -> Any:
+def build_user_model(model_spec: str, model_args: Mapping[str, Any], node_in: int, edge_in: int, node_out: int) -> Any:
     """``NAME(node_in, edge_in, node_out, **model_args)``, checked to be a ``torch.nn.Module``."""
     import torch
 
-    factory = load_factory(spec)
-    call = f"{_split(spec)[1]}({node_in}, {edge_in}, {node_out}{''.join(f', {k}={v!r}' for k, v in model_args.items())})"
+    factory = load_factory(model_spec)
+    keywords = "".join(f", {k}={v!r}" for k, v in model_args.items())
+    call = f"{_split(model_spec)[1]}({node_in}, {edge_in}, {node_out}{keywords})"
     try:  # does the call fit the signature? (a TypeError from inside, a ShardConv refusal say, is another matter)
         inspect.signature(factory).bind(node_in, edge_in, node_out, **model_args)
         fits = True
@@ -178,16 +184,16 @@ def build_user_model(spec: str, model_args: Mapping[str, Any], node_in: int, edg
     except Exception as err:
         hint = (" (it is called with the dataset's input, edge and target channel counts, then --model-args as keywords)"
                 if isinstance(err, TypeError) and not fits else "")
-        raise ValueError(f"--model {spec}: {call} failed: {type(err).__name__}: {first_line(err)}{hint}") from err
+        raise ValueError(f"--model {model_spec}: {call} failed: {type(err).__name__}: {first_line(err)}{hint}") from err
     if not isinstance(model, torch.nn.Module):
-        raise ValueError(f"--model {spec}: {call} returned a {type(model).__name__}, not a torch.nn.Module")
+        raise ValueError(f"--model {model_spec}: {call} returned a {type(model).__name__}, not a torch.nn.Module")
     from torch.distributed.fsdp import FSDPModule  # a class to refuse, as DDP's below; sends nothing
     from torch.nn.parallel import DistributedDataParallel
 
     from ..nn import DomainParallel
 
     if isinstance(model, DomainParallel | DistributedDataParallel | FSDPModule):
-        raise ValueError(f"--model {spec}: {call} returned a {type(model).__name__}; return the bare model "
+        raise ValueError(f"--model {model_spec}: {call} returned a {type(model).__name__}; return the bare model "
                          "(meshshard train wraps it in DomainParallel itself)")
     return model
 
@@ -221,7 +227,7 @@ def shard_hint(model: Any) -> str:
             "ShardTensor and a ShardGraph: write ShardConv(SAGEConv(...)) (docs/training.md, \"Your own model\")")
 
 
-def check_model_output(out: Any, rows: int, node_out: int, spec: str, sharded: bool, group: Any = None) -> None:
+def check_model_output(out: Any, rows: int, node_out: int, model_spec: str, sharded: bool, group: Any = None) -> None:
     """Raise a one-line ``ValueError`` unless the model returned one row of ``node_out`` values per
     node (a ``ShardTensor`` of the owned rows on shards).
 
@@ -230,7 +236,7 @@ def check_model_output(out: Any, rows: int, node_out: int, spec: str, sharded: b
     naming the lowest such rank, instead of the others going on into a collective that waits for a
     rank that stopped. This costs one small all-reduce.
     """
-    problem = _output_problem(out, rows, node_out, spec, sharded)
+    problem = _output_problem(out, rows, node_out, model_spec, sharded)
     if sharded:
         from meshshard.comm import agree_on_first_error
 
@@ -239,32 +245,32 @@ def check_model_output(out: Any, rows: int, node_out: int, spec: str, sharded: b
         raise ModelOutputError(problem)
 
 
-def _output_problem(out: Any, rows: int, node_out: int, spec: str, sharded: bool) -> str | None:
+def _output_problem(out: Any, rows: int, node_out: int, model_spec: str, sharded: bool) -> str | None:
     from .._tensor import ShardTensor
 
     want = f"a ShardTensor ({rows}, {node_out}) of this rank's rows" if sharded else f"a tensor ({rows}, {node_out})"
     if sharded and not isinstance(out, ShardTensor):
         got = f"a {type(out).__name__}" + (f" {tuple(out.shape)}" if hasattr(out, "shape") else "")
-        return (f"Expected the model of --model {spec} to return {want} on shards (got {got}); keep the "
+        return (f"Expected the model of --model {model_spec} to return {want} on shards (got {got}); keep the "
                 "ShardTensor from ShardConv layers and row-wise operations, do not call to_local() at the end")
     local = out.to_local() if isinstance(out, ShardTensor) else out
     if not hasattr(local, "shape") or tuple(local.shape) != (rows, node_out):
         got = tuple(local.shape) if hasattr(local, "shape") else type(out).__name__
-        return (f"Expected the model of --model {spec} to return {want}, one row per node and one column per "
+        return (f"Expected the model of --model {model_spec} to return {want}, one row per node and one column per "
                 f"target channel (got {got})")
     return None
 
 
 @dataclass(frozen=True)
 class ModelRecipe:
-    """Which model a run trains: the built-in MeshGraphNet (``spec`` empty, its settings in
-    ``settings``) or your own (``spec`` ``FILE.py:NAME``, its keyword arguments in ``args``).
+    """Which model a run trains: the built-in MeshGraphNet (``model_spec`` empty, its settings in
+    ``settings``) or your own (``model_spec`` ``FILE.py:NAME``, its keyword arguments in ``args``).
 
     Built from a run's config (:meth:`from_config`: the keys of ``TrainConfig``, what a checkpoint
     records), so training and every rebuild of the run make the same module.
     """
 
-    spec: str = ""
+    model_spec: str = ""
     args: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=lambda: dict(MESHGRAPHNET_DEFAULTS))
 
@@ -277,13 +283,13 @@ class ModelRecipe:
 
     @property
     def name(self) -> str:
-        """``MeshGraphNet``, or the ``--model`` spec."""
-        return self.spec or "MeshGraphNet"
+        """``MeshGraphNet``, or the ``--model`` string."""
+        return self.model_spec or "MeshGraphNet"
 
     def build(self, node_in: int, edge_in: int, node_out: int) -> Any:
         """The module for these channel counts (input, edge, target), with fresh weights."""
-        if self.spec:
-            return build_user_model(self.spec, self.args, node_in, edge_in, node_out)
+        if self.model_spec:
+            return build_user_model(self.model_spec, self.args, node_in, edge_in, node_out)
         from ..nn import MeshGraphNet
 
         s = self.settings

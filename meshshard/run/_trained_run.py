@@ -26,7 +26,7 @@ from torch import nn
 
 from meshshard.partition import Normalisation
 
-from ..tasks import Normaliser
+from ..tasks import TensorNormalisation
 from ._folder import read_run
 from ._recipe import build_model
 
@@ -134,4 +134,4 @@ def load_run(run: str | os.PathLike[str], *, model: str | nn.Module | None = Non
     built = build_model(ckpt, sizes, dtype, model, model_args, f"{run}'s recorded statistics")
     return TrainedRun(model=built.to(device), step=int(ckpt.get("step", 0)), config=cfg,
                       input_channels=list(norm.inputs.channels), target_channels=list(norm.targets.channels),
-                      device=device, dtype=dtype, _normaliser=Normaliser(norm, device, dtype))
+                      device=device, dtype=dtype, _normaliser=TensorNormalisation(norm, device, dtype))

@@ -3,7 +3,7 @@
 
 ``torchrun --nproc-per-node R -m meshshard train PARTITION --data DATA --out RUN`` (or
 ``meshshard train ... --nproc R`` to start the ranks locally). The ranks form a
-``data_parallel x domain_parallel`` mesh: each domain group (``domain_parallel`` ranks, one per part
+``data_parallel x domain_parallel`` device mesh: each domain group (``domain_parallel`` ranks, one per part
 of the partition) trains on one sample at a time; the data groups train on different samples.
 
 Per step, for data rank ``d``: training sample ``schedule(seed, step, d)`` (of the dataset's
@@ -131,9 +131,10 @@ def _step_failure(err: Exception, where: str, ckpt_path: Path, user_model: Any, 
 
 def _maybe_fail(rank: int, step: int) -> None:
     """Testing hook: ``MESHSHARD_FAIL_AT=RANK:STEP`` kills that rank in the middle of that step."""
-    spec = os.environ.get("MESHSHARD_FAIL_AT")
-    if spec and spec == f"{rank}:{step}":
-        print(f"rank {rank}: MESHSHARD_FAIL_AT={spec}: dying in the middle of step {step}", file=sys.stderr, flush=True)
+    fail_at = os.environ.get("MESHSHARD_FAIL_AT")
+    if fail_at and fail_at == f"{rank}:{step}":
+        print(f"rank {rank}: MESHSHARD_FAIL_AT={fail_at}: dying in the middle of step {step}", file=sys.stderr,
+              flush=True)
         os._exit(17)
 
 
@@ -238,16 +239,16 @@ def train(cfg: TrainConfig) -> list[float]:
     saved = load_checkpoint(Path(cfg.out) / CHECKPOINT, "cpu") if cfg.resume else None
     if saved is not None:
         _folder.check_resume(saved.get("config", {}), saved.get("identity"), asdict(cfg), identity)
-    mesh = init_device_mesh_2d(domain)
+    device_mesh = init_device_mesh_2d(domain)  # the ranks: data x domain
     names = [str(x["name"]) for x in dataset.meta["samples"]]  # to name a sample in an error
-    reader = task.reader(dataset, cfg.partition, mesh.domain_rank, mesh.domain_group, device=ctx.device, dtype=dtype,
-                         parts_meta=meta)
+    reader = task.reader(dataset, cfg.partition, device_mesh.domain_rank, device_mesh.domain_group, device=ctx.device,
+                         dtype=dtype, parts_meta=meta)
 
     torch.manual_seed(cfg.seed)
     digest = model_digest(cfg.model) if cfg.model else None  # the model file as it is now, before it is run
     inner = ModelRecipe.from_config(asdict(cfg)).build(reader.num_inputs, reader.num_edge_features, reader.num_targets)
     # gradients: sum over the domain, mean over the data groups, in backward
-    model = DomainParallel(inner.to(ctx.device, dtype), mesh)
+    model = DomainParallel(inner.to(ctx.device, dtype), device_mesh)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     num_parameters = sum(p.numel() for p in model.parameters())  # the weights trained (not buffers)
     out = Path(cfg.out)
@@ -294,7 +295,7 @@ def train(cfg: TrainConfig) -> list[float]:
         """Mean loss over the validation split at step ``at``; data rank d takes every dp-th sample."""
         total = torch.zeros(1, dtype=torch.float64, device=ctx.device)
         with torch.no_grad():
-            for s in reader.val[mesh.data_rank::cfg.data_parallel]:
+            for s in reader.val[device_mesh.data_rank::cfg.data_parallel]:
                 b = reader.sample(int(s))  # validation: the sample as it is (no training noise)
                 try:
                     with autocast():
@@ -304,7 +305,7 @@ def train(cfg: TrainConfig) -> list[float]:
                                         inner if cfg.model else None, "forward") from err
                 if cfg.model:
                     check_model_output(pred, len(b.owned_ids), reader.num_targets, cfg.model, sharded=True,
-                                 group=mesh.domain_group)
+                                 group=device_mesh.domain_group)
                 total += float(task.loss(pred, b))
         all_reduce_sum(total)  # every domain rank of a data group holds that group's sum
         return float(total) / (domain * len(reader.val))
@@ -318,7 +319,7 @@ def train(cfg: TrainConfig) -> list[float]:
         if validating and step % cfg.val_every == 0:
             log.eval(step, validate(step))
         t0 = time.perf_counter()
-        s = int(reader.train[sample_index(cfg.seed, step, mesh.data_rank, cfg.data_parallel, len(reader.train))])
+        s = int(reader.train[sample_index(cfg.seed, step, device_mesh.data_rank, cfg.data_parallel, len(reader.train))])
         b = task.batch(reader, s, step)
         if s not in checked:  # the data do not change: each sample is checked the first time it is read
             checked[s] = _non_finite_row(b.x.to_local(), b.y.to_local(), b.owned_ids, s)
@@ -328,7 +329,7 @@ def train(cfg: TrainConfig) -> list[float]:
                 pred = model(b.x, b.graph, b.edge_attr)
             if cfg.model and step == start:
                 check_model_output(pred, len(b.owned_ids), reader.num_targets, cfg.model, sharded=True,
-                             group=mesh.domain_group)
+                             group=device_mesh.domain_group)
             loss = task.loss(pred, b)
             _maybe_fail(ctx.rank, step)
             opt.zero_grad(set_to_none=True)

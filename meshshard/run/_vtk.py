@@ -27,10 +27,10 @@ def write_vtu(path: Path, points: np.ndarray, cells: list[tuple[str, np.ndarray]
 
     if not any(len(c) for _, c in cells):  # a graph without cells: show the nodes
         cells = [("vertex", np.arange(len(points), dtype=np.int64)[:, None])]
-    mesh = meshio.Mesh(_vtk_points(points), [(t, np.asarray(c)) for t, c in cells if len(c)], point_data=point_data)
+    grid = meshio.Mesh(_vtk_points(points), [(t, np.asarray(c)) for t, c in cells if len(c)], point_data=point_data)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        meshio.write(path, mesh, file_format="vtu", binary=True)
+        meshio.write(path, grid, file_format="vtu", binary=True)
 
 
 _VTK_TYPES = {np.dtype(np.float64): "Float64", np.dtype(np.float32): "Float32", np.dtype(np.int64): "Int64",

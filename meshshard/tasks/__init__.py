@@ -22,10 +22,11 @@ the lower layers (``partition``, ``comm``), never :mod:`meshshard.run` nor the c
 from __future__ import annotations
 
 from ._base import Task
-from ._reader import DatasetReader, LocalSample, Normaliser, whole_sample
+from ._reader import DatasetReader, LocalSample, Normaliser, TensorNormalisation, whole_sample
 from .steady import SteadyFields
 
-__all__ = ["TASKS", "DatasetReader", "LocalSample", "Normaliser", "SteadyFields", "Task", "get_task", "whole_sample"]
+__all__ = ["TASKS", "DatasetReader", "LocalSample", "Normaliser", "SteadyFields", "Task", "TensorNormalisation",
+           "get_task", "whole_sample"]
 
 #: Every task, by the name a run records (``TrainConfig.task``).
 TASKS: dict[str, type[Task]] = {SteadyFields.name: SteadyFields}

@@ -9,12 +9,13 @@ Public names (stable):
   drawn, then cached), the normalised inputs and targets of this rank's owned nodes as
   :class:`~meshshard.ShardTensor`, and the normalised edge features of the local edges.
   Construction checks that the partitions belong to the dataset (one line, ``ValueError``).
-- :class:`Normaliser`: the statistics as tensors, with ``normalise_inputs``,
-  ``normalise_targets``, ``normalise_edges``, ``edge_attr`` (a graph's edge features, normalised)
-  and ``denormalise_targets``; built from a dataset's
-  :class:`~meshshard.partition.Normalisation` or from ``checkpoint["config"]["normalisation"]``
-  (:meth:`Normaliser.from_dict`), which training stores, so prediction de-normalises with the
-  statistics the model was trained with.
+- :class:`TensorNormalisation`: a dataset's :class:`~meshshard.partition.Normalisation` (the
+  numpy statistics of ``dataset.json``) as tensors on one device and dtype, with
+  ``normalise_inputs``, ``normalise_targets``, ``normalise_edges``, ``edge_attr`` (a graph's edge
+  features, normalised) and ``denormalise_targets``; built from a ``Normalisation`` or from
+  ``checkpoint["config"]["normalisation"]`` (:meth:`TensorNormalisation.from_dict`), which
+  training stores, so prediction de-normalises with the statistics the model was trained with.
+  ``Normaliser`` is its former name, kept as an alias (the same class).
 - :func:`whole_sample`: one sample on the whole mesh, normalised (single-process prediction and
   the reference computations of the tests).
 
@@ -42,12 +43,18 @@ from meshshard.partition import (Dataset, Normalisation, check_partition_matches
 from .._graph import ShardGraph, edge_features
 from .._tensor import ShardTensor
 
-__all__ = ["DatasetReader", "LocalSample", "Normaliser", "whole_sample"]
+__all__ = ["DatasetReader", "LocalSample", "Normaliser", "TensorNormalisation", "whole_sample"]
 
 
-class Normaliser:
-    """``(value - mean) / scale`` for inputs, targets and edge features, and its inverse for
-    predicted targets, as tensors on one device and dtype.
+class TensorNormalisation:
+    """A :class:`~meshshard.partition.Normalisation` as tensors: ``(value - mean) / scale`` for
+    inputs, targets and edge features, and its inverse for predicted targets, on one device and
+    dtype.
+
+    One concept in two forms: ``Normalisation`` (``meshshard.partition``, numpy, what
+    ``dataset.json`` and a checkpoint store; ``partition`` never imports torch) and this class,
+    the same statistics as tensors (``.normalisation`` is the numpy form it was made from,
+    ``to_dict()`` its stored form). ``Normaliser`` is an alias of this class, its former name.
 
     Shapes:
         inputs ``(..., F_in)``, targets ``(..., F_out)``, edges ``(..., F_e)``.
@@ -65,7 +72,8 @@ class Normaliser:
         self._edge = (t(n.edges.mean), t(n.edges.scale))
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any], device: Any = None, dtype: torch.dtype = torch.float32) -> Normaliser:
+    def from_dict(cls, values: dict[str, Any], device: Any = None,
+                  dtype: torch.dtype = torch.float32) -> TensorNormalisation:
         """From ``Normalisation.to_dict()`` (what a checkpoint's config stores)."""
         return cls(Normalisation.from_dict(values), device, dtype)
 
@@ -94,10 +102,15 @@ class Normaliser:
         return self.normalisation.to_dict()
 
 
+#: The former name of :class:`TensorNormalisation`, kept as an alias (the same class).
+Normaliser = TensorNormalisation
+
+
 @dataclass(frozen=True, eq=False)
 class LocalSample:
     """One sample on this rank. x, y: owned rows ``(N_own, F_in)`` / ``(N_own, F_out)``,
-    normalised; edge_attr ``(E_local, F_e)``, normalised; owned_ids ``(N_own,)`` global ids."""
+    normalised; edge_attr ``(E_local, F_e)``, normalised; owned_ids ``(N_own,)`` global ids;
+    mesh: the index of the sample's mesh in the dataset (``dataset.sample_mesh(sample)``)."""
 
     sample: int
     mesh: int
@@ -119,7 +132,8 @@ class DatasetReader:
         group: The domain process group (``None``: the default group, or none at all).
         device, dtype: Of every tensor returned.
         cache_size: Meshes whose shard stays loaded (least recently used dropped first).
-        normaliser: The statistics to apply (default: the dataset's; a trained run's for prediction).
+        normaliser: The statistics to apply, a :class:`TensorNormalisation` (default: the dataset's;
+            a trained run's for prediction).
         parts_meta: What ``check_partition_matches(data, partition)`` returned, when the caller
             has checked the partition already (default: checked here).
 
@@ -130,14 +144,14 @@ class DatasetReader:
 
     def __init__(self, data: str | os.PathLike[str] | Dataset, partition: str | os.PathLike[str], domain_rank: int,
                  group: Any = None, *, device: Any = None, dtype: torch.dtype = torch.float32,
-                 cache_size: int = 8, normaliser: Normaliser | None = None,
+                 cache_size: int = 8, normaliser: TensorNormalisation | None = None,
                  parts_meta: dict[str, Any] | None = None) -> None:
         self.dataset = data if isinstance(data, Dataset) else open_dataset(data)
         self.partition = partition
         self.parts_meta = parts_meta if parts_meta is not None else check_partition_matches(self.dataset, partition)
         self.num_parts: int = int(self.parts_meta["num_parts"])
         self.domain_rank, self.group, self.device, self.dtype = domain_rank, group, device, dtype
-        self.normaliser = normaliser or Normaliser(self.dataset.normalisation, device, dtype)
+        self.normaliser = normaliser or TensorNormalisation(self.dataset.normalisation, device, dtype)
         self.cache_size = max(1, cache_size)
         self._shards: OrderedDict[int, tuple[ShardGraph, Tensor, np.ndarray]] = OrderedDict()
 
@@ -162,7 +176,8 @@ class DatasetReader:
         return len(self.dataset.edge_channels)
 
     def shard(self, mesh: int) -> tuple[ShardGraph, Tensor, np.ndarray]:
-        """(graph, normalised edge features, owned global ids) of mesh ``mesh`` on this rank."""
+        """(graph, normalised edge features, owned global ids) on this rank of the dataset's mesh
+        number ``mesh`` (an index, as ``dataset.sample_mesh(s)`` returns)."""
         if mesh in self._shards:
             self._shards.move_to_end(mesh)
             return self._shards[mesh]
@@ -207,7 +222,7 @@ def whole_sample(data: str | os.PathLike[str] | Dataset, s: int, *, device: Any 
         directed edges in global edge id order, ``(E, F_e)``.
     """
     dataset = data if isinstance(data, Dataset) else open_dataset(data)
-    normaliser = Normaliser(dataset.normalisation, device, dtype)
+    normaliser = TensorNormalisation(dataset.normalisation, device, dtype)
     graph = dataset.mesh(dataset.sample_mesh(s)).graph()
     edge_index = torch.as_tensor(graph.edge_index(), device=device)
     pos = torch.as_tensor(graph.pos, device=device).to(dtype)
