@@ -36,7 +36,6 @@ def make_sources(folder: Path, side: int, samples: int, fmt: str) -> float:
     """Write the sample files (skipped when present); returns the seconds spent."""
     import meshio
     import numpy as np
-
     from _meshes import make_box_mesh
 
     done = folder / ".complete"

@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from _runner import peak_rss_mb, read_json, run_workers
 
 ROOT = Path(__file__).resolve().parents[1]

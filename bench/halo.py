@@ -96,9 +96,9 @@ def main() -> int:
         return 0
 
     import meshio
-
     from _meshes import make_box_mesh
     from _runner import read_json, run_workers
+
     from meshshard.partition import partition_file
 
     work = Path(tempfile.mkdtemp(prefix="meshshard-bench-halo-"))

@@ -166,8 +166,8 @@ def main() -> int:
         return 0
 
     import meshio
-
     from _meshes import make_box_mesh
+
     from meshshard.partition import partition_file
 
     work = Path(tempfile.mkdtemp(prefix="meshshard-bench-mgn-"))

@@ -42,8 +42,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from _meshes import make_box_mesh
+
 from meshshard.partition import build_graph, load_partition, partition_file, read_input
 from meshshard.partition._progress import Steps, peak_rss_mb, reset_peak_rss
 

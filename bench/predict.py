@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from _meshes import make_box_mesh
 from _runner import emit
 

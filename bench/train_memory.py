@@ -91,8 +91,8 @@ def _idle_worker(report: str) -> None:
     import torch.distributed as dist
 
     import meshshard.nn  # noqa: F401 - the layers' imports, as a training rank has them
-    from meshshard.run._report import gather_peak_memory
     from meshshard.comm import init_distributed
+    from meshshard.run._report import gather_peak_memory
 
     ctx = init_distributed()
     if dist.is_initialized():

@@ -35,19 +35,20 @@ This layer never imports :mod:`meshshard.partition` nor the top-level layer.
 
 from __future__ import annotations
 
+from ._arrays import directory_lookup, exchange_counts, gather_rows, max_across, sum_across
 from ._collectives import (
     all_gather_v,
+    all_to_all_v,
     append_halo,
     communication_device,
-    all_to_all_v,
+    debug_enabled,
     gather_v,
     group_rank_and_size,
     indexed_all_to_all_v,
-    release_workspace,
-    scatter_v,
-    debug_enabled,
     note_replicated_result,
+    release_workspace,
     replicated_results,
+    scatter_v,
     set_debug,
     sum_gradients,
     sum_to_replicated,
@@ -61,7 +62,6 @@ from ._context import (
     local_ranks_backend,
     torch_device_mesh,
 )
-from ._arrays import directory_lookup, exchange_counts, gather_rows, max_across, sum_across
 from ._counter import CollectiveCall, CollectiveLog, count_collectives, record_collective
 from ._group import (
     agree_on_first_error,

@@ -30,16 +30,18 @@ from torch.autograd import Function
 
 from ._counter import CollectiveCall, record
 from ._validate import (
+    MESSAGE_WORDS,
     Counts,
     as_counts,
     check_dim,
-    check_index as _check_index,
     check_rank,
     check_self_counts,
     check_tensor,
     decode_problem,
     encode_problem,
-    MESSAGE_WORDS,
+)
+from ._validate import (
+    check_index as _check_index,
 )
 
 __all__ = [

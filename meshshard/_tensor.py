@@ -54,8 +54,15 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd import Function
 
-from meshshard.comm import (all_gather_v, all_reduce_sum, gather_v, indexed_all_to_all_v, note_replicated_result,
-                            scatter_v, sum_to_replicated)
+from meshshard.comm import (
+    all_gather_v,
+    all_reduce_sum,
+    gather_v,
+    indexed_all_to_all_v,
+    note_replicated_result,
+    scatter_v,
+    sum_to_replicated,
+)
 
 from ._spec import ShardSpec
 

@@ -27,16 +27,19 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time see __getattr__ below
-    from ._api import (GRAPHS, build_graph, partition_file, partition_graph,
-                       partition_mesh, partition_points)
-    from ._dataset import (Dataset, Normalisation, check_partition_matches,
-                           dataset_partition_folder, open_dataset, write_dataset,
-                           write_dataset_from_pyg)
+    from ._api import GRAPHS, build_graph, partition_file, partition_graph, partition_mesh, partition_points
+    from ._assign import METHODS, assign_parts, edge_cut, imbalance, refine_balance
+    from ._dataset import (
+        Dataset,
+        Normalisation,
+        check_partition_matches,
+        dataset_partition_folder,
+        open_dataset,
+        write_dataset,
+        write_dataset_from_pyg,
+    )
     from ._dataset_build import build_dataset, partition_dataset
-    from ._assign import (METHODS, assign_parts, edge_cut, imbalance,
-                          refine_balance)
-    from ._format import (FORMAT_NAME, FORMAT_VERSION, load_partition,
-                          read_metadata, save_partition)
+    from ._format import FORMAT_NAME, FORMAT_VERSION, load_partition, read_metadata, save_partition
     from ._graph import Graph
     from ._grid import GridLayout, grid_layout, partition_grid
     from ._io import InputData, read_input

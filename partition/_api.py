@@ -13,11 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from ._assign import (assign_parts, check_num_parts, edge_cut,
-                      load_imbalance, refine_balance, target_weights)
+from ._assign import assign_parts, check_num_parts, edge_cut, load_imbalance, refine_balance, target_weights
 from ._format import check_output_dir, write_partitions
-from ._graph import Cells, Graph, dual_graph, knn_graph, nodal_graph, \
-    radius_graph
+from ._graph import Cells, Graph, dual_graph, knn_graph, nodal_graph, radius_graph
 from ._io import InputData, check_finite, read_input
 from ._partition import Partition
 from ._plan import check_assignment, plan_partitions

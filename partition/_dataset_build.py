@@ -27,10 +27,18 @@ from typing import Any
 
 import numpy as np
 
-from ._dataset import (PARTITIONS_FILE, PARTITIONS_FORMAT, Sample, atomic_folder,
-                       channel_names, check_dataset_output, listed, open_dataset, plural,
-                       write_samples)
-
+from ._dataset import (
+    PARTITIONS_FILE,
+    PARTITIONS_FORMAT,
+    Sample,
+    atomic_folder,
+    channel_names,
+    check_dataset_output,
+    listed,
+    open_dataset,
+    plural,
+    write_samples,
+)
 from ._safe_io import check_destination
 
 __all__ = ["list_sources", "sample_names", "build_dataset", "partition_dataset", "parse_field_names"]

@@ -61,8 +61,14 @@ class Steps:
     def __enter__(self) -> Steps:
         if self.enabled:
             from rich.console import Console
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn,
-                                       TextColumn, TimeElapsedColumn)
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                SpinnerColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
 
             self._progress = Progress(
                 SpinnerColumn(), TextColumn("{task.description:<10}"), BarColumn(),

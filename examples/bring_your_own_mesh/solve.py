@@ -65,7 +65,8 @@ def wall_flags(points: np.ndarray) -> np.ndarray:
 def solve(points: np.ndarray, tets: np.ndarray, k: np.ndarray, f: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Temperature ``T`` at the nodes (P1 finite elements, scikit-fem), and the wall flag (1 on
     the channel walls, where ``T = 0``)."""
-    from skfem import Basis, BilinearForm, ElementTetP1, LinearForm, MeshTet, condense, solve as fem_solve
+    from skfem import Basis, BilinearForm, ElementTetP1, LinearForm, MeshTet, condense
+    from skfem import solve as fem_solve
     from skfem.helpers import dot, grad
 
     mesh = MeshTet(points.T.copy(), tets.T.copy())

@@ -116,7 +116,8 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
 
 def run_info(folder: str, as_json: bool) -> int:
     """``meshshard info DATA`` (a dataset folder) or ``meshshard info PARTS`` (a dataset's partitions)."""
-    from meshshard.partition import PARTITIONS_FILE, dump_dataset_metadata as dump_metadata, plural, read_dataset_metadata, read_partitions_metadata
+    from meshshard.partition import PARTITIONS_FILE, plural, read_dataset_metadata, read_partitions_metadata
+    from meshshard.partition import dump_dataset_metadata as dump_metadata
 
     try:
         if (Path(folder) / PARTITIONS_FILE).is_file():
@@ -139,8 +140,7 @@ def run_info(folder: str, as_json: bool) -> int:
 def run_verify(folder: str, verify_one: Callable[[argparse.Namespace], int]) -> int:
     """``meshshard verify PARTS`` for a dataset's partitions: every mesh's partition folder, and
     that each was made from the mesh ``partitions.json`` names (exit 1 when anything fails)."""
-    from meshshard.partition import PARTITIONS_FILE, read_partitions_metadata
-    from meshshard.partition import read_metadata
+    from meshshard.partition import PARTITIONS_FILE, read_metadata, read_partitions_metadata
 
     try:
         meta = read_partitions_metadata(folder)
@@ -163,9 +163,7 @@ def run_verify(folder: str, verify_one: Callable[[argparse.Namespace], int]) -> 
 
 def run_partition_dataset(args: argparse.Namespace) -> int:
     """``meshshard partition DATA --parts K --out PARTS``."""
-    from meshshard.partition import open_dataset, plural
-    from meshshard.partition import partition_dataset
-    from meshshard.partition import Steps
+    from meshshard.partition import Steps, open_dataset, partition_dataset, plural
 
     ignored = [flag for flag, value in (("--graph", args.graph), ("--tpwgts", args.tpwgts),
                                         ("--grid", getattr(args, "grid", None))) if value is not None]
@@ -189,9 +187,7 @@ def run_partition_dataset(args: argparse.Namespace) -> int:
 
 
 def _cmd_dataset(args: argparse.Namespace) -> int:
-    from meshshard.partition import read_dataset_metadata
-    from meshshard.partition import build_dataset, list_sources
-    from meshshard.partition import Steps
+    from meshshard.partition import Steps, build_dataset, list_sources, read_dataset_metadata
 
     val_samples = None if args.val_samples is None else [t for v in args.val_samples for t in v.split(",") if t.strip()]
 

@@ -39,9 +39,7 @@ def add_grid_arguments(parser: argparse.ArgumentParser) -> None:
 
 def grid_command(args: argparse.Namespace, error: Callable[[str, object, BaseException], int]) -> int:
     """Run ``meshshard partition --grid``; ``error`` prints one line and returns 2."""
-    from meshshard.partition import read_metadata, save_partition
-    from meshshard.partition import partition_grid
-    from meshshard.partition import print_summary
+    from meshshard.partition import partition_grid, print_summary, read_metadata, save_partition
 
     if args.grid is None:
         return error("partition", None, ValueError("Expected an INPUT file or --grid H,W[,D]"))

@@ -33,12 +33,7 @@ def _weights(text: str) -> list[float]:
 
 
 def _cmd_partition(args: argparse.Namespace) -> int:
-    from meshshard.partition import partition_file
-    from meshshard.partition import check_output_dir, read_metadata
-    from meshshard.partition import Steps
-    from meshshard.partition import print_summary
-
-    from meshshard.partition import is_dataset
+    from meshshard.partition import Steps, check_output_dir, is_dataset, partition_file, print_summary, read_metadata
 
     if args.input is not None and is_dataset(args.input):
         from ._dataset import run_partition_dataset
@@ -76,9 +71,8 @@ def _cmd_partition(args: argparse.Namespace) -> int:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from meshshard.partition import PARTITIONS_FILE, is_dataset
-    from meshshard.partition import dump_partition_metadata as dump_metadata, read_metadata
-    from meshshard.partition import print_summary
+    from meshshard.partition import PARTITIONS_FILE, is_dataset, print_summary, read_metadata
+    from meshshard.partition import dump_partition_metadata as dump_metadata
 
     if is_dataset(args.dir) or (Path(args.dir) / PARTITIONS_FILE).is_file():
         from ._dataset import run_info
@@ -100,9 +94,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from meshshard.partition import PARTITIONS_FILE, plural
-    from meshshard.partition import read_metadata
-    from meshshard.partition import verify_partition
+    from meshshard.partition import PARTITIONS_FILE, plural, read_metadata, verify_partition
 
     if (Path(args.dir) / PARTITIONS_FILE).is_file():
         from ._dataset import run_verify
@@ -125,8 +117,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from meshshard.partition import PARTITIONS_FILE, read_partitions_metadata
-    from meshshard.partition import plot_partition
+    from meshshard.partition import PARTITIONS_FILE, plot_partition, read_partitions_metadata
 
     try:
         if (Path(args.dir) / PARTITIONS_FILE).is_file():  # a dataset's partitions, found as verify finds them

@@ -7,8 +7,14 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from meshshard.run import (GATHER_MAX_NODES, PredictConfig, check_prediction_request, normalise_spec, parse_model_args,
-                           predict)
+from meshshard.run import (
+    GATHER_MAX_NODES,
+    PredictConfig,
+    check_prediction_request,
+    normalise_spec,
+    parse_model_args,
+    predict,
+)
 
 from ._launch import run_command
 

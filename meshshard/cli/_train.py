@@ -14,8 +14,16 @@ from typing import Any
 
 import numpy as np
 
-from meshshard.run import (CHECKPOINT, TrainConfig, check_training, load_checkpoint, normalise_spec, parse_model_args,
-                           resume_hint, train)
+from meshshard.run import (
+    CHECKPOINT,
+    TrainConfig,
+    check_training,
+    load_checkpoint,
+    normalise_spec,
+    parse_model_args,
+    resume_hint,
+    train,
+)
 
 from ._launch import run_command
 

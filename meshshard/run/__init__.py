@@ -20,11 +20,27 @@ as library code that the ``meshshard train / predict / info`` commands only call
 from __future__ import annotations
 
 from ._checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from ._folder import (CHECKPOINT, FIRST_STEP, LOG, LOSS_PLOT, RUN_FILES, check_run_folder, read_log, read_run,
-                      resume_hint, run_summary)
-from ._prediction import GATHER_MAX_NODES, METRICS_FILE, PredictConfig, check_prediction_request, predict, prediction_summary
-from ._recipe import (MESHGRAPHNET_DEFAULTS, ModelRecipe, build_model, load_factory, normalise_spec,
-                      parse_model_args)
+from ._folder import (
+                      CHECKPOINT,
+                      FIRST_STEP,
+                      LOG,
+                      LOSS_PLOT,
+                      RUN_FILES,
+                      check_run_folder,
+                      read_log,
+                      read_run,
+                      resume_hint,
+                      run_summary,
+)
+from ._prediction import (
+                      GATHER_MAX_NODES,
+                      METRICS_FILE,
+                      PredictConfig,
+                      check_prediction_request,
+                      predict,
+                      prediction_summary,
+)
+from ._recipe import MESHGRAPHNET_DEFAULTS, ModelRecipe, build_model, load_factory, normalise_spec, parse_model_args
 from ._trained_run import TrainedRun, load_run
 from ._training import TrainConfig, check_training, sample_index, train
 

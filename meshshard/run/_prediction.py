@@ -47,8 +47,16 @@ from typing import Any
 import numpy as np
 
 from meshshard.comm import barrier, directory_lookup, gather_rows, init_distributed, is_peer_failure, sum_across
-from meshshard.partition import (Refusals, check_apart, check_destination, check_input_folders, check_partition_matches,
-                                 open_dataset, plural, read_json_inside)
+from meshshard.partition import (
+    Refusals,
+    check_apart,
+    check_destination,
+    check_input_folders,
+    check_partition_matches,
+    open_dataset,
+    plural,
+    read_json_inside,
+)
 
 from ..tasks import DatasetReader, TensorNormalisation, get_task
 from ._checkpoint import peek

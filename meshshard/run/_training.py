@@ -45,8 +45,15 @@ from . import _folder, _report
 from ._checkpoint import atomic_save as _atomic_save
 from ._checkpoint import load_checkpoint, save_checkpoint
 from ._folder import CHECKPOINT, FIRST_STEP, LOG, LOSS_PLOT
-from ._recipe import (MESHGRAPHNET_DEFAULTS, ModelOutputError, ModelRecipe, check_model_output, first_line,
-                      model_digest, shard_hint)
+from ._recipe import (
+    MESHGRAPHNET_DEFAULTS,
+    ModelOutputError,
+    ModelRecipe,
+    check_model_output,
+    first_line,
+    model_digest,
+    shard_hint,
+)
 
 __all__ = ["TrainConfig", "train", "check_training", "load_checkpoint", "sample_index"]
 
