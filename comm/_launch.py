@@ -93,6 +93,7 @@ class RankFailed(RuntimeError):
 
 
 def free_port() -> int:
+    """A free TCP port on the loopback interface, for a local world's ``MASTER_PORT``."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

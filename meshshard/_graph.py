@@ -126,6 +126,7 @@ class ShardGraph:
         return spec.halo.append(own) if spec.halo is not None else own
 
     def to(self, device: Any) -> ShardGraph:
+        """The same shard with its index tensors and coordinates on ``device``."""
         return ShardGraph(
             self.spec, self.edge_index.to(device), self.num_owned_edges, self.halo_hops,
             self.node_hops.to(device), None if self.pos is None else self.pos.to(device),

@@ -297,6 +297,7 @@ class GridTensor:
     # --- what it holds --------------------------------------------------------------------------
 
     def to_local(self) -> Tensor:
+        """This rank's box ``(B, C, *box)``, a plain tensor (differentiable)."""
         return self._local
 
     @property
@@ -329,6 +330,7 @@ class GridTensor:
     requires_grad_ = ShardTensor.requires_grad_
 
     def detach(self) -> GridTensor:
+        """The same box and layout, cut from the autograd graph."""
         return GridTensor(self._local.detach(), self._layout, self._group)
 
     def __repr__(self) -> str:

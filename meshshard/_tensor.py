@@ -319,6 +319,7 @@ class ShardTensor:
         return None if g is None else ShardTensor(g, self._spec)
 
     def dim(self) -> int:
+        """The number of dimensions (of the local rows; the global tensor has as many)."""
         return self._local.dim()
 
     @property
@@ -326,13 +327,16 @@ class ShardTensor:
         return self._local.dim()
 
     def size(self, dim: int | None = None) -> Any:
+        """The local size (``N_own`` along the node dimension), as ``Tensor.size``."""
         return self._local.size() if dim is None else self._local.size(dim)
 
     def requires_grad_(self, requires_grad: bool = True) -> ShardTensor:
+        """Record gradients of the local rows (in place), as ``Tensor.requires_grad_``."""
         self._local.requires_grad_(requires_grad)
         return self
 
     def detach(self) -> ShardTensor:
+        """The same rows and spec, cut from the autograd graph."""
         return ShardTensor(self._local.detach(), self._spec)
 
     def to(self, *args: Any, **kwargs: Any) -> ShardTensor:
@@ -340,9 +344,11 @@ class ShardTensor:
         return ShardTensor(self._local.to(*args, **kwargs), self._spec)
 
     def double(self) -> ShardTensor:
+        """The rows in float64 (same spec)."""
         return self.to(torch.float64)
 
     def float(self) -> ShardTensor:
+        """The rows in float32 (same spec)."""
         return self.to(torch.float32)
 
     def __len__(self) -> int:
@@ -456,6 +462,7 @@ class ShardTensor:
         return ShardTensor(self._local.mean(dims, keepdim=keepdim), self._spec)
 
     def clone(self) -> ShardTensor:
+        """A copy of the local rows (same spec), differentiable as ``Tensor.clone``."""
         return ShardTensor(self._local.clone(), self._spec)
 
     def _count_all(self) -> int:

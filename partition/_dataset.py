@@ -859,6 +859,7 @@ class Dataset:
         return int(self.meta["samples"][self._sample(sample)]["mesh"])
 
     def num_nodes(self, sample: int) -> int:
+        """The node count of sample ``sample``'s mesh."""
         return int(self.meta["meshes"][self.sample_mesh(sample)]["num_nodes"])
 
     def _sample(self, sample: int) -> int:

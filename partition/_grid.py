@@ -95,6 +95,7 @@ class GridLayout:
         return starts, stops
 
     def box_shape(self, rank: int) -> tuple[int, ...]:
+        """The shape of rank ``rank``'s box (its owned points along each grid axis)."""
         c = self.coords(rank)
         return tuple(self.splits[k][c[k]] for k in range(self.ndim))
 

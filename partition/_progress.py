@@ -82,6 +82,8 @@ class Steps:
 
     @contextmanager
     def step(self, name: str, total: int | None = None) -> Iterator[Callable[[int], None]]:
+        """A timed step called ``name`` (a context manager): yields ``advance(n)`` for a progress
+        bar of ``total`` units; its time (and peak memory, when tracked) is recorded on exit."""
         tracked = self.track_memory and reset_peak_rss()
         start = time.perf_counter()
         task = None

@@ -84,12 +84,15 @@ class TensorNormalisation:
         return cls(Normalisation.from_dict(values), device, dtype)
 
     def normalise_inputs(self, x: Tensor) -> Tensor:
+        """``(x - mean) / scale`` with the inputs' statistics, ``(..., F_in)``."""
         return (x - self._in[0]) / self._in[1]
 
     def normalise_targets(self, y: Tensor) -> Tensor:
+        """``(y - mean) / scale`` with the targets' statistics, ``(..., F_out)``."""
         return (y - self._out[0]) / self._out[1]
 
     def normalise_edges(self, e: Tensor) -> Tensor:
+        """``(e - mean) / scale`` with the edge features' statistics, ``(..., F_e)``."""
         return (e - self._edge[0]) / self._edge[1]
 
     def edge_attr(self, pos: Tensor, edge_index: Tensor) -> Tensor:
@@ -105,6 +108,7 @@ class TensorNormalisation:
         return y * self._out[1] + self._out[0]
 
     def to_dict(self) -> dict[str, Any]:
+        """The statistics as plain values (``Normalisation.to_dict()``: what a checkpoint stores)."""
         return self.normalisation.to_dict()
 
 
