@@ -19,6 +19,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[test,examples]'
 	touch $(STAMP)
+	@echo "installed: the meshshard command is $(VENV)/bin/meshshard (source $(VENV)/bin/activate to put it on PATH)"
 
 install: $(STAMP)
 
