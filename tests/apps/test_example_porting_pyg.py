@@ -10,7 +10,7 @@ import pytest
 
 from tests._meshes import data_file
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("name", ["sfepy/big.mesh", "sfepy/cube_cylinder.mesh"])  # 2-D triangles, 3-D tets

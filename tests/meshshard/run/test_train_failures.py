@@ -23,7 +23,7 @@ import torch
 from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
 from meshshard.partition import load_partition, open_dataset
 from tests._dist import free_port, run_ranks
-from tests.meshshard.test_train import setup  # noqa: F401 - the shared module fixture
+from tests.meshshard.run.test_train import setup  # noqa: F401 - the shared module fixture
 
 
 def _outcome(cfg: dict) -> tuple[str, str]:

@@ -33,7 +33,7 @@ from meshshard.partition import open_dataset, partition_dataset, write_dataset
 from tests._dist import run_ranks
 from tests._meshes import mesh_file
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples" / "own_model" / "model.py"
 SPEC = f"{EXAMPLE}:build"
 ARGS = {"hidden": 8, "layers": 2, "heads": 2}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 def test_partition_bench_reports_every_step(tmp_path: Path) -> None:
