@@ -12,18 +12,18 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from tests._processes import wait_for_line
 from tests.meshshard.run.test_train import setup  # noqa: F401 - the shared module fixture
 
 
-def _command(setup: dict, out: Path, *extra: str) -> list[str]:  # noqa: F811
+def _command(setup: dict, out: Path, *extra: str, quiet: bool = True) -> list[str]:  # noqa: F811
     cfg = setup["cfg"]
     return [sys.executable, "-m", "meshshard", "train", cfg.partition, "--data", cfg.data, "--out", str(out),
-            "--latent", "8", "--hidden-layers", "1", "--mp-steps", "2", "--quiet", *extra]
+            "--latent", "8", "--hidden-layers", "1", "--mp-steps", "2", *(["--quiet"] if quiet else []), *extra]
 
 
 def _children(pid: int) -> list[int]:
@@ -42,17 +42,16 @@ def _gone(pid: int) -> bool:
 
 
 def _training(setup: dict, out: Path) -> tuple[subprocess.Popen, list[int]]:  # noqa: F811
-    """``train --nproc 2`` checkpointing every step, once it has logged two steps; its two ranks' pids."""
+    """``train --nproc 2`` checkpointing every step, once it has logged two steps; its two ranks' pids.
+
+    Not ``--quiet``, with a line per step: rank 0 prints the second step's line once that step is in
+    log.jsonl, after the first step's checkpoint is saved, and the wait is on that line.
+    """
     proc = subprocess.Popen(_command(setup, out, "--nproc", "2", "--data-parallel", "1", "--steps", "100000",
-                                     "--every", "1"),
+                                     "--every", "1", "--log-every", "1", quiet=False),
                             env=os.environ | {"MESHSHARD_TIMEOUT": "60"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    deadline = time.monotonic() + 120
-    while not ((out / "log.jsonl").exists() and (out / "log.jsonl").read_text().count("\n") >= 2):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"training did not start: {proc.communicate()}")
-        time.sleep(0.2)
+    wait_for_line(proc, r"^step\s+1\s+loss ", 120, "training did not start")
     return proc, [c for c in _children(proc.pid) if "spawn" in Path(f"/proc/{c}/cmdline").read_text()]
 
 

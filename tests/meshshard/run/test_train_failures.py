@@ -23,6 +23,7 @@ import torch
 from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
 from meshshard.partition import load_partition, open_dataset
 from tests._dist import free_port, run_ranks
+from tests._processes import wait_for_line
 from tests.meshshard.run.test_train import setup  # noqa: F401 - the shared module fixture
 
 
@@ -212,6 +213,7 @@ def _pair(setup: dict, out: Path, env: dict, *extra: str) -> list[subprocess.Pop
     port = str(free_port())
     cmd = [sys.executable, "-m", "meshshard", *_cli(setup, out, *extra)]
     cmd[cmd.index("--data") - 1] = setup["cfg"].partition  # the 2-part partition
+    cmd.remove("--quiet")  # rank 0 prints its step lines (on stdout), which the test waits for
     return [subprocess.Popen(cmd, env=os.environ | env | {"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
                                                           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port},
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -227,11 +229,9 @@ def test_a_stopped_rank_fails_its_peer_within_the_configured_timeout(setup: dict
     out = setup["root"] / "stopped"
     procs = _pair(setup, out, {"MESHSHARD_TIMEOUT": "15"}, "--steps", "100000", "--every", "100000")
     try:
-        deadline = time.monotonic() + 120
-        while not ((out / "log.jsonl").exists() and (out / "log.jsonl").read_text().count("\n") >= 2):
-            assert procs[0].poll() is None and procs[1].poll() is None, [p.communicate() for p in procs]
-            assert time.monotonic() < deadline, "training did not start"
-            time.sleep(0.2)
+        # rank 0 prints step 0's line once that step is in log.jsonl: both ranks are training
+        wait_for_line(procs[0], r"^step\s+0\s+loss ", 120, "training did not start")
+        assert procs[1].poll() is None, procs[1].communicate()
         procs[1].send_signal(signal.SIGSTOP)
         stopped = time.monotonic()
         (out / "checkpoint.pt").write_bytes(b"left over from something else")
