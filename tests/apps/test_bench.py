@@ -36,6 +36,7 @@ def test_partition_bench_reports_every_step(tmp_path: Path) -> None:
     assert case["bare_metis_peak_mb"] > 0
 
 
+@pytest.mark.slow
 def test_train_memory_bench_reports_every_rank(tmp_path: Path) -> None:
     result = tmp_path / "r.json"
     side = 8
@@ -55,6 +56,7 @@ def test_train_memory_bench_reports_every_rank(tmp_path: Path) -> None:
         assert r["max_peak_mb"] == max(r["peak_rss_mb"])
 
 
+@pytest.mark.slow
 def test_peers_bench_reports_each_run_and_its_ratios(tmp_path: Path) -> None:
     result = tmp_path / "r.json"
     done = subprocess.run([sys.executable, str(BENCH / "meshgraphnet_peers.py"), "--side", "6", "--latent", "8",

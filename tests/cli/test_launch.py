@@ -55,6 +55,7 @@ def _training(setup: dict, out: Path) -> tuple[subprocess.Popen, list[int]]:  # 
     return proc, [c for c in _children(proc.pid) if "spawn" in Path(f"/proc/{c}/cmdline").read_text()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_to_the_launcher_stops_every_rank(setup: dict, signum: int, code: int) -> None:  # noqa: F811
     out = setup["root"] / f"signal-{signum}"
@@ -76,6 +77,7 @@ def test_a_signal_to_the_launcher_stops_every_rank(setup: dict, signum: int, cod
     assert "Traceback" not in err, err
 
 
+@pytest.mark.slow
 def test_a_rank_killed_is_reported_with_the_step_to_resume_from(setup: dict) -> None:  # noqa: F811
     out = setup["root"] / "rank-killed"
     proc, ranks = _training(setup, out)
@@ -90,6 +92,7 @@ def test_a_rank_killed_is_reported_with_the_step_to_resume_from(setup: dict) -> 
                         err.strip().splitlines()[-1]), err
 
 
+@pytest.mark.slow
 def test_errors_under_nproc_are_one_line_with_the_first_failing_rank(setup: dict) -> None:  # noqa: F811
     # every rank refuses the partition: exit 2, one line, no traceback unless MESHSHARD_DEBUG
     cmd = _command(setup, setup["root"] / "nproc-bad", "--nproc", "2", "--data-parallel", "2", "--steps", "2")

@@ -157,6 +157,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "meshshard", "predict", *args], capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_predict_refuses_bad_requests_in_one_line(case: dict) -> None:
     root = case["root"]
     (root / "taken").mkdir(exist_ok=True)
@@ -175,6 +176,7 @@ def test_predict_refuses_bad_requests_in_one_line(case: dict) -> None:
     assert (root / "taken" / "mine.txt").exists() and not (root / "p").exists()
 
 
+@pytest.mark.slow
 def test_force_replaces_only_what_metrics_json_lists_and_a_stopped_prediction_keeps_its_finished_samples(
         case: dict, monkeypatch) -> None:
     """``--force`` deletes the files PRED's metrics.json lists and nothing else: a folder of the
@@ -352,6 +354,7 @@ def test_a_picture_that_cannot_be_drawn_is_skipped_with_a_note(layers: dict, mon
                                        "the files and metrics are written\n")
 
 
+@pytest.mark.slow
 def test_the_runs_partition_of_other_meshes_is_refused_without_suggesting_to_replace_it(layers: dict) -> None:
     root = layers["root"]
     points, cells = _layered_box(5, 4, 3)

@@ -294,6 +294,7 @@ def test_resuming_refuses_another_model_or_other_model_arguments() -> None:
     check_resume({"seed": 0}, None, {"seed": 0, "model": "", "model_args": {}}, {})  # a run saved before --model
 
 
+@pytest.mark.slow
 def test_meshgraphnet_flags_are_refused_with_your_own_model(case: dict) -> None:
     root = case["root"]
     done = _cli("train", "parts1", "--data", "data", "--out", "x", "--model", SPEC, "--latent", "8", "--mp-steps", "2", cwd=root)

@@ -97,6 +97,7 @@ def _finite_checks(rank: int, world: int, cfg: dict) -> list[int]:
     return checked
 
 
+@pytest.mark.slow
 def test_each_training_sample_is_checked_for_non_finite_values_once(setup: dict) -> None:  # noqa: F811
     steps = 10
     cfg = asdict(setup["cfg"]) | {"partition": str(setup["root"] / "partition1"), "data_parallel": 1, "steps": steps,
@@ -220,6 +221,7 @@ def _pair(setup: dict, out: Path, env: dict, *extra: str) -> list[subprocess.Pop
             for rank in (0, 1)]
 
 
+@pytest.mark.slow
 def test_a_stopped_rank_fails_its_peer_within_the_configured_timeout(setup: dict) -> None:  # noqa: F811
     """SIGSTOP, not a kill: no connection closes, so only the groups' timeout can end the wait.
 
