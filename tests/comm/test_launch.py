@@ -14,7 +14,6 @@ import sys
 
 import pytest
 
-
 _MMAP_PROBE = """
 import ctypes, sys
 libc = ctypes.CDLL(None)
