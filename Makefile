@@ -1,6 +1,7 @@
 # Two entry points for a fresh machine (see README):
 #   make demo   runs the main job on a built-in example
 #   make test   runs the test suite
+# (make test-fast runs it without the tests marked slow; see tests/README.md.)
 # Each creates .venv if it is missing, installs torch 2.13.0 (CPU build) first, then this package.
 
 PYTHON ?= python3
@@ -11,7 +12,7 @@ STAMP  := $(VENV)/.meshshard-installed
 # workers keep 2 cores busy (7.6 instead of 9.5 minutes here). TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 2
 
-.PHONY: demo test install clean bench
+.PHONY: demo test test-fast install clean bench
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +29,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS)
+
+# The tests not marked slow (each of the others takes about 10 s or more here): a quick check while working.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow"
 
 # The benchmarks of the README's table that the issues set targets for, at their default sizes
 # (about half an hour on 2 cores; building the peers' torch-scatter takes 5 minutes of it).

@@ -20,10 +20,11 @@ import numpy as np
 import pytest
 import torch
 
-from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
 from meshshard.partition import load_partition, open_dataset
+from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
 from tests._dist import free_port, run_ranks
-from tests.meshshard.test_train import setup  # noqa: F401 - the shared module fixture
+from tests._processes import wait_for_line
+from tests.meshshard.run.test_train import setup  # noqa: F401 - the shared module fixture
 
 
 def _outcome(cfg: dict) -> tuple[str, str]:
@@ -96,6 +97,7 @@ def _finite_checks(rank: int, world: int, cfg: dict) -> list[int]:
     return checked
 
 
+@pytest.mark.slow
 def test_each_training_sample_is_checked_for_non_finite_values_once(setup: dict) -> None:  # noqa: F811
     steps = 10
     cfg = asdict(setup["cfg"]) | {"partition": str(setup["root"] / "partition1"), "data_parallel": 1, "steps": steps,
@@ -137,8 +139,8 @@ def test_missing_folders_and_a_file_as_output_folder_are_one_line_and_exit_2(
     setup: dict, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch  # noqa: F811
 ) -> None:
     """train and predict share these refusals (meshshard.partition.check_apart), made before any rank starts."""
-    from meshshard.run._prediction import check_prediction_folder as check_output
     from meshshard.cli import main
+    from meshshard.run._prediction import check_prediction_folder as check_output
 
     for name in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "MESHSHARD_DEBUG"):
         monkeypatch.delenv(name, raising=False)
@@ -166,8 +168,8 @@ def test_missing_folders_and_a_file_as_output_folder_are_one_line_and_exit_2(
 def test_bad_counts_environment_and_checkpoints_are_one_line_and_exit_2(
     setup: dict, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch  # noqa: F811
 ) -> None:
-    from meshshard.run._checkpoint import FORMAT, FORMAT_VERSION, _digest
     from meshshard.cli import main
+    from meshshard.run._checkpoint import FORMAT, FORMAT_VERSION, _digest
 
     for name in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "MESHSHARD_DEBUG"):
         monkeypatch.delenv(name, raising=False)
@@ -212,12 +214,14 @@ def _pair(setup: dict, out: Path, env: dict, *extra: str) -> list[subprocess.Pop
     port = str(free_port())
     cmd = [sys.executable, "-m", "meshshard", *_cli(setup, out, *extra)]
     cmd[cmd.index("--data") - 1] = setup["cfg"].partition  # the 2-part partition
+    cmd.remove("--quiet")  # rank 0 prints its step lines (on stdout), which the test waits for
     return [subprocess.Popen(cmd, env=os.environ | env | {"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
                                                           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port},
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for rank in (0, 1)]
 
 
+@pytest.mark.slow
 def test_a_stopped_rank_fails_its_peer_within_the_configured_timeout(setup: dict) -> None:  # noqa: F811
     """SIGSTOP, not a kill: no connection closes, so only the groups' timeout can end the wait.
 
@@ -227,11 +231,9 @@ def test_a_stopped_rank_fails_its_peer_within_the_configured_timeout(setup: dict
     out = setup["root"] / "stopped"
     procs = _pair(setup, out, {"MESHSHARD_TIMEOUT": "15"}, "--steps", "100000", "--every", "100000")
     try:
-        deadline = time.monotonic() + 120
-        while not ((out / "log.jsonl").exists() and (out / "log.jsonl").read_text().count("\n") >= 2):
-            assert procs[0].poll() is None and procs[1].poll() is None, [p.communicate() for p in procs]
-            assert time.monotonic() < deadline, "training did not start"
-            time.sleep(0.2)
+        # rank 0 prints step 0's line once that step is in log.jsonl: both ranks are training
+        wait_for_line(procs[0], r"^step\s+0\s+loss ", 120, "training did not start")
+        assert procs[1].poll() is None, procs[1].communicate()
         procs[1].send_signal(signal.SIGSTOP)
         stopped = time.monotonic()
         (out / "checkpoint.pt").write_bytes(b"left over from something else")

@@ -20,10 +20,9 @@ import numpy as np
 import pytest
 import torch
 
-from meshshard.run import PredictConfig, predict, read_run
-from meshshard.run._vtk import read_pvtu
-from meshshard.run import TrainConfig, train
 from meshshard.partition import open_dataset, partition_dataset, write_dataset
+from meshshard.run import PredictConfig, TrainConfig, predict, read_run, train
+from meshshard.run._vtk import read_pvtu
 from tests._dist import run_ranks
 from tests._meshes import DATA
 
@@ -68,8 +67,8 @@ def case(tmp_path_factory) -> dict:
 
 def _reference(case: dict, sample: int) -> np.ndarray:
     """The run's model on the whole mesh, computed here from the checkpoint (not by predict)."""
-    from meshshard.tasks import Normaliser, whole_sample
     from meshshard.nn import MeshGraphNet
+    from meshshard.tasks import Normaliser, whole_sample
 
     ckpt = read_run(case["run"])
     cfg = ckpt["config"]
@@ -157,6 +156,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "meshshard", "predict", *args], capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_predict_refuses_bad_requests_in_one_line(case: dict) -> None:
     root = case["root"]
     (root / "taken").mkdir(exist_ok=True)
@@ -175,6 +175,7 @@ def test_predict_refuses_bad_requests_in_one_line(case: dict) -> None:
     assert (root / "taken" / "mine.txt").exists() and not (root / "p").exists()
 
 
+@pytest.mark.slow
 def test_force_replaces_only_what_metrics_json_lists_and_a_stopped_prediction_keeps_its_finished_samples(
         case: dict, monkeypatch) -> None:
     """``--force`` deletes the files PRED's metrics.json lists and nothing else: a folder of the
@@ -352,6 +353,7 @@ def test_a_picture_that_cannot_be_drawn_is_skipped_with_a_note(layers: dict, mon
                                        "the files and metrics are written\n")
 
 
+@pytest.mark.slow
 def test_the_runs_partition_of_other_meshes_is_refused_without_suggesting_to_replace_it(layers: dict) -> None:
     root = layers["root"]
     points, cells = _layered_box(5, 4, 3)

@@ -202,8 +202,7 @@ def test_plot_of_a_datasets_partitions_names_the_mesh_folders_to_plot(tmp_path: 
     """A partition of a dataset of several meshes (one folder per mesh, no partition.json of its
     own): plot names, in one line, the folders to plot, found as verify finds them."""
     from meshshard.partition import partition_dataset, write_dataset
-
-    from .conftest import grid_triangles
+    from tests.partition.conftest import grid_triangles
 
     meshes = [grid_triangles(n, 5) for n in (6, 7, 8)]
     write_dataset(tmp_path / "d", [np.ones((len(p), 1)) for p, _ in meshes], [np.ones((len(p), 1)) for p, _ in meshes],

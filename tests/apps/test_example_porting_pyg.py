@@ -10,9 +10,10 @@ import pytest
 
 from tests._meshes import data_file
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["sfepy/big.mesh", "sfepy/cube_cylinder.mesh"])  # 2-D triangles, 3-D tets
 def test_porting_pyg_example_trains_on_shards_like_one_process(tmp_path: Path, name: str) -> None:
     pytest.importorskip("torch_geometric")

@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 import torch
 
-from meshshard.tasks import DatasetReader, Normaliser, whole_sample
-from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
 from meshshard.nn import MeshGraphNet
 from meshshard.partition import open_dataset, partition_dataset, write_dataset
+from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
+from meshshard.tasks import DatasetReader, Normaliser, whole_sample
 from tests._dist import run_ranks
 from tests.partition.conftest import grid_triangles
 
@@ -132,6 +132,7 @@ def _reference(cfg: TrainConfig) -> tuple[list[float], list[float], dict]:
 
 # (2, 2) and (4, 2): data-parallel groups (of one and of two ranks) draw samples on different
 # meshes in one step.
+@pytest.mark.slow
 @pytest.mark.parametrize(("world", "data_parallel"), [(1, 1), (2, 2), (3, 1), (4, 2)])
 def test_training_on_many_meshes_equals_one_process(setup: dict, world: int, data_parallel: int) -> None:
     cfg = _cfg(setup, f"run-{world}-{data_parallel}", world // data_parallel, data_parallel)
@@ -150,6 +151,7 @@ def test_training_on_many_meshes_equals_one_process(setup: dict, world: int, dat
     assert Normaliser.from_dict(norm).normalisation.targets.channels == ("c",)
 
 
+@pytest.mark.slow
 def test_a_partition_made_for_another_dataset_is_refused_at_train_time(setup: dict, tmp_path: Path) -> None:
     root = setup["root"]
     cmd = [sys.executable, "-m", "meshshard", "train", str(root / "other-parts"), "--data", setup["data"],

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 import torch
 
-from meshshard.tasks import whole_sample
-from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
 from meshshard.nn import MeshGraphNet
 from meshshard.partition import open_dataset, partition_dataset
+from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
+from meshshard.tasks import whole_sample
 from tests._dist import RankFailure, free_port, run_ranks
 from tests._examples import example_module
 from tests._meshes import mesh_file
@@ -81,6 +81,7 @@ def uninterrupted(setup: dict) -> tuple[list[float], dict]:
     return _run(setup, "full")
 
 
+@pytest.mark.slow
 def test_data_x_domain_parallel_equals_single_process_training(setup: dict, uninterrupted) -> None:
     losses, ckpt = uninterrupted
     ref_losses, ref_state = _reference(setup)
@@ -99,6 +100,7 @@ def _train_twice(rank: int, world: int, cfgs: list[dict]) -> list[tuple[list[flo
     return out
 
 
+@pytest.mark.slow
 def test_data_parallel_only_and_domain_parallel_only_equal_single_process_training(setup: dict) -> None:
     """2 ranks as 2 data-parallel ranks of one part each, then as one domain group of 2 parts."""
     base = asdict(setup["cfg"])
@@ -113,6 +115,7 @@ def test_data_parallel_only_and_domain_parallel_only_equal_single_process_traini
     assert results[1][0][0] == results[0][0][0] and results[1][1][0] == results[0][1][0]  # every rank agrees
 
 
+@pytest.mark.slow
 def test_interrupted_and_resumed_run_repeats_the_uninterrupted_one(setup: dict, uninterrupted) -> None:
     _run(setup, "resumed", steps=2)
     losses, ckpt = _run(setup, "resumed", resume=True)
@@ -130,6 +133,7 @@ def _cli(setup: dict, out: str, extra: list[str]) -> list[str]:
             "--every", "2", "--dtype", "float64", "--quiet", *extra]
 
 
+@pytest.mark.slow
 def test_two_torchrun_nodes_on_loopback_equal_one_node(setup: dict, uninterrupted) -> None:
     port = str(free_port())
     out = str(setup["root"] / "multinode")
@@ -150,6 +154,7 @@ def test_two_torchrun_nodes_on_loopback_equal_one_node(setup: dict, uninterrupte
         assert torch.equal(ckpt["model"][name], value), name
 
 
+@pytest.mark.slow
 def test_a_rank_dying_mid_step_stops_the_others_with_a_clear_error(setup: dict) -> None:
     out = setup["root"] / "dies"
     port = str(free_port())
@@ -186,6 +191,7 @@ def test_one_process_on_a_partition_into_parts_says_to_start_ranks(setup: dict) 
     assert not (setup["root"] / "one").exists()
 
 
+@pytest.mark.slow
 def test_bf16_mixed_precision_trains_close_to_float32(setup: dict) -> None:
     """--precision bf16-mixed: bfloat16 products, float32 weights and sums; losses near the float32 run's."""
     base = {"partition": str(setup["root"] / "partition1"), "data_parallel": 1, "dtype": "float32"}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 BLOCK = re.compile(r"^```(bash|python) (test|file=[\w.-]+)\n(.*?)^```", re.S | re.M)
 
 

@@ -24,16 +24,16 @@ import numpy as np
 import pytest
 import torch
 
-from meshshard.tasks import whole_sample
-from meshshard.run._folder import check_resume
+from meshshard.partition import open_dataset, partition_dataset, write_dataset
 from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
+from meshshard.run._folder import check_resume
 from meshshard.run._recipe import build_user_model, load_factory, normalise_spec, parse_model_args
 from meshshard.run._recipe import check_model_output as check_output
-from meshshard.partition import open_dataset, partition_dataset, write_dataset
+from meshshard.tasks import whole_sample
 from tests._dist import run_ranks
 from tests._meshes import mesh_file
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples" / "own_model" / "model.py"
 SPEC = f"{EXAMPLE}:build"
 ARGS = {"hidden": 8, "layers": 2, "heads": 2}
@@ -275,8 +275,8 @@ def test_a_wrong_output_on_some_ranks_fails_every_rank_alike(world: int, wrong: 
 def test_unwrapped_pyg_layers_are_named_in_the_hint() -> None:
     from torch_geometric.nn import GCNConv, SAGEConv
 
-    from meshshard.run._recipe import shard_hint, unwrapped_pyg_layers
     from meshshard.nn import ShardConv
+    from meshshard.run._recipe import shard_hint, unwrapped_pyg_layers
 
     model = torch.nn.ModuleDict({"a": ShardConv(SAGEConv(2, 2)),
                                  "blocks": torch.nn.ModuleList([GCNConv(2, 2), ShardConv(GCNConv(2, 2))])})
@@ -294,6 +294,7 @@ def test_resuming_refuses_another_model_or_other_model_arguments() -> None:
     check_resume({"seed": 0}, None, {"seed": 0, "model": "", "model_args": {}}, {})  # a run saved before --model
 
 
+@pytest.mark.slow
 def test_meshgraphnet_flags_are_refused_with_your_own_model(case: dict) -> None:
     root = case["root"]
     done = _cli("train", "parts1", "--data", "data", "--out", "x", "--model", SPEC, "--latent", "8", "--mp-steps", "2", cwd=root)

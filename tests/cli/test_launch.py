@@ -1,7 +1,8 @@
 """``meshshard train --nproc R``: Ctrl-C and SIGTERM stop every rank; a failure is one line, exit 2 or 1.
 
 Real subprocesses (the launcher is what a user runs), on the dataset and partition of
-``test_train.py``.
+``tests/meshshard/run/test_train.py``. The mmap-threshold tests of the ranks it starts are in
+``tests/comm/test_launch.py``.
 """
 
 from __future__ import annotations
@@ -11,18 +12,18 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.meshshard.test_train import setup  # noqa: F401 - the shared module fixture
+from tests._processes import wait_for_line
+from tests.meshshard.run.test_train import setup  # noqa: F401 - the shared module fixture
 
 
-def _command(setup: dict, out: Path, *extra: str) -> list[str]:  # noqa: F811
+def _command(setup: dict, out: Path, *extra: str, quiet: bool = True) -> list[str]:  # noqa: F811
     cfg = setup["cfg"]
     return [sys.executable, "-m", "meshshard", "train", cfg.partition, "--data", cfg.data, "--out", str(out),
-            "--latent", "8", "--hidden-layers", "1", "--mp-steps", "2", "--quiet", *extra]
+            "--latent", "8", "--hidden-layers", "1", "--mp-steps", "2", *(["--quiet"] if quiet else []), *extra]
 
 
 def _children(pid: int) -> list[int]:
@@ -41,20 +42,20 @@ def _gone(pid: int) -> bool:
 
 
 def _training(setup: dict, out: Path) -> tuple[subprocess.Popen, list[int]]:  # noqa: F811
-    """``train --nproc 2`` checkpointing every step, once it has logged two steps; its two ranks' pids."""
+    """``train --nproc 2`` checkpointing every step, once it has logged two steps; its two ranks' pids.
+
+    Not ``--quiet``, with a line per step: rank 0 prints the second step's line once that step is in
+    log.jsonl, after the first step's checkpoint is saved, and the wait is on that line.
+    """
     proc = subprocess.Popen(_command(setup, out, "--nproc", "2", "--data-parallel", "1", "--steps", "100000",
-                                     "--every", "1"),
+                                     "--every", "1", "--log-every", "1", quiet=False),
                             env=os.environ | {"MESHSHARD_TIMEOUT": "60"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    deadline = time.monotonic() + 120
-    while not ((out / "log.jsonl").exists() and (out / "log.jsonl").read_text().count("\n") >= 2):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"training did not start: {proc.communicate()}")
-        time.sleep(0.2)
+    wait_for_line(proc, r"^step\s+1\s+loss ", 120, "training did not start")
     return proc, [c for c in _children(proc.pid) if "spawn" in Path(f"/proc/{c}/cmdline").read_text()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_to_the_launcher_stops_every_rank(setup: dict, signum: int, code: int) -> None:  # noqa: F811
     out = setup["root"] / f"signal-{signum}"
@@ -76,6 +77,7 @@ def test_a_signal_to_the_launcher_stops_every_rank(setup: dict, signum: int, cod
     assert "Traceback" not in err, err
 
 
+@pytest.mark.slow
 def test_a_rank_killed_is_reported_with_the_step_to_resume_from(setup: dict) -> None:  # noqa: F811
     out = setup["root"] / "rank-killed"
     proc, ranks = _training(setup, out)
@@ -90,6 +92,7 @@ def test_a_rank_killed_is_reported_with_the_step_to_resume_from(setup: dict) -> 
                         err.strip().splitlines()[-1]), err
 
 
+@pytest.mark.slow
 def test_errors_under_nproc_are_one_line_with_the_first_failing_rank(setup: dict) -> None:  # noqa: F811
     # every rank refuses the partition: exit 2, one line, no traceback unless MESHSHARD_DEBUG
     cmd = _command(setup, setup["root"] / "nproc-bad", "--nproc", "2", "--data-parallel", "2", "--steps", "2")
@@ -113,43 +116,6 @@ def test_errors_under_nproc_are_one_line_with_the_first_failing_rank(setup: dict
     assert "Traceback" not in run.stderr, run.stderr
 
 
-_MMAP_PROBE = """
-import ctypes, sys
-libc = ctypes.CDLL(None)
-class MallInfo2(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
-libc.mallinfo2.restype = MallInfo2
-libc.malloc.restype = ctypes.c_void_p
-from meshshard.comm import fix_mmap_threshold
-fixed = fix_mmap_threshold() if sys.argv[1] == "fix" else False
-libc.free(ctypes.c_void_p(libc.malloc(8 << 20)))  # glibc's dynamic threshold rises to 8 MiB
-before = libc.mallinfo2().hblks
-block = libc.malloc(2 << 20)
-print(fixed, libc.mallinfo2().hblks - before)
-"""
-
-
-@pytest.mark.parametrize(("how", "env", "expected"), [
-    ("fix", {}, "True 1"),  # a 2 MiB block after an 8 MiB free: still its own mapping, given back when freed
-    ("leave", {}, "False 0"),  # glibc's own: from the heap
-    ("fix", {"MALLOC_MMAP_THRESHOLD_": "4194304"}, "False 0"),  # the user's choice stands
-    ("fix", {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=4194304"}, "False 0"),
-    ("fix", {"MESHSHARD_MMAP_THRESHOLD": "0"}, "False 0"),  # glibc's dynamic threshold, asked for
-    ("fix", {"MESHSHARD_MMAP_THRESHOLD": "4194304"}, "True 0"),  # fixed above the 2 MiB block
-])
-def test_a_rank_gets_a_fixed_mmap_threshold_unless_the_user_set_one(how: str, env: dict, expected: str) -> None:
-    import ctypes
-
-    try:
-        ctypes.CDLL(None).mallinfo2
-    except (OSError, AttributeError, TypeError):
-        pytest.skip("needs glibc 2.33 or later (mallinfo2)")
-    base = {k: v for k, v in os.environ.items() if k not in ("MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES", "MESHSHARD_MMAP_THRESHOLD")}
-    done = subprocess.run([sys.executable, "-c", _MMAP_PROBE, how], env=base | env, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == expected
-
-
 def test_a_command_run_in_this_process_fixes_the_threshold_before_its_work(monkeypatch: pytest.MonkeyPatch) -> None:
     from meshshard.cli import _launch
 
@@ -157,14 +123,3 @@ def test_a_command_run_in_this_process_fixes_the_threshold_before_its_work(monke
     monkeypatch.setattr(_launch, "fix_mmap_threshold", lambda: calls.append("fixed"))
     assert _launch.run_command("probe", lambda payload: calls.append(payload["work"]), 0, {"work": "worked"}) == 0
     assert calls == ["fixed", "worked"]
-
-
-def test_a_bad_threshold_setting_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    from meshshard.comm import fix_mmap_threshold
-
-    for name in ("MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("MESHSHARD_MMAP_THRESHOLD", "1MiB")
-    with pytest.raises(ValueError, match=r"Expected MESHSHARD_MMAP_THRESHOLD to be a number of bytes, 0 for glibc's own "
-                                         r"threshold \(got '1MiB'\)"):
-        fix_mmap_threshold()

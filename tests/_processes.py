@@ -1,0 +1,49 @@
+"""Waiting on a real subprocess (``subprocess.Popen``) until it says it got somewhere.
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_line(proc, r"step\\s+1\\s", 120, "training did not start")
+
+The wait blocks on the child's stdout pipe (``select``), so it returns as soon as the line is
+printed, with no sleep-and-look loop. A child that exits first, or prints no such line within the
+timeout, fails the test with what it printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import select
+import subprocess
+import time
+
+__all__ = ["wait_for_line"]
+
+
+def wait_for_line(proc: subprocess.Popen, pattern: str, timeout: float, what: str) -> str:
+    """Block until ``proc`` prints a stdout line matching ``pattern`` (a regex searched in each line).
+
+    Reads the pipe's file descriptor directly, so a later ``proc.communicate()`` gets the rest of
+    the output. Returns the stdout read so far. Raises ``AssertionError`` (``what``, the pattern,
+    the exit code and both outputs) when ``proc`` ends first or ``timeout`` seconds pass; the
+    process is killed then.
+    """
+    regex = re.compile(pattern)
+    fd = proc.stdout.fileno()
+    deadline = time.monotonic() + timeout
+    seen = b""
+    while not any(regex.search(line) for line in seen.decode(errors="replace").splitlines()):
+        left = deadline - time.monotonic()
+        ready = left > 0 and bool(select.select([fd], [], [], left)[0])
+        chunk = os.read(fd, 1 << 16) if ready else b""
+        if not chunk:  # end of file (the process is ending) or the time is up
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10 if ready else 0)
+            ended = proc.returncode is not None
+            proc.kill()
+            out, err = proc.communicate()
+            why = f"it ended first (exit code {proc.returncode})" if ended else f"none within {timeout:g} s (killed)"
+            raise AssertionError(f"{what}: no line matching {pattern!r} on its stdout: {why}\n"
+                                 f"stdout:\n{seen.decode(errors='replace')}{out}\nstderr:\n{err}")
+        seen += chunk
+    return seen.decode(errors="replace")
