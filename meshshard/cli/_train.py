@@ -51,7 +51,23 @@ def _check_counts(args: Any) -> str | None:
         return f"Expected --nproc to be 0 (not launching) or a positive integer (got {args.nproc})"
     if not (np.isfinite(args.lr) and args.lr > 0):
         return f"Expected --lr to be a positive number (got {args.lr})"
+    if not (np.isfinite(args.clip_grad) and args.clip_grad >= 0):
+        return f"Expected --clip-grad to be 0 (off) or a positive number (got {args.clip_grad})"
     return None
+
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``90``, ``90s``, ``15m``, ``1.5h``, ``1h30m`` or ``2d``; ``ValueError`` otherwise."""
+    import re
+
+    given = text.strip().lower()
+    parts = re.findall(r"(\d+(?:\.\d*)?)\s*([smhd]?)", given)
+    if not given or not parts or re.sub(r"(\d+(?:\.\d*)?)\s*([smhd]?)", "", given).strip():
+        raise ValueError(f"Expected --max-time as a duration such as 900, 90s, 15m, 1.5h or 1h30m (got {text!r})")
+    return sum(float(number) * _UNITS[unit or "s"] for number, unit in parts)
 
 
 #: The built-in MeshGraphNet's settings (argparse default None: given or not is known), and their defaults.
@@ -65,7 +81,7 @@ _RUN_SETTINGS = {"steps": "steps", "latent": "latent_size", "hidden_layers": "hi
                  "mp_steps": "message_passing_steps", "activation": "activation", "dtype": "dtype",
                  "precision": "precision", "seed": "seed", "data_parallel": "data_parallel", "lr": "lr",
                  "every": "checkpoint_every", "log_every": "log_every", "val_every": "val_every",
-                 "checkpoint_steps": "checkpoint_steps"}
+                 "checkpoint_steps": "checkpoint_steps", "max_time": "max_time", "clip_grad": "clip_grad"}
 _DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 
 
@@ -122,11 +138,21 @@ def _run(args: Any) -> int:
         resume=args.resume, force=args.force, seed=args.seed, log_every=args.log_every, quiet=args.quiet,
         val_every=args.val_every, dtype=args.dtype, precision=args.precision,
         checkpoint_steps=args.checkpoint_steps, model=args.model or "", model_args=args.model_args or {},
+        max_time=args.max_time, clip_grad=args.clip_grad,
     )
     def check() -> None:  # the RUN checks here too, so that a refusal is one line before any rank starts
         check_training(cfg, saved_ckpt)
 
     return run_command("train", _train_worker, args.nproc, asdict(cfg), check, stopped=lambda: resume_hint(cfg.out))
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as err:
+        import argparse
+
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def register(subparsers: Any) -> None:
@@ -169,6 +195,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--precision", default=None, choices=["fp32", "bf16-mixed"],
                    help="fp32 (default), or bf16-mixed: bfloat16 matrix products under autocast, float32 weights, "
                    "sums and loss")
+    p.add_argument("--max-time", type=_duration, default=None, metavar="DURATION",
+                   help="stop at this wall-time budget (900, 90s, 15m, 1.5h, 1h30m) with a checkpoint, which --resume "
+                   "continues (default: none; on --resume the run's)")
+    p.add_argument("--clip-grad", type=float, default=None, metavar="NORM",
+                   help="clip the gradients' global norm to NORM after they are summed over the ranks (default 0: off)")
     p.add_argument("--nproc", type=int, default=0, help="start this many local ranks (when not under torchrun)")
     p.add_argument("--quiet", "-q", action="store_true", help="no banner, no per-step lines (errors and notes still print)")
     p.set_defaults(func=_run)

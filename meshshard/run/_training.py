@@ -93,6 +93,8 @@ class TrainConfig:
     model: str = ""  # "": the built-in MeshGraphNet; else FILE.py:NAME or MODULE:NAME (ModelRecipe)
     model_args: dict[str, Any] = field(default_factory=dict)
     task: str = "steady"  # the workload (meshshard.tasks): how a sample is read, the loss, what is predicted
+    max_time: float = 0.0  # seconds of wall time for this process's training (0: no budget); then checkpoint, stop
+    clip_grad: float = 0.0  # clip the gradients' global norm to this (0: off), after they are summed over the ranks
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
@@ -162,13 +164,16 @@ def _non_finite_row(x: torch.Tensor, y: torch.Tensor, owned: np.ndarray, sample:
     return None
 
 
-def _local_flags(loss: torch.Tensor, bad_row: tuple | None, parameters: Any, *, rank: int, world: int) -> torch.Tensor:
+def _local_flags(loss: torch.Tensor, bad_row: tuple | None, parameters: Any, *, rank: int, world: int,
+                 out_of_time: bool = False) -> torch.Tensor:
     """This rank's loss, gradient flag and bad row, laid out so that one sum over the world combines them.
 
-    ``[loss, grad_not_finite, then per rank: sample + 1, node + 1, which + 1, value]`` in float64;
-    a rank writes only its own four slots.
+    ``[loss, grad_not_finite, then per rank: sample + 1, node + 1, which + 1, value, then
+    out_of_time]`` in float64; a rank writes only its own four slots. ``out_of_time`` (rank 0's
+    clock past ``--max-time``) reaches every rank in the same sum, so all stop after the same step.
     """
-    flags = torch.zeros(2 + 4 * world, dtype=torch.float64, device=loss.device)
+    flags = torch.zeros(3 + 4 * world, dtype=torch.float64, device=loss.device)
+    flags[-1] = float(out_of_time)
     flags[0] = loss.detach().to(torch.float64)
     grads = [p.grad for p in parameters if p.grad is not None]
     if grads and not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all()):
@@ -322,6 +327,7 @@ def train(cfg: TrainConfig) -> list[float]:
         print(f"note: {cfg.data} has no validation samples (meshshard dataset --val-fraction / --val-samples); "
               "no validation loss is logged", file=sys.stderr)
     checked: dict[int, tuple | None] = {}  # sample -> its first non-finite row on this rank, or None
+    began = time.monotonic()  # --max-time counts this process's training, from here
     for step in range(start, cfg.steps):
         if validating and step % cfg.val_every == 0:
             log.eval(step, validate(step))
@@ -341,7 +347,9 @@ def train(cfg: TrainConfig) -> list[float]:
             _maybe_fail(ctx.rank, step)
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            flags = _local_flags(loss, bad_row, model.parameters(), rank=ctx.rank, world=ctx.world_size)
+            out_of_time = ctx.rank == 0 and cfg.max_time > 0 and time.monotonic() - began >= cfg.max_time
+            flags = _local_flags(loss, bad_row, model.parameters(), rank=ctx.rank, world=ctx.world_size,
+                                 out_of_time=out_of_time)
             all_reduce_sum(flags)  # each domain rank holds its sample's loss; and every rank's finite checks
         except ModelOutputError:
             raise
@@ -354,15 +362,18 @@ def train(cfg: TrainConfig) -> list[float]:
             grads = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)  # unused: zeros,
                                for p in model.parameters()])  # as DomainParallel gives them on several ranks
             _atomic_save({"loss": batch_loss, "grads": grads.cpu(), "sample": s}, out / FIRST_STEP)
+        if cfg.clip_grad > 0:  # the gradients are whole and equal on every rank here: each clips alike
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad)
         opt.step()
         losses.append(batch_loss)
+        stopping = bool(flags[-1] > 0) and step + 1 < cfg.steps  # rank 0's clock, on every rank
         seconds, done = time.perf_counter() - t0, step + 1
-        report = step % cfg.log_every == 0 or done == cfg.steps
+        report = step % cfg.log_every == 0 or done == cfg.steps or stopping
         memory = _report.gather_peak_memory(ctx.device) if report else None  # every rank takes part
         log.step(step, batch_loss, seconds, memory)
         if report:
             log.plot()
-        if ctx.rank == 0 and (done % cfg.checkpoint_every == 0 or done == cfg.steps):
+        if ctx.rank == 0 and (done % cfg.checkpoint_every == 0 or done == cfg.steps or stopping):
             save_checkpoint(ckpt_path, {
                 "step": done, "model": model.state_dict(), "optimizer": opt.state_dict(), "losses": losses,
                 "rng": torch.get_rng_state(),
@@ -371,9 +382,16 @@ def train(cfg: TrainConfig) -> list[float]:
                            "num_parameters": num_parameters},
                 "world_size": ctx.world_size, "identity": identity,
             })
-        if done % cfg.checkpoint_every == 0 or done == cfg.steps:
+        if done % cfg.checkpoint_every == 0 or done == cfg.steps or stopping:
             last_saved = f"{ckpt_path} (step {done})"
-    if validating and cfg.steps > start:
+        if stopping:
+            log.event({"step": done, "event": "max_time", "seconds": cfg.max_time},
+                      f"stopped at the time budget (--max-time {cfg.max_time:g} s) after step {done}: {ckpt_path} "
+                      f"holds it; continue with --resume")
+            break
+    else:
+        stopping = False
+    if validating and cfg.steps > start and not stopping:
         log.eval(cfg.steps, validate(cfg.steps))
     log.plot()
     log.close()

@@ -1,0 +1,83 @@
+"""A time budget (``max_time``) stops training with a checkpoint that resumes exactly; gradient
+clipping (``clip_grad``) on shards equals one process clipping the whole gradient."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import torch
+
+from meshshard.cli._train import parse_duration
+from meshshard.nn import MeshGraphNet
+from meshshard.partition import open_dataset
+from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
+from meshshard.tasks import whole_sample
+from tests._dist import run_ranks
+from tests.meshshard.run.test_train import setup  # noqa: F401 - the shared module fixture
+
+STEPS = 4
+
+
+def _one_process(setup: dict, name: str, **changes) -> TrainConfig:  # noqa: F811
+    return TrainConfig.from_dict(asdict(setup["cfg"]) | {"partition": str(setup["root"] / "partition1"),
+                                                         "data_parallel": 1, "out": str(setup["root"] / name)}
+                                 | changes)
+
+
+def test_a_time_budget_stops_with_a_checkpoint_that_resumes_exactly(setup: dict) -> None:  # noqa: F811
+    whole = train(_one_process(setup, "budget-whole", steps=STEPS))
+    stopped = train(_one_process(setup, "budget", steps=STEPS, max_time=1e-9))  # out of time at the first step
+    assert stopped == whole[:1]
+    run = Path(setup["root"]) / "budget"
+    assert load_checkpoint(run / "checkpoint.pt")["step"] == 1
+    events = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    assert {"step": 1, "event": "max_time", "seconds": 1e-9} in events
+    resumed = train(_one_process(setup, "budget", steps=STEPS, resume=True))
+    assert resumed == whole  # float64, the same samples in the same order: bit for bit
+
+
+def _clip_rank(rank: int, world: int, cfg: dict) -> list[float]:
+    return train(TrainConfig.from_dict(cfg))
+
+
+def test_clipping_on_two_ranks_equals_one_process_clipping_the_whole_gradient(setup: dict) -> None:  # noqa: F811
+    cfg = setup["cfg"]
+    clip = 1e-3  # far below the gradients' norm: every step clips
+    out = str(setup["root"] / "clipped")
+    run_ranks(_clip_rank, 2, asdict(cfg) | {"out": out, "data_parallel": 1, "clip_grad": clip}, timeout=180)
+    sharded = load_checkpoint(Path(out) / "checkpoint.pt")
+
+    train_ids = open_dataset(cfg.data).train
+    torch.manual_seed(cfg.seed)
+    model = MeshGraphNet(3, 3, 1, latent_size=cfg.latent_size, hidden_layers=cfg.hidden_layers,
+                         message_passing_steps=cfg.message_passing_steps).to(torch.float64)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    norms, losses = [], []
+    for step in range(STEPS):
+        x, y, ei, ea = whole_sample(cfg.data, int(train_ids[sample_index(cfg.seed, step, 0, 1, len(train_ids))]),
+                                    dtype=torch.float64)
+        opt.zero_grad()
+        loss = ((model(x, ei, ea) - y) ** 2).mean()
+        loss.backward()
+        losses.append(float(loss.detach()))
+        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip)))
+        opt.step()
+    assert min(norms) > 10 * clip
+    assert sharded["losses"] == pytest.approx(losses, rel=1e-10)
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(sharded["model"][name], value, rtol=1e-10, atol=1e-12, msg=name)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("900", 900), ("90s", 90), ("15m", 900), ("1.5h", 5400),
+                                               ("1h30m", 5400), ("2d", 172800)])
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "soon", "15x", "1h 30q", "-5m"])
+def test_a_duration_that_is_not_one_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match=r"^Expected --max-time as a duration such as 900, 90s, 15m"):
+        parse_duration(text)
