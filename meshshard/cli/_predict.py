@@ -39,7 +39,8 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     cfg = PredictConfig(run=args.run, data=args.data, out=args.out, samples=args.samples, partition=args.partition,
                         gather=True if args.gather else (False if args.pieces else None), dtype=args.dtype,
-                        force=args.force, plots=not args.no_plots, quiet=args.quiet, model=model, model_args=model_args)
+                        force=args.force, plots=not args.no_plots, quiet=args.quiet, model=model, model_args=model_args,
+                        checkpoint=args.checkpoint)
     def check() -> None:  # one line before any rank starts
         check_prediction_request(cfg)
 
@@ -66,6 +67,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--model", default=None, metavar="FILE.py:NAME",
                    help="the run's own model, when it trained one with train --model (never read from the checkpoint)")
     p.add_argument("--model-args", default=None, metavar="JSON", help="keyword arguments of --model (default: the run's)")
+    p.add_argument("--checkpoint", default="best", choices=["best", "last"],
+                   help="best (default): RUN/best.pt, the lowest validation loss (RUN/checkpoint.pt for a run "
+                   "trained without --val-every); last: RUN/checkpoint.pt, the latest step")
     p.add_argument("--dtype", default=None, choices=["float32", "float64"], help="default: the run's")
     p.add_argument("--no-plots", action="store_true", help="no PNG pictures")
     p.add_argument("--force", action="store_true", help="replace earlier predictions in --out (only the files its metrics.json lists)")

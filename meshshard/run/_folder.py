@@ -42,6 +42,9 @@ from ._checkpoint import load_checkpoint, peek
 
 __all__ = [
     "CHECKPOINT",
+    "BEST",
+    "CHECKPOINTS",
+    "checkpoint_path",
     "LOG",
     "FIRST_STEP",
     "LOSS_PLOT",
@@ -61,6 +64,10 @@ __all__ = [
 
 #: The run's checkpoint (:mod:`._checkpoint`'s format).
 CHECKPOINT = "checkpoint.pt"
+#: The checkpoint of the lowest validation loss so far (the same format; with ``--val-every``).
+BEST = "best.pt"
+#: The checkpoints a run can be read from: ``--checkpoint best|last``.
+CHECKPOINTS = ("best", "last")
 #: One JSON record a line: steps, validations, events.
 LOG = "log.jsonl"
 #: The first step's loss and gradients.
@@ -68,7 +75,7 @@ FIRST_STEP = "first_step.pt"
 #: The loss curve.
 LOSS_PLOT = "loss.png"
 #: The files ``meshshard train`` writes in RUN (and ``--force`` may delete); nothing else is touched.
-RUN_FILES = (CHECKPOINT, LOG, FIRST_STEP, LOSS_PLOT)
+RUN_FILES = (CHECKPOINT, BEST, LOG, FIRST_STEP, LOSS_PLOT)
 #: Settings that a resumed run must keep, or its steps would not repeat the uninterrupted run's.
 EXACTNESS_KEYS = ("model", "model_args", "latent_size", "hidden_layers", "message_passing_steps", "activation", "dtype",
                   "precision", "seed", "data_parallel", "clip_grad")
@@ -141,6 +148,9 @@ def why_not_a_run(out: Path) -> str | None:
             record = None
         if not isinstance(record, dict) or "step" not in record:
             return "log.jsonl, which is not a log of meshshard train's"
+    best = out / BEST
+    if best.is_file() and (peek(best) or {}).get("format") != "meshshard-checkpoint":
+        return "best.pt, which is not a readable meshshard checkpoint (another program's, or damaged)"
     first = out / FIRST_STEP
     if first.is_file():
         if set(peek(first) or {}) != {"loss", "grads", "sample"}:
@@ -217,10 +227,20 @@ def read_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return records
 
 
-def read_run(run: str | os.PathLike[str]) -> dict[str, Any]:
-    """The checkpoint of a run folder, read from inside it (tensors and plain values only,
-    checksum checked)."""
-    path = Path(run) / CHECKPOINT
+def checkpoint_path(run: str | os.PathLike[str], checkpoint: str = "last") -> Path:
+    """The file of a run's ``checkpoint``: ``"last"`` (:data:`CHECKPOINT`, the latest step) or
+    ``"best"`` (:data:`BEST`, the lowest validation loss; the last one for a run that has none,
+    trained without ``--val-every``)."""
+    if checkpoint not in CHECKPOINTS:
+        raise ValueError(f"Expected --checkpoint best or last (got {checkpoint!r})")
+    best = Path(run) / BEST
+    return best if checkpoint == "best" and (best.is_file() or best.is_symlink()) else Path(run) / CHECKPOINT
+
+
+def read_run(run: str | os.PathLike[str], checkpoint: str = "last") -> dict[str, Any]:
+    """The checkpoint of a run folder (``checkpoint``: ``"last"`` or ``"best"``, see
+    :func:`checkpoint_path`), read from inside it (tensors and plain values only, checksum checked)."""
+    path = checkpoint_path(run, checkpoint)
     if path.is_symlink():
         raise ValueError(f"{path}: is a link; a run's checkpoint is read from inside its folder only")
     if not path.is_file():

@@ -60,7 +60,7 @@ from meshshard.partition import (
 
 from ..tasks import DatasetReader, TensorNormalisation, get_task
 from ._checkpoint import peek
-from ._folder import CHECKPOINT, read_run
+from ._folder import checkpoint_path, read_run
 from ._pictures import sample_picture
 from ._recipe import build_model, check_model_output, first_line, load_factory, shard_hint
 from ._report import gather_peak_memory
@@ -95,6 +95,7 @@ class PredictConfig:
     quiet: bool = False
     model: str | None = None  # --model: needed (and only allowed) when the run trained your own model
     model_args: dict[str, Any] | None = None  # --model-args; None: those the run trained with
+    checkpoint: str = "best"  # --checkpoint: best (lowest validation loss; the last without one) or last
 
 
 # ------------------------------------------------------------------------------------------------
@@ -437,7 +438,7 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
 
     ctx = init_distributed()
     data = open_dataset(cfg.data)
-    ckpt = read_run(cfg.run)
+    ckpt = read_run(cfg.run, cfg.checkpoint)
     run_cfg = ckpt.get("config", {})
     dtype_name = cfg.dtype or run_cfg.get("dtype", "float32")
     if dtype_name not in ("float32", "float64"):
@@ -471,7 +472,7 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
     out = Path(cfg.out)
     stale = check_prediction_folder(out, cfg.force)  # on every rank, so a refusal stops them all before any collective
     head = {"format": _METRICS_FORMAT, "format_version": 1, "complete": False, "run": str(cfg.run), "data": str(cfg.data),
-            "step": ckpt.get("step"), "world_size": ctx.world_size, "units": "physical (de-normalised)",
+            "step": ckpt.get("step"), "checkpoint": cfg.checkpoint, "world_size": ctx.world_size, "units": "physical (de-normalised)",
             "targets_known": truth, "files": []}
     barrier()  # every rank has looked at PRED before rank 0 changes it
     if ctx.rank == 0:
@@ -619,7 +620,9 @@ def check_prediction_request(cfg: PredictConfig) -> None:
                          f"{Path(cfg.out) / 'pred'} would do)")
     # the model it trained, from a look at the checkpoint's entries (its tensors are not read; a
     # checkpoint that does not load so is read whole, for the one-line reason); the ranks check it whole
-    seen = peek(Path(cfg.run) / CHECKPOINT) if not (Path(cfg.run) / CHECKPOINT).is_symlink() else None
-    check_model_request(seen if isinstance((seen or {}).get("config"), dict) else read_run(cfg.run), cfg.run, cfg.model)
+    path = checkpoint_path(cfg.run, cfg.checkpoint)
+    seen = peek(path) if not path.is_symlink() else None
+    check_model_request(seen if isinstance((seen or {}).get("config"), dict) else read_run(cfg.run, cfg.checkpoint),
+                        cfg.run, cfg.model)
     if cfg.model:
         load_factory(cfg.model)

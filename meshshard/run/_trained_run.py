@@ -98,9 +98,9 @@ class TrainedRun:
 
 
 def load_run(run: str | os.PathLike[str], *, model: str | nn.Module | None = None,
-             model_args: dict[str, Any] | None = None, device: Any = None, dtype: torch.dtype | None = None) -> TrainedRun:
-    """The trained model of ``RUN/checkpoint.pt`` (written by ``meshshard train``), for prediction
-    in your own code.
+             model_args: dict[str, Any] | None = None, device: Any = None, dtype: torch.dtype | None = None,
+             checkpoint: str = "best") -> TrainedRun:
+    """The trained model of a run folder of ``meshshard train``, for prediction in your own code.
 
     Args:
         run: the run folder.
@@ -110,12 +110,15 @@ def load_run(run: str | os.PathLike[str], *, model: str | nn.Module | None = Non
         model_args: the ``model="file.py:name"`` arguments (default: the run's).
         device: where the model runs (default: CPU).
         dtype: its precision (default: the run's, ``float32`` or ``float64``).
+        checkpoint: ``"best"`` (``RUN/best.pt``, the lowest validation loss; ``RUN/checkpoint.pt``
+            for a run trained without ``--val-every``) or ``"last"`` (``RUN/checkpoint.pt``), as
+            ``meshshard predict --checkpoint``.
 
     Raises:
         ValueError: on one line: no checkpoint, a damaged one, a run of your own model without
             ``model``, or a model whose weights are not the run's.
     """
-    ckpt = read_run(run)
+    ckpt = read_run(run, checkpoint)
     cfg = dict(ckpt.get("config") or {})
     stored = cfg.get("normalisation")
     if stored is None:

@@ -26,6 +26,7 @@ error that names the step and the last checkpoint.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -44,7 +45,7 @@ from ..tasks import get_task
 from . import _folder, _report
 from ._checkpoint import atomic_save as _atomic_save
 from ._checkpoint import load_checkpoint, save_checkpoint
-from ._folder import CHECKPOINT, FIRST_STEP, LOG, LOSS_PLOT
+from ._folder import BEST, CHECKPOINT, FIRST_STEP, LOG, LOSS_PLOT
 from ._recipe import (
     MESHGRAPHNET_DEFAULTS,
     ModelOutputError,
@@ -268,10 +269,12 @@ def train(cfg: TrainConfig) -> list[float]:
     losses: list[float] = []
     start = 0
     old_lr = None
+    best_val: float | None = None  # the lowest validation loss so far (its checkpoint is RUN/best.pt)
     if saved is not None:
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["optimizer"])
         losses, start = list(saved["losses"]), int(saved["step"])
+        best_val = saved.get("best_val_loss")
         note = _check_steps_left(start, cfg)
         if note and ctx.rank == 0 and not cfg.quiet:
             print(note, file=sys.stderr)
@@ -303,6 +306,26 @@ def train(cfg: TrainConfig) -> list[float]:
         log.event({"step": start, "event": "lr", "from": old_lr, "to": cfg.lr},
                   f"learning rate changed on resume: {old_lr:g} -> {cfg.lr:g} (applied from step {start})")
 
+    def state(done: int) -> dict[str, Any]:
+        """What a checkpoint of the run after ``done`` steps holds (checkpoint.pt and best.pt alike)."""
+        return {
+            "step": done, "model": model.state_dict(), "optimizer": opt.state_dict(), "losses": losses,
+            "rng": torch.get_rng_state(),
+            "config": {**asdict(cfg), "normalisation": reader.normaliser.to_dict(), "model_sha256": digest,
+                       "target_fields": task.output_fields(reader.dataset, {}),  # predict names its outputs by them
+                       "num_parameters": num_parameters},
+            "world_size": ctx.world_size, "identity": identity, "best_val_loss": best_val,
+        }
+
+    def keep_best(at: int, val_loss: float) -> None:
+        """Log the validation loss after ``at`` steps; rank 0 keeps RUN/best.pt at the lowest so far."""
+        nonlocal best_val
+        log.eval(at, val_loss)
+        if math.isfinite(val_loss) and (best_val is None or val_loss < best_val):
+            best_val = val_loss
+            if ctx.rank == 0:
+                save_checkpoint(out / BEST, state(at) | {"val_loss": val_loss})
+
     def validate(at: int) -> float:
         """Mean loss over the validation split at step ``at``; data rank d takes every dp-th sample."""
         total = torch.zeros(1, dtype=torch.float64, device=ctx.device)
@@ -330,7 +353,7 @@ def train(cfg: TrainConfig) -> list[float]:
     began = time.monotonic()  # --max-time counts this process's training, from here
     for step in range(start, cfg.steps):
         if validating and step % cfg.val_every == 0:
-            log.eval(step, validate(step))
+            keep_best(step, validate(step))
         t0 = time.perf_counter()
         s = int(reader.train[sample_index(cfg.seed, step, device_mesh.data_rank, cfg.data_parallel, len(reader.train))])
         b = task.batch(reader, s, step)
@@ -374,14 +397,7 @@ def train(cfg: TrainConfig) -> list[float]:
         if report:
             log.plot()
         if ctx.rank == 0 and (done % cfg.checkpoint_every == 0 or done == cfg.steps or stopping):
-            save_checkpoint(ckpt_path, {
-                "step": done, "model": model.state_dict(), "optimizer": opt.state_dict(), "losses": losses,
-                "rng": torch.get_rng_state(),
-                "config": {**asdict(cfg), "normalisation": reader.normaliser.to_dict(), "model_sha256": digest,
-                           "target_fields": task.output_fields(reader.dataset, {}),  # predict names its outputs by them
-                           "num_parameters": num_parameters},
-                "world_size": ctx.world_size, "identity": identity,
-            })
+            save_checkpoint(ckpt_path, state(done))
         if done % cfg.checkpoint_every == 0 or done == cfg.steps or stopping:
             last_saved = f"{ckpt_path} (step {done})"
         if stopping:
@@ -392,7 +408,7 @@ def train(cfg: TrainConfig) -> list[float]:
     else:
         stopping = False
     if validating and cfg.steps > start and not stopping:
-        log.eval(cfg.steps, validate(cfg.steps))
+        keep_best(cfg.steps, validate(cfg.steps))
     log.plot()
     log.close()
     barrier()
