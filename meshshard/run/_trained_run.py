@@ -98,7 +98,8 @@ class TrainedRun:
 
 
 def load_run(run: str | os.PathLike[str], *, model: str | nn.Module | None = None,
-             model_args: dict[str, Any] | None = None, device: Any = None, dtype: torch.dtype | None = None) -> TrainedRun:
+             model_args: dict[str, Any] | None = None, device: Any = None,
+             dtype: torch.dtype | None = None) -> TrainedRun:
     """The trained model of ``RUN/checkpoint.pt`` (written by ``meshshard train``), for prediction
     in your own code.
 
