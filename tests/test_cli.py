@@ -37,9 +37,9 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path) -> None:
     """``meshshard info X | head``: a closed pipe is exit 141 and no traceback."""
     import os
 
-    from meshshard.partition import write_dataset
-
     import numpy as np
+
+    from meshshard.partition import write_dataset
 
     values = np.ones((1, 3, 1))
     write_dataset(tmp_path / "d", values, values, pos=np.array([[0.0, 0], [1, 0], [0, 1]]),

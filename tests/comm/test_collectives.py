@@ -14,8 +14,8 @@ import torch.distributed as dist
 from meshshard.comm import (
     HaloPlan,
     all_gather_v,
-    append_halo,
     all_to_all_v,
+    append_halo,
     count_collectives,
     gather_v,
     indexed_all_to_all_v,

@@ -27,7 +27,12 @@ from meshshard.nn._ball_query import ball_query
 from tests._dist import run_ranks
 from tests._meshes import mesh_case
 from tests.meshshard.test_ball_query_sharded import (
-    clustered_cloud, isolated_layout, spec_from_owner, spec_from_points, uniform_cloud)
+    clustered_cloud,
+    isolated_layout,
+    spec_from_owner,
+    spec_from_points,
+    uniform_cloud,
+)
 
 MESH = "sfepy/wheelset.vtk"
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5}

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from meshshard.run import load_checkpoint
 from meshshard.nn import MeshGraphNet
+from meshshard.run import load_checkpoint
 
 
 def _state() -> dict:

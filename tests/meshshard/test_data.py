@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 import torch
 
-from meshshard.tasks import DatasetReader, Normaliser, whole_sample
-from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
 from meshshard.nn import MeshGraphNet
 from meshshard.partition import open_dataset, partition_dataset, write_dataset
+from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
+from meshshard.tasks import DatasetReader, Normaliser, whole_sample
 from tests._dist import run_ranks
 from tests.partition.conftest import grid_triangles
 

@@ -11,12 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from meshshard.cli._info import describe_run
-from meshshard.run import PredictConfig, predict
-from meshshard.run import TrainConfig, train
-from meshshard.run._recipe import build_user_model
 from meshshard.cli import main
+from meshshard.cli._info import describe_run
 from meshshard.partition import open_dataset, partition_dataset, write_dataset
+from meshshard.run import PredictConfig, TrainConfig, predict, train
+from meshshard.run._recipe import build_user_model
 from tests.partition.conftest import grid_triangles
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "own_model" / "model.py"

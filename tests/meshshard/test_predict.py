@@ -20,10 +20,9 @@ import numpy as np
 import pytest
 import torch
 
-from meshshard.run import PredictConfig, predict, read_run
-from meshshard.run._vtk import read_pvtu
-from meshshard.run import TrainConfig, train
 from meshshard.partition import open_dataset, partition_dataset, write_dataset
+from meshshard.run import PredictConfig, TrainConfig, predict, read_run, train
+from meshshard.run._vtk import read_pvtu
 from tests._dist import run_ranks
 from tests._meshes import DATA
 
@@ -68,8 +67,8 @@ def case(tmp_path_factory) -> dict:
 
 def _reference(case: dict, sample: int) -> np.ndarray:
     """The run's model on the whole mesh, computed here from the checkpoint (not by predict)."""
-    from meshshard.tasks import Normaliser, whole_sample
     from meshshard.nn import MeshGraphNet
+    from meshshard.tasks import Normaliser, whole_sample
 
     ckpt = read_run(case["run"])
     cfg = ckpt["config"]

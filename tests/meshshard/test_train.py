@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 import torch
 
-from meshshard.tasks import whole_sample
-from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
 from meshshard.nn import MeshGraphNet
 from meshshard.partition import open_dataset, partition_dataset
+from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
+from meshshard.tasks import whole_sample
 from tests._dist import RankFailure, free_port, run_ranks
 from tests._examples import example_module
 from tests._meshes import mesh_file

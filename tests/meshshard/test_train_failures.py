@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import torch
 
-from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
 from meshshard.partition import load_partition, open_dataset
+from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
 from tests._dist import free_port, run_ranks
 from tests.meshshard.test_train import setup  # noqa: F401 - the shared module fixture
 
@@ -137,8 +137,8 @@ def test_missing_folders_and_a_file_as_output_folder_are_one_line_and_exit_2(
     setup: dict, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch  # noqa: F811
 ) -> None:
     """train and predict share these refusals (meshshard.partition.check_apart), made before any rank starts."""
-    from meshshard.run._prediction import check_prediction_folder as check_output
     from meshshard.cli import main
+    from meshshard.run._prediction import check_prediction_folder as check_output
 
     for name in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "MESHSHARD_DEBUG"):
         monkeypatch.delenv(name, raising=False)
@@ -166,8 +166,8 @@ def test_missing_folders_and_a_file_as_output_folder_are_one_line_and_exit_2(
 def test_bad_counts_environment_and_checkpoints_are_one_line_and_exit_2(
     setup: dict, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch  # noqa: F811
 ) -> None:
-    from meshshard.run._checkpoint import FORMAT, FORMAT_VERSION, _digest
     from meshshard.cli import main
+    from meshshard.run._checkpoint import FORMAT, FORMAT_VERSION, _digest
 
     for name in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "MESHSHARD_DEBUG"):
         monkeypatch.delenv(name, raising=False)

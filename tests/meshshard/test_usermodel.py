@@ -24,12 +24,12 @@ import numpy as np
 import pytest
 import torch
 
-from meshshard.tasks import whole_sample
-from meshshard.run._folder import check_resume
+from meshshard.partition import open_dataset, partition_dataset, write_dataset
 from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
+from meshshard.run._folder import check_resume
 from meshshard.run._recipe import build_user_model, load_factory, normalise_spec, parse_model_args
 from meshshard.run._recipe import check_model_output as check_output
-from meshshard.partition import open_dataset, partition_dataset, write_dataset
+from meshshard.tasks import whole_sample
 from tests._dist import run_ranks
 from tests._meshes import mesh_file
 
@@ -275,8 +275,8 @@ def test_a_wrong_output_on_some_ranks_fails_every_rank_alike(world: int, wrong: 
 def test_unwrapped_pyg_layers_are_named_in_the_hint() -> None:
     from torch_geometric.nn import GCNConv, SAGEConv
 
-    from meshshard.run._recipe import shard_hint, unwrapped_pyg_layers
     from meshshard.nn import ShardConv
+    from meshshard.run._recipe import shard_hint, unwrapped_pyg_layers
 
     model = torch.nn.ModuleDict({"a": ShardConv(SAGEConv(2, 2)),
                                  "blocks": torch.nn.ModuleList([GCNConv(2, 2), ShardConv(GCNConv(2, 2))])})

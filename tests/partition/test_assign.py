@@ -10,8 +10,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from meshshard.partition import (Graph, assign_parts, edge_cut, imbalance, partition_file,
-                                 read_input, read_metadata, refine_balance, verify_partition)
+from meshshard.partition import (
+    Graph,
+    assign_parts,
+    edge_cut,
+    imbalance,
+    partition_file,
+    read_input,
+    read_metadata,
+    refine_balance,
+    verify_partition,
+)
 from meshshard.partition._assign import load_imbalance, morton_codes
 
 from .conftest import grid_triangles

@@ -13,10 +13,19 @@ import numpy as np
 import pytest
 
 from meshshard.cli import main
-from meshshard.partition import (build_dataset, check_partition_matches, dataset_partition_folder,
-                                 load_partition, open_dataset, partition_dataset, read_metadata,
-                                 verify_partition, write_dataset, write_dataset_from_pyg)
-from meshshard.partition import _dataset
+from meshshard.partition import (
+    _dataset,
+    build_dataset,
+    check_partition_matches,
+    dataset_partition_folder,
+    load_partition,
+    open_dataset,
+    partition_dataset,
+    read_metadata,
+    verify_partition,
+    write_dataset,
+    write_dataset_from_pyg,
+)
 
 from .conftest import grid_triangles
 

@@ -9,9 +9,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from meshshard.partition import (FORMAT_VERSION, load_partition, partition_file, partition_mesh,
-                                 partition_points, read_metadata, save_partition)
-from meshshard.partition import _format
+from meshshard.partition import (
+    FORMAT_VERSION,
+    _format,
+    load_partition,
+    partition_file,
+    partition_mesh,
+    partition_points,
+    read_metadata,
+    save_partition,
+)
 
 from .conftest import grid_triangles, rewrite_metadata
 

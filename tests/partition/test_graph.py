@@ -7,9 +7,9 @@ import pytest
 from scipy.spatial.distance import cdist
 
 from meshshard.partition import Graph
+from meshshard.partition._graph import cell_edge_pairs, dual_graph, knn_graph, nodal_graph, radius_graph
+
 from .conftest import grid_triangles
-from meshshard.partition._graph import cell_edge_pairs, dual_graph, knn_graph, nodal_graph, \
-    radius_graph
 
 
 def _neighbours(graph: Graph, node: int) -> list[int]:

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from meshshard.partition import load_partition, save_partition, verify_partition
-from meshshard.partition._grid import (grid_graph, grid_layout, halo_windows, partition_grid,
-                                       window_plan)
+from meshshard.partition._grid import grid_graph, grid_layout, halo_windows, partition_grid, window_plan
 
 _NP_MODE = {"zeros": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
 

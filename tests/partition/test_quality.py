@@ -14,8 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from meshshard.partition import (build_graph, edge_cut, partition_file, partition_graph,
-                                 read_input, read_metadata)
+from meshshard.partition import build_graph, edge_cut, partition_file, partition_graph, read_input, read_metadata
 from meshshard.partition._assign import load_imbalance, metis_parts
 from meshshard.partition._graph import Graph, nodal_graph
 

@@ -9,8 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from meshshard.partition import (Graph, Partition, check_partitions, partition_graph,
-                                 save_partition, verify_partition)
+from meshshard.partition import Graph, Partition, check_partitions, partition_graph, save_partition, verify_partition
 
 from .conftest import grid_triangles
 
