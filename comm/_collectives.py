@@ -298,7 +298,9 @@ class _IndexedAllToAllV(Function):
         return grad_x, None, None, None, None, None
 
 
-def _append_ghosts(x0: Tensor, index: Tensor, send_counts: list[int], recv_counts: list[int], rank: int, group: Any, phase: str) -> Tensor:
+def _append_ghosts(
+    x0: Tensor, index: Tensor, send_counts: list[int], recv_counts: list[int], rank: int, group: Any, phase: str
+) -> Tensor:
     """``(N_own, ...)`` -> ``(N_own + N_ghost, ...)``: the owned rows, then the rows received."""
     n = x0.shape[0]
     result = x0.new_empty((n + sum(recv_counts), *x0.shape[1:]))
@@ -327,7 +329,14 @@ class _HaloPass(Function):
 
     @staticmethod
     def forward(
-        ctx: Any, x0: Tensor, index: Tensor, send_counts: list[int], recv_counts: list[int], rank: int, group: Any, reverse: bool
+        ctx: Any,
+        x0: Tensor,
+        index: Tensor,
+        send_counts: list[int],
+        recv_counts: list[int],
+        rank: int,
+        group: Any,
+        reverse: bool,
     ) -> Tensor:
         ctx.save_for_backward(index)
         ctx.args = (send_counts, recv_counts, rank, group)
@@ -378,7 +387,9 @@ class _GatherV(Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         send, recv, rank, group = ctx.args
-        return _exchange_rows(grad.contiguous(), recv, send, rank, group, "gather_v", "backward"), None, None, None, None
+        return (
+            _exchange_rows(grad.contiguous(), recv, send, rank, group, "gather_v", "backward"), None, None, None, None
+        )
 
 
 class _ScatterV(Function):
@@ -424,7 +435,11 @@ class _SumToReplicated(Function):
         note_replicated_result()
         world = dist.get_world_size(group) if dist.is_initialized() else 1
         nbytes = x.numel() * x.element_size()
-        record(CollectiveCall("sum_to_replicated", "forward", nbytes if world > 1 else 0, nbytes if world > 1 else 0, world))
+        record(
+            CollectiveCall(
+                "sum_to_replicated", "forward", nbytes if world > 1 else 0, nbytes if world > 1 else 0, world
+            )
+        )
         out = x.clone()
         if world > 1:
             dist.all_reduce(out, group=group)
@@ -589,7 +604,9 @@ def all_to_all_v(x: Tensor, send_counts: Counts, recv_counts: Counts, *, dim: in
 
 def _check_own_count(x: Tensor, counts: list[int], rank: int, dim: int) -> None:
     if x.shape[dim] != counts[rank]:
-        raise ValueError(f"Expected 'x' to have counts[{rank}] = {counts[rank]} rows along dim {dim} (got {x.shape[dim]})")
+        raise ValueError(
+            f"Expected 'x' to have counts[{rank}] = {counts[rank]} rows along dim {dim} (got {x.shape[dim]})"
+        )
 
 
 def all_gather_v(x: Tensor, counts: Counts, *, dim: int = 0, group: Any = None) -> Tensor:
@@ -665,9 +682,13 @@ def _scatter_source_problem(x: object, counts: list[int], src: int, dim: int) ->
         x = check_tensor("x", x)
         dim = check_dim(dim, x.dim())
         if x.shape[dim] != sum(counts):
-            raise ValueError(f"Expected 'x' on src to have sum(counts) = {sum(counts)} rows along dim {dim} (got {x.shape[dim]})")
+            raise ValueError(
+                f"Expected 'x' on src to have sum(counts) = {sum(counts)} rows along dim {dim} (got {x.shape[dim]})"
+            )
         if x.dim() > _MAX_DIMS or x.dtype not in _DTYPES:
-            raise ValueError(f"scatter_v supports up to {_MAX_DIMS} dims and dtypes {_DTYPES} (got {x.dim()}, {x.dtype})")
+            raise ValueError(
+                f"scatter_v supports up to {_MAX_DIMS} dims and dtypes {_DTYPES} (got {x.dim()}, {x.dtype})"
+            )
     except (TypeError, ValueError) as err:
         return type(err)(f"{err} (on rank {src})")
     return None

@@ -85,7 +85,9 @@ def _int(env: Mapping[str, str], name: str) -> int:
 
 def _in_range(name: str, value: int, bound_name: str, bound: int) -> int:
     if not 0 <= value < bound:
-        raise ValueError(f"Expected the environment variable {name} in [0, {bound}), {bound_name} = {bound} (got {value})")
+        raise ValueError(
+            f"Expected the environment variable {name} in [0, {bound}), {bound_name} = {bound} (got {value})"
+        )
     return value
 
 
@@ -103,7 +105,9 @@ def _slurm_tasks_per_node(env: Mapping[str, str]) -> tuple[str, list[int]]:
     entry = r"(\d+)(?:\(x\d+\))?"
     counts = [int(c) for c in re.findall(entry, value)] if re.fullmatch(f"{entry}(?:,{entry})*", value.strip()) else []
     if not counts or min(counts) < 1:
-        raise ValueError(f"Expected the environment variable {name} to be a task count such as '2(x3),1' (got {value!r})")
+        raise ValueError(
+            f"Expected the environment variable {name} to be a task count such as '2(x3),1' (got {value!r})"
+        )
     return name, counts
 
 
@@ -137,7 +141,9 @@ def _timeout_s(env: Mapping[str, str]) -> float:
     except ValueError:
         seconds = -1.0
     if not 0 < seconds < float("inf"):
-        raise ValueError(f"Expected the environment variable MESHSHARD_TIMEOUT to be a positive number of seconds (got {value!r})")
+        raise ValueError(
+            f"Expected the environment variable MESHSHARD_TIMEOUT to be a positive number of seconds (got {value!r})"
+        )
     return seconds
 
 
@@ -271,7 +277,9 @@ def init_distributed(backend: str | None = None, *, timeout_s: float | None = No
         os.environ.setdefault("MASTER_PORT", _slurm_port(env))
     port = os.environ.get("MASTER_PORT", "")
     if port and not (port.isdigit() and 0 < int(port) < 65536):
-        raise ValueError(f"Expected the environment variable MASTER_PORT to be a port number in [1, 65535] (got {port!r})")
+        raise ValueError(
+            f"Expected the environment variable MASTER_PORT to be a port number in [1, 65535] (got {port!r})"
+        )
     _check_cuda_devices(local_world, chosen)
     device = _device_for(chosen, local)
     where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
@@ -375,7 +383,9 @@ def init_device_mesh_2d(
         # new_group is collective over the default group: every rank creates every group, in order.
         # A group of one is a real group too: None would mean the whole world (see the class docstring).
         for d in range(data_size):
-            group = dist.new_group(list(range(d * domain_parallel_size, (d + 1) * domain_parallel_size)), timeout=timeout)
+            group = dist.new_group(
+                list(range(d * domain_parallel_size, (d + 1) * domain_parallel_size)), timeout=timeout
+            )
             if d == data_rank:
                 domain_group = group
         for k in range(domain_parallel_size):

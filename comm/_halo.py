@@ -146,7 +146,9 @@ class HaloPlan:
         return cls(index, tuple(sc), tuple(got[:, 0].tolist()), int(num_owned), rank, group)
 
     @classmethod
-    def from_layout(cls, send_index: Any, send_counts: Any, recv_counts: Any, *, num_owned: int, group: Any = None) -> HaloPlan:
+    def from_layout(
+        cls, send_index: Any, send_counts: Any, recv_counts: Any, *, num_owned: int, group: Any = None
+    ) -> HaloPlan:
         """A plan every rank derived from the same global description (a grid layout, say), so
         consistent across ranks by construction: checked on this rank only, no communication.
 
@@ -157,7 +159,10 @@ class HaloPlan:
         index, sc = _check_sends(send_index, send_counts, num_owned, rank, world)
         rc = as_counts("recv_counts", recv_counts, world)
         if rc[rank]:
-            raise ValueError(f"Expected recv_counts[{rank}] = 0 on rank {rank}: a halo plan receives nothing from itself (got {rc[rank]})")
+            raise ValueError(
+                f"Expected recv_counts[{rank}] = 0 on rank {rank}: a halo plan receives nothing from itself "
+                f"(got {rc[rank]})"
+            )
         return cls(index, tuple(sc), tuple(rc), int(num_owned), rank, group)
 
     # --- what it says ---------------------------------------------------------------------------
@@ -182,7 +187,10 @@ class HaloPlan:
         return self._cache[device]
 
     def __repr__(self) -> str:
-        return f"HaloPlan(rank={self.rank}/{self.world_size}, owned={self.num_owned}, sent={self.num_sent}, ghosts={self.num_ghost})"
+        return (
+            f"HaloPlan(rank={self.rank}/{self.world_size}, owned={self.num_owned}, sent={self.num_sent}, "
+            f"ghosts={self.num_ghost})"
+        )
 
     # --- the one exchange path --------------------------------------------------------------------
 
@@ -195,7 +203,9 @@ class HaloPlan:
         Communication: one ``indexed_all_to_all_v`` forward, one backward (:func:`append_halo`).
         """
         self._check_rows(x)
-        return append_halo(x, self.index_on(x.device), self.send_counts, self.recv_counts, group=self.group, check_index=False)
+        return append_halo(
+            x, self.index_on(x.device), self.send_counts, self.recv_counts, group=self.group, check_index=False
+        )
 
     def exchange(self, x: Tensor) -> Tensor:
         """The ghost rows of ``x`` (owned rows), differentiable.
@@ -239,7 +249,9 @@ def _check_sends(send_index: Any, send_counts: Any, num_owned: int, rank: int, w
     """``send_index`` as a CPU int64 tensor and ``send_counts`` as ints, checked locally."""
     sc = as_counts("send_counts", send_counts, world)
     if sc[rank]:
-        raise ValueError(f"Expected send_counts[{rank}] = 0 on rank {rank}: a halo plan sends nothing to itself (got {sc[rank]})")
+        raise ValueError(
+            f"Expected send_counts[{rank}] = 0 on rank {rank}: a halo plan sends nothing to itself (got {sc[rank]})"
+        )
     if isinstance(send_index, Tensor):
         index = send_index.detach().cpu()
     else:
@@ -247,13 +259,17 @@ def _check_sends(send_index: Any, send_counts: Any, num_owned: int, rank: int, w
     if index.dim() == 1 and index.numel() == 0:
         index = index.to(torch.int64)  # an empty list reads as float64
     if index.dim() != 1 or index.dtype.is_floating_point or index.dtype.is_complex or index.dtype == torch.bool:
-        raise ValueError(f"Expected 'send_index' to be a one-dimensional integer array (got shape {tuple(index.shape)}, dtype {index.dtype})")
+        raise ValueError(
+            f"Expected 'send_index' to be a one-dimensional integer array "
+            f"(got shape {tuple(index.shape)}, dtype {index.dtype})"
+        )
     index = index.to(torch.int64)
     if index.numel() != sum(sc):
         raise ValueError(f"Expected 'send_index' to have sum(send_counts) = {sum(sc)} entries (got {index.numel()})")
     if index.numel() and (int(index.min()) < 0 or int(index.max()) >= num_owned):
         raise ValueError(
-            f"Expected 'send_index' values in [0, {num_owned}), the owned rows (got min {int(index.min())}, max {int(index.max())})"
+            f"Expected 'send_index' values in [0, {num_owned}), the owned rows "
+            f"(got min {int(index.min())}, max {int(index.max())})"
         )
     return index, sc
 
@@ -291,4 +307,6 @@ def _agree_across_ranks(
             problems.append(f"rank {r} has owned_counts {views[r].tolist()}, but the ranks own {owned.tolist()}")
     if problems:
         more = f"; and {len(problems) - _MAX_LISTED} more" if len(problems) > _MAX_LISTED else ""
-        raise ValueError(f"Expected the halo plans of all ranks to agree (got: {'; '.join(problems[:_MAX_LISTED])}{more})")
+        raise ValueError(
+            f"Expected the halo plans of all ranks to agree (got: {'; '.join(problems[:_MAX_LISTED])}{more})"
+        )

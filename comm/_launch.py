@@ -113,7 +113,9 @@ def _die_with_parent() -> None:
         pass
 
 
-def _entry(local_rank: int, fn: Callable[..., Any], world: int, port: int, args: tuple, report: str, backend: str) -> None:
+def _entry(
+    local_rank: int, fn: Callable[..., Any], world: int, port: int, args: tuple, report: str, backend: str
+) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
     os.environ.update(

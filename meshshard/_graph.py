@@ -51,7 +51,8 @@ class ShardGraph:
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_partition(cls, partition: Any, group: Any = None, *, device: Any = None, dtype: torch.dtype = torch.float32) -> ShardGraph:
+    def from_partition(cls, partition: Any, group: Any = None, *, device: Any = None,
+                       dtype: torch.dtype = torch.float32) -> ShardGraph:
         """The shard of ``partition`` (one rank's part), on ``device``; coordinates in ``dtype``."""
         spec = ShardSpec.from_partition(partition, group)
         edge_index = torch.as_tensor(np.asarray(partition.edge_index), dtype=torch.int64)

@@ -80,7 +80,8 @@ def _partition_layout(partition: Any, rank: int, world: int) -> tuple[tuple[int,
 
 
 def _as_index(name: str, values: Any) -> Tensor:
-    t = torch.as_tensor(np.asarray(values), dtype=torch.int64) if not isinstance(values, Tensor) else values.to(torch.int64)
+    t = (torch.as_tensor(np.asarray(values), dtype=torch.int64) if not isinstance(values, Tensor)
+         else values.to(torch.int64))
     if t.dim() != 1:
         raise ValueError(f"Expected '{name}' to be one-dimensional (got shape {tuple(t.shape)})")
     return t.cpu()
@@ -249,7 +250,8 @@ class ShardSpec:
 
     def __repr__(self) -> str:
         halo = f", ghosts={self.num_ghost}" if self.has_halo else ", no halo"
-        return f"ShardSpec(rank={self.rank}/{self.world_size}, owned={self.num_owned}/{self.num_nodes}{halo}, {self.source})"
+        return (f"ShardSpec(rank={self.rank}/{self.world_size}, owned={self.num_owned}/{self.num_nodes}{halo}, "
+                f"{self.source})")
 
     # --- cached plans -------------------------------------------------------------------------
 

@@ -355,7 +355,8 @@ class ShardTensor:
         return self._local.shape[0]
 
     def __repr__(self) -> str:
-        return f"ShardTensor(local={tuple(self._local.shape)}, global={tuple(self.global_shape)}, dtype={self.dtype}, {self._spec!r})"
+        return (f"ShardTensor(local={tuple(self._local.shape)}, global={tuple(self.global_shape)}, "
+                f"dtype={self.dtype}, {self._spec!r})")
 
     # --- work that mixes rows ---------------------------------------------------------------------
 
@@ -519,17 +520,20 @@ class ShardTensor:
     # --- row-wise torch functions ------------------------------------------------------------------
 
     @classmethod
-    def __torch_function__(cls, func: Callable[..., Any], types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+    def __torch_function__(cls, func: Callable[..., Any], types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         name = getattr(func, "__name__", str(func))
         if func in _ELEMENTWISE or func in _USER_ROWWISE:
             spec = _common_spec(name, args, kwargs)
             _check_plain_operands(name, spec, args, kwargs)
             if torch.is_grad_enabled():
-                args, kwargs = _partial_to_whole(args, spec), {k: _partial_to_whole(v, spec) for k, v in kwargs.items()}
+                args, kwargs = (_partial_to_whole(args, spec),
+                                {k: _partial_to_whole(v, spec) for k, v in kwargs.items()})
             return _wrap(func(*_unwrap(args), **_unwrap(kwargs)), spec)
         if func in _FEATURE_WISE:
-            if not isinstance(args[0], ShardTensor) or any(isinstance(a, ShardTensor) for a in (*args[1:], *kwargs.values())):
+            if (not isinstance(args[0], ShardTensor)
+                    or any(isinstance(a, ShardTensor) for a in (*args[1:], *kwargs.values()))):
                 raise TypeError(f"{name}: only the input may be a ShardTensor (its weights are plain tensors)")
             spec = args[0]._spec
             if func is F.layer_norm and len(tuple(args[1])) >= args[0].ndim:
@@ -553,7 +557,8 @@ class ShardTensor:
             position, default = _SPLIT[func]
             dim = args[position] if len(args) > position else kwargs.get("dim", default)
             if dim % x.ndim == 0:
-                raise TypeError(f"{name} along the node dimension (0) changes the layout; split along features (dim=-1)")
+                raise TypeError(f"{name} along the node dimension (0) changes the layout; "
+                                "split along features (dim=-1)")
             return tuple(ShardTensor(t, x._spec) for t in func(x._local, *args[1:], **kwargs))
         if func in _LIKE and isinstance(args[0], ShardTensor):
             if any(isinstance(a, ShardTensor) for a in (*args[1:], *kwargs.values())):
@@ -563,7 +568,8 @@ class ShardTensor:
             tensors, stack = args[0], func is torch.stack
             dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
             if not all(isinstance(t, ShardTensor) for t in tensors):
-                raise TypeError(f"torch.{name}: expected only ShardTensors (wrap plain tensors with ShardTensor.from_local)")
+                raise TypeError(f"torch.{name}: expected only ShardTensors "
+                                "(wrap plain tensors with ShardTensor.from_local)")
             spec = _common_spec(name, tuple(tensors), {})
             if dim % (tensors[0].ndim + stack) == 0:
                 raise TypeError(f"torch.{name} along the node dimension changes the layout; "
@@ -664,7 +670,8 @@ class ShardTensor:
         return self._method(Tensor.__getitem__, index)
 
     def __bool__(self) -> bool:
-        raise TypeError("the truth value of a ShardTensor is ambiguous (each rank holds different rows); reduce it first, e.g. bool((x > 0).sum())")
+        raise TypeError("the truth value of a ShardTensor is ambiguous (each rank holds different rows); "
+                        "reduce it first, e.g. bool((x > 0).sum())")
 
     def _method(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return ShardTensor.__torch_function__(method, (ShardTensor,), (self, *args), kwargs)
@@ -721,11 +728,13 @@ def _reshape(func: Callable[..., Any], name: str, args: tuple, kwargs: dict) -> 
         raise TypeError(f"{name}: only the input may be a ShardTensor; select rows with to_local() on the owned rows")
     local, rest = x._local, list(args[1:])
     if func in (Tensor.view, Tensor.reshape, torch.reshape):
-        rest = [_keep_rows(name, local, rest[0] if len(rest) == 1 and not isinstance(rest[0], int) else rest or kwargs.pop("shape"))]
+        rest = [_keep_rows(name, local, rest[0] if len(rest) == 1 and not isinstance(rest[0], int)
+                           else rest or kwargs.pop("shape"))]
     elif func is Tensor.__getitem__:
         _check_index(local.dim(), rest[0])
     elif not _keeps_rows(func, local.dim(), rest, kwargs):
-        raise TypeError(f"{name} would move or merge the node dimension (0) of a ShardTensor; reshape feature dimensions only")
+        raise TypeError(f"{name} would move or merge the node dimension (0) of a ShardTensor; "
+                        "reshape feature dimensions only")
     return ShardTensor(func(local, *rest, **kwargs), x._spec)
 
 
@@ -815,7 +824,8 @@ def _batch_norm(
         if running_mean is not None:
             running_mean.mul_(1 - momentum).add_(mean.detach().to(running_mean.dtype), alpha=momentum)
         if running_var is not None:
-            running_var.mul_(1 - momentum).add_(var.detach().to(running_var.dtype) * (count / (count - 1)), alpha=momentum)
+            running_var.mul_(1 - momentum).add_(var.detach().to(running_var.dtype) * (count / (count - 1)),
+                                                alpha=momentum)
     return ShardTensor(out, spec)
 
 

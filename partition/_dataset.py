@@ -83,10 +83,13 @@ val_samples=[2])``::
         "rule": "(value - mean) / scale, scale = std or 1 where std == 0",
         "inputs": {"mean": [0.5], "std": [0.7637626158259734], "scale": [0.7637626158259734], "count": 12},
         "targets": {"mean": [0.5, 0.5], "std": [0.5, 0.5], "scale": [0.5, 0.5], "count": 12},
-        "edges": {"mean": [0.0, 0.0, 1.0920474583051323], "std": [0.816496580927726, 0.7453559924999299, 0.17220502615058225], "scale": [0.816496580927726, 0.7453559924999299, 0.17220502615058225], "count": 36}
+        "edges": {"mean": [0.0, 0.0, 1.0920474583051323],
+                  "std": [0.816496580927726, 0.7453559924999299, 0.17220502615058225],
+                  "scale": [0.816496580927726, 0.7453559924999299, 0.17220502615058225], "count": 36}
       },
       "meshes": [
-        {"folder": "meshes/00000", "num_nodes": 6, "pos_dim": 2, "num_edges": 18, "cells": {"triangle": 4}, "sha256": "9333b48d40f2189652b07a391c52195193be1435eb1462481f6ab53c8d3e5c63"}
+        {"folder": "meshes/00000", "num_nodes": 6, "pos_dim": 2, "num_edges": 18, "cells": {"triangle": 4},
+         "sha256": "9333b48d40f2189652b07a391c52195193be1435eb1462481f6ab53c8d3e5c63"}
       ],
       "samples": [
         {"name": "a", "mesh": 0, "folder": "samples/00000", "source": null},
@@ -470,7 +473,8 @@ def _save_npy(path: Path, array: np.ndarray) -> None:
         np.lib.format.write_array(f, np.ascontiguousarray(array), allow_pickle=False)
 
 
-def _check_sample(sample: Sample, index: int, in_width: int | None, out_width: int | None) -> tuple[np.ndarray, list[tuple[str, np.ndarray]]]:
+def _check_sample(sample: Sample, index: int, in_width: int | None,
+                  out_width: int | None) -> tuple[np.ndarray, list[tuple[str, np.ndarray]]]:
     """Shapes, ids and finiteness of one sample; returns its float64 points and merged cells."""
     where = sample.source or f"sample {index} ({sample.name!r})"
     pos = np.asarray(sample.pos, dtype=np.float64)
@@ -941,11 +945,12 @@ class Dataset:
             if ids is None:
                 continue
             if ids.ndim != 2 or ids.dtype.kind not in "iu" or (ids.size and (ids.min() < 0 or ids.max() >= n)):
-                raise ValueError(f"{folder / name}: Expected integer node ids in [0, {n}) in a 2-D array (got {ids.dtype} "
-                                 f"{ids.shape}{f', ids {ids.min()}..{ids.max()}' if ids.size and ids.dtype.kind in 'iu' else ''})")
+                raise ValueError(f"{folder / name}: Expected integer node ids in [0, {n}) in a 2-D array "
+                                 f"(got {ids.dtype} {ids.shape}"
+                                 f"{f', ids {ids.min()}..{ids.max()}' if ids.size and ids.dtype.kind in 'iu' else ''})")
         if mesh_checksum(points, cells, edge_index) != entry["sha256"]:
-            raise ValueError(f"{folder}: the mesh's files differ from the checksum in {METADATA_FILE} (damaged or edited); "
-                             "make the dataset again")
+            raise ValueError(f"{folder}: the mesh's files differ from the checksum in {METADATA_FILE} "
+                             "(damaged or edited); make the dataset again")
         return Mesh(points, cells, edge_index, entry["sha256"])
 
     def __repr__(self) -> str:

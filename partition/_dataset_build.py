@@ -240,7 +240,8 @@ def _records(names: list[str], sources: list[_Source]) -> list[dict[str, Any]]:
     return [{"name": n, "components": s.components} for n, s in zip(names, sources)]
 
 
-def _check_channels(in_names: list[str], out_names: list[str], first: _Read, notes: Callable[[str], None] | None) -> None:
+def _check_channels(in_names: list[str], out_names: list[str], first: _Read,
+                    notes: Callable[[str], None] | None) -> None:
     """Refuse a channel named twice within ``--inputs`` (``u`` and ``u[0]``) or ``--targets``; a
     channel that is both an input and a target is a note (deliberate for an autoencoder)."""
     per_name = {}

@@ -74,7 +74,8 @@ def odd_meshes_note(meta: Mapping[str, Any]) -> str | None:
     if uses[main] < 2 or 2 * uses[main] < len(sample_mesh):
         return None  # no mesh most samples share: a many-meshes dataset by design
     others = np.flatnonzero(sample_mesh != main).tolist()
-    odd = [f"{meta['samples'][i]['name']} (mesh {sample_mesh[i]}, {meta['meshes'][sample_mesh[i]]['num_nodes']:,} nodes)"
+    odd = [f"{meta['samples'][i]['name']} (mesh {sample_mesh[i]}, "
+           f"{meta['meshes'][sample_mesh[i]]['num_nodes']:,} nodes)"
            for i in others[:6]]
     return (f"{len(meta['meshes'])} distinct meshes: {uses[main]} of {len(sample_mesh)} samples are on mesh {main} "
             f"({meta['meshes'][main]['num_nodes']:,} nodes), {plural(len(others), 'sample')} on "
@@ -104,8 +105,10 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
         *(f"  {'meshes' if i == 0 else '':<8} {line}" for i, line in enumerate(usage)),
         f"  samples  {meta['num_samples']} ({val})",
         f"  inputs   {field_list(meta['inputs'])}",
-        f"  targets  {field_list(meta['targets']) or 'none: inputs only, cases for meshshard predict (train needs targets)'}",
-        f"  cells    {', '.join(f'{t} {c:,}' for t, c in cells.items()) or 'none (edge_index)'}; stored {meta['dtype']}",
+        f"  targets  "
+        f"{field_list(meta['targets']) or 'none: inputs only, cases for meshshard predict (train needs targets)'}",
+        f"  cells    {', '.join(f'{t} {c:,}' for t, c in cells.items()) or 'none (edge_index)'}; "
+        f"stored {meta['dtype']}",
         f"  normalisation over the training split: {norm['rule']}",
         *_stats_line("inputs", meta["input_channels"], norm["inputs"]),
         *(_stats_line("targets", meta["target_channels"], norm["targets"]) if meta["target_channels"] else []),
@@ -128,7 +131,8 @@ def run_info(folder: str, as_json: bool) -> int:
                 nodes = [m["num_nodes"] for m in meta["meshes"]]
                 print(f"{folder}: {meta['format']} v{meta['format_version']}: {len(nodes)} partitions into "
                       f"{plural(meta['num_parts'], 'part')} (meshes of {min(nodes):,} to {max(nodes):,} nodes), one "
-                      f"partition folder per mesh: mesh-00000 ... (meshshard info {shlex.quote(str(Path(folder) / 'mesh-00000'))})")
+                      f"partition folder per mesh: mesh-00000 ... "
+                      f"(meshshard info {shlex.quote(str(Path(folder) / 'mesh-00000'))})")
             return 0
         meta = read_dataset_metadata(folder)
     except ValueError as err:
@@ -229,7 +233,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "for new cases to predict on (inputs only: for meshshard predict, not train)")
     split = p.add_mutually_exclusive_group()
     split.add_argument("--val-fraction", type=float, default=None,
-                       help="fraction of samples for validation, drawn by a fixed permutation (default 0.2; 0 without --targets)")
+                       help="fraction of samples for validation, drawn by a fixed permutation "
+                       "(default 0.2; 0 without --targets)")
     split.add_argument("--val-samples", default=None, action="append",
                        help="comma-separated validation samples: indices or names (file names without extension; "
                        "FOLDER/NAME where files of one name are in several folders; repeat the flag to add more)")

@@ -29,11 +29,13 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("demo", help="run examples/heat_diffusion/demo.py (the heat-diffusion example) of a clone",
+    p = subparsers.add_parser("demo",
+                              help="run examples/heat_diffusion/demo.py (the heat-diffusion example) of a clone",
                               description="Run the heat-diffusion example from examples/heat_diffusion/; "
                               "the arguments are passed on.")
     p.add_argument("--out", default="meshshard-demo", help="output folder (default ./meshshard-demo)")
     p.add_argument("--steps", type=int, default=100, help="training steps (default 100)")
     p.add_argument("--nodes", type=int, default=20000, help="approximate mesh size (default 20000)")
-    p.add_argument("--ranks", type=int, default=2, help="local ranks (default 2; on the CPU unless there is a GPU for each)")
+    p.add_argument("--ranks", type=int, default=2,
+                   help="local ranks (default 2; on the CPU unless there is a GPU for each)")
     p.set_defaults(func=_run)

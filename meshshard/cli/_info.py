@@ -2,11 +2,12 @@
 
 Partition and dataset folders are described by ``meshshard.cli._partition`` (no torch is imported
 for them). A run folder of ``meshshard train`` (``checkpoint.pt``) is described from
-:func:`meshshard.run.run_summary`: its checkpoint (read as tensors and plain values only, checksum checked) and its ``log.jsonl``: the
-model and how to rebuild it for ``meshshard predict``, the settings, the data and partition it
-trained on, the steps done and the loss. A prediction folder of ``meshshard predict``
-(``metrics.json``) is described from that file alone (:func:`meshshard.run.prediction_summary`): the run and data it came from, the step,
-the samples, whether it finished, and the mean errors per target field.
+:func:`meshshard.run.run_summary`: its checkpoint (read as tensors and plain values only, checksum
+checked) and its ``log.jsonl``: the model and how to rebuild it for ``meshshard predict``, the
+settings, the data and partition it trained on, the steps done and the loss. A prediction folder of
+``meshshard predict`` (``metrics.json``) is described from that file alone
+(:func:`meshshard.run.prediction_summary`): the run and data it came from, the step, the samples,
+whether it finished, and the mean errors per target field.
 """
 
 from __future__ import annotations
@@ -32,12 +33,14 @@ def describe_run(summary: dict[str, Any]) -> str:
                  f"(meshshard predict needs --model {shlex.quote(m['spec'])})")
     else:
         model = (f"MeshGraphNet, latent {m['latent_size']}, {m['hidden_layers']} hidden layers, "
-                 f"{m['message_passing_steps']} message-passing steps, {m['activation']}, {summary['parameters']:,} parameters")
+                 f"{m['message_passing_steps']} message-passing steps, {m['activation']}, "
+                 f"{summary['parameters']:,} parameters")
     s = summary["settings"]
     loss, val = summary["loss"], summary["val_loss"]
     fields = field_list(summary["targets"])
     lines = [
-        f"{summary['run']}: meshshard run, {summary['step']} of {summary['steps']} steps done, on {summary['world_size']} rank(s)",
+        f"{summary['run']}: meshshard run, {summary['step']} of {summary['steps']} steps done, "
+        f"on {summary['world_size']} rank(s)",
         f"  model      {model}",
         f"  settings   lr {s['lr']:g}, {s['dtype']}, precision {s['precision']}, seed {s['seed']}, "
         f"data-parallel {s['data_parallel']}, checkpoint every {s['checkpoint_every']} steps",
@@ -48,7 +51,8 @@ def describe_run(summary: dict[str, Any]) -> str:
         lines.append(f"  loss       first {loss['first']:.5g}, last {loss['last']:.5g}, "
                      f"best {loss['best']:.5g} at step {loss['best_step']}")
     if val is not None:
-        lines.append(f"  val loss   last {val['last']:.5g} at step {val['last_step']}, best {val['best']:.5g} at step {val['best_step']}")
+        lines.append(f"  val loss   last {val['last']:.5g} at step {val['last_step']}, "
+                     f"best {val['best']:.5g} at step {val['best_step']}")
     return "\n".join(lines)
 
 

@@ -59,20 +59,25 @@ def register(subparsers: Any) -> None:
     p.add_argument("--data", required=True, help="dataset folder (meshshard dataset)")
     p.add_argument("--out", required=True, help="folder for the predictions")
     p.add_argument("--samples", default=None,
-                   help="val (default when the dataset has a validation split), train, all, or names/indices, comma-separated")
+                   help="val (default when the dataset has a validation split), train, all, or names/indices, "
+                   "comma-separated")
     p.add_argument("--partition", default=None, help="partition folder for R ranks (default: the run's own)")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--gather", action="store_true", help="write one .vtu per sample, whatever its size")
-    group.add_argument("--pieces", action="store_true", help=f"write one piece per rank plus a .pvtu even below {GATHER_MAX_NODES:,} nodes")
+    group.add_argument("--pieces", action="store_true",
+                       help=f"write one piece per rank plus a .pvtu even below {GATHER_MAX_NODES:,} nodes")
     p.add_argument("--model", default=None, metavar="FILE.py:NAME",
                    help="the run's own model, when it trained one with train --model (never read from the checkpoint)")
-    p.add_argument("--model-args", default=None, metavar="JSON", help="keyword arguments of --model (default: the run's)")
+    p.add_argument("--model-args", default=None, metavar="JSON",
+                   help="keyword arguments of --model (default: the run's)")
     p.add_argument("--checkpoint", default="best", choices=["best", "last"],
                    help="best (default): RUN/best.pt, the lowest validation loss (RUN/checkpoint.pt for a run "
                    "trained without --val-every); last: RUN/checkpoint.pt, the latest step")
     p.add_argument("--dtype", default=None, choices=["float32", "float64"], help="default: the run's")
     p.add_argument("--no-plots", action="store_true", help="no PNG pictures")
-    p.add_argument("--force", action="store_true", help="replace earlier predictions in --out (only the files its metrics.json lists)")
+    p.add_argument("--force", action="store_true",
+                   help="replace earlier predictions in --out (only the files its metrics.json lists)")
     p.add_argument("--nproc", type=int, default=0, help="start this many local ranks (when not under torchrun)")
-    p.add_argument("--quiet", "-q", action="store_true", help="no per-sample lines, no table (errors and notes still print)")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="no per-sample lines, no table (errors and notes still print)")
     p.set_defaults(func=_run)

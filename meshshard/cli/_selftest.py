@@ -61,7 +61,8 @@ def run_worker(features: int = 16, repeats: int = 5) -> dict[str, Any]:
         failures.append("indexed_all_to_all_v forward")
     expected_grad = torch.zeros(sizes[rank], dtype=torch.float64)
     for q in range(world):
-        expected_grad.index_add_(0, index[rank][q], torch.full((len(index[rank][q]),), float(q + 1), dtype=torch.float64))
+        expected_grad.index_add_(0, index[rank][q],
+                                 torch.full((len(index[rank][q]),), float(q + 1), dtype=torch.float64))
     if not torch.equal(x.grad, expected_grad[:, None].expand_as(x)):
         failures.append("indexed_all_to_all_v backward")
     if (log.count(phase="forward"), log.count(phase="backward")) != (1, 1):

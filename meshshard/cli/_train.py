@@ -40,7 +40,8 @@ def _train_worker(cfg_dict: dict[str, Any]) -> None:
 def _check_counts(args: Any) -> str | None:
     """The first count or rate on the command line that cannot work, as a one-line error; else None."""
     for flag, value in (("--steps", args.steps), ("--every", args.every), ("--log-every", args.log_every),
-                        ("--latent", args.latent), ("--mp-steps", args.mp_steps), ("--data-parallel", args.data_parallel)):
+                        ("--latent", args.latent), ("--mp-steps", args.mp_steps),
+                        ("--data-parallel", args.data_parallel)):
         if value < 1:
             return f"Expected {flag} to be a positive integer (got {value})"
     if args.hidden_layers < 0:
@@ -157,7 +158,8 @@ def _duration(text: str) -> float:
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
-        "train", help="train a sharded MeshGraphNet, or your own model, on a partition (under torchrun, or --nproc local ranks)",
+        "train", help="train a sharded MeshGraphNet, or your own model, on a partition "
+        "(under torchrun, or --nproc local ranks)",
         description="Train MeshGraphNet, or your own model (--model), on a partitioned mesh. Run under torchrun "
         "(torchrun --nproc-per-node R -m meshshard train ...) or start R local ranks with --nproc R.",
     )
@@ -165,17 +167,22 @@ def register(subparsers: Any) -> None:
     p.add_argument("--data", required=True, help="dataset folder (meshshard dataset)")
     p.add_argument("--out", required=True, help="run folder: checkpoint.pt, log.jsonl")
     p.add_argument("--steps", type=int, default=None,
-                   help=f"total training steps (default {_DEFAULTS['steps']}; on --resume the run's: a resumed run goes on up to this many)")
+                   help=f"total training steps (default {_DEFAULTS['steps']}; on --resume the run's: "
+                   "a resumed run goes on up to this many)")
     p.add_argument("--lr", type=float, default=None,
-                   help=f"learning rate (default {_DEFAULTS['lr']:g}; on --resume the run's, and a changed one is applied)")
+                   help=f"learning rate (default {_DEFAULTS['lr']:g}; on --resume the run's, "
+                   "and a changed one is applied)")
     p.add_argument("--model", default=None, metavar="FILE.py:NAME",
                    help="your own model instead of MeshGraphNet: NAME(node_in, edge_in, node_out, **model_args) in a "
                    "Python file or module (docs/training.md)")
     p.add_argument("--model-args", default=None, metavar="JSON", help="keyword arguments of --model, a JSON object")
     p.add_argument("--latent", "--latent-size", dest="latent", type=int, default=None,
                    help=f"MeshGraphNet's latent size (default {_DEFAULTS['latent_size']}; paper: 128)")
-    p.add_argument("--hidden-layers", type=int, default=None, help=f"MeshGraphNet's hidden layers per MLP (default {_DEFAULTS['hidden_layers']})")
-    p.add_argument("--mp-steps", type=int, default=None, help=f"MeshGraphNet's message-passing steps (default {_DEFAULTS['message_passing_steps']}; paper: 15)")
+    p.add_argument("--hidden-layers", type=int, default=None,
+                   help=f"MeshGraphNet's hidden layers per MLP (default {_DEFAULTS['hidden_layers']})")
+    p.add_argument("--mp-steps", type=int, default=None,
+                   help=f"MeshGraphNet's message-passing steps (default {_DEFAULTS['message_passing_steps']}; "
+                   "paper: 15)")
     p.add_argument("--activation", default=None, help=f"MeshGraphNet's activation (default {_DEFAULTS['activation']})")
     p.add_argument("--data-parallel", type=int, default=None,
                    help=f"data-parallel groups; domain size = world / this (default {_DEFAULTS['data_parallel']})")
@@ -186,12 +193,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("--force", action="store_true", help="start RUN over (deletes only the files train writes in it)")
     p.add_argument("--seed", type=int, default=None,
                    help=f"seeds the weights and the order of the training samples (default {_DEFAULTS['seed']})")
-    p.add_argument("--log-every", type=int, default=None, help=f"print and log every N steps (default {_DEFAULTS['log_every']})")
+    p.add_argument("--log-every", type=int, default=None,
+                   help=f"print and log every N steps (default {_DEFAULTS['log_every']})")
     p.add_argument("--val-every", "--eval-every", dest="val_every", type=int, default=None,
                    help="mean loss over the validation split every K steps and at the end (default 0: off)")
     p.add_argument("--checkpoint-steps", action="store_true", default=None,
                    help="MeshGraphNet: recompute each message-passing step in backward (less memory, more time)")
-    p.add_argument("--dtype", default=None, choices=["float32", "float64"], help=f"parameters and data (default {_DEFAULTS['dtype']})")
+    p.add_argument("--dtype", default=None, choices=["float32", "float64"],
+                   help=f"parameters and data (default {_DEFAULTS['dtype']})")
     p.add_argument("--precision", default=None, choices=["fp32", "bf16-mixed"],
                    help="fp32 (default), or bf16-mixed: bfloat16 matrix products under autocast, float32 weights, "
                    "sums and loss")
@@ -201,5 +210,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--clip-grad", type=float, default=None, metavar="NORM",
                    help="clip the gradients' global norm to NORM after they are summed over the ranks (default 0: off)")
     p.add_argument("--nproc", type=int, default=0, help="start this many local ranks (when not under torchrun)")
-    p.add_argument("--quiet", "-q", action="store_true", help="no banner, no per-step lines (errors and notes still print)")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="no banner, no per-step lines (errors and notes still print)")
     p.set_defaults(func=_run)

@@ -21,6 +21,6 @@ from ._meshgraphnet import MLP, MeshGraphNet, ProcessorBlock
 from ._parallel import DomainParallel, ddp_comm_hook, fsdp_device_mesh, fully_shard_data_parallel
 from ._pyg import ShardConv, ShardNorm
 
-__all__ = ["MLP", "MeshGraphNet", "ProcessorBlock", "ball_query", "BallQueryResult", "BallQueryPlan", "BallQueryAttention",
-           "GridConv", "GridPool", "GridUpsample", "shard_grid_layers", "ShardConv", "ShardNorm",
+__all__ = ["MLP", "MeshGraphNet", "ProcessorBlock", "ball_query", "BallQueryResult", "BallQueryPlan",
+           "BallQueryAttention", "GridConv", "GridPool", "GridUpsample", "shard_grid_layers", "ShardConv", "ShardNorm",
            "DomainParallel", "ddp_comm_hook", "fsdp_device_mesh", "fully_shard_data_parallel"]

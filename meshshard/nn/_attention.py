@@ -31,7 +31,8 @@ class BallQueryAttention(nn.Module):
 
     .. math::
         e_{ij} = \mathrm{MLP}(p_j - p_i), \quad
-        a^h_{ij} = \operatorname{softmax}_{j \in \mathcal N(i)} \frac{\langle q^h_i, k^h_j + e^h_{ij} \rangle}{\sqrt d}, \quad
+        a^h_{ij} = \operatorname{softmax}_{j \in \mathcal N(i)}
+        \frac{\langle q^h_i, k^h_j + e^h_{ij} \rangle}{\sqrt d}, \quad
         y_i = W_o \big\Vert_h \sum_{j \in \mathcal N(i)} a^h_{ij} (v^h_j + e^h_{ij})
 
     with :math:`q = W_q x`, :math:`[k, v] = W_{kv} x` and the relative-position encoding

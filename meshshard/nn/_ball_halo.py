@@ -126,7 +126,10 @@ class BallQueryPlan:
         if not isinstance(pos, Tensor):
             raise TypeError(f"Expected 'pos' to be a torch.Tensor or a ShardTensor (got {type(pos).__name__})")
         if pos.dim() != 2 or not pos.is_floating_point():
-            raise ValueError(f"Expected 'pos' to be a two-dimensional floating point tensor (N, D) (got shape {tuple(pos.shape)}, {pos.dtype})")
+            raise ValueError(
+                f"Expected 'pos' to be a two-dimensional floating point tensor (N, D) "
+                f"(got shape {tuple(pos.shape)}, {pos.dtype})"
+            )
         r = check_radius(radius)
         k = check_max_neighbors(max_neighbors)
         with torch.no_grad():
@@ -138,7 +141,8 @@ class BallQueryPlan:
                 raise TypeError(f"Expected 'spec' to be a ShardSpec (got {type(spec).__name__})")
             if pos.shape[0] != spec.num_owned:
                 raise ValueError(
-                    f"Expected 'pos' to have spec.num_owned = {spec.num_owned} rows on rank {spec.rank} (got {pos.shape[0]})"
+                    f"Expected 'pos' to have spec.num_owned = {spec.num_owned} rows on rank {spec.rank} "
+                    f"(got {pos.shape[0]})"
                 )
             return cls._sharded(pos, r, k, spec)
 
@@ -222,7 +226,9 @@ class BallQueryPlan:
         rows' gradients return to their owners and accumulate there); none on a whole cloud.
         """
         if x.shape[0] != self.num_owned:
-            raise ValueError(f"Expected 'x' to have {self.num_owned} rows, the owned points of the plan (got {x.shape[0]})")
+            raise ValueError(
+                f"Expected 'x' to have {self.num_owned} rows, the owned points of the plan (got {x.shape[0]})"
+            )
         if self.halo is None:
             return x[:0]
         return self.halo.exchange(x)
@@ -234,7 +240,9 @@ class BallQueryPlan:
         (:meth:`meshshard.comm.HaloPlan.append`).
         """
         if x.shape[0] != self.num_owned:
-            raise ValueError(f"Expected 'x' to have {self.num_owned} rows, the owned points of the plan (got {x.shape[0]})")
+            raise ValueError(
+                f"Expected 'x' to have {self.num_owned} rows, the owned points of the plan (got {x.shape[0]})"
+            )
         return x if self.halo is None else self.halo.append(x)
 
     def __repr__(self) -> str:
@@ -289,7 +297,9 @@ class _Lattice:
         max_cells = int(2 ** (_KEY_BITS / dims)) - 3
         self.cell = max(wide * (1 + _CELL_SLACK), extent / max_cells)
         self.shape = int(extent / self.cell) + 3
-        self.strides = torch.tensor([self.shape ** (dims - 1 - d) for d in range(dims)], dtype=torch.int64, device=device)
+        self.strides = torch.tensor(
+            [self.shape ** (dims - 1 - d) for d in range(dims)], dtype=torch.int64, device=device
+        )
         steps = torch.tensor([-1, 0, 1], device=device)
         self.offsets = (torch.cartesian_prod(*([steps] * dims)).reshape(-1, dims) * self.strides).sum(1)
 
@@ -313,7 +323,9 @@ def _cell_boxes(p64: Tensor, lattice: _Lattice) -> tuple[Tensor, Tensor, Tensor]
     return cells, lo, hi
 
 
-def _exchange_regions(p64: Tensor, boxes: Tensor, lattice: _Lattice, wide: float, spec: ShardSpec) -> tuple[Tensor, list[int]]:
+def _exchange_regions(
+    p64: Tensor, boxes: Tensor, lattice: _Lattice, wide: float, spec: ShardSpec
+) -> tuple[Tensor, list[int]]:
     """Send each rank this rank's cell boxes within ``wide`` of its bounding box; return what arrives.
 
     Rows are int64: ``[cell key, lo bits (D), hi bits (D)]``, grouped by source rank.
@@ -343,7 +355,13 @@ def _exchange_regions(p64: Tensor, boxes: Tensor, lattice: _Lattice, wide: float
 
 
 def _select_sends(
-    p64: Tensor, boxes: Tensor, regions: Tensor, region_counts: list[int], lattice: _Lattice, wide: float, spec: ShardSpec
+    p64: Tensor,
+    boxes: Tensor,
+    regions: Tensor,
+    region_counts: list[int],
+    lattice: _Lattice,
+    wide: float,
+    spec: ShardSpec,
 ) -> tuple[Tensor, list[int]]:
     """For each other rank, the owned rows within ``wide`` of its fine region (ascending)."""
     dims, device = p64.shape[1], p64.device

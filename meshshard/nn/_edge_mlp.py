@@ -79,10 +79,11 @@ def edge_mlp(
                           scratch if scratch is not None else Scratch(), release, half, *params)
 
 
-def scatter_sum(message: Tensor, index: Tensor, num_rows: int, dtype: torch.dtype, lengths: Tensor | None = None) -> Tensor:
+def scatter_sum(message: Tensor, index: Tensor, num_rows: int, dtype: torch.dtype,
+                lengths: Tensor | None = None) -> Tensor:
     """``zeros(num_rows, H, dtype).index_add_(0, index, message.to(dtype))``, by segments when
-    ``lengths`` (:func:`meshshard._graph.segment_lengths`); the backward (``grad[index]``, in ``message``'s dtype)
-    keeps only ``index``.
+    ``lengths`` (:func:`meshshard._graph.segment_lengths`); the backward (``grad[index]``, in
+    ``message``'s dtype) keeps only ``index``.
 
     Shapes:
         message: ``(E, H)``; index: ``(E,)`` in ``[0, num_rows)``. Returns ``(num_rows, H)``.
@@ -92,7 +93,8 @@ def scatter_sum(message: Tensor, index: Tensor, num_rows: int, dtype: torch.dtyp
 
 class _ScatterSum(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, message: Tensor, index: Tensor, num_rows: int, dtype: torch.dtype, lengths: Tensor | None) -> Tensor:
+    def forward(ctx: Any, message: Tensor, index: Tensor, num_rows: int, dtype: torch.dtype,
+                lengths: Tensor | None) -> Tensor:
         ctx.save_for_backward(index)
         ctx.message_dtype = message.dtype
         return _sum_at(message.to(dtype), index, num_rows, lengths)
@@ -180,9 +182,9 @@ def _as_float(z: Tensor, dtype: torch.dtype, scratch: Scratch) -> Tensor:
     return z if z.dtype == dtype else scratch.take(*z.shape, z, dtype).copy_(z)
 
 
-def _forward(ctx: Any, e: Tensor, src_proj: Tensor | None, dst_proj: Tensor | None, src: Tensor | None, dst: Tensor | None,
-             dst_lengths: Tensor | None, eps: float, recompute: bool, scratch: Scratch, params: tuple[Tensor | None, ...],
-             half: torch.dtype | None = None) -> Tensor:
+def _forward(ctx: Any, e: Tensor, src_proj: Tensor | None, dst_proj: Tensor | None, src: Tensor | None,
+             dst: Tensor | None, dst_lengths: Tensor | None, eps: float, recompute: bool, scratch: Scratch,
+             params: tuple[Tensor | None, ...], half: torch.dtype | None = None) -> Tensor:
     """The MLP's forward (its output a fresh tensor), what the backward needs saved on ``ctx``.
     ``half``: the linear layers in that dtype (autocast's), the LayerNorm in ``e``'s; only ``e``
     cast to ``half`` is kept for the backward (all that the first layer's gradients need)."""
@@ -241,7 +243,8 @@ def _backward(ctx: Any, saved: tuple[Tensor, ...], grad_y: Tensor, own_grad_y: b
     grads_layers: list[Tensor | None] = []
     for (w, b), a in zip(reversed(layers), reversed(acts)):
         grads_layers[:0] = [grad_z.t().mm(a), grad_z.sum(0)]  # addmm's weight and bias gradients
-        grad_a = torch.mm(grad_z, w, out=free if free is not None else scratch.take(grad_z.shape[0], w.shape[1], grad_z))
+        grad_a = torch.mm(grad_z, w,
+                          out=free if free is not None else scratch.take(grad_z.shape[0], w.shape[1], grad_z))
         free = grad_z
         grad_z = torch.ops.aten.threshold_backward.grad_input(grad_a, a, 0, grad_input=grad_a)
     if not need[0]:
@@ -272,9 +275,9 @@ def _backward(ctx: Any, saved: tuple[Tensor, ...], grad_y: Tensor, own_grad_y: b
 
 class _EdgeMLP(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, e: Tensor, src_proj: Tensor | None, dst_proj: Tensor | None, src: Tensor | None, dst: Tensor | None,
-                dst_lengths: Tensor | None, eps: float, recompute: bool, scratch: Scratch, release: bool, half: torch.dtype | None,
-                *params: Tensor | None) -> Tensor:
+    def forward(ctx: Any, e: Tensor, src_proj: Tensor | None, dst_proj: Tensor | None, src: Tensor | None,
+                dst: Tensor | None, dst_lengths: Tensor | None, eps: float, recompute: bool, scratch: Scratch,
+                release: bool, half: torch.dtype | None, *params: Tensor | None) -> Tensor:
         ctx.release = release
         with torch.autocast(e.device.type, enabled=False):  # the dtypes are chosen here (half), not by autocast
             return _forward(ctx, e, src_proj, dst_proj, src, dst, dst_lengths, eps, recompute, scratch, params, half)
@@ -297,9 +300,10 @@ class _EdgeStep(torch.autograd.Function):
     nothing but autograd holds it (:func:`_sole_holder`)."""
 
     @staticmethod
-    def forward(ctx: Any, e: Tensor, src_proj: Tensor, dst_proj: Tensor, src: Tensor, dst: Tensor, dst_lengths: Tensor | None,
-                num_dst: int, acc: torch.dtype, eps: float, recompute: bool, scratch: Scratch, chain: bool,
-                half: torch.dtype | None, *params: Tensor | None) -> tuple[Tensor, Tensor]:
+    def forward(ctx: Any, e: Tensor, src_proj: Tensor, dst_proj: Tensor, src: Tensor, dst: Tensor,
+                dst_lengths: Tensor | None, num_dst: int, acc: torch.dtype, eps: float, recompute: bool,
+                scratch: Scratch, chain: bool, half: torch.dtype | None,
+                *params: Tensor | None) -> tuple[Tensor, Tensor]:
         ctx.set_materialize_grads(False)
         ctx.chain = chain
         with torch.autocast(e.device.type, enabled=False):  # the dtypes are chosen here (half), not by autocast
@@ -324,9 +328,11 @@ class _EdgeStep(torch.autograd.Function):
         if grad_aggregate is None:
             grad_y = scratch.take(*grad_next.shape, grad_next).copy_(grad_next)
         elif grad_aggregate.dtype == dtype:
-            grad_y = torch.index_select(grad_aggregate, 0, dst, out=scratch.take(len(dst), grad_aggregate.shape[1], grad_aggregate))
+            grad_y = torch.index_select(grad_aggregate, 0, dst,
+                                        out=scratch.take(len(dst), grad_aggregate.shape[1], grad_aggregate))
         else:  # half-precision messages, float32 sums: as autograd, gather then cast
-            grad_y = scratch.take(len(dst), grad_aggregate.shape[1], grad_aggregate, dtype).copy_(grad_aggregate.index_select(0, dst))
+            grad_y = (scratch.take(len(dst), grad_aggregate.shape[1], grad_aggregate, dtype)
+                      .copy_(grad_aggregate.index_select(0, dst)))
         if grad_next is not None and grad_aggregate is not None:
             grad_y.add_(grad_next)
         (grad_src, grad_dst, *grads_params), grad_e = _backward(ctx, saved, grad_y, True, grad_next, own_next)
@@ -358,7 +364,8 @@ def _sole_holder_refs() -> int:
             scratch = Scratch()
             out, total = e, 0
             for _ in range(2):
-                out, aggregate = edge_step(out, proj, proj, src, dst, 2, torch.float64, params, 1e-5, True, None, scratch, chain=True)
+                out, aggregate = edge_step(out, proj, proj, src, dst, 2, torch.float64, params, 1e-5, True, None,
+                                           scratch, chain=True)
                 total = total + aggregate.sum()
             total.backward()
         if not _CALIBRATION:
@@ -370,7 +377,8 @@ def _sole_holder_refs() -> int:
 
 def edge_step(
     e: Tensor, src_proj: Tensor, dst_proj: Tensor, src: Tensor, dst: Tensor, num_dst: int, acc: torch.dtype,
-    params: list[Tensor | None], eps: float, recompute: bool, dst_lengths: Tensor | None = None, scratch: Scratch | None = None,
+    params: list[Tensor | None], eps: float, recompute: bool, dst_lengths: Tensor | None = None,
+    scratch: Scratch | None = None,
     chain: bool = False,
     half: torch.dtype | None = None,
 ) -> tuple[Tensor, Tensor]:

@@ -90,7 +90,9 @@ class MLP(nn.Sequential):
         input: ``(*, in_features)``; output: ``(*, out_features)``.
     """
 
-    def __init__(self, in_features: int, out_features: int, hidden: int, hidden_layers: int, activation: str, layer_norm: bool) -> None:
+    def __init__(
+        self, in_features: int, out_features: int, hidden: int, hidden_layers: int, activation: str, layer_norm: bool
+    ) -> None:
         if activation not in _ACTIVATIONS:
             raise ValueError(f"Expected 'activation' in {sorted(_ACTIVATIONS)} (got {activation!r})")
         if hidden_layers < 0:
@@ -189,8 +191,8 @@ class ProcessorBlock(nn.Module):
         return self.update(*args)
 
     def update(
-        self, h_dst: Tensor, e: Tensor, src_proj: Tensor, dst_proj: Tensor, edge_index: Tensor, dst_lengths: Tensor | None = None,
-        scratch: Scratch | None = None,
+        self, h_dst: Tensor, e: Tensor, src_proj: Tensor, dst_proj: Tensor, edge_index: Tensor,
+        dst_lengths: Tensor | None = None, scratch: Scratch | None = None,
     ) -> tuple[Tensor, Tensor]:
         """The step from the node products: messages, their sum at each destination, the node update.
 
@@ -350,8 +352,9 @@ class MeshGraphNet(nn.Module):
         if not _fusable(mlp, edge_attr):
             return self._mlp(mlp, edge_attr)
         params = _fused_params(mlp, mlp[0].weight, mlp[0].bias)
-        return edge_mlp(edge_attr, None, None, None, None, params, mlp[-1].eps, self.recompute and torch.is_grad_enabled(),
-                        scratch=scratch, release=True, half=_half(edge_attr))
+        return edge_mlp(edge_attr, None, None, None, None, params, mlp[-1].eps,
+                        self.recompute and torch.is_grad_enabled(), scratch=scratch, release=True,
+                        half=_half(edge_attr))
 
     def _forward_whole(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor) -> Tensor:
         _check_inputs(x, edge_index, edge_attr, x.shape[0] if isinstance(x, Tensor) else None)
@@ -405,7 +408,8 @@ def _check_inputs(x: Tensor, edge_index: Tensor, edge_attr: Tensor, num_rows: in
         raise ValueError(f"Expected 'edge_index' of shape (2, E) (got {got})")
     if edge_attr.dim() != 2 or edge_attr.shape[0] != edge_index.shape[1]:
         raise ValueError(
-            f"Expected 'edge_attr' of shape ({edge_index.shape[1]}, F_e), one row per edge (got {tuple(edge_attr.shape)})"
+            f"Expected 'edge_attr' of shape ({edge_index.shape[1]}, F_e), one row per edge "
+            f"(got {tuple(edge_attr.shape)})"
         )
     if x.dim() != 2:
         raise ValueError(f"Expected 'x' to be two-dimensional (N, F) (got {x.dim()} dimensions)")

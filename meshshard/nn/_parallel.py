@@ -64,7 +64,9 @@ def _data_size(mesh: DeviceMesh2D | None) -> int:
     if mesh is None:
         return 1
     if not isinstance(mesh, DeviceMesh2D):
-        raise TypeError(f"Expected 'mesh' to be a DeviceMesh2D from init_device_mesh_2d or None (got {type(mesh).__name__})")
+        raise TypeError(
+            f"Expected 'mesh' to be a DeviceMesh2D from init_device_mesh_2d or None (got {type(mesh).__name__})"
+        )
     size = mesh.data_parallel_size * mesh.domain_parallel_size
     if size != world:
         raise ValueError(
@@ -241,9 +243,9 @@ class DomainParallel(nn.Module):
         if both:
             names = [self._name_of(p) for p in self._params if id(p) in both]
             raise ValueError(
-                f"DomainParallel: parameter(s) {', '.join(names)} are used both on the mesh's rows and on globally reduced "
-                "values (a graph-level head sharing weights with a node-level layer); their gradient cannot be reduced "
-                "exactly: give the computation on the reduced values its own parameters"
+                f"DomainParallel: parameter(s) {', '.join(names)} are used both on the mesh's rows and on globally "
+                "reduced values (a graph-level head sharing weights with a node-level layer); their gradient cannot "
+                "be reduced exactly: give the computation on the reduced values its own parameters"
             )
         return on_replicated
 
@@ -306,7 +308,9 @@ class DomainParallel(nn.Module):
             bucket.view(i).zero_()
         else:
             if grad.is_sparse:
-                raise RuntimeError(f"DomainParallel: sparse gradients are not supported (parameter {self._name_of(param)!r})")
+                raise RuntimeError(
+                    f"DomainParallel: sparse gradients are not supported (parameter {self._name_of(param)!r})"
+                )
             bucket.view(i).copy_(grad.reshape(-1))
         if not bucket.ready[i]:
             bucket.ready[i] = True
@@ -400,8 +404,8 @@ class DomainParallel(nn.Module):
             ranks = (table[:, k] != table[0, k]).nonzero().flatten().tolist()
             raise RuntimeError(
                 f"DomainParallel: parameter {self._names[k]!r} differs across ranks: ranks {ranks} hold other values "
-                f"than rank 0 ({len(differs)} of {len(self._names)} parameters differ); were gradients reduced on every "
-                "rank, and does every rank run the same optimizer steps?"
+                f"than rank 0 ({len(differs)} of {len(self._names)} parameters differ); were gradients reduced on "
+                "every rank, and does every rank run the same optimizer steps?"
             )
 
 
@@ -480,7 +484,11 @@ def _check_layout(names: list[str], params: list[nn.Parameter], module: nn.Modul
     everyone = all_gather_objects((mine, mine_buffers))
     for r, layout in enumerate(everyone):
         if layout != everyone[0]:
-            first = next((a, b) for a, b in zip(layout[0] + layout[1] + [None], everyone[0][0] + everyone[0][1] + [None]) if a != b)
+            first = next(
+                (a, b)
+                for a, b in zip(layout[0] + layout[1] + [None], everyone[0][0] + everyone[0][1] + [None])
+                if a != b
+            )
             raise ValueError(
                 f"Expected the same parameters on every rank (rank {r} has {first[0]}, rank 0 has {first[1]})"
             )

@@ -133,9 +133,13 @@ class ShardConv(nn.Module):
         if x.spec != graph.spec:
             raise ValueError(f"Expected 'x' laid out by the graph's spec {graph.spec!r} (got {x.spec!r})")
         if "return_attention_weights" in kwargs:
-            raise TypeError("ShardConv: return_attention_weights is not supported on shards (the weights of the owned edges only)")
+            raise TypeError(
+                "ShardConv: return_attention_weights is not supported on shards (the weights of the owned edges only)"
+            )
         edge_attr = _owned_edge_rows("edge_attr", edge_attr, graph)
-        kwargs = {k: _owned_edge_rows(k, v, graph) if k in ("edge_weight", "edge_attr") else v for k, v in kwargs.items()}
+        kwargs = {
+            k: _owned_edge_rows(k, v, graph) if k in ("edge_weight", "edge_attr") else v for k, v in kwargs.items()
+        }
         out = _HANDLERS[self.mode](self.layer, x, graph, edge_attr, kwargs)
         return ShardTensor(out, graph.spec)
 
@@ -165,7 +169,9 @@ class ShardNorm(nn.Module):
         super().__init__()
         kind = type(norm).__name__
         if kind not in self._KINDS or not type(norm).__module__.startswith("torch_geometric."):
-            raise TypeError(f"Expected 'norm' to be torch_geometric.nn GraphNorm, InstanceNorm, LayerNorm or BatchNorm (got {kind})")
+            raise TypeError(
+                f"Expected 'norm' to be torch_geometric.nn GraphNorm, InstanceNorm, LayerNorm or BatchNorm (got {kind})"
+            )
         if kind == "LayerNorm" and norm.mode != "graph":
             kind = "BatchNorm"  # mode="node" is row-wise: F.layer_norm runs on a ShardTensor as it is
         self.kind = kind
@@ -193,7 +199,9 @@ class ShardNorm(nn.Module):
             return m.weight * out / std + m.bias
         if self.kind == "InstanceNorm":
             train = m.training or not m.track_running_stats
-            return torch.nn.functional.batch_norm(x, m.running_mean, m.running_var, m.weight, m.bias, train, m.momentum, m.eps)
+            return torch.nn.functional.batch_norm(
+                x, m.running_mean, m.running_var, m.weight, m.bias, train, m.momentum, m.eps
+            )
         centred = x - x.mean()
         out = centred / ((centred * centred).mean().sqrt() + m.eps)
         return out if m.weight is None or m.bias is None else out * m.weight + m.bias
@@ -211,7 +219,10 @@ def _mode_of(layer: nn.Module, local: bool) -> str:
     if not isinstance(layer, MessagePassing):
         raise TypeError(f"Expected 'layer' to be a torch_geometric.nn.MessagePassing layer (got {name})")
     if getattr(layer, "flow", "source_to_target") != "source_to_target":
-        raise TypeError(f"ShardConv cannot run {name} with flow='target_to_source': a rank stores the edges into its nodes, not out of them")
+        raise TypeError(
+            f"ShardConv cannot run {name} with flow='target_to_source': a rank stores the edges into its nodes, "
+            "not out of them"
+        )
     _check_aggregation(name, getattr(layer, "aggr_module", None))
     known = name in SUPPORTED and type(layer).__module__.startswith("torch_geometric.")
     if known:
@@ -324,7 +335,10 @@ def _node_modules_on_shards(layer: nn.Module, spec: Any) -> list[tuple[str, nn.M
 
 
 def _batch_statistics(module: nn.Module) -> bool:
-    return isinstance(module, nn.modules.batchnorm._NormBase) or type(module).__name__ in ("BatchNorm", "GraphNorm", "InstanceNorm")
+    return (
+        isinstance(module, nn.modules.batchnorm._NormBase)
+        or type(module).__name__ in ("BatchNorm", "GraphNorm", "InstanceNorm")
+    )
 
 
 def _call(layer: nn.Module, *args: Any, swap: list | None = None, **kwargs: Any) -> Tensor:
@@ -347,7 +361,10 @@ def _bipartite(layer: nn.Module, x: ShardTensor, graph: ShardGraph, edge_attr: T
 
 def _pointnet(layer: nn.Module, x: ShardTensor, graph: ShardGraph, edge_attr: Tensor | None, kwargs: dict) -> Tensor:
     if edge_attr is not None:
-        raise TypeError("ShardConv: PointNetConv takes positions, not edge attributes: pass pos= (a ShardTensor) or none (graph.pos)")
+        raise TypeError(
+            "ShardConv: PointNetConv takes positions, not edge attributes: "
+            "pass pos= (a ShardTensor) or none (graph.pos)"
+        )
     pos = kwargs.pop("pos", None)
     if pos is None:
         if graph.pos is None:
@@ -447,7 +464,9 @@ def _no_extra(name: str, kwargs: dict) -> None:
 # --- normalisations with global degrees ------------------------------------------------------------
 
 
-def _gcn_norm(graph: ShardGraph, edge_weight: Tensor | None, add_loops: bool, fill: float, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+def _gcn_norm(
+    graph: ShardGraph, edge_weight: Tensor | None, add_loops: bool, fill: float, dtype: torch.dtype
+) -> tuple[Tensor, Tensor]:
     """``gcn_norm`` of the whole graph, restricted to the owned edges (plus owned self-loops).
 
     In-degrees of owned nodes are local (a rank stores every edge into its nodes); the sources'
@@ -460,7 +479,9 @@ def _gcn_norm(graph: ShardGraph, edge_weight: Tensor | None, add_loops: bool, fi
     key = ("gcn_norm", add_loops, fill, dtype, edge_index.device)
     if edge_weight is None and key in graph._cache:
         return graph._cache[key]
-    weight = edge_weight if edge_weight is not None else torch.ones(edge_index.shape[1], dtype=dtype, device=edge_index.device)
+    weight = edge_weight if edge_weight is not None else torch.ones(
+        edge_index.shape[1], dtype=dtype, device=edge_index.device
+    )
     if add_loops:
         edge_index, weight = add_remaining_self_loops(edge_index, weight, fill, n_own)
     src, dst = edge_index
@@ -515,7 +536,11 @@ def _global_max(graph: ShardGraph, values: Tensor, dtype: torch.dtype) -> Tensor
     by the entries equal to the maximum (on every rank). Communication: three small ``all_reduce``."""
     from meshshard.comm import all_reduce_max, sum_to_replicated
 
-    top = values.detach().max().reshape(1).double().cpu() if values.numel() else torch.tensor([float("-inf")], dtype=torch.float64)
+    top = (
+        values.detach().max().reshape(1).double().cpu()
+        if values.numel()
+        else torch.tensor([float("-inf")], dtype=torch.float64)
+    )
     if graph.spec.world_size > 1:  # and a process group: without one, all_reduce_max sends nothing
         all_reduce_max(top, group=graph.spec.group)
     ties = (values.detach() == top.to(values)).to(values.dtype)

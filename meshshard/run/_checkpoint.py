@@ -159,7 +159,8 @@ def save_checkpoint(path: str | os.PathLike[str], state: Mapping[str, Any]) -> N
     missing = [k for k in REQUIRED if k not in state]
     if missing:
         needs = ", ".join(REQUIRED)
-        raise ValueError(f"Expected a checkpoint state with {', '.join(map(repr, missing))} (missing; it needs {needs})")
+        raise ValueError(f"Expected a checkpoint state with {', '.join(map(repr, missing))} "
+                         f"(missing; it needs {needs})")
     bad = _first_non_finite(state["model"])
     if bad is not None:
         raise ValueError(
@@ -187,8 +188,8 @@ def _one_line(err: BaseException) -> str:
     if "WeightsUnpickler error:" in text:  # torch's restricted unpickler: keep its reason, drop its advice
         detail = text.split("WeightsUnpickler error:", 1)[1].split(" Check the documentation")[0].strip()
         if detail.startswith("Unsupported global"):
-            return (f"it holds something other than tensors and plain values ({detail.removeprefix('Unsupported global: ')}), "
-                    "which is never unpickled")
+            return (f"it holds something other than tensors and plain values "
+                    f"({detail.removeprefix('Unsupported global: ')}), which is never unpickled")
         return f"not a torch.save file: {detail}"
     if "Weights only load failed" in text:  # torch 2.13's wording: keep the reason, never the advice to turn it off
         found = re.search(r"(unsupported GLOBAL \S+|Unsupported global: \S+|Unsupported operand \S+)", text)

@@ -73,7 +73,8 @@ def plot_sample(path: Path, title: str, pos: np.ndarray, truth: np.ndarray | Non
                 if tri is not None:
                     art = ax.tripcolor(tri, values, shading="gouraud", **kw)
                 else:
-                    art = ax.scatter(pos[:, 0], pos[:, 1], c=values, s=max(0.3, 3000 / max(len(values), 1)), linewidths=0, **kw)
+                    art = ax.scatter(pos[:, 0], pos[:, 1], c=values, s=max(0.3, 3000 / max(len(values), 1)),
+                                     linewidths=0, **kw)
                 ax.set_aspect("equal")
                 ax.set_title(f"{label}: {what}", fontsize=9)
                 ax.set_xticks([])
@@ -152,5 +153,6 @@ def sample_picture(path: Path, name: str, layout: Any, y: np.ndarray | None, pre
               "are written", file=sys.stderr, flush=True)
         return None
     if not ok:
-        print("meshshard predict: note: matplotlib is not installed, so no pictures (pip install matplotlib)", flush=True)
+        print("meshshard predict: note: matplotlib is not installed, so no pictures (pip install matplotlib)",
+              flush=True)
     return path.name if ok else None

@@ -111,7 +111,8 @@ def select_samples(text: str | None, names: list[str], val: list[int]) -> list[i
         return list(range(len(names)))
     if text == "val":
         if not val:
-            raise ValueError("Expected a dataset with a validation split for --samples val (it has none; pass --samples all)")
+            raise ValueError("Expected a dataset with a validation split for --samples val "
+                             "(it has none; pass --samples all)")
         return sorted(val)
     if text == "train":
         return [i for i in range(len(names)) if i not in set(val)]
@@ -123,8 +124,8 @@ def select_samples(text: str | None, names: list[str], val: list[int]) -> list[i
         elif item.isdigit() and int(item) < len(names):
             picks.append(int(item))
         else:
-            raise ValueError(f"Expected --samples to list sample names or indices 0..{len(names) - 1}, or val/train/all "
-                             f"(got {item!r})")
+            raise ValueError(f"Expected --samples to list sample names or indices 0..{len(names) - 1}, "
+                             f"or val/train/all (got {item!r})")
     return list(dict.fromkeys(picks))
 
 
@@ -194,12 +195,12 @@ def _check_is_a_prediction(out: Path) -> None:
     ours = set(record[0]) | {METRICS_FILE, METRICS_FILE + ".part"}
     for path in entries:
         if path.name not in ours:
-            raise ValueError(f"{out}: holds {path.name}, which meshshard predict did not write (its {METRICS_FILE} does not "
-                             "list it); refusing to replace it, even with --force")
+            raise ValueError(f"{out}: holds {path.name}, which meshshard predict did not write "
+                             f"(its {METRICS_FILE} does not list it); refusing to replace it, even with --force")
         if path.is_dir() and not all(p.is_file() and not p.is_symlink() and _PIECE.match(p.name)
                                      for p in path.iterdir()):
-            raise ValueError(f"{out}: holds {path.name}/ with files meshshard predict did not write; refusing to replace it, "
-                             "even with --force")
+            raise ValueError(f"{out}: holds {path.name}/ with files meshshard predict did not write; "
+                             "refusing to replace it, even with --force")
 
 
 def check_prediction_folder(out: Path, force: bool) -> list[Path]:
@@ -256,7 +257,8 @@ def normalisation_of(ckpt: dict[str, Any], data: Any) -> Any:
         checks.append(("target", norm.targets.channels, data.target_channels))
     for what, theirs, mine in checks:
         if list(theirs) != list(mine):
-            raise ValueError(f"Expected {data.path} to have the run's {what} channels {list(theirs)} (got {list(mine)})")
+            raise ValueError(f"Expected {data.path} to have the run's {what} channels {list(theirs)} "
+                             f"(got {list(mine)})")
     return norm
 
 
@@ -277,7 +279,8 @@ class _MeshOnRank:
     piece_cells: list[tuple[str, np.ndarray]] | None = None  # connectivity in piece numbering
 
 
-def _piece(data: Any, mesh: int, owned_ids: np.ndarray, chunk: int = 1 << 20) -> tuple[np.ndarray, list[tuple[str, np.ndarray]]]:
+def _piece(data: Any, mesh: int, owned_ids: np.ndarray,
+           chunk: int = 1 << 20) -> tuple[np.ndarray, list[tuple[str, np.ndarray]]]:
     """The cells whose smallest node this rank owns (read in chunks), and the nodes they use."""
     entry = data.meta["meshes"][mesh]
     folder = data.mesh_folder(mesh)
@@ -362,13 +365,15 @@ def field_slices(fields: list[dict[str, Any]]) -> list[tuple[str, slice]]:
 
 def _print_table(rows: list[dict[str, Any]], fields: list[str]) -> None:
     """Per sample its split, nodes and the errors of each target field."""
-    head = f"{'sample':<24} {'split':<5} {'nodes':>9}" + "".join(f" {f + ' RMSE':>14} {f + ' rel L2':>12}" for f in fields)
+    head = (f"{'sample':<24} {'split':<5} {'nodes':>9}"
+            + "".join(f" {f + ' RMSE':>14} {f + ' rel L2':>12}" for f in fields))
     print(head)
     for r in rows:
         line = f"{r['name'][:24]:<24} {r['split']:<5} {r['num_nodes']:>9,}"
         for f in fields:
             rmse, rel = r["fields"][f]["rmse"], r["fields"][f]["rel_l2"]
-            line += f" {'-' if rmse is None else format(rmse, '.4g'):>14} {'-' if rel is None else format(rel, '.3%'):>12}"
+            line += (f" {'-' if rmse is None else format(rmse, '.4g'):>14}"
+                     f" {'-' if rel is None else format(rel, '.3%'):>12}")
         print(line)
 
 
@@ -394,8 +399,8 @@ def _point_data(data: Any, targets: list[tuple[str, slice]], x: np.ndarray, y: n
     return out
 
 
-def _write_gathered(path: Path, data: Any, targets: list[tuple[str, slice]], s: int, layout: _MeshOnRank, pred: np.ndarray,
-                    ctx: Any) -> tuple[Any, ...] | None:
+def _write_gathered(path: Path, data: Any, targets: list[tuple[str, slice]], s: int, layout: _MeshOnRank,
+                    pred: np.ndarray, ctx: Any) -> tuple[Any, ...] | None:
     """Rank 0 writes the whole mesh; returns (pos, truth, pred, triangles) on rank 0."""
     rows = gather_rows(np.concatenate([layout.owned_ids[:, None].astype(np.float64), pred], axis=1), None, ctx.device)
     if rows is None:
@@ -465,15 +470,16 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
             f"it is {whose}: make one of {cfg.data} in a new folder and pass it: meshshard partition {cfg.data} "
             f"--parts {ctx.world_size} --out NEW_PARTS, then --partition NEW_PARTS"))
         if meta["num_parts"] != ctx.world_size:
-            raise ValueError(f"Expected a partition into {plural(ctx.world_size, 'part')}, one per rank (got {meta['num_parts']} in "
-                             f"{parts}); make one with meshshard partition {cfg.data} --parts {ctx.world_size} and pass --partition")
+            raise ValueError(f"Expected a partition into {plural(ctx.world_size, 'part')}, one per rank "
+                             f"(got {meta['num_parts']} in {parts}); make one with meshshard partition {cfg.data} "
+                             f"--parts {ctx.world_size} and pass --partition")
         reader = DatasetReader(data, parts, ctx.rank, None, device=ctx.device, dtype=dtype, normaliser=normaliser,
                                parts_meta=meta)  # the run's statistics, for the edge features too
     out = Path(cfg.out)
     stale = check_prediction_folder(out, cfg.force)  # on every rank, so a refusal stops them all before any collective
-    head = {"format": _METRICS_FORMAT, "format_version": 1, "complete": False, "run": str(cfg.run), "data": str(cfg.data),
-            "step": ckpt.get("step"), "checkpoint": cfg.checkpoint, "world_size": ctx.world_size, "units": "physical (de-normalised)",
-            "targets_known": truth, "files": []}
+    head = {"format": _METRICS_FORMAT, "format_version": 1, "complete": False, "run": str(cfg.run),
+            "data": str(cfg.data), "step": ckpt.get("step"), "checkpoint": cfg.checkpoint,
+            "world_size": ctx.world_size, "units": "physical (de-normalised)", "targets_known": truth, "files": []}
     barrier()  # every rank has looked at PRED before rank 0 changes it
     if ctx.rank == 0:
         _delete(stale)
@@ -483,7 +489,8 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
     main = ctx.rank == 0 and not cfg.quiet
     if main:
         where = "one process, whole meshes" if parts is None else f"{ctx.world_size} ranks, partition {parts}"
-        print(f"meshshard predict: {len(picks)} sample(s) of {cfg.data} with {cfg.run} (step {ckpt.get('step')}); {where}"
+        print(f"meshshard predict: {len(picks)} sample(s) of {cfg.data} with {cfg.run} "
+              f"(step {ckpt.get('step')}); {where}"
               + ("" if truth else f"; {cfg.data} has no targets: predictions only, no errors"), flush=True)
     target_fields = field_slices(target_meta)
     layouts: dict[tuple[int, bool], _MeshOnRank] = {}
@@ -496,7 +503,8 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
         gather = True if parts is None else (cfg.gather if cfg.gather is not None else n <= GATHER_MAX_NODES)
         stem = stems[s] if stems.count(stems[s]) == 1 else f"{stems[s]}-{s}"
         if ctx.rank == 0:  # listed before any rank writes them (the ranks meet in the forward below first)
-            head["files"] += ([f"{stem}.vtu"] if gather else [f"{stem}.pvtu", stem]) + ([f"{stem}.png"] if cfg.plots else [])
+            head["files"] += (([f"{stem}.vtu"] if gather else [f"{stem}.pvtu", stem])
+                              + ([f"{stem}.png"] if cfg.plots else []))
             _write_metrics(out, head | {"samples": records})
         key = (mesh, gather)
         if key not in layouts:
@@ -512,8 +520,8 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
         forward_s = time.perf_counter() - started
         if truth:
             err = pred - y
-            sums = sum_across(np.array([[float((err[:, sl] ** 2).sum()), float((y[:, sl] ** 2).sum())] for _, sl in target_fields]),
-                            None, ctx.device)
+            sums = sum_across(np.array([[float((err[:, sl] ** 2).sum()), float((y[:, sl] ** 2).sum())]
+                                        for _, sl in target_fields]), None, ctx.device)
         else:
             y, sums = None, [(math.nan, math.nan)] * len(target_fields)
         if gather:
@@ -523,10 +531,12 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
             path = out / f"{stem}.pvtu"
             _write_pieces(out / stem, path, data, target_fields, s, layout, pred, ctx)
             full = None
-        picture = sample_picture(out / f"{stem}.png", names[s], layout, y, pred, gather, full, target_fields, ctx) if cfg.plots else None
-        record = {"sample": s, "name": names[s], "split": ("val" if s in val else "train") if truth else None, "num_nodes": n,
-                  "file": path.name, "picture": picture, "fields": {},
-                  "seconds": {"read_and_forward": round(forward_s, 4), "total": round(time.perf_counter() - started, 4)}}
+        picture = (sample_picture(out / f"{stem}.png", names[s], layout, y, pred, gather, full, target_fields, ctx)
+                   if cfg.plots else None)
+        record = {"sample": s, "name": names[s], "split": ("val" if s in val else "train") if truth else None,
+                  "num_nodes": n, "file": path.name, "picture": picture, "fields": {},
+                  "seconds": {"read_and_forward": round(forward_s, 4),
+                              "total": round(time.perf_counter() - started, 4)}}
         for (name, sl), (sse, sst) in zip(target_fields, sums):
             k = sl.stop - sl.start
             if truth and not math.isfinite(sse):  # JSON has no NaN: the figure is null, and said once here
@@ -534,7 +544,8 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
                     print(f"note: {names[s]}: the prediction of {name} holds NaN or inf; its errors are null in "
                           "metrics.json", file=sys.stderr, flush=True)
                 sse = None
-            record["fields"][name] = ({"rmse": math.sqrt(sse / (n * k)), "rel_l2": math.sqrt(sse / sst) if sst > 0 else None}
+            record["fields"][name] = ({"rmse": math.sqrt(sse / (n * k)),
+                                       "rel_l2": math.sqrt(sse / sst) if sst > 0 else None}
                                       if truth and sse is not None else {"rmse": None, "rel_l2": None})
         records.append(record)
         if ctx.rank == 0:
@@ -546,13 +557,15 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
     if ctx.rank != 0:
         return None
     summary = head | {"complete": True, **memory, "samples": records,
-                      "mean": {name: {key: _mean([r["fields"][name][key] for r in records]) for key in ("rmse", "rel_l2")}
+                      "mean": {name: {key: _mean([r["fields"][name][key] for r in records])
+                                      for key in ("rmse", "rel_l2")}
                                for name, _ in target_fields}}
     _write_metrics(out, summary)
     if main:
         if truth:
             _print_table(records, [name for name, _ in target_fields])
-        print(f"wrote {out}/: {len(records)} sample file(s), metrics.json" + (", pictures" if cfg.plots else ""), flush=True)
+        print(f"wrote {out}/: {len(records)} sample file(s), metrics.json" + (", pictures" if cfg.plots else ""),
+              flush=True)
     return summary
 
 
@@ -580,9 +593,10 @@ def prediction_summary(pred: str | Path) -> dict[str, Any]:
         raise ValueError(f"{file}: Expected format {_METRICS_FORMAT!r} "
                          f"(got {meta.get('format') if isinstance(meta, dict) else type(meta).__name__!r})")
     samples = meta.get("samples")
-    if not isinstance(samples, list) or not all(isinstance(r, dict) and isinstance(r.get("fields"), dict) for r in samples):
-        raise ValueError(f"{file}: Expected a list of samples, each with its fields' errors (not a metrics.json of "
-                         "meshshard predict)")
+    if not isinstance(samples, list) or not all(isinstance(r, dict) and isinstance(r.get("fields"), dict)
+                                                for r in samples):
+        raise ValueError(f"{file}: Expected a list of samples, each with its fields' errors "
+                         "(not a metrics.json of meshshard predict)")
     complete = meta.get("complete") is not False  # one from before "complete" was recorded was written at the end
     keys = ("rmse", "rel_l2")
     errors = [{name: {key: _error_figure((e if isinstance(e, dict) else {}).get(key),
@@ -590,7 +604,8 @@ def prediction_summary(pred: str | Path) -> dict[str, Any]:
                for name, e in r["fields"].items()} for i, r in enumerate(samples)]
     recorded = meta.get("mean")
     if complete and isinstance(recorded, dict):
-        mean = {str(name): {key: _error_figure((e if isinstance(e, dict) else {}).get(key), f"{file}: mean.{name}.{key}")
+        mean = {str(name): {key: _error_figure((e if isinstance(e, dict) else {}).get(key),
+                                               f"{file}: mean.{name}.{key}")
                             for key in keys} for name, e in recorded.items()}
     else:  # a prediction that stopped part-way: the mean over the samples it finished
         fields = list(dict.fromkeys(name for e in errors for name in e))
@@ -614,7 +629,8 @@ def check_prediction_request(cfg: PredictConfig) -> None:
     needs ``model``, whose file is imported here once)."""
     check_input_folders((cfg.run, "run folder"), (cfg.data, "dataset folder"))
     # PRED may be inside RUN (run/pred: train --force deletes only its own files), not RUN itself
-    check_apart(cfg.out, (cfg.data, "dataset folder"), *(((cfg.partition, "partition folder"),) if cfg.partition else ()))
+    check_apart(cfg.out, (cfg.data, "dataset folder"),
+                *(((cfg.partition, "partition folder"),) if cfg.partition else ()))
     if Path(cfg.out).resolve() == Path(cfg.run).resolve():
         raise ValueError(f"{cfg.out}: Expected an output folder apart from the run folder (got the run folder; "
                          f"{Path(cfg.out) / 'pred'} would do)")

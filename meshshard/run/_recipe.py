@@ -99,13 +99,15 @@ def parse_model_args(text: str | None) -> dict[str, Any]:
     try:
         value = json.loads(text)
     except ValueError as err:
-        raise ValueError(f"Expected --model-args to be a JSON object such as '{{\"hidden\": 64}}' (got {text!r}: {err})") from None
+        raise ValueError(f"Expected --model-args to be a JSON object such as '{{\"hidden\": 64}}' "
+                         f"(got {text!r}: {err})") from None
     if not isinstance(value, dict) or not all(isinstance(k, str) and k.isidentifier() for k in value):
         raise ValueError(f"Expected --model-args to be a JSON object of keyword arguments (got {text!r})")
     for key, v in value.items():
         items = v if isinstance(v, list) else [v]
         if not all(isinstance(i, _PLAIN) for i in items):
-            raise ValueError(f"Expected --model-args values to be strings, numbers, booleans or lists of them (got {key}={v!r})")
+            raise ValueError(f"Expected --model-args values to be strings, numbers, booleans or lists of them "
+                             f"(got {key}={v!r})")
     return value
 
 
@@ -182,7 +184,8 @@ def build_user_model(model_spec: str, model_args: Mapping[str, Any], node_in: in
     try:
         model = factory(node_in, edge_in, node_out, **model_args)
     except Exception as err:
-        hint = (" (it is called with the dataset's input, edge and target channel counts, then --model-args as keywords)"
+        hint = (" (it is called with the dataset's input, edge and target channel counts, "
+                "then --model-args as keywords)"
                 if isinstance(err, TypeError) and not fits else "")
         raise ValueError(f"--model {model_spec}: {call} failed: {type(err).__name__}: {first_line(err)}{hint}") from err
     if not isinstance(model, torch.nn.Module):
@@ -316,7 +319,8 @@ def build_model(ckpt: dict[str, Any], sizes: tuple[int, int, int], dtype: Any, m
         model = ModelRecipe(model_spec, args).build(*sizes).to(dtype)
         given = f"--model {model_spec} with --model-args {json.dumps(args)}"
     else:
-        model, given = ModelRecipe(settings={**recipe.settings, "checkpoint_steps": False}).build(*sizes).to(dtype), None
+        model, given = (ModelRecipe(settings={**recipe.settings, "checkpoint_steps": False})
+                        .build(*sizes).to(dtype), None)
     try:
         model.load_state_dict(ckpt["model"])
     except RuntimeError as err:
@@ -324,8 +328,8 @@ def build_model(ckpt: dict[str, Any], sizes: tuple[int, int, int], dtype: Any, m
         if given:
             raise ValueError(
                 f"Expected {given} to rebuild the run's model (it "
-                f"trained --model {cfg.get('model')} with --model-args {json.dumps(cfg.get('model_args') or {})}), with "
-                f"{sizes[0]} input, {sizes[1]} edge and {sizes[2]} target channels from {source}: {first}"
+                f"trained --model {cfg.get('model')} with --model-args {json.dumps(cfg.get('model_args') or {})}), "
+                f"with {sizes[0]} input, {sizes[1]} edge and {sizes[2]} target channels from {source}: {first}"
             ) from None
         raise ValueError(
             f"Expected {source} to fit the run's model ({sizes[0]} input, {sizes[2]} target, "

@@ -19,7 +19,8 @@ from typing import Any
 __all__ = ["banner", "data_summary", "gather_peak_memory", "partition_counts", "peak_memory_mb", "write_loss_plot"]
 
 
-def partition_counts(parts: str | os.PathLike[str], partition_meta: Mapping[str, Any]) -> tuple[int, list[int], list[int]]:
+def partition_counts(parts: str | os.PathLike[str],
+                     partition_meta: Mapping[str, Any]) -> tuple[int, list[int], list[int]]:
     """(nodes of the largest mesh, owned counts, ghost counts) over every part of every mesh's
     partition, from the partitions' metadata files (no communication, no part file read)."""
     from meshshard.partition import dataset_partition_folder, read_metadata

@@ -98,8 +98,8 @@ class TrainedRun:
 
 
 def load_run(run: str | os.PathLike[str], *, model: str | nn.Module | None = None,
-             model_args: dict[str, Any] | None = None, device: Any = None, dtype: torch.dtype | None = None,
-             checkpoint: str = "best") -> TrainedRun:
+             model_args: dict[str, Any] | None = None, device: Any = None,
+             dtype: torch.dtype | None = None, checkpoint: str = "best") -> TrainedRun:
     """The trained model of a run folder of ``meshshard train``, for prediction in your own code.
 
     Args:

@@ -9,10 +9,11 @@ of the partition) trains on one sample at a time; the data groups train on diffe
 Per step, for data rank ``d``: training sample ``schedule(seed, step, d)`` (of the dataset's
 training split); each domain rank reads only its owned rows of that sample, normalised with the
 dataset's statistics (:class:`meshshard.run.DatasetReader`; a many-meshes dataset loads the
-partition of the sample's mesh when a sample on it is first drawn); forward and backward of the sharded model; the loss is the mean over all
-nodes of the mesh (not the mean of per-rank means); gradients are summed over the domain group and
-averaged over the data group (``DomainParallel``, during the backward), so every rank applies the gradient of the
-batch loss, equal to single-process training on the same batch.
+partition of the sample's mesh when a sample on it is first drawn); forward and backward of the
+sharded model; the loss is the mean over all nodes of the mesh (not the mean of per-rank means);
+gradients are summed over the domain group and averaged over the data group (``DomainParallel``,
+during the backward), so every rank applies the gradient of the batch loss, equal to
+single-process training on the same batch.
 
 The run folder's files are defined in :mod:`meshshard.run._folder`.
 
@@ -224,15 +225,16 @@ def train(cfg: TrainConfig) -> list[float]:
     ctx = init_distributed()
     task = get_task(cfg.task)
     if cfg.data_parallel < 1 or ctx.world_size % cfg.data_parallel:
-        raise ValueError(f"Expected --data-parallel to divide the world size {ctx.world_size} (got {cfg.data_parallel})")
+        raise ValueError(f"Expected --data-parallel to divide the world size {ctx.world_size} "
+                         f"(got {cfg.data_parallel})")
     domain = ctx.world_size // cfg.data_parallel
     dataset = open_dataset(cfg.data)  # once: the checks and the reader share it
     meta = check_partition_matches(dataset, cfg.partition)
     task.check_dataset(dataset)
     if meta["num_parts"] != domain:
         raise ValueError(
-            f"Expected a partition into {plural(domain, 'part')} ({plural(ctx.world_size, 'rank')} / {cfg.data_parallel} "
-            f"data-parallel) (got {plural(meta['num_parts'], 'part')} in {cfg.partition}); "
+            f"Expected a partition into {plural(domain, 'part')} ({plural(ctx.world_size, 'rank')} / "
+            f"{cfg.data_parallel} data-parallel) (got {plural(meta['num_parts'], 'part')} in {cfg.partition}); "
             + (f"train it on {meta['num_parts']} ranks with --nproc {meta['num_parts']}, or under torchrun"
                if ctx.world_size == 1 else
                f"make one with meshshard partition {cfg.data} --parts {domain} --out NEW_PARTS")
@@ -241,7 +243,8 @@ def train(cfg: TrainConfig) -> list[float]:
         raise ValueError(f"Expected --dtype float32 or float64 (got {cfg.dtype!r})")
     dtype = getattr(torch, cfg.dtype)
     if cfg.precision not in ("fp32", "bf16-mixed") or (cfg.precision == "bf16-mixed" and cfg.dtype != "float32"):
-        raise ValueError(f"Expected --precision fp32, or bf16-mixed with --dtype float32 (got {cfg.precision!r}, {cfg.dtype})")
+        raise ValueError(f"Expected --precision fp32, or bf16-mixed with --dtype float32 "
+                         f"(got {cfg.precision!r}, {cfg.dtype})")
     # bf16-mixed: matrix products in bfloat16 under autocast; weights, optimizer state, the
     # aggregation (MeshGraphNet sums half-precision messages in float32) and the loss stay float32
     def autocast() -> Any:
@@ -299,9 +302,9 @@ def train(cfg: TrainConfig) -> list[float]:
         was = saved.get("config", {}).get("model_sha256")
         if cfg.model and was and digest and was != digest:
             log.event({"step": start, "event": "model file changed", "from": was, "to": digest},
-                      f"note: {cfg.model.rpartition(':')[0]} changed since step {start} was saved (SHA-256 {was[:12]} -> "
-                      f"{digest[:12]}); the weights load, but the resumed steps repeat the uninterrupted run's only if "
-                      "the model computes what it did")
+                      f"note: {cfg.model.rpartition(':')[0]} changed since step {start} was saved "
+                      f"(SHA-256 {was[:12]} -> {digest[:12]}); the weights load, but the resumed steps repeat the "
+                      "uninterrupted run's only if the model computes what it did")
     if old_lr is not None:
         log.event({"step": start, "event": "lr", "from": old_lr, "to": cfg.lr},
                   f"learning rate changed on resume: {old_lr:g} -> {cfg.lr:g} (applied from step {start})")

@@ -21,7 +21,8 @@ def _vtk_points(points: np.ndarray) -> np.ndarray:
     return points
 
 
-def write_vtu(path: Path, points: np.ndarray, cells: list[tuple[str, np.ndarray]], point_data: dict[str, np.ndarray]) -> None:
+def write_vtu(path: Path, points: np.ndarray, cells: list[tuple[str, np.ndarray]],
+              point_data: dict[str, np.ndarray]) -> None:
     """One VTK unstructured-grid file (meshio's writer; 2-D points get z = 0)."""
     import meshio
 
