@@ -45,7 +45,11 @@ the predicted fields alone.
 
 Normalisation. ``normalisation.inputs`` / ``targets`` / ``edges`` hold, per channel, the
 ``mean`` and population ``std`` over every node (every directed edge) of every **training**
-sample, and ``scale``: ``std``, or ``1.0`` where ``std`` is 0. What training applies is
+sample, and ``scale``: ``std``, or ``1.0`` where ``std`` is 0 or round-off. A channel whose spread
+is below :data:`HOLD_RELATIVE` of its field's magnitude (``sqrt(mean^2 + std^2)`` of the largest
+component: the w of a 2-D velocity that a solver writes as +-1e-15) is *held*: listed in ``held``
+(written only when some channel is), scaled by 1, so its round-off stays round-off instead of
+becoming O(1) noise the model would be asked to fit. What training applies is
 ``(value - mean) / scale`` and nothing else; prediction applies ``value * scale + mean`` to the
 model's output. ``count`` is the number of rows the statistics were taken over. They are
 computed streaming, one sample at a time (Chan et al.'s pairwise update, float64).
@@ -186,6 +190,8 @@ KINDS = ("one-mesh", "many-meshes")
 PARTITIONS_FORMAT = "meshshard-dataset-partitions"
 PARTITIONS_FILE = "partitions.json"
 NORMALISATION_RULE = "(value - mean) / scale, scale = std or 1 where std == 0"
+#: A channel whose std is at most this fraction of its field's magnitude is held as a constant.
+HOLD_RELATIVE = 1e-6
 
 _CELL_TYPE = re.compile(r"^[A-Za-z0-9_]+$")
 _OUR_FILE = re.compile(
@@ -273,7 +279,17 @@ class _Running:
     def stats(self, channels: Sequence[str]) -> ChannelStats:
         std = np.sqrt(self.m2 / self.n) if self.n else np.zeros_like(self.mean)
         mean = self.mean if self.n else np.zeros_like(self.mean)
-        return ChannelStats(tuple(channels), mean, std, int(self.n))
+        return ChannelStats(tuple(channels), mean, std, int(self.n), held_channels(channels, mean, std))
+
+
+def held_channels(channels: Sequence[str], mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """``(F,)`` bool: the channels whose spread is round-off, at most :data:`HOLD_RELATIVE` of
+    their field's magnitude (the components ``u[0]``, ``u[1]``, ... of a field share it: the
+    largest ``sqrt(mean^2 + std^2)`` among them)."""
+    size = np.sqrt(np.asarray(mean, dtype=np.float64) ** 2 + np.asarray(std, dtype=np.float64) ** 2)
+    field = [c.rsplit("[", 1)[0] if c.endswith("]") else c for c in channels]
+    magnitude = np.array([max(size[j] for j in range(len(field)) if field[j] == f) for f in field]) if field else size
+    return (np.asarray(std) > 0) & (np.asarray(std) <= HOLD_RELATIVE * magnitude)
 
 
 @dataclass(frozen=True, eq=False)
@@ -288,10 +304,13 @@ class ChannelStats:
     mean: np.ndarray
     std: np.ndarray
     count: int
+    held: np.ndarray | None = None  # (F,) bool: spread of round-off, held as a constant (scale 1)
 
     @property
     def scale(self) -> np.ndarray:
-        return np.where(self.std > 0, self.std, 1.0)
+        """What divides: ``std``, or 1 where it is 0 or the channel is held."""
+        held = self.held if self.held is not None else np.zeros(len(self.std), dtype=bool)
+        return np.where((self.std > 0) & ~held, self.std, 1.0)
 
     def normalise(self, x: np.ndarray) -> np.ndarray:
         return (x - self.mean) / self.scale
@@ -300,15 +319,21 @@ class ChannelStats:
         return x * self.scale + self.mean
 
     def to_dict(self) -> dict[str, Any]:
-        return {"mean": self.mean.tolist(), "std": self.std.tolist(), "scale": self.scale.tolist(),
-                "count": self.count}
+        out = {"mean": self.mean.tolist(), "std": self.std.tolist(), "scale": self.scale.tolist(),
+               "count": self.count}
+        if self.held is not None and self.held.any():
+            out["held"] = self.held.tolist()
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], channels: Sequence[str]) -> ChannelStats:
         mean, std = np.asarray(d["mean"], dtype=np.float64), np.asarray(d["std"], dtype=np.float64)
         if mean.shape != (len(channels),) or std.shape != mean.shape:
             raise ValueError(f"Expected {len(channels)} means and stds (got {mean.shape}, {std.shape})")
-        return cls(tuple(channels), mean, std, int(d["count"]))
+        held = np.asarray(d.get("held", [False] * len(channels)), dtype=bool)
+        if held.shape != mean.shape:
+            raise ValueError(f"Expected {len(channels)} held flags (got {held.shape})")
+        return cls(tuple(channels), mean, std, int(d["count"]), held)
 
 
 @dataclass(frozen=True, eq=False)

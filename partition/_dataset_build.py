@@ -19,7 +19,7 @@ import os
 import re
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,11 +37,12 @@ from ._dataset import (
     listed,
     open_dataset,
     plural,
+    read_dataset_metadata,
     write_samples,
 )
 from ._safe_io import check_destination
 
-__all__ = ["list_sources", "sample_names", "build_dataset", "partition_dataset", "parse_field_names"]
+__all__ = ["list_sources", "sample_names", "build_dataset", "partition_dataset", "parse_field_names", "held_note"]
 
 _COMPONENT = re.compile(r"^(.+)\[(\d+)\]$")
 
@@ -322,9 +323,30 @@ def build_dataset(
                                      f"--same-mesh asks (got {why})")
             yield read.sample
 
-    return write_samples(out, samples(), names, input_fields=_records(in_names, first.inputs),
-                         target_fields=_records(out_names, first.targets), val_fraction=val_fraction,
-                         val_samples=val_samples, dtype=dtype, force=force, sources=sources, progress=progress)
+    written = write_samples(out, samples(), names, input_fields=_records(in_names, first.inputs),
+                            target_fields=_records(out_names, first.targets), val_fraction=val_fraction,
+                            val_samples=val_samples, dtype=dtype, force=force, sources=sources, progress=progress)
+    held = held_note(read_dataset_metadata(written))
+    if held and notes is not None:
+        notes(held)
+    return written
+
+
+def held_note(meta: Mapping[str, Any]) -> str | None:
+    """The note on a dataset's channels held as constants (their spread is round-off), or None."""
+    said = []
+    for part in ("inputs", "targets"):
+        stats = meta["normalisation"].get(part) or {}
+        channels = meta.get(f"{part[:-1]}_channels") or []
+        for i, flag in enumerate(stats.get("held") or []):
+            if flag:
+                name = channels[i] if i < len(channels) else f"{part} channel {i}"
+                said.append(f"{name} (std {stats['std'][i]:.3g} about {stats['mean'][i]:.3g})")
+    if not said:
+        return None
+    return (f"{listed(said)} {'is' if len(said) == 1 else 'are'} held as constant: the spread is round-off against "
+            "the field's magnitude (as the w of a 2-D velocity), so it is not scaled up into noise the model would "
+            "be asked to fit")
 
 
 @dataclass(frozen=True, eq=False)

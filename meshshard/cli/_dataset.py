@@ -86,6 +86,8 @@ def odd_meshes_note(meta: Mapping[str, Any]) -> str | None:
 
 def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
     """The readable summary ``meshshard info DATA`` prints."""
+    from meshshard.partition import held_note
+
     nodes = [m["num_nodes"] for m in meta["meshes"]]
     split = meta["split"]
     cells = {}
@@ -114,6 +116,9 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
         *(_stats_line("targets", meta["target_channels"], norm["targets"]) if meta["target_channels"] else []),
         *_stats_line("edges", meta["edge_channels"], norm["edges"]),
     ]
+    held = held_note(meta)
+    if held:
+        lines.append(f"  held     {held}")
     return "\n".join(lines)
 
 
