@@ -75,7 +75,7 @@ GATHER_MAX_NODES = 200_000
 #: until the last), it lists every file and piece folder (``files``), which ``--force`` alone may delete.
 METRICS_FILE = "metrics.json"
 _METRICS_FORMAT = "meshshard-predictions"
-_STEM = r"[A-Za-z0-9_-][A-Za-z0-9._-]*"  # what file_stem gives: a plain name, never "." or ".."
+_STEM = r"[A-Za-z0-9_+=@-][A-Za-z0-9._+=@-]*"  # what file_stem gives: a plain name, never "." or ".."
 _OUR_FILE = re.compile(rf"^{_STEM}\.(vtu|pvtu|png)$")
 _OUR_FOLDER = re.compile(rf"^{_STEM}$")
 _PIECE = re.compile(r"^part-\d{5}\.vtu$")
@@ -130,8 +130,10 @@ def select_samples(text: str | None, names: list[str], val: list[int]) -> list[i
 
 
 def file_stem(name: str) -> str:
-    """A sample name made safe as a file name (letters, digits, ``._-``)."""
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "sample"
+    """A sample name made safe as a file name: letters, digits and ``._+=@-`` are kept (``aoa+02``
+    keeps its sign), every other run of characters becomes ``_``; never a leading ``-`` (which a
+    shell would read as an option)."""
+    stem = re.sub(r"[^A-Za-z0-9._+=@-]+", "_", name).strip("._").lstrip("-").strip("._") or "sample"
     return stem
 
 
