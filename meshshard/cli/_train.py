@@ -41,7 +41,8 @@ def _check_counts(args: Any) -> str | None:
     """The first count or rate on the command line that cannot work, as a one-line error; else None."""
     for flag, value in (("--steps", args.steps), ("--every", args.every), ("--log-every", args.log_every),
                         ("--latent", args.latent), ("--mp-steps", args.mp_steps),
-                        ("--data-parallel", args.data_parallel)):
+                        ("--data-parallel", args.data_parallel),
+                        ("--batch", args.batch)):
         if value < 1:
             return f"Expected {flag} to be a positive integer (got {value})"
     if args.hidden_layers < 0:
@@ -82,7 +83,8 @@ _RUN_SETTINGS = {"steps": "steps", "latent": "latent_size", "hidden_layers": "hi
                  "mp_steps": "message_passing_steps", "activation": "activation", "dtype": "dtype",
                  "precision": "precision", "seed": "seed", "data_parallel": "data_parallel", "lr": "lr",
                  "every": "checkpoint_every", "log_every": "log_every", "val_every": "val_every",
-                 "checkpoint_steps": "checkpoint_steps", "max_time": "max_time", "clip_grad": "clip_grad"}
+                 "checkpoint_steps": "checkpoint_steps", "max_time": "max_time", "clip_grad": "clip_grad",
+                 "batch": "batch"}
 _DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 
 
@@ -139,7 +141,7 @@ def _run(args: Any) -> int:
         resume=args.resume, force=args.force, seed=args.seed, log_every=args.log_every, quiet=args.quiet,
         val_every=args.val_every, dtype=args.dtype, precision=args.precision,
         checkpoint_steps=args.checkpoint_steps, model=args.model or "", model_args=args.model_args or {},
-        max_time=args.max_time, clip_grad=args.clip_grad,
+        max_time=args.max_time, clip_grad=args.clip_grad, batch=args.batch,
     )
     def check() -> None:  # the RUN checks here too, so that a refusal is one line before any rank starts
         check_training(cfg, saved_ckpt)
@@ -204,6 +206,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--precision", default=None, choices=["fp32", "bf16-mixed"],
                    help="fp32 (default), or bf16-mixed: bfloat16 matrix products under autocast, float32 weights, "
                    "sums and loss")
+    p.add_argument("--batch", type=int, default=None, metavar="B",
+                   help="samples per step for each data-parallel group: the step's loss is their mean (default 1; "
+                   "memory grows with B: the B samples' activations are kept for one backward)")
     p.add_argument("--max-time", type=_duration, default=None, metavar="DURATION",
                    help="stop at this wall-time budget (900, 90s, 15m, 1.5h, 1h30m) with a checkpoint, which --resume "
                    "continues (default: none; on --resume the run's)")

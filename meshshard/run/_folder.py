@@ -78,7 +78,7 @@ LOSS_PLOT = "loss.png"
 RUN_FILES = (CHECKPOINT, BEST, LOG, FIRST_STEP, LOSS_PLOT)
 #: Settings that a resumed run must keep, or its steps would not repeat the uninterrupted run's.
 EXACTNESS_KEYS = ("model", "model_args", "latent_size", "hidden_layers", "message_passing_steps", "activation", "dtype",
-                  "precision", "seed", "data_parallel", "clip_grad")
+                  "precision", "seed", "data_parallel", "clip_grad", "batch")
 
 
 def _holds_a_run(out: Path) -> str:

@@ -57,7 +57,7 @@ from ._recipe import (
     shard_hint,
 )
 
-__all__ = ["TrainConfig", "train", "check_training", "load_checkpoint", "sample_index"]
+__all__ = ["TrainConfig", "train", "check_training", "load_checkpoint", "sample_index", "step_samples"]
 
 _MGN = MESHGRAPHNET_DEFAULTS
 
@@ -95,6 +95,7 @@ class TrainConfig:
     model: str = ""  # "": the built-in MeshGraphNet; else FILE.py:NAME or MODULE:NAME (ModelRecipe)
     model_args: dict[str, Any] = field(default_factory=dict)
     task: str = "steady"  # the workload (meshshard.tasks): how a sample is read, the loss, what is predicted
+    batch: int = 1  # samples per step for each data-parallel group (their mean loss; one backward)
     max_time: float = 0.0  # seconds of wall time for this process's training (0: no budget); then checkpoint, stop
     clip_grad: float = 0.0  # clip the gradients' global norm to this (0: off), after they are summed over the ranks
 
@@ -110,6 +111,15 @@ def sample_index(seed: int, step: int, data_rank: int, data_parallel: int, num_s
     k = step * data_parallel + data_rank
     epoch, i = divmod(k, num_samples)
     return int(np.random.default_rng([seed, epoch]).permutation(num_samples)[i])
+
+
+def step_samples(cfg: TrainConfig, step: int, data_rank: int, train_ids: Any) -> list[int]:
+    """The ``cfg.batch`` training samples data rank ``data_rank`` trains on at ``step``: the
+    schedule of :func:`sample_index` read ``batch`` micro-steps at a time (``batch`` 1: the sample
+    of ``step``), so every epoch still draws each training sample once."""
+    n = len(train_ids)
+    return [int(train_ids[sample_index(cfg.seed, step * cfg.batch + k, data_rank, cfg.data_parallel, n)])
+            for k in range(cfg.batch)]
 
 
 class PeerFailure(RuntimeError):
@@ -227,6 +237,8 @@ def train(cfg: TrainConfig) -> list[float]:
     if cfg.data_parallel < 1 or ctx.world_size % cfg.data_parallel:
         raise ValueError(f"Expected --data-parallel to divide the world size {ctx.world_size} "
                          f"(got {cfg.data_parallel})")
+    if cfg.batch < 1:
+        raise ValueError(f"Expected --batch to be a positive integer (got {cfg.batch})")
     domain = ctx.world_size // cfg.data_parallel
     dataset = open_dataset(cfg.data)  # once: the checks and the reader share it
     meta = check_partition_matches(dataset, cfg.partition)
@@ -358,18 +370,22 @@ def train(cfg: TrainConfig) -> list[float]:
         if validating and step % cfg.val_every == 0:
             keep_best(step, validate(step))
         t0 = time.perf_counter()
-        s = int(reader.train[sample_index(cfg.seed, step, device_mesh.data_rank, cfg.data_parallel, len(reader.train))])
-        b = task.batch(reader, s, step)
-        if s not in checked:  # the data do not change: each sample is checked the first time it is read
-            checked[s] = _non_finite_row(b.x.to_local(), b.y.to_local(), b.owned_ids, s)
-        bad_row = checked[s]
+        mine = step_samples(cfg, step, device_mesh.data_rank, reader.train)  # this data rank's --batch samples
+        s = mine[0]
+        bad_row = None
         try:
-            with autocast():
-                pred = model(b.x, b.graph, b.edge_attr)
-            if cfg.model and step == start:
-                check_model_output(pred, len(b.owned_ids), reader.num_targets, cfg.model, sharded=True,
-                             group=device_mesh.domain_group)
-            loss = task.loss(pred, b)
+            loss = torch.zeros((), dtype=dtype, device=ctx.device)
+            for k in mine:  # one graph for the step's samples: a single backward, exact as for one sample
+                b = task.batch(reader, k, step)
+                if k not in checked:  # the data do not change: each sample is checked the first time it is read
+                    checked[k] = _non_finite_row(b.x.to_local(), b.y.to_local(), b.owned_ids, k)
+                bad_row = bad_row or checked[k]
+                with autocast():
+                    pred = model(b.x, b.graph, b.edge_attr)
+                if cfg.model and step == start:
+                    check_model_output(pred, len(b.owned_ids), reader.num_targets, cfg.model, sharded=True,
+                                       group=device_mesh.domain_group)
+                loss = loss + task.loss(pred, b) / len(mine)
             _maybe_fail(ctx.rank, step)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -381,8 +397,7 @@ def train(cfg: TrainConfig) -> list[float]:
             raise
         except Exception as err:  # the model's own error (any type) or a collective's: said which, on one line
             raise _step_failure(err, f"rank {ctx.rank}: step {step}", ckpt_path, inner if cfg.model else None) from err
-        batch = [int(reader.train[sample_index(cfg.seed, step, d, cfg.data_parallel, len(reader.train))])
-                 for d in range(cfg.data_parallel)]
+        batch = [k for d in range(cfg.data_parallel) for k in step_samples(cfg, step, d, reader.train)]
         batch_loss = _check_finite(flags, step=step, samples=batch, data=cfg.data, last=last_saved, names=names)
         if step == 0 and ctx.rank == 0:
             grads = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)  # unused: zeros,
@@ -449,7 +464,8 @@ class _Logger:
             return
         rate = self.nodes / seconds if seconds > 0 else 0.0
         record = {"step": step, "loss": loss, "seconds": round(seconds, 4), "nodes_per_s": round(rate),
-                  "samples_per_s": round(self.cfg.data_parallel / seconds, 3) if seconds > 0 else 0.0, **(memory or {})}
+                  "samples_per_s": round(self.cfg.data_parallel * self.cfg.batch / seconds, 3) if seconds > 0 else 0.0,
+                  **(memory or {})}
         self.file.write(json.dumps(record) + "\n")
         self.file.flush()
         if not self.enabled:

@@ -1,5 +1,6 @@
-"""A time budget (``max_time``) stops training with a checkpoint that resumes exactly; gradient
-clipping (``clip_grad``) on shards equals one process clipping the whole gradient."""
+"""Training controls: a time budget (``max_time``) stops with a checkpoint that resumes exactly;
+gradient clipping (``clip_grad``) and several samples a step (``batch``) on shards equal one
+process on the whole mesh."""
 
 from __future__ import annotations
 
@@ -81,3 +82,38 @@ def test_durations(text: str, seconds: float) -> None:
 def test_a_duration_that_is_not_one_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match=r"^Expected --max-time as a duration such as 900, 90s, 15m"):
         parse_duration(text)
+
+
+def _batch_reference(setup: dict, batch: int, data_parallel: int) -> tuple[list[float], dict]:  # noqa: F811
+    """One process on the whole mesh: each step the mean loss of every data rank's ``batch`` samples."""
+    from meshshard.run._training import step_samples
+
+    cfg = TrainConfig.from_dict(asdict(setup["cfg"]) | {"batch": batch, "data_parallel": data_parallel})
+    train_ids = open_dataset(cfg.data).train
+    torch.manual_seed(cfg.seed)
+    model = MeshGraphNet(3, 3, 1, latent_size=cfg.latent_size, hidden_layers=cfg.hidden_layers,
+                         message_passing_steps=cfg.message_passing_steps).to(torch.float64)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    losses = []
+    for step in range(STEPS):
+        picks = [k for d in range(data_parallel) for k in step_samples(cfg, step, d, train_ids)]
+        assert len(picks) == batch * data_parallel
+        loss = sum(((model(x, ei, ea) - y) ** 2).mean()
+                   for x, y, ei, ea in (whole_sample(cfg.data, k, dtype=torch.float64) for k in picks)) / len(picks)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses, model.state_dict()
+
+
+@pytest.mark.parametrize(("world", "data_parallel"), [(2, 1), (4, 2)])
+def test_several_samples_a_step_on_shards_equal_one_process(setup: dict, world: int, data_parallel: int) -> None:  # noqa: F811
+    out = str(setup["root"] / f"batch-{world}")
+    cfg = asdict(setup["cfg"]) | {"out": out, "data_parallel": data_parallel, "batch": 2}
+    losses = run_ranks(_clip_rank, world, cfg, timeout=180)[0]
+    ref_losses, ref_model = _batch_reference(setup, 2, data_parallel)
+    assert losses == pytest.approx(ref_losses, rel=1e-10)
+    sharded = load_checkpoint(Path(out) / "checkpoint.pt")["model"]
+    for name, value in ref_model.items():
+        torch.testing.assert_close(sharded[name], value, rtol=1e-10, atol=1e-12, msg=name)
