@@ -53,6 +53,10 @@ def _check_counts(args: Any) -> str | None:
         return f"Expected --nproc to be 0 (not launching) or a positive integer (got {args.nproc})"
     if not (np.isfinite(args.lr) and args.lr > 0):
         return f"Expected --lr to be a positive number (got {args.lr})"
+    if args.warmup < 0:
+        return f"Expected --warmup to be 0 (none) or a positive integer (got {args.warmup})"
+    if not (np.isfinite(args.lr_floor) and 0 <= args.lr_floor <= 1):
+        return f"Expected --lr-floor to be a fraction between 0 and 1 (got {args.lr_floor})"
     if not (np.isfinite(args.clip_grad) and args.clip_grad >= 0):
         return f"Expected --clip-grad to be 0 (off) or a positive number (got {args.clip_grad})"
     return None
@@ -84,7 +88,7 @@ _RUN_SETTINGS = {"steps": "steps", "latent": "latent_size", "hidden_layers": "hi
                  "precision": "precision", "seed": "seed", "data_parallel": "data_parallel", "lr": "lr",
                  "every": "checkpoint_every", "log_every": "log_every", "val_every": "val_every",
                  "checkpoint_steps": "checkpoint_steps", "max_time": "max_time", "clip_grad": "clip_grad",
-                 "batch": "batch"}
+                 "batch": "batch", "lr_schedule": "lr_schedule", "warmup": "warmup", "lr_floor": "lr_floor"}
 _DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 
 
@@ -141,7 +145,8 @@ def _run(args: Any) -> int:
         resume=args.resume, force=args.force, seed=args.seed, log_every=args.log_every, quiet=args.quiet,
         val_every=args.val_every, dtype=args.dtype, precision=args.precision,
         checkpoint_steps=args.checkpoint_steps, model=args.model or "", model_args=args.model_args or {},
-        max_time=args.max_time, clip_grad=args.clip_grad, batch=args.batch,
+        max_time=args.max_time, clip_grad=args.clip_grad, batch=args.batch, lr_schedule=args.lr_schedule,
+        warmup=args.warmup, lr_floor=args.lr_floor,
     )
     def check() -> None:  # the RUN checks here too, so that a refusal is one line before any rank starts
         check_training(cfg, saved_ckpt)
@@ -206,6 +211,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--precision", default=None, choices=["fp32", "bf16-mixed"],
                    help="fp32 (default), or bf16-mixed: bfloat16 matrix products under autocast, float32 weights, "
                    "sums and loss")
+    p.add_argument("--lr-schedule", default=None, choices=["constant", "cosine"],
+                   help="constant (default), or cosine: from --lr down to --lr x --lr-floor at the last step")
+    p.add_argument("--warmup", type=int, default=None, metavar="STEPS",
+                   help="linear warm-up of the learning rate over the first STEPS steps (default 0: none)")
+    p.add_argument("--lr-floor", type=float, default=None, metavar="FRACTION",
+                   help=f"cosine's last learning rate, a fraction of --lr (default {_DEFAULTS['lr_floor']})")
     p.add_argument("--batch", type=int, default=None, metavar="B",
                    help="samples per step for each data-parallel group: the step's loss is their mean (default 1; "
                    "memory grows with B: the B samples' activations are kept for one backward)")

@@ -78,7 +78,8 @@ LOSS_PLOT = "loss.png"
 RUN_FILES = (CHECKPOINT, BEST, LOG, FIRST_STEP, LOSS_PLOT)
 #: Settings that a resumed run must keep, or its steps would not repeat the uninterrupted run's.
 EXACTNESS_KEYS = ("model", "model_args", "latent_size", "hidden_layers", "message_passing_steps", "activation", "dtype",
-                  "precision", "seed", "data_parallel", "clip_grad", "batch")
+                  "precision", "seed", "data_parallel", "clip_grad", "batch",
+                  "lr_schedule", "warmup", "lr_floor")
 
 
 def _holds_a_run(out: Path) -> str:

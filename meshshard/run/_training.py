@@ -57,7 +57,8 @@ from ._recipe import (
     shard_hint,
 )
 
-__all__ = ["TrainConfig", "train", "check_training", "load_checkpoint", "sample_index", "step_samples"]
+__all__ = ["TrainConfig", "train", "check_training", "load_checkpoint", "sample_index", "step_samples", "lr_at",
+           "LR_SCHEDULES"]
 
 _MGN = MESHGRAPHNET_DEFAULTS
 
@@ -95,6 +96,9 @@ class TrainConfig:
     model: str = ""  # "": the built-in MeshGraphNet; else FILE.py:NAME or MODULE:NAME (ModelRecipe)
     model_args: dict[str, Any] = field(default_factory=dict)
     task: str = "steady"  # the workload (meshshard.tasks): how a sample is read, the loss, what is predicted
+    lr_schedule: str = "constant"  # constant, or cosine: from lr down to lr * lr_floor at the last step
+    warmup: int = 0  # steps of linear warm-up from lr / warmup to lr (0: none)
+    lr_floor: float = 0.01  # cosine's last learning rate, as a fraction of lr
     batch: int = 1  # samples per step for each data-parallel group (their mean loss; one backward)
     max_time: float = 0.0  # seconds of wall time for this process's training (0: no budget); then checkpoint, stop
     clip_grad: float = 0.0  # clip the gradients' global norm to this (0: off), after they are summed over the ranks
@@ -111,6 +115,26 @@ def sample_index(seed: int, step: int, data_rank: int, data_parallel: int, num_s
     k = step * data_parallel + data_rank
     epoch, i = divmod(k, num_samples)
     return int(np.random.default_rng([seed, epoch]).permutation(num_samples)[i])
+
+
+#: The learning-rate schedules of ``--lr-schedule``.
+LR_SCHEDULES = ("constant", "cosine")
+
+
+def lr_at(cfg: TrainConfig, step: int) -> float:
+    """The learning rate of ``step`` (0-based): ``cfg.lr``, times a linear warm-up over the first
+    ``cfg.warmup`` steps, times for ``cosine`` a half cosine from 1 at step 0 to ``cfg.lr_floor``
+    at the last step (``cfg.steps - 1``). A pure function of the step, so a resumed run repeats
+    the uninterrupted one's rates."""
+    if cfg.lr_schedule not in LR_SCHEDULES:
+        raise ValueError(f"Expected --lr-schedule {' or '.join(LR_SCHEDULES)} (got {cfg.lr_schedule!r})")
+    if cfg.warmup < 0 or not 0.0 <= cfg.lr_floor <= 1.0:
+        raise ValueError(f"Expected --warmup >= 0 and 0 <= --lr-floor <= 1 (got {cfg.warmup}, {cfg.lr_floor})")
+    rate = cfg.lr * (min(1.0, (step + 1) / cfg.warmup) if cfg.warmup > 0 else 1.0)
+    if cfg.lr_schedule == "cosine":
+        done = min(1.0, step / max(cfg.steps - 1, 1))
+        rate *= cfg.lr_floor + (1.0 - cfg.lr_floor) * 0.5 * (1.0 + math.cos(math.pi * done))
+    return rate
 
 
 def step_samples(cfg: TrainConfig, step: int, data_rank: int, train_ids: Any) -> list[int]:
@@ -239,6 +263,7 @@ def train(cfg: TrainConfig) -> list[float]:
                          f"(got {cfg.data_parallel})")
     if cfg.batch < 1:
         raise ValueError(f"Expected --batch to be a positive integer (got {cfg.batch})")
+    lr_at(cfg, 0)  # refuses an unknown schedule, before any collective
     domain = ctx.world_size // cfg.data_parallel
     dataset = open_dataset(cfg.data)  # once: the checks and the reader share it
     meta = check_partition_matches(dataset, cfg.partition)
@@ -405,13 +430,16 @@ def train(cfg: TrainConfig) -> list[float]:
             _atomic_save({"loss": batch_loss, "grads": grads.cpu(), "sample": s}, out / FIRST_STEP)
         if cfg.clip_grad > 0:  # the gradients are whole and equal on every rank here: each clips alike
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad)
+        for group in opt.param_groups:  # the schedule's rate of this step (a pure function of it: resumes exactly)
+            group["lr"] = lr_at(cfg, step)
         opt.step()
         losses.append(batch_loss)
         stopping = bool(flags[-1] > 0) and step + 1 < cfg.steps  # rank 0's clock, on every rank
         seconds, done = time.perf_counter() - t0, step + 1
         report = step % cfg.log_every == 0 or done == cfg.steps or stopping
         memory = _report.gather_peak_memory(ctx.device) if report else None  # every rank takes part
-        log.step(step, batch_loss, seconds, memory)
+        scheduled = cfg.lr_schedule != "constant" or cfg.warmup > 0
+        log.step(step, batch_loss, seconds, memory, lr=lr_at(cfg, step) if scheduled else None)
         if report:
             log.plot()
         if ctx.rank == 0 and (done % cfg.checkpoint_every == 0 or done == cfg.steps or stopping):
@@ -459,13 +487,17 @@ class _Logger:
             self.task = self.bar.add_task("train", total=cfg.steps, completed=start, info="")
             self.bar.start()
 
-    def step(self, step: int, loss: float, seconds: float, memory: dict[str, list[float]] | None = None) -> None:
+    def step(self, step: int, loss: float, seconds: float, memory: dict[str, list[float]] | None = None,
+             lr: float | None = None) -> None:
+        """Log one step (``lr``: the scheduled learning rate, recorded when there is a schedule)."""
         if self.file is None:
             return
         rate = self.nodes / seconds if seconds > 0 else 0.0
         record = {"step": step, "loss": loss, "seconds": round(seconds, 4), "nodes_per_s": round(rate),
                   "samples_per_s": round(self.cfg.data_parallel * self.cfg.batch / seconds, 3) if seconds > 0 else 0.0,
                   **(memory or {})}
+        if lr is not None:
+            record["lr"] = lr
         self.file.write(json.dumps(record) + "\n")
         self.file.flush()
         if not self.enabled:

@@ -117,3 +117,46 @@ def test_several_samples_a_step_on_shards_equal_one_process(setup: dict, world: 
     sharded = load_checkpoint(Path(out) / "checkpoint.pt")["model"]
     for name, value in ref_model.items():
         torch.testing.assert_close(sharded[name], value, rtol=1e-10, atol=1e-12, msg=name)
+
+
+def test_lr_schedules() -> None:
+    from meshshard.run._training import lr_at
+
+    cosine = TrainConfig(partition="", data="", out="", steps=11, lr=1.0, lr_schedule="cosine", warmup=0, lr_floor=0.1)
+    rates = [lr_at(cosine, s) for s in range(11)]
+    assert rates[0] == 1.0 and rates[-1] == pytest.approx(0.1) and rates[5] == pytest.approx(0.55)
+    assert all(a > b for a, b in zip(rates, rates[1:]))
+    warm = TrainConfig(partition="", data="", out="", steps=11, lr=2.0, warmup=4)
+    assert [lr_at(warm, s) for s in range(6)] == [0.5, 1.0, 1.5, 2.0, 2.0, 2.0]
+    with pytest.raises(ValueError, match=r"^Expected --lr-schedule constant or cosine \(got 'step'\)$"):
+        lr_at(TrainConfig(partition="", data="", out="", lr_schedule="step"), 0)
+
+
+def test_a_scheduled_run_equals_one_process_and_resumes_exactly(setup: dict) -> None:  # noqa: F811
+    from meshshard.run._training import lr_at
+
+    sched = {"lr_schedule": "cosine", "warmup": 2, "lr_floor": 0.05}
+    whole = train(_one_process(setup, "sched-whole", steps=STEPS, **sched))
+    cfg = _one_process(setup, "sched-ref", steps=STEPS, **sched)
+    train_ids = open_dataset(cfg.data).train
+    torch.manual_seed(cfg.seed)
+    model = MeshGraphNet(3, 3, 1, latent_size=cfg.latent_size, hidden_layers=cfg.hidden_layers,
+                         message_passing_steps=cfg.message_passing_steps).to(torch.float64)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    losses = []
+    for step in range(STEPS):
+        x, y, ei, ea = whole_sample(cfg.data, int(train_ids[sample_index(cfg.seed, step, 0, 1, len(train_ids))]),
+                                    dtype=torch.float64)
+        opt.zero_grad()
+        loss = ((model(x, ei, ea) - y) ** 2).mean()
+        loss.backward()
+        for group in opt.param_groups:
+            group["lr"] = lr_at(cfg, step)
+        opt.step()
+        losses.append(float(loss.detach()))
+    assert whole == pytest.approx(losses, rel=1e-10)
+    records = [json.loads(line) for line in (Path(setup["root"]) / "sched-whole" / "log.jsonl").read_text().splitlines()]
+    assert [r["lr"] for r in records if "lr" in r] == [lr_at(cfg, s) for s in range(STEPS)]
+    stopped = train(_one_process(setup, "sched", steps=STEPS, max_time=1e-9, **sched))
+    assert stopped == whole[:1]
+    assert train(_one_process(setup, "sched", steps=STEPS, resume=True, **sched)) == whole
