@@ -552,6 +552,7 @@ def write_samples(
     force: bool = False,
     sources: Sequence[str | os.PathLike[str]] = (),
     progress: Callable[[int], None] | None = None,
+    parameters: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write a dataset folder from ``samples``, consumed one at a time (never all in memory).
 
@@ -566,6 +567,9 @@ def write_samples(
         force: Replace an existing dataset folder (only one, see :func:`check_dataset_output`).
         sources: Input paths ``out`` must not contain.
         progress: Called with 1 after each sample.
+        parameters: Per-sample parameters, ``{"names": [...], "values": [[...] per sample]}``,
+            recorded in ``dataset.json``; the samples carry them as input channels already (the
+            input fields marked ``"parameter": true``).
 
     Returns:
         The dataset folder.
@@ -588,6 +592,9 @@ def write_samples(
                 "input_channels": in_ch, "target_channels": out_ch,
                 "edge_channels": meta.pop("edge_channels"),
                 "split": {"train": train, "val": val}, **meta}
+        if parameters is not None:
+            meta["parameters"] = {"names": list(parameters["names"]),
+                                  "values": [[float(v) for v in row] for row in parameters["values"]]}
         (tmp / METADATA_FILE).write_text(dump_metadata(meta))
     return out
 

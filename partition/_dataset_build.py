@@ -21,7 +21,7 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import redirect_stderr, redirect_stdout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +40,10 @@ from ._dataset import (
     read_dataset_metadata,
     write_samples,
 )
-from ._safe_io import check_destination
+from ._safe_io import check_destination, read_regular
 
-__all__ = ["list_sources", "sample_names", "build_dataset", "partition_dataset", "parse_field_names", "held_note"]
+__all__ = ["list_sources", "sample_names", "build_dataset", "partition_dataset", "parse_field_names", "held_note",
+           "read_parameters"]
 
 _COMPONENT = re.compile(r"^(.+)\[(\d+)\]$")
 
@@ -274,6 +275,7 @@ def build_dataset(
     force: bool = False,
     progress: Callable[[int], None] | None = None,
     notes: Callable[[str], None] | None = None,
+    params: str | os.PathLike[str] | None = None,
 ) -> Path:
     """``meshshard dataset``: one sample per mesh file (see the module docstring for names).
 
@@ -291,6 +293,11 @@ def build_dataset(
         notes: Called with each note for the user (files and subfolders of a source folder that
             were skipped, samples named after their folders, a field that is both an input and a
             target).
+        params: A CSV table of per-sample parameters (``--params``: a ``sample`` column of sample
+            names, then one numeric column per parameter), as design-of-experiments tools write
+            it (:func:`read_parameters`). Each parameter becomes an input channel, the same at
+            every node of its sample (the model's global conditioning), marked ``"parameter":
+            true`` among the input fields; the table is recorded in ``dataset.json``.
         Others: as :func:`meshshard.partition._dataset.write_samples`.
     """
     in_names = parse_field_names(inputs, "--inputs")
@@ -305,8 +312,15 @@ def build_dataset(
     if renamed and notes is not None:
         notes(f"{plural(len(renamed), 'file')} share a name with a file in another folder, so each sample is "
               f"named after its folder too: {listed([names[i] for i in renamed])}")
+    table = read_parameters(params, names, notes) if params is not None else None
     first = _sample_from(files[0], names[0], in_names, out_names)
     _check_channels(in_names, out_names, first, notes)
+    if table is not None:
+        clash = [p for p in table["names"] if p in channel_names(_records(in_names, first.inputs))]
+        if clash:
+            raise ValueError(f"{params}: Expected parameter names apart from the input fields (got {listed(clash)} "
+                             "in both)")
+        first = _with_parameters(first, table, 0)
     expect = (first, files[0])
     mesh0 = (first.sample.pos, _merged_cells(first.sample.cells)) if same_mesh else None
 
@@ -316,6 +330,8 @@ def build_dataset(
         first = None  # type: ignore[assignment]  # let the first sample's arrays go
         for i in range(1, len(files)):
             read = _sample_from(files[i], names[i], in_names, out_names, expect=expect)
+            if table is not None:
+                read = _with_parameters(read, table, i)
             if mesh0 is not None:
                 why = _mesh_difference(read.sample.pos, _merged_cells(read.sample.cells), *mesh0, files[0])
                 if why is not None:
@@ -323,9 +339,13 @@ def build_dataset(
                                      f"--same-mesh asks (got {why})")
             yield read.sample
 
-    written = write_samples(out, samples(), names, input_fields=_records(in_names, first.inputs),
+    input_fields = _records(in_names, first.inputs[:len(in_names)])
+    if table is not None:
+        input_fields += [{"name": p, "components": 1, "parameter": True} for p in table["names"]]
+    written = write_samples(out, samples(), names, input_fields=input_fields,
                             target_fields=_records(out_names, first.targets), val_fraction=val_fraction,
-                            val_samples=val_samples, dtype=dtype, force=force, sources=sources, progress=progress)
+                            val_samples=val_samples, dtype=dtype, force=force, sources=sources, progress=progress,
+                            parameters=table)
     held = held_note(read_dataset_metadata(written))
     if held and notes is not None:
         notes(held)
@@ -347,6 +367,72 @@ def held_note(meta: Mapping[str, Any]) -> str | None:
     return (f"{listed(said)} {'is' if len(said) == 1 else 'are'} held as constant: the spread is round-off against "
             "the field's magnitude (as the w of a 2-D velocity), so it is not scaled up into noise the model would "
             "be asked to fit")
+
+
+#: The largest parameter table read (a row per sample: a few dozen bytes each).
+MAX_PARAMS_BYTES = 64 << 20
+
+
+def read_parameters(path: str | os.PathLike[str], names: Sequence[str],
+                    notes: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """A CSV table of per-sample parameters: ``{"names": [...], "values": [[...] per sample of
+    names]}``, in the order of ``names``.
+
+    The first row names the columns: ``sample`` (the sample names, as ``meshshard dataset`` gives
+    them: file names without extension), then one column per parameter, every value a finite
+    number. Every sample needs exactly one row; rows of other samples are a note. Bad input is a
+    one-line ``ValueError`` naming the file, the row and the column.
+    """
+    import csv
+
+    label = Path(path)
+    text = read_regular(path, max_bytes=MAX_PARAMS_BYTES).decode("utf-8-sig", errors="replace")
+    rows = [r for r in csv.reader(io.StringIO(text)) if any(cell.strip() for cell in r)]
+    if not rows:
+        raise ValueError(f"{label}: Expected a CSV table with a header row (got an empty file)")
+    header = [cell.strip() for cell in rows[0]]
+    if "sample" not in header:
+        raise ValueError(f"{label}: Expected a 'sample' column of sample names (got columns {', '.join(header)})")
+    key = header.index("sample")
+    columns = [i for i in range(len(header)) if i != key]
+    if not columns or any(not header[i] for i in columns) or len(set(header)) != len(header):
+        raise ValueError(f"{label}: Expected named parameter columns besides 'sample', each once (got "
+                         f"{', '.join(header)})")
+    table: dict[str, list[float]] = {}
+    for n, row in enumerate(rows[1:], start=2):
+        if len(row) != len(header):
+            raise ValueError(f"{label}: row {n}: Expected {len(header)} values (got {len(row)})")
+        name = row[key].strip()
+        if name in table:
+            raise ValueError(f"{label}: row {n}: sample {name!r} has a row already")
+        values = []
+        for i in columns:
+            try:
+                value = float(row[i])
+            except ValueError:
+                raise ValueError(f"{label}: row {n}, column {header[i]}: Expected a number (got {row[i]!r})") from None
+            if not np.isfinite(value):
+                raise ValueError(f"{label}: row {n}, column {header[i]}: Expected a finite number (got {row[i]!r})")
+            values.append(value)
+        table[name] = values
+    missing = [s for s in names if s not in table]
+    if missing:
+        raise ValueError(f"{label}: Expected a row for every sample (no row for {listed(missing)}; the samples are "
+                         "named after their files, without extension)")
+    extra = [s for s in table if s not in set(names)]
+    if extra and notes is not None:
+        notes(f"{label}: {plural(len(extra), 'row')} of samples not in this dataset, left out: {listed(extra)}")
+    return {"names": [header[i] for i in columns], "values": [table[s] for s in names]}
+
+
+def _with_parameters(read: _Read, table: Mapping[str, Any], i: int) -> _Read:
+    """``read`` with sample ``i``'s parameters appended to its inputs, one column each, the same
+    value at every node."""
+    sample = read.sample
+    values = np.asarray(table["values"][i], dtype=np.float64)
+    columns = np.broadcast_to(values, (len(sample.inputs), len(values)))
+    inputs = np.concatenate([np.asarray(sample.inputs, dtype=np.float64), columns], axis=1)
+    return _Read(replace(sample, inputs=inputs), read.inputs, read.targets)
 
 
 @dataclass(frozen=True, eq=False)

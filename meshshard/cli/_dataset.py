@@ -86,6 +86,8 @@ def odd_meshes_note(meta: Mapping[str, Any]) -> str | None:
 
 def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
     """The readable summary ``meshshard info DATA`` prints."""
+    import numpy as np
+
     from meshshard.partition import held_note
 
     nodes = [m["num_nodes"] for m in meta["meshes"]]
@@ -116,6 +118,12 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
         *(_stats_line("targets", meta["target_channels"], norm["targets"]) if meta["target_channels"] else []),
         *_stats_line("edges", meta["edge_channels"], norm["edges"]),
     ]
+    params = meta.get("parameters")
+    if params:
+        values = np.asarray(params["values"], dtype=np.float64).reshape(len(params["values"]), -1)
+        ranges = ", ".join(f"{name} {values[:, i].min():.4g}..{values[:, i].max():.4g}"
+                           for i, name in enumerate(params["names"]))
+        lines.append(f"  params   {ranges} (input channels, the same at every node of a sample)")
     held = held_note(meta)
     if held:
         lines.append(f"  held     {held}")
@@ -208,7 +216,8 @@ def _cmd_dataset(args: argparse.Namespace) -> int:
         with Steps(enabled=not args.quiet) as steps, steps.step("samples", total=len(files)) as advance:
             out = build_dataset(args.sources, args.out, inputs=args.inputs, targets=args.targets,
                                 val_fraction=args.val_fraction, val_samples=val_samples, dtype=args.dtype,
-                                same_mesh=args.same_mesh, force=args.force, progress=advance, notes=note)
+                                same_mesh=args.same_mesh, force=args.force, progress=advance, notes=note,
+                                params=args.params)
     except (ValueError, OSError, MemoryError) as err:
         return _error("dataset", err)
     meta = read_dataset_metadata(out)
@@ -243,6 +252,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     split.add_argument("--val-samples", default=None, action="append",
                        help="comma-separated validation samples: indices or names (file names without extension; "
                        "FOLDER/NAME where files of one name are in several folders; repeat the flag to add more)")
+    p.add_argument("--params", default=None, metavar="FILE.csv",
+                   help="per-sample parameters (angle, speed, ...): a CSV table with a 'sample' column of sample "
+                   "names and one numeric column per parameter; each becomes an input channel, the same at every "
+                   "node of its sample")
     p.add_argument("--same-mesh", action="store_true",
                    help="refuse a file whose mesh is not exactly the first file's, saying how it differs "
                    "(without it, such files make a many-meshes dataset)")
