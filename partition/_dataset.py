@@ -553,6 +553,7 @@ def write_samples(
     sources: Sequence[str | os.PathLike[str]] = (),
     progress: Callable[[int], None] | None = None,
     parameters: Mapping[str, Any] | None = None,
+    target_scales: Mapping[str, str] | None = None,
 ) -> Path:
     """Write a dataset folder from ``samples``, consumed one at a time (never all in memory).
 
@@ -570,6 +571,9 @@ def write_samples(
         parameters: Per-sample parameters, ``{"names": [...], "values": [[...] per sample]}``,
             recorded in ``dataset.json``; the samples carry them as input channels already (the
             input fields marked ``"parameter": true``).
+        target_scales: ``{field: expression of the parameters}``: the samples' targets are
+            divided by it already (non-dimensional); recorded so that predictions are multiplied
+            back (:meth:`Dataset.target_factors`).
 
     Returns:
         The dataset folder.
@@ -595,6 +599,8 @@ def write_samples(
         if parameters is not None:
             meta["parameters"] = {"names": list(parameters["names"]),
                                   "values": [[float(v) for v in row] for row in parameters["values"]]}
+        if target_scales:
+            meta["target_scales"] = dict(target_scales)
         (tmp / METADATA_FILE).write_text(dump_metadata(meta))
     return out
 
@@ -939,6 +945,30 @@ class Dataset:
         inputs, targets = self.sample_arrays(sample)
         ids = np.asarray(node_ids, dtype=np.int64)
         return np.asarray(inputs[ids], dtype=np.float64), np.asarray(targets[ids], dtype=np.float64)
+
+    def parameters(self, sample: int) -> dict[str, float]:
+        """Sample ``sample``'s parameters (``--params``), by name; empty without a table."""
+        table = self.meta.get("parameters") or {"names": [], "values": []}
+        row = table["values"][self._sample(sample)] if table["names"] else []
+        return {str(n): float(v) for n, v in zip(table["names"], row)}
+
+    def target_factors(self, sample: int, scales: Mapping[str, str] | None = None,
+                       fields: Sequence[Mapping[str, Any]] | None = None) -> np.ndarray:
+        """``(F_out,)``: what sample ``sample``'s targets (stored, or predicted) are multiplied by to
+        be in physical units: each field's ``scales`` expression (default: this dataset's
+        ``target_scales``) evaluated on the sample's parameters, 1 for a field without one.
+        ``fields``: the target fields, ``[{"name", "components"}]`` (default: this dataset's)."""
+        from ._expressions import evaluate_expression
+
+        scales = (self.meta.get("target_scales") or {}) if scales is None else scales
+        fields = self.meta["targets"] if fields is None else fields
+        values = self.parameters(sample) if scales else {}
+        factors: list[float] = []
+        for f in fields:
+            expression = scales.get(str(f["name"]))
+            factor = evaluate_expression(expression, values) if expression else 1.0
+            factors += [factor] * int(f["components"])
+        return np.asarray(factors, dtype=np.float64)
 
     def mesh_folder(self, index: int) -> Path:
         """The folder of mesh ``index`` (``meshes/NNNNN``), the one place its path is made."""

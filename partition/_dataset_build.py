@@ -40,6 +40,7 @@ from ._dataset import (
     read_dataset_metadata,
     write_samples,
 )
+from ._expressions import check_expression, evaluate_expression, parse_target_scales
 from ._safe_io import check_destination, read_regular
 
 __all__ = ["list_sources", "sample_names", "build_dataset", "partition_dataset", "parse_field_names", "held_note",
@@ -276,6 +277,7 @@ def build_dataset(
     progress: Callable[[int], None] | None = None,
     notes: Callable[[str], None] | None = None,
     params: str | os.PathLike[str] | None = None,
+    target_scale: str | Mapping[str, str] | None = None,
 ) -> Path:
     """``meshshard dataset``: one sample per mesh file (see the module docstring for names).
 
@@ -298,6 +300,9 @@ def build_dataset(
             it (:func:`read_parameters`). Each parameter becomes an input channel, the same at
             every node of its sample (the model's global conditioning), marked ``"parameter":
             true`` among the input fields; the table is recorded in ``dataset.json``.
+        target_scale: Non-dimensional targets (``--target-scale``): ``"p=0.5*speed**2,U=speed"``
+            or a dict, each target field divided by an expression of the parameters (numbers,
+            parameter names, ``+ - * / **``); predictions are multiplied back when written.
         Others: as :func:`meshshard.partition._dataset.write_samples`.
     """
     in_names = parse_field_names(inputs, "--inputs")
@@ -315,12 +320,13 @@ def build_dataset(
     table = read_parameters(params, names, notes) if params is not None else None
     first = _sample_from(files[0], names[0], in_names, out_names)
     _check_channels(in_names, out_names, first, notes)
+    scales = _target_scales(target_scale, table, params, out_names, names)
     if table is not None:
         clash = [p for p in table["names"] if p in channel_names(_records(in_names, first.inputs))]
         if clash:
             raise ValueError(f"{params}: Expected parameter names apart from the input fields (got {listed(clash)} "
                              "in both)")
-        first = _with_parameters(first, table, 0)
+        first = _with_parameters(first, table, 0, scales, _records(out_names, first.targets))
     expect = (first, files[0])
     mesh0 = (first.sample.pos, _merged_cells(first.sample.cells)) if same_mesh else None
 
@@ -331,7 +337,7 @@ def build_dataset(
         for i in range(1, len(files)):
             read = _sample_from(files[i], names[i], in_names, out_names, expect=expect)
             if table is not None:
-                read = _with_parameters(read, table, i)
+                read = _with_parameters(read, table, i, scales, _records(out_names, read.targets))
             if mesh0 is not None:
                 why = _mesh_difference(read.sample.pos, _merged_cells(read.sample.cells), *mesh0, files[0])
                 if why is not None:
@@ -345,7 +351,7 @@ def build_dataset(
     written = write_samples(out, samples(), names, input_fields=input_fields,
                             target_fields=_records(out_names, first.targets), val_fraction=val_fraction,
                             val_samples=val_samples, dtype=dtype, force=force, sources=sources, progress=progress,
-                            parameters=table)
+                            parameters=table, target_scales=scales or None)
     held = held_note(read_dataset_metadata(written))
     if held and notes is not None:
         notes(held)
@@ -425,14 +431,50 @@ def read_parameters(path: str | os.PathLike[str], names: Sequence[str],
     return {"names": [header[i] for i in columns], "values": [table[s] for s in names]}
 
 
-def _with_parameters(read: _Read, table: Mapping[str, Any], i: int) -> _Read:
+def _target_scales(given: str | Mapping[str, str] | None, table: Mapping[str, Any] | None,
+                   params: Any, out_names: list[str], names: Sequence[str]) -> dict[str, str]:
+    """The checked ``--target-scale`` expressions, by target field; each is a finite, non-zero
+    number for every sample (one line naming the sample otherwise)."""
+    if not given:
+        return {}
+    scales = parse_target_scales(given) if isinstance(given, str) else {str(k): str(v) for k, v in given.items()}
+    if table is None:
+        raise ValueError("Expected --params with --target-scale (its expressions are of the parameters)")
+    fields = [n.split("[")[0] for n in out_names]
+    unknown = [f for f in scales if f not in fields]
+    if unknown:
+        raise ValueError(f"Expected --target-scale to name target fields ({', '.join(fields) or 'none'}) (got "
+                         f"{listed(unknown)})")
+    for field, expression in scales.items():
+        check_expression(expression, table["names"])
+        for i, row in enumerate(table["values"]):
+            try:
+                factor = evaluate_expression(expression, dict(zip(table["names"], row)))
+            except ValueError as err:
+                raise ValueError(f"{params}: sample {names[i]}: {err}") from None
+            if factor == 0:
+                raise ValueError(f"{params}: sample {names[i]}: Expected --target-scale {field}={expression} to be "
+                                 "non-zero (got 0), since the targets are divided by it")
+    return scales
+
+
+def _with_parameters(read: _Read, table: Mapping[str, Any], i: int, scales: Mapping[str, str] | None = None,
+                     target_fields: Sequence[Mapping[str, Any]] = ()) -> _Read:
     """``read`` with sample ``i``'s parameters appended to its inputs, one column each, the same
-    value at every node."""
+    value at every node, and its targets divided by their ``scales`` (non-dimensional)."""
     sample = read.sample
     values = np.asarray(table["values"][i], dtype=np.float64)
     columns = np.broadcast_to(values, (len(sample.inputs), len(values)))
     inputs = np.concatenate([np.asarray(sample.inputs, dtype=np.float64), columns], axis=1)
-    return _Read(replace(sample, inputs=inputs), read.inputs, read.targets)
+    targets = sample.targets
+    if scales:
+        named = dict(zip(table["names"], table["values"][i]))
+        factors: list[float] = []
+        for f in target_fields:
+            expression = scales.get(str(f["name"]))
+            factors += [evaluate_expression(expression, named) if expression else 1.0] * int(f["components"])
+        targets = np.asarray(targets, dtype=np.float64) / np.asarray(factors)
+    return _Read(replace(sample, inputs=inputs, targets=targets), read.inputs, read.targets)
 
 
 @dataclass(frozen=True, eq=False)

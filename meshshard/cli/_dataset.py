@@ -124,6 +124,9 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
         ranges = ", ".join(f"{name} {values[:, i].min():.4g}..{values[:, i].max():.4g}"
                            for i, name in enumerate(params["names"]))
         lines.append(f"  params   {ranges} (input channels, the same at every node of a sample)")
+    if meta.get("target_scales"):
+        lines.append("  scaled   " + ", ".join(f"{k} / ({v})" for k, v in meta["target_scales"].items())
+                     + " (targets stored non-dimensional; predictions written in physical units)")
     held = held_note(meta)
     if held:
         lines.append(f"  held     {held}")
@@ -217,7 +220,7 @@ def _cmd_dataset(args: argparse.Namespace) -> int:
             out = build_dataset(args.sources, args.out, inputs=args.inputs, targets=args.targets,
                                 val_fraction=args.val_fraction, val_samples=val_samples, dtype=args.dtype,
                                 same_mesh=args.same_mesh, force=args.force, progress=advance, notes=note,
-                                params=args.params)
+                                params=args.params, target_scale=args.target_scale)
     except (ValueError, OSError, MemoryError) as err:
         return _error("dataset", err)
     meta = read_dataset_metadata(out)
@@ -256,6 +259,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="per-sample parameters (angle, speed, ...): a CSV table with a 'sample' column of sample "
                    "names and one numeric column per parameter; each becomes an input channel, the same at every "
                    "node of its sample")
+    p.add_argument("--target-scale", default=None, metavar="FIELD=EXPR,...",
+                   help="non-dimensional targets: each named target field divided by an expression of the "
+                   "--params (e.g. 'p=0.5*speed**2,U=speed'); predictions are multiplied back when written")
     p.add_argument("--same-mesh", action="store_true",
                    help="refuse a file whose mesh is not exactly the first file's, saying how it differs "
                    "(without it, such files make a many-meshes dataset)")

@@ -379,6 +379,15 @@ def _print_table(rows: list[dict[str, Any]], fields: list[str]) -> None:
         print(line)
 
 
+def physical_rows(data: Any, s: int, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sample ``s``'s inputs and targets at ``ids``, the targets in physical units (multiplied
+    by the dataset's own ``target_scales`` where it made them non-dimensional)."""
+    x, y = data.rows(s, ids)
+    if data.meta.get("target_scales") and y.shape[1]:
+        y = y * data.target_factors(s)
+    return x, y
+
+
 def _point_data(data: Any, targets: list[tuple[str, slice]], x: np.ndarray, y: np.ndarray | None, pred: np.ndarray,
                 ids: np.ndarray) -> dict[str, np.ndarray]:
     """Point fields of one file: ``<t>_pred``, and with known targets (``y``) ``<t>`` and
@@ -411,7 +420,7 @@ def _write_gathered(path: Path, data: Any, targets: list[tuple[str, slice]], s: 
     full[rows[:, 0].astype(np.int64)] = rows[:, 1:]
     whole = data.mesh(layout.mesh)
     ids = np.arange(layout.num_nodes, dtype=np.int64)
-    x, y = data.rows(s, ids)
+    x, y = physical_rows(data, s, ids)
     cells = [(t, np.asarray(c, dtype=np.int64)) for t, c in whole.cells]
     write_vtu(path, np.asarray(whole.points), cells, _point_data(data, targets, x, y, full, ids))
     tri = next((c for t, c in cells if t == "triangle"), None)
@@ -429,7 +438,7 @@ def _write_pieces(folder: Path, index: Path, data: Any, targets: list[tuple[str,
     values[owned] = pred[at[owned]]
     values[~owned] = directory_lookup(layout.owned_ids, pred, ids[~owned], layout.num_nodes, None, ctx.device)
     points = data.mesh_points(layout.mesh)
-    x, y = data.rows(s, ids)
+    x, y = physical_rows(data, s, ids)
     fields = _point_data(data, targets, x, y, values, ids)
     folder.mkdir(parents=True, exist_ok=True)
     write_vtu(folder / f"part-{ctx.rank:05d}.vtu", np.asarray(points[ids]), layout.piece_cells, fields)
@@ -457,6 +466,11 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
     # the run's target fields: DATA's when it has targets (checked equal above), else recorded by train
     truth = bool(data.target_channels)
     target_meta = get_task(str(run_cfg.get("task") or "steady")).output_fields(data, run_cfg)
+    scales = dict(run_cfg.get("target_scales") or {})  # the run's non-dimensional targets, if any
+    if scales and not data.meta.get("parameters"):
+        raise ValueError(f"{data.path}: Expected parameters (meshshard dataset --params): the run predicts "
+                         f"non-dimensional targets ({', '.join(f'{k}={v}' for k, v in scales.items())}), which "
+                         "need each sample's parameters to be written in physical units")
     num_targets = len(norm.targets.channels)
     sizes = len(data.input_channels), len(data.edge_channels), num_targets
     model = build_model(ckpt, sizes, dtype, cfg.model, cfg.model_args, str(data.path)).to(ctx.device)
@@ -515,10 +529,12 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
                             _shard_layout(data, reader, mesh, model, ctx, pieces=not gather, model_spec=cfg.model,
                                           num_targets=num_targets))
         layout = layouts[key]
-        x, y = data.rows(s, layout.owned_ids)
+        x, y = physical_rows(data, s, layout.owned_ids)
         with torch.no_grad():
             out_t = layout.forward(normaliser.normalise_inputs(torch.as_tensor(x, device=ctx.device).to(dtype)))
         pred = norm.targets.denormalise(out_t.to(torch.float64).cpu().numpy())
+        if scales:  # non-dimensional targets (--target-scale): back to physical units
+            pred = pred * data.target_factors(s, scales, target_meta)
         forward_s = time.perf_counter() - started
         if truth:
             err = pred - y

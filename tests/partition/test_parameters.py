@@ -4,15 +4,18 @@ refused in one line when the table does not fit the samples."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import meshio
 import numpy as np
 import pytest
+import torch
 from scipy.spatial import Delaunay
 
 from meshshard.cli import main
 from meshshard.partition import open_dataset, read_parameters
+from meshshard.run import load_run
 
 CASES = {"aoa+00": (0.0, 10.0), "aoa+02": (2.0, 10.0), "aoa-02": (-2.0, 20.0), "aoa+04": (4.0, 20.0)}
 
@@ -87,4 +90,53 @@ def test_the_command_refuses_a_bad_table_and_a_name_clash_leaving_nothing(tmp_pa
     assert not (tmp_path / "data").exists()
     assert main(["dataset", str(cases), "--out", str(tmp_path / "data"), "--inputs", "wall", "--targets", "p",
                  "--params", str(tmp_path / "missing.csv")]) == 2
+    assert not (tmp_path / "data").exists()
+
+
+def test_non_dimensional_targets_are_stored_scaled_and_predicted_in_physical_units(tmp_path: Path) -> None:
+    cases = _cases(tmp_path)
+    table = _table(tmp_path, "sample,aoa,speed\n" + "".join(f"{n},{a},{s}\n" for n, (a, s) in CASES.items()))
+    root = str(tmp_path)
+    assert main(["dataset", str(cases), "--out", f"{root}/data", "--inputs", "wall", "--targets", "p", "--params",
+                 str(table), "--target-scale", "p=0.5*speed**2", "--val-samples", "aoa+02", "--dtype", "float64"]) == 0
+    data = open_dataset(tmp_path / "data")
+    assert data.meta["target_scales"] == {"p": "0.5*speed**2"}
+    for i, s in enumerate(data.meta["samples"]):
+        physical = meshio.read(cases / f"{s['name']}.vtu").point_data["p"]
+        _, y = data.rows(i, np.arange(60))
+        np.testing.assert_allclose(y[:, 0], physical / (0.5 * CASES[s["name"]][1] ** 2), rtol=1e-12)
+        assert data.target_factors(i).tolist() == [0.5 * CASES[s["name"]][1] ** 2]
+    assert main(["partition", f"{root}/data", "--parts", "1", "--out", f"{root}/parts"]) == 0
+    assert main(["train", f"{root}/parts", "--data", f"{root}/data", "--out", f"{root}/run", "--steps", "2",
+                 "--latent", "8", "--mp-steps", "1", "--dtype", "float64", "--quiet"]) == 0
+    assert main(["predict", f"{root}/run", "--data", f"{root}/data", "--out", f"{root}/pred", "--samples", "all",
+                 "--no-plots", "--quiet"]) == 0
+    run = load_run(tmp_path / "run")  # the model itself predicts the non-dimensional target
+    for i, s in enumerate(data.meta["samples"]):
+        written = meshio.read(tmp_path / "pred" / f"{s['name']}.vtu")
+        physical = meshio.read(cases / f"{s['name']}.vtu").point_data["p"]
+        np.testing.assert_allclose(written.point_data["p"], physical, rtol=1e-12)  # the truth, back in physical units
+        mesh = data.mesh(0)
+        x, _ = data.rows(i, np.arange(60))
+        with torch.no_grad():
+            scaled = run(x, mesh.graph().edge_index(), mesh.points).numpy()[:, 0]
+        np.testing.assert_allclose(written.point_data["p_pred"], scaled * 0.5 * CASES[s["name"]][1] ** 2, rtol=1e-10)
+
+
+@pytest.mark.parametrize(("scale", "message"), [
+    ("p=0.5*speed**2", r"Expected --params with --target-scale"),
+    ("q=speed", r"Expected --target-scale to name target fields \(p\) \(got q\)"),
+    ("p=speed*mach", r"to use the parameters aoa, speed only \(got mach\)"),
+    ("p=aoa", r"sample aoa\+00: Expected --target-scale p=aoa to be non-zero"),
+    ("p=__import__('os').system('true')", r"Expected numbers, parameter names, \+ - \* / \*\* and parentheses only"),
+    ("p", r"Expected --target-scale as FIELD=EXPRESSION"),
+])
+def test_a_target_scale_that_cannot_work_is_refused(tmp_path: Path, scale: str, message: str,
+                                                   capsys: pytest.CaptureFixture) -> None:
+    cases = _cases(tmp_path)
+    table = _table(tmp_path, "sample,aoa,speed\n" + "".join(f"{n},{a},{s}\n" for n, (a, s) in CASES.items()))
+    params = [] if "Expected --params" in message else ["--params", str(table)]
+    assert main(["dataset", str(cases), "--out", str(tmp_path / "data"), "--inputs", "wall", "--targets", "p",
+                 *params, "--target-scale", scale]) == 2
+    assert re.search(message, capsys.readouterr().err)
     assert not (tmp_path / "data").exists()

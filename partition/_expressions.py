@@ -1,0 +1,84 @@
+"""Arithmetic on a sample's parameters, for non-dimensional targets: ``0.5 * speed**2``.
+
+An expression is read from the command line or from ``dataset.json`` (a file a user may have
+received), so it is parsed, never run: numbers, parameter names, ``+ - * / **``, unary minus and
+parentheses, and nothing else (no calls, no attributes, no names but the parameters').
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+from collections.abc import Mapping, Sequence
+
+__all__ = ["check_expression", "evaluate_expression", "parse_target_scales"]
+
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.Pow: operator.pow}
+_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
+
+
+def _tree(text: str) -> ast.expr:
+    try:
+        return ast.parse(text.strip(), mode="eval").body
+    except SyntaxError:
+        raise ValueError(f"Expected an arithmetic expression of the parameters (got {text!r})") from None
+
+
+def _names(node: ast.AST, text: str) -> set[str]:
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return set()
+    if isinstance(node, ast.Name):
+        return {node.id}
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        return _names(node.left, text) | _names(node.right, text)
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        return _names(node.operand, text)
+    raise ValueError(f"Expected numbers, parameter names, + - * / ** and parentheses only in {text!r} "
+                     f"(got {ast.unparse(node)!r})")
+
+
+def check_expression(text: str, parameters: Sequence[str]) -> None:
+    """Raise a one-line ``ValueError`` unless ``text`` is arithmetic of ``parameters`` only."""
+    unknown = sorted(_names(_tree(text), text) - set(parameters))
+    if unknown:
+        raise ValueError(f"Expected {text!r} to use the parameters {', '.join(parameters) or '(none)'} only "
+                         f"(got {', '.join(unknown)})")
+
+
+def _value(node: ast.AST, values: Mapping[str, float]) -> float:
+    if isinstance(node, ast.Constant):
+        return float(node.value)
+    if isinstance(node, ast.Name):
+        return float(values[node.id])
+    if isinstance(node, ast.BinOp):
+        return _BINARY[type(node.op)](_value(node.left, values), _value(node.right, values))
+    return _UNARY[type(node.op)](_value(node.operand, values))  # type: ignore[attr-defined]
+
+
+def evaluate_expression(text: str, values: Mapping[str, float]) -> float:
+    """The value of ``text`` for the parameters ``values``; a one-line ``ValueError`` when it is not
+    a finite number (a division by zero, an overflow)."""
+    check_expression(text, list(values))
+    try:
+        result = _value(_tree(text), values)
+    except (ZeroDivisionError, OverflowError, TypeError):
+        result = math.nan
+    if isinstance(result, complex) or not math.isfinite(result):
+        raise ValueError(f"Expected {text!r} to be a finite number (got {result} for "
+                         f"{', '.join(f'{k}={v:g}' for k, v in values.items())})")
+    return float(result)
+
+
+def parse_target_scales(text: str) -> dict[str, str]:
+    """``"p=0.5*speed**2, U=speed"`` -> ``{"p": "0.5*speed**2", "U": "speed"}`` (one-line
+    ``ValueError`` when an item is not ``FIELD=EXPRESSION``)."""
+    scales: dict[str, str] = {}
+    for item in (part.strip() for part in text.split(",")):
+        field, sep, expression = item.partition("=")
+        if not sep or not field.strip() or not expression.strip():
+            raise ValueError(f"Expected --target-scale as FIELD=EXPRESSION, comma-separated (got {item!r})")
+        _names(_tree(expression), expression)
+        scales[field.strip()] = expression.strip()
+    return scales

@@ -1,0 +1,32 @@
+"""Expressions of a sample's parameters (``--target-scale``) are parsed, never run."""
+
+from __future__ import annotations
+
+import pytest
+
+from meshshard.partition import evaluate_expression, parse_target_scales
+
+
+@pytest.mark.parametrize(("text", "value"), [("0.5*speed**2", 50.0), ("-speed / (2 + aoa)", -2.5),
+                                              ("speed", 10.0), ("3", 3.0)])
+def test_arithmetic_of_the_parameters(text: str, value: float) -> None:
+    assert evaluate_expression(text, {"speed": 10.0, "aoa": 2.0}) == value
+
+
+@pytest.mark.parametrize("text", ["__import__('os').system('true')", "speed.real", "abs(speed)", "[speed]",
+                                  "speed if aoa else 1", "lambda: 1", "'text'", "speed @ aoa"])
+def test_anything_but_arithmetic_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match=r"^Expected (numbers, parameter names|an arithmetic expression)"):
+        evaluate_expression(text, {"speed": 10.0, "aoa": 2.0})
+
+
+@pytest.mark.parametrize("text", ["1/aoa", "speed**1000", "0*speed - 1e308*1e308"])
+def test_a_value_that_is_not_a_finite_number_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match=r"to be a finite number"):
+        evaluate_expression(text, {"speed": 10.0, "aoa": 0.0})
+
+
+def test_target_scales() -> None:
+    assert parse_target_scales("p=0.5*speed**2, U = speed") == {"p": "0.5*speed**2", "U": "speed"}
+    with pytest.raises(ValueError, match=r"FIELD=EXPRESSION, comma-separated \(got 'p'\)"):
+        parse_target_scales("p")
