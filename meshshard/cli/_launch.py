@@ -14,7 +14,17 @@ from typing import Any
 
 from meshshard.comm import RankFailed, Terminated, fix_mmap_threshold, launch_local
 
-__all__ = ["run_command"]
+__all__ = ["as_rank", "run_command"]
+
+
+def as_rank(call: Callable[[Any], Any], config: Callable[[dict[str, Any]], Any], payload: dict[str, Any]) -> None:
+    """One rank of a command: ``call(config(payload))`` (``train(TrainConfig.from_dict(...))``),
+    then its process group shut down. Bound with ``functools.partial`` into the worker that
+    :func:`run_command` starts (module-level functions pickle for the spawned ranks)."""
+    from meshshard.comm import shutdown
+
+    call(config(payload))
+    shutdown()
 
 
 def _debug() -> bool:

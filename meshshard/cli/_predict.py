@@ -1,8 +1,10 @@
+
 """``meshshard predict``: the command line of :func:`meshshard.run.predict`."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from dataclasses import asdict
 from typing import Any
@@ -16,16 +18,9 @@ from meshshard.run import (
     predict,
 )
 
-from ._launch import run_command
+from ._launch import as_rank, run_command
 
 __all__ = ["register"]
-
-
-def _predict_worker(cfg_dict: dict[str, Any]) -> None:
-    predict(PredictConfig(**cfg_dict))
-    from meshshard.comm import shutdown
-
-    shutdown()
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -44,7 +39,7 @@ def _run(args: argparse.Namespace) -> int:
     def check() -> None:  # one line before any rank starts
         check_prediction_request(cfg)
 
-    return run_command("predict", _predict_worker, args.nproc, asdict(cfg), check)
+    return run_command("predict", functools.partial(as_rank, predict, PredictConfig), args.nproc, asdict(cfg), check)
 
 
 def register(subparsers: Any) -> None:

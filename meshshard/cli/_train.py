@@ -1,3 +1,4 @@
+
 """``meshshard train``: the command line of :func:`meshshard.run.train`.
 
 Argument parsing, the settings a resumed run takes from its checkpoint, the checks made before any
@@ -6,6 +7,7 @@ rank starts, and the launch; the training itself is the library's (:mod:`meshsha
 
 from __future__ import annotations
 
+import functools
 import shlex
 import sys
 from dataclasses import asdict, fields
@@ -25,16 +27,9 @@ from meshshard.run import (
     train,
 )
 
-from ._launch import run_command
+from ._launch import as_rank, run_command
 
 __all__ = ["register"]
-
-
-def _train_worker(cfg_dict: dict[str, Any]) -> None:
-    train(TrainConfig.from_dict(cfg_dict))
-    from meshshard.comm import shutdown
-
-    shutdown()
 
 
 def _check_counts(args: Any) -> str | None:
@@ -151,7 +146,8 @@ def _run(args: Any) -> int:
     def check() -> None:  # the RUN checks here too, so that a refusal is one line before any rank starts
         check_training(cfg, saved_ckpt)
 
-    return run_command("train", _train_worker, args.nproc, asdict(cfg), check, stopped=lambda: resume_hint(cfg.out))
+    worker = functools.partial(as_rank, train, TrainConfig.from_dict)
+    return run_command("train", worker, args.nproc, asdict(cfg), check, stopped=lambda: resume_hint(cfg.out))
 
 
 def _duration(text: str) -> float:

@@ -12,11 +12,10 @@ import pytest
 import torch
 
 from meshshard.cli._train import parse_duration
-from meshshard.nn import MeshGraphNet
 from meshshard.partition import open_dataset
 from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
-from meshshard.tasks import whole_sample
 from tests._dist import run_ranks
+from tests.meshshard.run._reference import whole_mesh_training
 from tests.meshshard.run.test_train import setup  # noqa: F401 - the shared module fixture
 
 STEPS = 4
@@ -52,23 +51,11 @@ def test_clipping_on_two_ranks_equals_one_process_clipping_the_whole_gradient(se
     sharded = load_checkpoint(Path(out) / "checkpoint.pt")
 
     train_ids = open_dataset(cfg.data).train
-    torch.manual_seed(cfg.seed)
-    model = MeshGraphNet(3, 3, 1, latent_size=cfg.latent_size, hidden_layers=cfg.hidden_layers,
-                         message_passing_steps=cfg.message_passing_steps).to(torch.float64)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    norms, losses = [], []
-    for step in range(STEPS):
-        x, y, ei, ea = whole_sample(cfg.data, int(train_ids[sample_index(cfg.seed, step, 0, 1, len(train_ids))]),
-                                    dtype=torch.float64)
-        opt.zero_grad()
-        loss = ((model(x, ei, ea) - y) ** 2).mean()
-        loss.backward()
-        losses.append(float(loss.detach()))
-        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip)))
-        opt.step()
+    losses, state, norms = whole_mesh_training(
+        cfg, STEPS, lambda step: [train_ids[sample_index(cfg.seed, step, 0, 1, len(train_ids))]], clip=clip)
     assert min(norms) > 10 * clip
     assert sharded["losses"] == pytest.approx(losses, rel=1e-10)
-    for name, value in model.state_dict().items():
+    for name, value in state.items():
         torch.testing.assert_close(sharded["model"][name], value, rtol=1e-10, atol=1e-12, msg=name)
 
 
@@ -90,21 +77,10 @@ def _batch_reference(setup: dict, batch: int, data_parallel: int) -> tuple[list[
 
     cfg = TrainConfig.from_dict(asdict(setup["cfg"]) | {"batch": batch, "data_parallel": data_parallel})
     train_ids = open_dataset(cfg.data).train
-    torch.manual_seed(cfg.seed)
-    model = MeshGraphNet(3, 3, 1, latent_size=cfg.latent_size, hidden_layers=cfg.hidden_layers,
-                         message_passing_steps=cfg.message_passing_steps).to(torch.float64)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    losses = []
-    for step in range(STEPS):
-        picks = [k for d in range(data_parallel) for k in step_samples(cfg, step, d, train_ids)]
-        assert len(picks) == batch * data_parallel
-        loss = sum(((model(x, ei, ea) - y) ** 2).mean()
-                   for x, y, ei, ea in (whole_sample(cfg.data, k, dtype=torch.float64) for k in picks)) / len(picks)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
-    return losses, model.state_dict()
+    picks = [[k for d in range(data_parallel) for k in step_samples(cfg, step, d, train_ids)] for step in range(STEPS)]
+    assert all(len(p) == batch * data_parallel for p in picks)
+    losses, state, _ = whole_mesh_training(cfg, STEPS, lambda step: picks[step])
+    return losses, state
 
 
 @pytest.mark.parametrize(("world", "data_parallel"), [(2, 1), (4, 2)])
@@ -139,21 +115,9 @@ def test_a_scheduled_run_equals_one_process_and_resumes_exactly(setup: dict) -> 
     whole = train(_one_process(setup, "sched-whole", steps=STEPS, **sched))
     cfg = _one_process(setup, "sched-ref", steps=STEPS, **sched)
     train_ids = open_dataset(cfg.data).train
-    torch.manual_seed(cfg.seed)
-    model = MeshGraphNet(3, 3, 1, latent_size=cfg.latent_size, hidden_layers=cfg.hidden_layers,
-                         message_passing_steps=cfg.message_passing_steps).to(torch.float64)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    losses = []
-    for step in range(STEPS):
-        x, y, ei, ea = whole_sample(cfg.data, int(train_ids[sample_index(cfg.seed, step, 0, 1, len(train_ids))]),
-                                    dtype=torch.float64)
-        opt.zero_grad()
-        loss = ((model(x, ei, ea) - y) ** 2).mean()
-        loss.backward()
-        for group in opt.param_groups:
-            group["lr"] = lr_at(cfg, step)
-        opt.step()
-        losses.append(float(loss.detach()))
+    losses, _, _ = whole_mesh_training(
+        cfg, STEPS, lambda step: [train_ids[sample_index(cfg.seed, step, 0, 1, len(train_ids))]],
+        lr_of_step=lambda step: lr_at(cfg, step))
     assert whole == pytest.approx(losses, rel=1e-10)
     records = [json.loads(line) for line in (Path(setup["root"]) / "sched-whole" / "log.jsonl").read_text().splitlines()]
     assert [r["lr"] for r in records if "lr" in r] == [lr_at(cfg, s) for s in range(STEPS)]

@@ -18,13 +18,12 @@ import numpy as np
 import pytest
 import torch
 
-from meshshard.nn import MeshGraphNet
 from meshshard.partition import open_dataset, partition_dataset
 from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
-from meshshard.tasks import whole_sample
 from tests._dist import RankFailure, free_port, run_ranks
 from tests._examples import example_module
 from tests._meshes import mesh_file
+from tests.meshshard.run._reference import whole_mesh_training
 
 STEPS = 4
 
@@ -59,21 +58,10 @@ def _reference(setup: dict, data_parallel: int = 2) -> tuple[list[float], dict]:
     """Single-process training on the whole mesh with the same batches (``data_parallel`` samples per step)."""
     cfg = setup["cfg"]
     train_ids = open_dataset(cfg.data).train
-    samples = {int(s): whole_sample(cfg.data, int(s), dtype=torch.float64) for s in train_ids}
-    torch.manual_seed(cfg.seed)
-    model = MeshGraphNet(3, 3, 1, latent_size=cfg.latent_size, hidden_layers=cfg.hidden_layers,
-                         message_passing_steps=cfg.message_passing_steps).to(torch.float64)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    losses = []
-    for step in range(STEPS):
-        batch = [int(train_ids[sample_index(cfg.seed, step, d, data_parallel, len(train_ids))])
-                 for d in range(data_parallel)]
-        loss = sum(((model(x, ei, ea) - y) ** 2).mean() for x, y, ei, ea in (samples[s] for s in batch)) / len(batch)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
-    return losses, model.state_dict()
+    losses, state, _ = whole_mesh_training(
+        cfg, STEPS, lambda step: [train_ids[sample_index(cfg.seed, step, d, data_parallel, len(train_ids))]
+                                  for d in range(data_parallel)])
+    return losses, state
 
 
 @pytest.fixture(scope="module")
