@@ -158,18 +158,8 @@ def _cross_rank_check(op: str, x: Tensor, send_counts: list[int], recv_counts: l
         raise ValueError(f"{op}: arguments disagree across ranks: " + "; ".join(problems[:4]))
 
 
-def _exchange(
-    send: Tensor,
-    keep: Tensor | None,
-    send_counts: list[int],
-    recv_counts: list[int],
-    rank: int,
-    group: Any,
-    op: str,
-    phase: str,
-    pooled_result: bool = False,
-    out: Tensor | None = None,
-) -> Tensor:
+def _exchange(send: Tensor, keep: Tensor | None, send_counts: list[int], recv_counts: list[int], rank: int,
+              group: Any, op: str, phase: str, pooled_result: bool = False, out: Tensor | None = None) -> Tensor:
     """Send ``send`` (rows for other ranks, in rank order) and place ``keep`` (own part) in the result.
 
     Returns ``(sum(recv_counts), *send.shape[1:])``, rows grouped by source rank; with
@@ -205,16 +195,8 @@ def _exchange(
     return torch.cat([received[:at], keep, received[at:]])
 
 
-def _exchange_rows(
-    x0: Tensor,
-    send_counts: list[int],
-    recv_counts: list[int],
-    rank: int,
-    group: Any,
-    op: str,
-    phase: str,
-    pooled_result: bool = False,
-) -> Tensor:
+def _exchange_rows(x0: Tensor, send_counts: list[int], recv_counts: list[int], rank: int, group: Any, op: str,
+                   phase: str, pooled_result: bool = False) -> Tensor:
     """All-to-all of the rows of ``x0`` (dim 0), split by ``send_counts``, own part kept locally."""
     start = sum(send_counts[:rank])
     stop = start + send_counts[rank]
@@ -269,15 +251,8 @@ def _select_into_workspace(x0: Tensor, index: Tensor) -> Tensor:
 
 class _IndexedAllToAllV(Function):
     @staticmethod
-    def forward(
-        ctx: Any,
-        x0: Tensor,
-        index: Tensor,
-        send_counts: list[int],
-        recv_counts: list[int],
-        rank: int,
-        group: Any,
-    ) -> Tensor:
+    def forward(ctx: Any, x0: Tensor, index: Tensor, send_counts: list[int], recv_counts: list[int], rank: int,
+                group: Any) -> Tensor:
         ctx.save_for_backward(index)
         ctx.args = (x0.shape, send_counts, recv_counts, rank, group)
         start = sum(send_counts[:rank])
@@ -328,16 +303,8 @@ class _HaloPass(Function):
     owners; ``reverse=True``: that sum run forward (``HaloPlan.sum_to_owners``), whose backward appends."""
 
     @staticmethod
-    def forward(
-        ctx: Any,
-        x0: Tensor,
-        index: Tensor,
-        send_counts: list[int],
-        recv_counts: list[int],
-        rank: int,
-        group: Any,
-        reverse: bool,
-    ) -> Tensor:
+    def forward(ctx: Any, x0: Tensor, index: Tensor, send_counts: list[int], recv_counts: list[int], rank: int,
+                group: Any, reverse: bool) -> Tensor:
         ctx.save_for_backward(index)
         ctx.args = (send_counts, recv_counts, rank, group)
         ctx.reverse = reverse
@@ -499,7 +466,18 @@ def sum_to_replicated(x: Tensor, *, group: Any = None) -> Tensor:
     return _SumToReplicated.apply(x, group)
 
 
-
+def _checked_exchange(x: Tensor, send_counts: Counts, recv_counts: Counts, dim: int,
+                      group: Any) -> tuple[Tensor, int, int, list[int], list[int]]:
+    """The checks every exchange makes first, locally: ``x`` a tensor, ``dim`` one of its dims, one
+    non-negative count per rank each way, this rank's own counts equal. Returns ``(x, rank, dim,
+    send_counts, recv_counts)``."""
+    x = check_tensor("x", x)
+    rank, world = group_rank_and_size(group)
+    dim = check_dim(dim, x.dim())
+    sc = as_counts("send_counts", send_counts, world)
+    rc = as_counts("recv_counts", recv_counts, world)
+    check_self_counts(sc, rc, rank)
+    return x, rank, dim, sc, rc
 
 
 def indexed_all_to_all_v(
@@ -537,12 +515,7 @@ def indexed_all_to_all_v(
             ``len(send_index) != sum(send_counts)``, an index out of range, or a rank whose own
             send and receive counts differ.
     """
-    x = check_tensor("x", x)
-    rank, world = group_rank_and_size(group)
-    dim = check_dim(dim, x.dim())
-    sc = as_counts("send_counts", send_counts, world)
-    rc = as_counts("recv_counts", recv_counts, world)
-    check_self_counts(sc, rc, rank)
+    x, rank, dim, sc, rc = _checked_exchange(x, send_counts, recv_counts, dim, group)
     index = _check_index(send_index, sc, x.shape[dim] if check_index else None, x, dim)
     return _IndexedAllToAllV.apply(x.movedim(dim, 0), index, sc, rc, rank, group).movedim(0, dim)
 
@@ -591,12 +564,7 @@ def all_to_all_v(x: Tensor, send_counts: Counts, recv_counts: Counts, *, dim: in
 
     Communication: one ``all_to_all_single`` forward; the adjoint (counts swapped) backward.
     """
-    x = check_tensor("x", x)
-    rank, world = group_rank_and_size(group)
-    dim = check_dim(dim, x.dim())
-    sc = as_counts("send_counts", send_counts, world)
-    rc = as_counts("recv_counts", recv_counts, world)
-    check_self_counts(sc, rc, rank)
+    x, rank, dim, sc, rc = _checked_exchange(x, send_counts, recv_counts, dim, group)
     if x.shape[dim] != sum(sc):
         raise ValueError(f"Expected 'x' to have sum(send_counts) = {sum(sc)} rows along dim {dim} (got {x.shape[dim]})")
     return _AllToAllV.apply(x.movedim(dim, 0), sc, rc, rank, group).movedim(0, dim)

@@ -13,71 +13,49 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from meshshard.comm import (
-    CollectiveCall,
-    agree_on_first_error,
-    all_gather_objects,
-    all_gather_stacked,
-    all_reduce_max,
-    all_reduce_sum,
-    backend_name,
-    barrier,
-    broadcast_tensor,
-    count_collectives,
-    debug_enabled,
-    group_ranks,
-    init_device_mesh_2d,
-    is_distributed,
-    note_replicated_result,
-    record_collective,
-    replicated_results,
-    set_debug,
-    shutdown,
-    sum_to_replicated,
-    torch_device_mesh,
-)
+from meshshard import comm
 from tests._dist import run_ranks
 
 
 def _check_world(rank: int, world: int) -> None:
     total = sum(range(world))
-    assert is_distributed() and backend_name() == "gloo"
-    assert group_ranks() == list(range(world))
+    assert comm.is_distributed() and comm.backend_name() == "gloo"
+    assert comm.group_ranks() == list(range(world))
     x = torch.tensor([float(rank), -float(rank)], dtype=torch.float64)
-    assert all_reduce_sum(x) is x and x.tolist() == [total, -total]
+    assert comm.all_reduce_sum(x) is x and x.tolist() == [total, -total]
     m = torch.tensor([rank, -rank])
-    assert all_reduce_max(m) is m and m.tolist() == [world - 1, 0]
+    assert comm.all_reduce_max(m) is m and m.tolist() == [world - 1, 0]
     a = torch.full((3,), float(rank + 1))
-    all_reduce_sum(a, async_op=True).wait()
+    comm.all_reduce_sum(a, async_op=True).wait()
     assert a.tolist() == [total + world] * 3
     f = torch.full((2,), float(rank + 1))
-    assert torch.equal(all_reduce_sum(f, async_op=True).get_future().wait()[0], torch.full((2,), float(total + world)))
+    assert torch.equal(comm.all_reduce_sum(f, async_op=True).get_future().wait()[0], torch.full((2,), float(total + world)))
     b = torch.full((2,), float(rank))
-    assert broadcast_tensor(b, src=world - 1) is b and b.tolist() == [world - 1.0] * 2
-    stacked = all_gather_stacked(torch.tensor([rank, 10 * rank]))
+    assert comm.broadcast_tensor(b, src=world - 1) is b and b.tolist() == [world - 1.0] * 2
+    stacked = comm.all_gather_stacked(torch.tensor([rank, 10 * rank]))
     assert stacked.tolist() == [[r, 10 * r] for r in range(world)]
-    assert all_gather_objects({"rank": rank}) == [{"rank": r} for r in range(world)]
-    barrier()
-    assert agree_on_first_error(None) is None
+    assert comm.all_gather_objects({"rank": rank}) == [{"rank": r} for r in range(world)]
+    comm.barrier()
+    assert comm.agree_on_first_error(None) is None
     # every rank from 1 on has a problem: every rank gets rank 1's, named
     expected = "rank 1: bad output on 1" if world > 1 else None
-    assert agree_on_first_error(f"bad output on {rank}" if rank >= 1 else None) == expected
+    assert comm.agree_on_first_error(f"bad output on {rank}" if rank >= 1 else None) == expected
 
 
 def _check_group_of_one(rank: int, world: int) -> None:
     singles = [dist.new_group([r]) for r in range(world)]  # collective: every rank makes every group
     mine = singles[rank]
-    assert group_ranks(mine) == [rank] and backend_name(mine) == "gloo"
+    assert comm.group_ranks(mine) == [rank] and comm.backend_name(mine) == "gloo"
     x = torch.tensor([rank + 0.5])
-    assert all_reduce_sum(x, group=mine).tolist() == [rank + 0.5]
-    assert all_reduce_max(x, group=mine).tolist() == [rank + 0.5]
-    assert all_reduce_sum(x, group=mine, async_op=True).wait()
-    assert broadcast_tensor(x, src=rank, group=mine).tolist() == [rank + 0.5]
-    assert all_gather_stacked(x, group=mine).tolist() == [[rank + 0.5]]
-    assert all_gather_objects(rank, group=mine) == [rank]
-    barrier(mine)
-    assert agree_on_first_error("my own problem", mine) == f"rank {rank}: my own problem"
-    assert agree_on_first_error(None, mine) is None
+    assert comm.all_reduce_sum(x, group=mine).tolist() == [rank + 0.5]
+    assert comm.all_reduce_max(x, group=mine).tolist() == [rank + 0.5]
+    assert comm.all_reduce_sum(x, group=mine, async_op=True).wait()
+    assert comm.broadcast_tensor(x, src=rank, group=mine).tolist() == [rank + 0.5]
+    assert comm.all_gather_stacked(x, group=mine).tolist() == [[rank + 0.5]]
+    assert comm.all_gather_objects(rank, group=mine) == [rank]
+    comm.barrier(mine)
+    assert comm.agree_on_first_error("my own problem", mine) == f"rank {rank}: my own problem"
+    assert comm.agree_on_first_error(None, mine) is None
 
 
 def _check_group_of_two(rank: int, world: int) -> None:
@@ -85,23 +63,23 @@ def _check_group_of_two(rank: int, world: int) -> None:
     rest = dist.new_group([0])
     pair = dist.new_group([1, 2])
     if rank == 0:
-        assert group_ranks(rest) == [0]
+        assert comm.group_ranks(rest) == [0]
         return
-    assert group_ranks(pair) == [1, 2]
+    assert comm.group_ranks(pair) == [1, 2]
     x = torch.tensor([float(rank)])
-    assert all_reduce_sum(x, group=pair).tolist() == [3.0]
-    assert all_reduce_max(torch.tensor([rank]), group=pair).tolist() == [2]
-    assert broadcast_tensor(torch.tensor([float(rank)]), src=2, group=pair).tolist() == [2.0]
-    assert all_gather_stacked(torch.tensor([rank]), group=pair).tolist() == [[1], [2]]
-    assert all_gather_objects(f"r{rank}", group=pair) == ["r1", "r2"]
-    barrier(pair)
-    assert agree_on_first_error("late" if rank == 2 else None, pair) == "rank 2: late"
+    assert comm.all_reduce_sum(x, group=pair).tolist() == [3.0]
+    assert comm.all_reduce_max(torch.tensor([rank]), group=pair).tolist() == [2]
+    assert comm.broadcast_tensor(torch.tensor([float(rank)]), src=2, group=pair).tolist() == [2.0]
+    assert comm.all_gather_stacked(torch.tensor([rank]), group=pair).tolist() == [[1], [2]]
+    assert comm.all_gather_objects(f"r{rank}", group=pair) == ["r1", "r2"]
+    comm.barrier(pair)
+    assert comm.agree_on_first_error("late" if rank == 2 else None, pair) == "rank 2: late"
 
 
 def _check_device_mesh(rank: int, world: int) -> None:
-    whole = torch_device_mesh(None)
+    whole = comm.torch_device_mesh(None)
     assert whole.mesh_dim_names == ("domain", "data") and whole.mesh.tolist() == [[r] for r in range(world)]
-    data = torch_device_mesh(init_device_mesh_2d(1))  # pure data parallelism: one row, the data group
+    data = comm.torch_device_mesh(comm.init_device_mesh_2d(1))  # pure data parallelism: one row, the data group
     assert data.mesh.tolist() == [list(range(world))]
 
 
@@ -121,58 +99,58 @@ def test_plain_calls_on_the_world_and_its_groups(world: int) -> None:
 
 def test_a_world_of_one_needs_no_process_group() -> None:
     assert not dist.is_initialized()
-    assert not is_distributed() and backend_name() is None and group_ranks() == [0]
+    assert not comm.is_distributed() and comm.backend_name() is None and comm.group_ranks() == [0]
     x = torch.tensor([1.5, -2.0])
-    assert all_reduce_sum(x) is x and x.tolist() == [1.5, -2.0]
-    assert all_reduce_max(x) is x and x.tolist() == [1.5, -2.0]
-    work = all_reduce_sum(x, async_op=True)
+    assert comm.all_reduce_sum(x) is x and x.tolist() == [1.5, -2.0]
+    assert comm.all_reduce_max(x) is x and x.tolist() == [1.5, -2.0]
+    work = comm.all_reduce_sum(x, async_op=True)
     assert work.wait() and work.is_completed() and work.get_future().wait()[0] is x
-    assert broadcast_tensor(x, src=0) is x and x.tolist() == [1.5, -2.0]
-    stacked = all_gather_stacked(x)
+    assert comm.broadcast_tensor(x, src=0) is x and x.tolist() == [1.5, -2.0]
+    stacked = comm.all_gather_stacked(x)
     assert stacked.tolist() == [[1.5, -2.0]] and stacked.data_ptr() != x.data_ptr()
-    assert all_gather_objects({"a": 1}) == [{"a": 1}]
-    barrier()
-    assert agree_on_first_error("my problem") == "my problem" and agree_on_first_error(None) is None
-    shutdown()  # nothing to shut down
+    assert comm.all_gather_objects({"a": 1}) == [{"a": 1}]
+    comm.barrier()
+    assert comm.agree_on_first_error("my problem") == "my problem" and comm.agree_on_first_error(None) is None
+    comm.shutdown()  # nothing to shut down
     assert not dist.is_initialized()
 
 
 def test_shutdown_destroys_the_default_group() -> None:
     assert not dist.is_initialized()
-    with tempfile.TemporaryDirectory(prefix="meshshard-shutdown-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="meshshard-comm.shutdown-") as tmp:
         dist.init_process_group("gloo", init_method=f"file://{os.path.join(tmp, 'rendezvous')}", rank=0, world_size=1)
         try:
-            assert is_distributed() and backend_name() == "gloo"
-            shutdown()
-            assert not dist.is_initialized() and not is_distributed()
+            assert comm.is_distributed() and comm.backend_name() == "gloo"
+            comm.shutdown()
+            assert not dist.is_initialized() and not comm.is_distributed()
         finally:
             if dist.is_initialized():
                 dist.destroy_process_group()
 
 
 def test_debug_switch_reads_what_set_debug_set() -> None:
-    before = debug_enabled()
+    before = comm.debug_enabled()
     try:
-        set_debug(True)
-        assert debug_enabled() is True
-        set_debug(False)
-        assert debug_enabled() is False
+        comm.set_debug(True)
+        assert comm.debug_enabled() is True
+        comm.set_debug(False)
+        assert comm.debug_enabled() is False
     finally:
-        set_debug(before)
+        comm.set_debug(before)
 
 
 def test_replicated_results_count_global_reductions() -> None:
-    start = replicated_results()
-    note_replicated_result()
-    assert replicated_results() == start + 1
-    sum_to_replicated(torch.ones(3))  # counts itself
-    assert replicated_results() == start + 2
+    start = comm.replicated_results()
+    comm.note_replicated_result()
+    assert comm.replicated_results() == start + 1
+    comm.sum_to_replicated(torch.ones(3))  # counts itself
+    assert comm.replicated_results() == start + 2
 
 
 def test_record_collective_adds_to_every_open_log() -> None:
-    call = CollectiveCall("my_reduction", "backward", 8, 8, 2)
-    record_collective(call)  # no log open: nothing happens
-    with count_collectives() as outer, count_collectives() as inner:
-        record_collective(call)
+    call = comm.CollectiveCall("my_reduction", "backward", 8, 8, 2)
+    comm.record_collective(call)  # no log open: nothing happens
+    with comm.count_collectives() as outer, comm.count_collectives() as inner:
+        comm.record_collective(call)
     for log in (outer, inner):
         assert log.count("my_reduction", "backward") == 1 and log.bytes_sent() == 8
