@@ -580,7 +580,7 @@ def load_partition(
     meta = read_metadata(folder)
     num_parts = meta["num_parts"]
     if not 0 <= rank < num_parts:
-        from ._dataset import plural
+        from ._text import plural
 
         raise ValueError(f"Expected a rank in [0, {num_parts}) (got {rank}): {folder} has one part per rank for "
                          f"{plural(num_parts, 'rank')}; run that many, or partition into as many parts as ranks")
