@@ -11,8 +11,9 @@ import ast
 import math
 import operator
 from collections.abc import Mapping, Sequence
+from typing import Any
 
-__all__ = ["check_expression", "evaluate_expression", "parse_target_scales"]
+__all__ = ["check_expression", "evaluate_columns", "evaluate_expression", "parse_target_scales"]
 
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.Pow: operator.pow}
@@ -47,11 +48,12 @@ def check_expression(text: str, parameters: Sequence[str]) -> None:
                          f"(got {', '.join(unknown)})")
 
 
-def _value(node: ast.AST, values: Mapping[str, float]) -> float:
+def _value(node: ast.AST, values: Mapping[str, Any]) -> Any:
     if isinstance(node, ast.Constant):
         return float(node.value)
     if isinstance(node, ast.Name):
-        return float(values[node.id])
+        value = values[node.id]
+        return float(value) if isinstance(value, int | float) else value
     if isinstance(node, ast.BinOp):
         return _BINARY[type(node.op)](_value(node.left, values), _value(node.right, values))
     return _UNARY[type(node.op)](_value(node.operand, values))  # type: ignore[attr-defined]
@@ -69,6 +71,13 @@ def evaluate_expression(text: str, values: Mapping[str, float]) -> float:
         raise ValueError(f"Expected {text!r} to be a finite number (got {result} for "
                          f"{', '.join(f'{k}={v:g}' for k, v in values.items())})")
     return float(result)
+
+
+def evaluate_columns(text: str, columns: Mapping[str, Any]) -> Any:
+    """``text`` evaluated element-wise on arrays or tensors of the parameters (one value per row):
+    the same arithmetic as :func:`evaluate_expression`, for a model's rows; not checked finite."""
+    check_expression(text, list(columns))
+    return _value(_tree(text), columns)
 
 
 def parse_target_scales(text: str) -> dict[str, str]:

@@ -39,7 +39,7 @@ def _run(args: argparse.Namespace) -> int:
     def check() -> None:  # one line before any rank starts
         check_prediction_request(cfg)
 
-    return run_command("predict", functools.partial(as_rank, predict, PredictConfig), args.nproc, asdict(cfg), check)
+    return run_command("predict", functools.partial(as_rank, predict, PredictConfig.from_dict), args.nproc, asdict(cfg), check)
 
 
 def register(subparsers: Any) -> None:

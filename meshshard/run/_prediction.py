@@ -83,6 +83,8 @@ _PIECE = re.compile(r"^part-\d{5}\.vtu$")
 
 @dataclass
 class PredictConfig:
+    """A prediction: what ``meshshard predict`` takes (its options under their long names)."""
+
     run: str
     data: str
     out: str
@@ -96,6 +98,11 @@ class PredictConfig:
     model: str | None = None  # --model: needed (and only allowed) when the run trained your own model
     model_args: dict[str, Any] | None = None  # --model-args; None: those the run trained with
     checkpoint: str = "best"  # --checkpoint: best (lowest validation loss; the last without one) or last
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> PredictConfig:
+        """From ``asdict(config)`` (what a command hands its ranks)."""
+        return cls(**values)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -77,7 +77,8 @@ class TrainedRun:
             self._check_channels(x.to_local().shape)
             local = norm.normalise_inputs(x.to_local().to(self.device, self.dtype))
             ea = norm.edge_attr(graph.pos.to(self.device, self.dtype), graph.edge_index)
-            return norm.denormalise_targets(self.model(ShardTensor.from_local(local, x.spec), graph, ea))
+            out = norm.denormalise_targets(self.model(ShardTensor.from_local(local, x.spec), graph, ea))
+            return ShardTensor.from_local(self._dimensional(out.to_local(), x.to_local()), out.spec)
         if pos is None:
             raise ValueError("Expected pos, the (N, D) node coordinates, with an edge_index (the edge features are "
                              "computed from them)")
@@ -89,7 +90,25 @@ class TrainedRun:
             raise ValueError(f"Expected edge_index (2, E) and pos ({x.shape[0]}, D) for x of {x.shape[0]} rows "
                              f"(got {tuple(edge_index.shape)} and {tuple(pos.shape)})")
         ea = norm.edge_attr(pos, edge_index)
-        return norm.denormalise_targets(self.model(norm.normalise_inputs(x), edge_index, ea))
+        return self._dimensional(norm.denormalise_targets(self.model(norm.normalise_inputs(x), edge_index, ea)), x)
+
+    def _dimensional(self, out: Any, x: Any) -> Any:
+        """``out`` ``(n, F_out)`` in physical units: for a run of non-dimensional targets
+        (``meshshard dataset --target-scale``), each field times its expression of the parameters,
+        which are input channels of ``x`` ``(n, F_in)``, row by row."""
+        scales = self.config.get("target_scales") or {}
+        if not scales:
+            return out
+        from meshshard.partition import evaluate_columns
+
+        x = x.to(out.device, out.dtype)
+        columns = {name: x[:, i] for i, name in enumerate(self.input_channels)}
+        factors = []
+        for target in self.config.get("target_fields") or []:
+            expression = scales.get(str(target["name"]))
+            value = evaluate_columns(expression, columns) if expression else torch.ones_like(out[:, 0])
+            factors += [value] * int(target["components"])
+        return out * torch.stack(factors, dim=1)
 
     def _check_channels(self, shape: Any) -> None:
         if len(shape) != 2 or shape[1] != len(self.input_channels):

@@ -111,7 +111,7 @@ def test_non_dimensional_targets_are_stored_scaled_and_predicted_in_physical_uni
                  "--latent", "8", "--mp-steps", "1", "--dtype", "float64", "--quiet"]) == 0
     assert main(["predict", f"{root}/run", "--data", f"{root}/data", "--out", f"{root}/pred", "--samples", "all",
                  "--no-plots", "--quiet"]) == 0
-    run = load_run(tmp_path / "run")  # the model itself predicts the non-dimensional target
+    run = load_run(tmp_path / "run")  # in physical units too: the parameters are among its inputs
     for i, s in enumerate(data.meta["samples"]):
         written = meshio.read(tmp_path / "pred" / f"{s['name']}.vtu")
         physical = meshio.read(cases / f"{s['name']}.vtu").point_data["p"]
@@ -120,7 +120,14 @@ def test_non_dimensional_targets_are_stored_scaled_and_predicted_in_physical_uni
         x, _ = data.rows(i, np.arange(60))
         with torch.no_grad():
             scaled = run(x, mesh.graph().edge_index(), mesh.points).numpy()[:, 0]
-        np.testing.assert_allclose(written.point_data["p_pred"], scaled * 0.5 * CASES[s["name"]][1] ** 2, rtol=1e-10)
+        np.testing.assert_allclose(written.point_data["p_pred"], scaled, rtol=1e-10)
+        np.testing.assert_allclose(run.model(torch.as_tensor(run._normaliser.normalise_inputs(torch.as_tensor(x))),
+                                             torch.as_tensor(mesh.graph().edge_index()),
+                                             run._normaliser.edge_attr(torch.as_tensor(mesh.points),
+                                                                       torch.as_tensor(mesh.graph().edge_index()))
+                                             ).detach().numpy()[:, 0] * run._normaliser._out[1].item()
+                                   + run._normaliser._out[0].item(),
+                                   scaled / (0.5 * CASES[s["name"]][1] ** 2), rtol=1e-10)  # the model: non-dimensional
 
 
 @pytest.mark.parametrize(("scale", "message"), [
