@@ -42,6 +42,7 @@ from ._dataset import (
 )
 from ._expressions import check_expression, evaluate_expression, parse_target_scales
 from ._safe_io import check_destination, read_regular
+from ._vtk_io import VTK_SUFFIXES, read_vtk
 
 __all__ = ["list_sources", "sample_names", "build_dataset", "partition_dataset", "parse_field_names", "held_note",
            "read_parameters"]
@@ -51,11 +52,12 @@ _COMPONENT = re.compile(r"^(.+)\[(\d+)\]$")
 
 def list_sources(sources: Sequence[str | os.PathLike[str]], notes: Callable[[str], None] | None = None) -> list[Path]:
     """The mesh files of ``sources``: files as given, folders expanded to their files with an
-    extension meshio reads (sorted by name, hidden files skipped). Subfolders are not searched;
-    ``notes`` is called once with what a folder held that was skipped (other files, subfolders)."""
+    extension meshio reads, or one of :data:`VTK_SUFFIXES` (sorted by name, hidden files skipped).
+    Subfolders are not searched; ``notes`` is called once with what a folder held that was
+    skipped (other files, subfolders)."""
     import meshio
 
-    known = set(meshio.extension_to_filetypes)
+    known = set(meshio.extension_to_filetypes) | set(VTK_SUFFIXES)
     files: list[Path] = []
     other: list[Path] = []
     subfolders: list[Path] = []
@@ -67,7 +69,8 @@ def list_sources(sources: Sequence[str | os.PathLike[str]], notes: Callable[[str
             found = [p for p, m in zip(entries, mesh) if m]
             if not found:
                 raise ValueError(f"{path}: Expected mesh files in the folder (got none with an extension "
-                                 "meshio reads, such as .vtu, .vtk, .msh, .xdmf)")
+                                 "meshio reads, such as .vtu, .vtk, .msh, .xdmf, or one of "
+                                 f"{', '.join(VTK_SUFFIXES)})")
             files.extend(found)
             subfolders.extend(p for p, m in zip(entries, mesh) if not m and p.is_dir())
             other.extend(p for p, m in zip(entries, mesh) if not m and not p.is_dir())
@@ -91,7 +94,18 @@ def _skipped_note(other: list[Path], subfolders: list[Path]) -> str:
             + ("; subfolders are not searched (name one in SOURCES to read its mesh files)" if subfolders else ""))
 
 
-def _read(path: Path) -> Any:
+def _read(path: Path, notes: Callable[[str], None] | None = None) -> Any:
+    """A mesh file as a ``meshio.Mesh``: by meshio, or by vtk for :data:`VTK_SUFFIXES`
+    (``notes`` is told of a multiblock's blocks left out)."""
+    if path.suffix.lower() in VTK_SUFFIXES:
+        try:
+            return read_vtk(path, notes)
+        except ValueError:
+            raise
+        except Exception as err:  # anything vtk or numpy raises on a strange file: one line
+            text = str(err).strip()
+            detail = text.splitlines()[0] if text else type(err).__name__
+            raise ValueError(f"{path}: vtk cannot read it ({detail})") from None
     import meshio
 
     chatter = io.StringIO()  # meshio prints its errors, and may call sys.exit
