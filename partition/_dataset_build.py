@@ -7,8 +7,9 @@ name ``pos`` for the node coordinates (``pos[0]``... for one coordinate), unless
 a field of that name. Only the named fields are read: every file must hold them, with the same
 meaning and component count as the first file; other fields may differ from file to file.
 
-Sample names (:func:`sample_names`): a file's name without extension; files of the same name in
-different folders are named after their folder too (``a/case-0``, ``b/case-0``).
+Sample names (:func:`sample_names`): a file's name without extension (a ``.vtm`` of OpenFOAM's
+foamToVTK: its case's, without the iteration); files of the same name in different folders are
+named after their folder too (``a/case-0``, ``b/case-0``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from ._dataset import (
     write_samples,
 )
 from ._expressions import check_expression, evaluate_expression, parse_target_scales
+from ._foam import foam_folder, foam_sources, sample_stem
 from ._safe_io import check_destination, read_regular
 from ._vtk_io import VTK_SUFFIXES, read_vtk
 
@@ -54,17 +56,27 @@ def list_sources(sources: Sequence[str | os.PathLike[str]], notes: Callable[[str
     """The mesh files of ``sources``: files as given, folders expanded to their files with an
     extension meshio reads, or one of :data:`VTK_SUFFIXES` (sorted by name, hidden files skipped).
     Subfolders are not searched; ``notes`` is called once with what a folder held that was
-    skipped (other files, subfolders)."""
+    skipped (other files, subfolders).
+
+    OpenFOAM's ``foamToVTK`` output (:mod:`meshshard.partition._foam`): a case folder stands for
+    its ``VTK/`` folder, and of a ``VTK/`` folder the last iteration's ``.vtm`` of each case is
+    taken (a note says so when there are several), its other files and folders silently."""
     import meshio
 
     known = set(meshio.extension_to_filetypes) | set(VTK_SUFFIXES)
     files: list[Path] = []
     other: list[Path] = []
     subfolders: list[Path] = []
+    said: list[str] = []
     for src in sources:
         path = Path(src)
         if path.is_dir():
+            path = foam_folder(path)
+        if path.is_dir():
             entries = sorted(p for p in path.iterdir() if not p.name.startswith("."))
+            take, own, foam_notes = foam_sources(entries)
+            said += foam_notes
+            entries = [p for p in entries if p not in own]
             mesh = [p.is_file() and p.suffix.lower() in known for p in entries]
             found = [p for p, m in zip(entries, mesh) if m]
             if not found:
@@ -80,8 +92,11 @@ def list_sources(sources: Sequence[str | os.PathLike[str]], notes: Callable[[str
             raise ValueError(f"{path}: no such file or folder")
     if not files:
         raise ValueError("Expected at least one mesh file or folder in SOURCES (got none)")
-    if (other or subfolders) and notes is not None:
-        notes(_skipped_note(other, subfolders))
+    if notes is not None:
+        for text in said:
+            notes(text)
+        if other or subfolders:
+            notes(_skipped_note(other, subfolders))
     return files
 
 
@@ -140,12 +155,20 @@ def sample_names(files: Sequence[Path]) -> tuple[list[str], list[int]]:
     ``b/case-0``), with as many folders as it takes where those have the same name too
     (``x/a/case-0``, ``y/a/case-0``). The same file twice, or two files of one name in one folder
     (``case-0.vtu``, ``case-0.vtk``), is refused.
+
+    A ``.vtm`` of foamToVTK is named after its case, without the iteration (``pitzDaily_285.vtm`` is
+    ``pitzDaily``), unless that makes it one name with another file of its folder (two iterations
+    of one case): those keep their iteration (``pitzDaily_100``, ``pitzDaily_285``).
     """
     resolved = [p.resolve() for p in files]
+    stems = [sample_stem(p) for p in files]
+    in_folder_count = Counter((r.parent, stem) for r, stem in zip(resolved, stems))
+    stems = [stem if stem == p.stem or in_folder_count[(r.parent, stem)] == 1 else p.stem
+             for p, r, stem in zip(files, resolved, stems)]
     groups: dict[str, list[int]] = {}
-    for i, p in enumerate(files):
-        groups.setdefault(p.stem, []).append(i)
-    names, renamed = [p.stem for p in files], []
+    for i, stem in enumerate(stems):
+        groups.setdefault(stem, []).append(i)
+    names, renamed = list(stems), []
     for stem, members in groups.items():
         if len(members) == 1:
             continue
@@ -178,7 +201,7 @@ def _check_val_names(val_samples: Sequence[int | str], names: list[str], files: 
     for item in val_samples:
         text = str(item).strip()
         if isinstance(item, str) and text not in known:
-            matches = [names[i] for i in renamed if files[i].stem == text]
+            matches = [names[i] for i in renamed if names[i].rsplit("/", 1)[-1] == text]
             if matches:
                 raise ValueError(f"Expected --val-samples to name one sample (got {text!r}, the file name of "
                                  f"{len(matches)} samples: {listed(matches)}; name one of them)")
