@@ -56,6 +56,7 @@ def test_a_case_its_vtk_folder_or_its_vtm_is_one_sample_named_after_the_case(tmp
                   ".vtm in SOURCES to take another)")
     assert (iterations in said) == (given != "vtm")
     assert not [s for s in said if s.startswith("skipped")], said  # foamToVTK's own files are no news
+    assert any("one cell thick in z" in s and "--collapse-2d" in s for s in said), said
 
 
 def test_an_iteration_folder_is_its_vtm() -> None:
@@ -116,14 +117,26 @@ def test_a_real_openfoam_run_end_to_end(tmp_path: Path, capsys) -> None:
     control = case / "system" / "controlDict"
     control.write_text("\n".join("endTime 0.01;" if line.startswith("endTime") else line
                                  for line in control.read_text().splitlines()))
-    run = subprocess.run(["bash", "-c", env + "blockMesh && icoFoam && foamToVTK"],
+    run = subprocess.run(["bash", "-c", env + "blockMesh && icoFoam && foamToVTK && "
+                          "foamToVTK -latestTime -no-point-data -name cells"],
                          cwd=case, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     capsys.readouterr()
     out = tmp_path / "data"
-    assert main(["dataset", str(case), "--out", str(out), "--inputs", "pos", "--targets", "p,U", "-q"]) == 0
+    assert main(["dataset", str(case), "--out", str(out), "--inputs", "pos", "--targets", "p,U", "--collapse-2d",
+                 "--wall-distance", "movingWall", "-q"]) == 0
     assert main(["info", str(out)]) == 0
     info = capsys.readouterr().out
-    assert "one mesh, 40 nodes" in info and "hexahedron 12" in info and "targets  p, U (3)" in info
+    assert "one mesh, 20 nodes" in info and "quad 12" in info and "inputs   pos (2), wall_distance" in info
+    assert "wall_distance: the distance to the nearest node of movingWall" in info and "--collapse-2d" in info
     data = open_dataset(out)
     assert [s["name"] for s in data.meta["samples"]] == ["cavity"]
+    x, _ = data.rows(0, np.arange(20))
+    np.testing.assert_allclose(x[:, 2], 0.1 - x[:, 1], atol=1e-7)  # the lid is at y = 0.1
+    # cell data only (-no-point-data): refused as before, averaged with --cell-data-to-points
+    assert main(["dataset", str(case / "cells"), "--out", str(tmp_path / "c"), "--inputs", "pos", "--targets", "p",
+                 "-q"]) == 2
+    assert "interpolate it to the nodes first" in capsys.readouterr().err
+    assert main(["dataset", str(case / "cells"), "--out", str(tmp_path / "c"), "--inputs", "pos", "--targets", "p",
+                 "--cell-data-to-points", "--collapse-2d", "-q"]) == 0
+    assert open_dataset(tmp_path / "c").num_nodes(0) == 20
