@@ -16,7 +16,8 @@ or in one call: ``partition_file(...)`` (the ``meshshard partition`` command), o
 box decomposition, see ``_grid.py``). ``verify_partition(DIR)`` checks every invariant of a folder.
 
 Datasets (format: :mod:`meshshard.partition._dataset`): ``build_dataset(files, DATA, inputs=...,
-targets=...)`` (``meshshard dataset``), ``write_dataset`` / ``write_dataset_from_pyg``,
+targets=...)`` (``meshshard dataset``; ``read_vtk`` reads the ``.vtp``, ``.vtm``, ``.pvtu`` and
+``.vtkhdf`` files meshio does not), ``write_dataset`` / ``write_dataset_from_pyg``,
 ``open_dataset(DATA)``, ``partition_dataset(DATA, PARTS, R)`` and
 ``check_partition_matches(DATA, PARTS)``.
 """
@@ -46,6 +47,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time see __getattr__ bel
     from ._partition import Partition
     from ._plan import build_partitions
     from ._verify import check_partitions, verify_partition
+    from ._vtk_io import VTK_SUFFIXES, read_vtk
 
 # name -> module that defines it, relative to this package (``._api`` is ``_api.py`` beside this
 # file). Resolved on first use, so that a training rank that only loads its part
@@ -99,6 +101,8 @@ _LAZY: dict[str, str] = {
     "list_sources": "._dataset_build",
     "held_note": "._dataset_build",
     "read_parameters": "._dataset_build",
+    "read_vtk": "._vtk_io",
+    "VTK_SUFFIXES": "._vtk_io",
     "evaluate_expression": "._expressions",
     "evaluate_columns": "._expressions",
     "parse_target_scales": "._expressions",
@@ -140,6 +144,7 @@ __all__ = [
     "Partition",
     "Refusals",
     "Steps",
+    "VTK_SUFFIXES",
     "assign_parts",
     "build_dataset",
     "build_graph",
@@ -181,6 +186,7 @@ __all__ = [
     "read_input",
     "read_json_inside",
     "read_parameters",
+    "read_vtk",
     "read_inside",
     "read_metadata",
     "read_partitions_metadata",

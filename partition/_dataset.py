@@ -37,6 +37,12 @@ is one channel ``u[1]``. The reserved name ``pos`` is the node coordinates (``D`
 components of ``pos[src] - pos[dst]``, then ``|dpos|`` its length, over every directed edge of
 the mesh's nodal graph (both directions of every cell edge).
 
+Optional keys, written only when used. An input field of ``meshshard dataset --wall-distance``
+(``wall_distance``, one channel) lists the boundaries it measures to: ``{"name":
+"wall_distance", "components": 1, "patches": ["lowerWall", "upperWall"]}``. ``"collapsed_2d":
+true`` says the meshes are the lower planes of one-cell-thick 3-D meshes (``--collapse-2d``), so
+new cases to predict on must be read the same way. Neither changes how anything is read.
+
 Inputs only. A dataset made without targets (``meshshard dataset`` without ``--targets``,
 ``write_dataset(targets=None)``) holds new cases to predict on: ``targets`` and
 ``target_channels`` are empty, every ``targets.npy`` is ``(N_m, 0)``, the split has no
@@ -554,6 +560,7 @@ def write_samples(
     progress: Callable[[int], None] | None = None,
     parameters: Mapping[str, Any] | None = None,
     target_scales: Mapping[str, str] | None = None,
+    collapsed_2d: bool = False,
 ) -> Path:
     """Write a dataset folder from ``samples``, consumed one at a time (never all in memory).
 
@@ -574,6 +581,8 @@ def write_samples(
         target_scales: ``{field: expression of the parameters}``: the samples' targets are
             divided by it already (non-dimensional); recorded so that predictions are multiplied
             back (:meth:`Dataset.target_factors`).
+        collapsed_2d: The meshes are the lower planes of one-cell-thick 3-D meshes
+            (``--collapse-2d``): recorded as ``"collapsed_2d": true``.
 
     Returns:
         The dataset folder.
@@ -601,6 +610,8 @@ def write_samples(
                                   "values": [[float(v) for v in row] for row in parameters["values"]]}
         if target_scales:
             meta["target_scales"] = dict(target_scales)
+        if collapsed_2d:
+            meta["collapsed_2d"] = True
         (tmp / METADATA_FILE).write_text(dump_metadata(meta))
     return out
 

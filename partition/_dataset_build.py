@@ -7,8 +7,9 @@ name ``pos`` for the node coordinates (``pos[0]``... for one coordinate), unless
 a field of that name. Only the named fields are read: every file must hold them, with the same
 meaning and component count as the first file; other fields may differ from file to file.
 
-Sample names (:func:`sample_names`): a file's name without extension; files of the same name in
-different folders are named after their folder too (``a/case-0``, ``b/case-0``).
+Sample names (:func:`sample_names`): a file's name without extension (a ``.vtm`` of OpenFOAM's
+foamToVTK: its case's, without the iteration); files of the same name in different folders are
+named after their folder too (``a/case-0``, ``b/case-0``).
 """
 
 from __future__ import annotations
@@ -41,7 +42,11 @@ from ._dataset import (
     write_samples,
 )
 from ._expressions import check_expression, evaluate_expression, parse_target_scales
+from ._foam import foam_folder, foam_sources, sample_stem
+from ._mesh_ops import WALL_DISTANCE, cell_data_to_points, collapse_2d, one_cell_thick_note
+from ._mesh_ops import wall_distance as nearest_wall_distance
 from ._safe_io import check_destination, read_regular
+from ._vtk_io import VTK_SUFFIXES, read_vtk
 
 __all__ = ["list_sources", "sample_names", "build_dataset", "partition_dataset", "parse_field_names", "held_note",
            "read_parameters"]
@@ -51,23 +56,35 @@ _COMPONENT = re.compile(r"^(.+)\[(\d+)\]$")
 
 def list_sources(sources: Sequence[str | os.PathLike[str]], notes: Callable[[str], None] | None = None) -> list[Path]:
     """The mesh files of ``sources``: files as given, folders expanded to their files with an
-    extension meshio reads (sorted by name, hidden files skipped). Subfolders are not searched;
-    ``notes`` is called once with what a folder held that was skipped (other files, subfolders)."""
+    extension meshio reads, or one of :data:`VTK_SUFFIXES` (sorted by name, hidden files skipped).
+    Subfolders are not searched; ``notes`` is called once with what a folder held that was
+    skipped (other files, subfolders).
+
+    OpenFOAM's ``foamToVTK`` output (:mod:`meshshard.partition._foam`): a case folder stands for
+    its ``VTK/`` folder, and of a ``VTK/`` folder the last iteration's ``.vtm`` of each case is
+    taken (a note says so when there are several), its other files and folders silently."""
     import meshio
 
-    known = set(meshio.extension_to_filetypes)
+    known = set(meshio.extension_to_filetypes) | set(VTK_SUFFIXES)
     files: list[Path] = []
     other: list[Path] = []
     subfolders: list[Path] = []
+    said: list[str] = []
     for src in sources:
         path = Path(src)
         if path.is_dir():
+            path = foam_folder(path)
+        if path.is_dir():
             entries = sorted(p for p in path.iterdir() if not p.name.startswith("."))
+            take, own, foam_notes = foam_sources(entries)
+            said += foam_notes
+            entries = [p for p in entries if p not in own]
             mesh = [p.is_file() and p.suffix.lower() in known for p in entries]
             found = [p for p, m in zip(entries, mesh) if m]
             if not found:
                 raise ValueError(f"{path}: Expected mesh files in the folder (got none with an extension "
-                                 "meshio reads, such as .vtu, .vtk, .msh, .xdmf)")
+                                 "meshio reads, such as .vtu, .vtk, .msh, .xdmf, or one of "
+                                 f"{', '.join(VTK_SUFFIXES)})")
             files.extend(found)
             subfolders.extend(p for p, m in zip(entries, mesh) if not m and p.is_dir())
             other.extend(p for p, m in zip(entries, mesh) if not m and not p.is_dir())
@@ -77,8 +94,11 @@ def list_sources(sources: Sequence[str | os.PathLike[str]], notes: Callable[[str
             raise ValueError(f"{path}: no such file or folder")
     if not files:
         raise ValueError("Expected at least one mesh file or folder in SOURCES (got none)")
-    if (other or subfolders) and notes is not None:
-        notes(_skipped_note(other, subfolders))
+    if notes is not None:
+        for text in said:
+            notes(text)
+        if other or subfolders:
+            notes(_skipped_note(other, subfolders))
     return files
 
 
@@ -91,7 +111,18 @@ def _skipped_note(other: list[Path], subfolders: list[Path]) -> str:
             + ("; subfolders are not searched (name one in SOURCES to read its mesh files)" if subfolders else ""))
 
 
-def _read(path: Path) -> Any:
+def _read(path: Path, notes: Callable[[str], None] | None = None) -> Any:
+    """A mesh file as a ``meshio.Mesh``: by meshio, or by vtk for :data:`VTK_SUFFIXES`
+    (``notes`` is told of a multiblock's blocks left out)."""
+    if path.suffix.lower() in VTK_SUFFIXES:
+        try:
+            return read_vtk(path, notes)
+        except ValueError:
+            raise
+        except Exception as err:  # anything vtk or numpy raises on a strange file: one line
+            text = str(err).strip()
+            detail = text.splitlines()[0] if text else type(err).__name__
+            raise ValueError(f"{path}: vtk cannot read it ({detail})") from None
     import meshio
 
     chatter = io.StringIO()  # meshio prints its errors, and may call sys.exit
@@ -118,6 +149,16 @@ def parse_field_names(text: str | Sequence[str], what: str) -> list[str]:
     return names
 
 
+def _patch_names(text: str | Sequence[str]) -> tuple[str, ...]:
+    """Boundary names from ``"lowerWall,upperWall"`` or a list of such strings, each once."""
+    items = [text] if isinstance(text, str) else list(text)
+    names = [t.strip() for item in items for t in str(item).split(",")]
+    if not names or not all(names):
+        raise ValueError("Expected --wall-distance as comma-separated boundary names (got "
+                         f"{','.join(map(str, items))!r})")
+    return tuple(dict.fromkeys(names))
+
+
 def sample_names(files: Sequence[Path]) -> tuple[list[str], list[int]]:
     """Each file's sample name, and the indices of the files named after their folder too.
 
@@ -126,12 +167,20 @@ def sample_names(files: Sequence[Path]) -> tuple[list[str], list[int]]:
     ``b/case-0``), with as many folders as it takes where those have the same name too
     (``x/a/case-0``, ``y/a/case-0``). The same file twice, or two files of one name in one folder
     (``case-0.vtu``, ``case-0.vtk``), is refused.
+
+    A ``.vtm`` of foamToVTK is named after its case, without the iteration (``pitzDaily_285.vtm`` is
+    ``pitzDaily``), unless that makes it one name with another file of its folder (two iterations
+    of one case): those keep their iteration (``pitzDaily_100``, ``pitzDaily_285``).
     """
     resolved = [p.resolve() for p in files]
+    stems = [sample_stem(p) for p in files]
+    in_folder_count = Counter((r.parent, stem) for r, stem in zip(resolved, stems))
+    stems = [stem if stem == p.stem or in_folder_count[(r.parent, stem)] == 1 else p.stem
+             for p, r, stem in zip(files, resolved, stems)]
     groups: dict[str, list[int]] = {}
-    for i, p in enumerate(files):
-        groups.setdefault(p.stem, []).append(i)
-    names, renamed = [p.stem for p in files], []
+    for i, stem in enumerate(stems):
+        groups.setdefault(stem, []).append(i)
+    names, renamed = list(stems), []
     for stem, members in groups.items():
         if len(members) == 1:
             continue
@@ -164,7 +213,7 @@ def _check_val_names(val_samples: Sequence[int | str], names: list[str], files: 
     for item in val_samples:
         text = str(item).strip()
         if isinstance(item, str) and text not in known:
-            matches = [names[i] for i in renamed if files[i].stem == text]
+            matches = [names[i] for i in renamed if names[i].rsplit("/", 1)[-1] == text]
             if matches:
                 raise ValueError(f"Expected --val-samples to name one sample (got {text!r}, the file name of "
                                  f"{len(matches)} samples: {listed(matches)}; name one of them)")
@@ -195,47 +244,75 @@ def _describe(point_data: dict[str, Any]) -> str:
 @dataclass(frozen=True)
 class _Source:
     """Where a named field's channels come from: the node coordinates (``coords``) or the
-    ``point_data`` field ``base``, all of it or its component ``comp``; ``components`` channels."""
+    ``point_data`` field ``base`` (the ``cell_data`` field ``base`` averaged onto the nodes, with
+    ``cell``), all of it or its component ``comp``; ``components`` channels."""
     base: str
     comp: int | None
     coords: bool
     components: int
+    cell: bool = False
 
     def __str__(self) -> str:
-        what = "the node coordinates" if self.coords else f"point_data field {self.base!r}"
+        what = ("the node coordinates" if self.coords else
+                f"cell_data field {self.base!r} averaged onto the nodes" if self.cell else
+                f"point_data field {self.base!r}")
         if self.comp is not None:
             return f"component {self.comp} of {what}"
         return what + ("" if self.components == 1 else f" ({self.components} components)")
 
 
-def _select(names: list[str], mesh: Any, pos: np.ndarray, path: Path) -> tuple[np.ndarray, list[_Source]]:
-    """The channels of ``names`` from the mesh's ``point_data`` (or ``pos``), and where each
+@dataclass(frozen=True)
+class _Reading:
+    """What is done to every mesh as read (``--cell-data-to-points``, ``--collapse-2d``,
+    ``--wall-distance``)."""
+    cell_data_to_points: bool = False
+    collapse_2d: bool = False
+    wall_distance: tuple[str, ...] = ()
+
+
+def _select(names: list[str], mesh: Any, pos: np.ndarray, path: Path,
+            cell_to_points: bool = False) -> tuple[np.ndarray, list[_Source]]:
+    """The channels of ``names`` from the mesh's ``point_data`` (or ``pos``; with
+    ``cell_to_points``, a field only in ``cell_data`` averaged onto the nodes), and where each
     name's channels come from. Only the named fields are read and checked."""
     columns, sources = [np.zeros((len(pos), 0))], []  # no names (no targets): zero channels
     point_data = mesh.point_data
+    cell_data = getattr(mesh, "cell_data", None) or {}
     for name in names:
         base, comp = name, None
         match = _COMPONENT.match(name)
-        if name not in point_data and name != "pos" and match:
+        if name not in point_data and name != "pos" and match and not (cell_to_points and name in cell_data):
             base, comp = match.group(1), int(match.group(2))
         coords = base == "pos" and base not in point_data
+        cell = False
         if coords:
             array = pos
         elif base in point_data:
             array = _point_field(mesh, base, path)
+        elif cell_to_points and base in cell_data:
+            array, cell = cell_data_to_points(mesh, base, path), True
+        elif cell_to_points:
+            raise ValueError(f"{path}: Expected field {name!r} in point_data or cell_data (available: "
+                             f"{_describe(point_data) or 'none'}; cell_data: {_describe_cells(cell_data) or 'none'}; "
+                             "and pos for the coordinates)")
         else:
-            cell = (f"; {base!r} is there as cell data (a value per cell), and meshshard needs point fields: "
+            hint = (f"; {base!r} is there as cell data (a value per cell), and meshshard needs point fields: "
                     "interpolate it to the nodes first (ParaView: Cell Data to Point Data)"
-                    if base in (getattr(mesh, "cell_data", None) or {}) else "")
+                    if base in cell_data else "")
             raise ValueError(f"{path}: Expected field {name!r} in point_data (available: "
-                             f"{_describe(point_data) or 'none'}; and pos for the coordinates){cell}")
+                             f"{_describe(point_data) or 'none'}; and pos for the coordinates){hint}")
         if comp is not None:
             if comp >= array.shape[1]:
                 raise ValueError(f"{path}: Expected a component of {base!r} in 0..{array.shape[1] - 1} (got {name!r})")
             array = array[:, comp:comp + 1]
         columns.append(np.asarray(array, dtype=np.float64))
-        sources.append(_Source(base, comp, coords, array.shape[1]))
+        sources.append(_Source(base, comp, coords, array.shape[1], cell))
     return np.concatenate(columns, axis=1), sources
+
+
+def _describe_cells(cell_data: Mapping[str, Any]) -> str:
+    """``k, U (3 components)``: the ``cell_data`` fields of a file (per block lists)."""
+    return _describe({k: v[0] if isinstance(v, list | tuple) and len(v) else v for k, v in cell_data.items()})
 
 
 def _records(names: list[str], sources: list[_Source]) -> list[dict[str, Any]]:
@@ -278,6 +355,9 @@ def build_dataset(
     notes: Callable[[str], None] | None = None,
     params: str | os.PathLike[str] | None = None,
     target_scale: str | Mapping[str, str] | None = None,
+    cell_data_to_points: bool = False,
+    collapse_2d: bool = False,
+    wall_distance: str | Sequence[str] | None = None,
 ) -> Path:
     """``meshshard dataset``: one sample per mesh file (see the module docstring for names).
 
@@ -303,10 +383,23 @@ def build_dataset(
         target_scale: Non-dimensional targets (``--target-scale``): ``"p=0.5*speed**2,U=speed"``
             or a dict, each target field divided by an expression of the parameters (numbers,
             parameter names, ``+ - * / **``); predictions are multiplied back when written.
+        cell_data_to_points: A named field found only in a file's ``cell_data`` is averaged onto
+            the nodes (the mean over the cells that use each node); without it, such a field is
+            refused, saying so (``--cell-data-to-points``).
+        collapse_2d: Every mesh is one cell thick in z (OpenFOAM's 2-D cases) and becomes the
+            2-D mesh of its lower plane (:func:`meshshard.partition._mesh_ops.collapse_2d`); a
+            mesh of another shape is refused. Recorded as ``"collapsed_2d": true``
+            (``--collapse-2d``). Without it, a first mesh of that shape is a note.
+        wall_distance: Named boundaries (patches of a foamToVTK ``.vtm``), comma-separated or a
+            list: an input channel ``wall_distance`` after the named inputs, at every node the
+            distance to the nearest node of those boundaries; its field record lists them as
+            ``"patches"`` (``--wall-distance``).
         Others: as :func:`meshshard.partition._dataset.write_samples`.
     """
     in_names = parse_field_names(inputs, "--inputs")
     out_names = parse_field_names(targets, "--targets") if targets else []
+    patches = _patch_names(wall_distance) if wall_distance else ()
+    reading = _Reading(cell_data_to_points, collapse_2d, patches)
     if not out_names and val_fraction is None and val_samples is None:
         val_fraction = 0.0  # cases to predict on: nothing to validate against
     check_dataset_output(out, force, sources)
@@ -318,11 +411,17 @@ def build_dataset(
         notes(f"{plural(len(renamed), 'file')} share a name with a file in another folder, so each sample is "
               f"named after its folder too: {listed([names[i] for i in renamed])}")
     table = read_parameters(params, names, notes) if params is not None else None
-    first = _sample_from(files[0], names[0], in_names, out_names)
+    first = _sample_from(files[0], names[0], in_names, out_names, reading=reading, notes=notes)
     _check_channels(in_names, out_names, first, notes)
+    input_fields = _records(in_names, first.inputs)
+    if patches:
+        if WALL_DISTANCE in channel_names(input_fields):
+            raise ValueError(f"Expected --inputs apart from {WALL_DISTANCE}, the channel --wall-distance adds (got "
+                             "it in both)")
+        input_fields.append({"name": WALL_DISTANCE, "components": 1, "patches": list(patches)})
     scales = _target_scales(target_scale, table, params, out_names, names)
     if table is not None:
-        clash = [p for p in table["names"] if p in channel_names(_records(in_names, first.inputs))]
+        clash = [p for p in table["names"] if p in channel_names(input_fields)]
         if clash:
             raise ValueError(f"{params}: Expected parameter names apart from the input fields (got {listed(clash)} "
                              "in both)")
@@ -335,7 +434,7 @@ def build_dataset(
         yield first.sample
         first = None  # type: ignore[assignment]  # let the first sample's arrays go
         for i in range(1, len(files)):
-            read = _sample_from(files[i], names[i], in_names, out_names, expect=expect)
+            read = _sample_from(files[i], names[i], in_names, out_names, expect=expect, reading=reading)
             if table is not None:
                 read = _with_parameters(read, table, i, scales, _records(out_names, read.targets))
             if mesh0 is not None:
@@ -345,13 +444,12 @@ def build_dataset(
                                      f"--same-mesh asks (got {why})")
             yield read.sample
 
-    input_fields = _records(in_names, first.inputs[:len(in_names)])
     if table is not None:
         input_fields += [{"name": p, "components": 1, "parameter": True} for p in table["names"]]
     written = write_samples(out, samples(), names, input_fields=input_fields,
                             target_fields=_records(out_names, first.targets), val_fraction=val_fraction,
                             val_samples=val_samples, dtype=dtype, force=force, sources=sources, progress=progress,
-                            parameters=table, target_scales=scales or None)
+                            parameters=table, target_scales=scales or None, collapsed_2d=collapse_2d)
     held = held_note(read_dataset_metadata(written))
     if held and notes is not None:
         notes(held)
@@ -485,13 +583,24 @@ class _Read:
 
 
 def _sample_from(path: Path, name: str, in_names: list[str], out_names: list[str],
-                 expect: tuple[_Read, Path] | None = None) -> _Read:
+                 expect: tuple[_Read, Path] | None = None, reading: _Reading = _Reading(),
+                 notes: Callable[[str], None] | None = None) -> _Read:
     """Read one mesh file into a :class:`Sample`; with ``expect`` (the first file's), each named
-    field must come from the same place with the same component count as there."""
-    mesh = _read(path)
+    field must come from the same place with the same component count as there. ``reading``
+    says what is done to the mesh as read; ``notes`` (given for the first file) hears of a
+    multiblock's blocks left out, and of a mesh one cell thick that could be collapsed."""
+    mesh = _read(path, notes)
+    if reading.collapse_2d:
+        mesh = collapse_2d(mesh, path)
+    elif notes is not None:
+        thick = one_cell_thick_note(mesh, path)
+        if thick is not None:
+            notes(thick)
     pos = np.asarray(mesh.points, dtype=np.float64)
-    x, x_sources = _select(in_names, mesh, pos, path)
-    y, y_sources = _select(out_names, mesh, pos, path)
+    x, x_sources = _select(in_names, mesh, pos, path, reading.cell_data_to_points)
+    y, y_sources = _select(out_names, mesh, pos, path, reading.cell_data_to_points)
+    if reading.wall_distance:
+        x = np.concatenate([x, nearest_wall_distance(mesh, reading.wall_distance, path)], axis=1)
     if expect is not None:
         for field, got, want in zip([*in_names, *out_names], [*x_sources, *y_sources],
                                     [*expect[0].inputs, *expect[0].targets]):

@@ -127,6 +127,11 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
     if meta.get("target_scales"):
         lines.append("  scaled   " + ", ".join(f"{k} / ({v})" for k, v in meta["target_scales"].items())
                      + " (targets stored non-dimensional; predictions written in physical units)")
+    walls = [f for f in meta["inputs"] if f.get("patches")]
+    for f in walls:
+        lines.append(f"  wall     {f['name']}: the distance to the nearest node of {', '.join(f['patches'])}")
+    if meta.get("collapsed_2d"):
+        lines.append("  2-D      each mesh the lower z-plane of a one-cell-thick 3-D mesh (--collapse-2d)")
     held = held_note(meta)
     if held:
         lines.append(f"  held     {held}")
@@ -220,7 +225,9 @@ def _cmd_dataset(args: argparse.Namespace) -> int:
             out = build_dataset(args.sources, args.out, inputs=args.inputs, targets=args.targets,
                                 val_fraction=args.val_fraction, val_samples=val_samples, dtype=args.dtype,
                                 same_mesh=args.same_mesh, force=args.force, progress=advance, notes=note,
-                                params=args.params, target_scale=args.target_scale)
+                                params=args.params, target_scale=args.target_scale,
+                                cell_data_to_points=args.cell_data_to_points, collapse_2d=args.collapse_2d,
+                                wall_distance=args.wall_distance)
     except (ValueError, OSError, MemoryError) as err:
         return _error("dataset", err)
     meta = read_dataset_metadata(out)
@@ -241,7 +248,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               "u[0], u[1], ...; u[1] alone is one channel); pos is the node coordinates.")
     p.set_defaults(func=_cmd_dataset)
     p.add_argument("sources", nargs="*", metavar="SOURCES",
-                   help="mesh files (any format meshio reads) or folders of them")
+                   help="mesh files (any format meshio reads, and .vtp, .vtm, .pvtu, .vtkhdf with the vtk package) "
+                   "or folders of them; an OpenFOAM case folder, or its VTK/ folder, is the last iteration foamToVTK "
+                   "wrote")
     p.add_argument("--out", "-o", required=True, help="dataset folder to create")
     p.add_argument("--inputs", required=True, action="append",
                    help="comma-separated input fields, e.g. T_in,pos (repeat the flag to add more)")
@@ -262,6 +271,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--target-scale", default=None, metavar="FIELD=EXPR,...",
                    help="non-dimensional targets: each named target field divided by an expression of the "
                    "--params (e.g. 'p=0.5*speed**2,U=speed'); predictions are multiplied back when written")
+    p.add_argument("--cell-data-to-points", action="store_true",
+                   help="a named field found only in cell data (a finite-volume solver's cell-centred values) "
+                   "is averaged onto the nodes: at each node, the mean over the cells that use it")
+    p.add_argument("--collapse-2d", action="store_true",
+                   help="every mesh is one cell thick in z (OpenFOAM's 2-D cases): keep its lower plane as a 2-D "
+                   "mesh (hexahedra become quads, wedges triangles, half the nodes, no z-edges)")
+    p.add_argument("--wall-distance", default=None, action="append", metavar="PATCH[,PATCH]",
+                   help="an input channel wall_distance: at every node, the distance to the nearest node of the "
+                   "named boundaries (the patches of a foamToVTK .vtm; repeat the flag to add more)")
     p.add_argument("--same-mesh", action="store_true",
                    help="refuse a file whose mesh is not exactly the first file's, saying how it differs "
                    "(without it, such files make a many-meshes dataset)")
