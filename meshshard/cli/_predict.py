@@ -39,7 +39,8 @@ def _run(args: argparse.Namespace) -> int:
     def check() -> None:  # one line before any rank starts
         check_prediction_request(cfg)
 
-    return run_command("predict", functools.partial(as_rank, predict, PredictConfig.from_dict), args.nproc, asdict(cfg), check)
+    worker = functools.partial(as_rank, predict, PredictConfig.from_dict)
+    return run_command("predict", worker, args.nproc, asdict(cfg), check)
 
 
 def register(subparsers: Any) -> None:
