@@ -83,7 +83,7 @@ def _batch_reference(setup: dict, batch: int, data_parallel: int) -> tuple[list[
     return losses, state
 
 
-@pytest.mark.parametrize(("world", "data_parallel"), [(2, 1), (4, 2)])
+@pytest.mark.parametrize(("world", "data_parallel"), [(2, 1), pytest.param(4, 2, marks=pytest.mark.slow)])
 def test_several_samples_a_step_on_shards_equal_one_process(setup: dict, world: int, data_parallel: int) -> None:  # noqa: F811
     out = str(setup["root"] / f"batch-{world}")
     cfg = asdict(setup["cfg"]) | {"out": out, "data_parallel": data_parallel, "batch": 2}
