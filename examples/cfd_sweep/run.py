@@ -1,0 +1,256 @@
+"""Step 2 of the CFD-sweep example: the four meshshard commands on the sweep, then the model against baselines.
+
+On the sweep that ``sweep.py`` wrote (``SWEEP/vtu/<case>.vtu``, ``SWEEP/params.csv``,
+``SWEEP/sweep.json``), it runs, as a user would type them (each printed before it runs)::
+
+    meshshard dataset SWEEP/vtu --out TAG/data --inputs 'pos[0],pos[1]' --targets p,U --params SWEEP/params.csv \\
+        --target-scale 'p=speed**2,U=speed' --val-samples <the held-out cases> --same-mesh
+    meshshard partition TAG/data --parts 2 --out TAG/parts
+    meshshard train TAG/parts --data TAG/data --out TAG/run --nproc 2 --steps S --batch B --lr LR \\
+        --lr-schedule cosine --warmup W --val-every V --max-time T --latent L --mp-steps M
+    meshshard predict TAG/run --data TAG/data --out TAG/pred --nproc 2 --samples val --checkpoint last
+
+(``--checkpoint last``: the validation cases are the held-out cases of the table, so the checkpoint
+of the lowest validation loss, predict's default, would be chosen by the very cases it is scored on)
+where ``TAG`` is ``SWEEP/<--tag>`` (one folder per recipe, so recipes can be compared side by
+side). Then, on the held-out cases and in physical units, it computes the relative L2 error per
+field (``p``; ``U`` as a vector: all its components together) of
+
+- **meshshard**: the ``p_pred`` and ``U_pred`` that ``predict`` wrote (``TAG/pred/<case>.vtu``);
+- **training mean**: the node-wise mean of the training cases' fields;
+- **nearest case**: the training case nearest in parameter space (each parameter divided by its
+  range over the sweep; a tie goes to the first in ``params.csv``);
+- **interpolation in <parameter>**: linear interpolation, node by node, between the two
+  neighbouring training cases along that parameter (the nearest below and above it with every
+  other parameter equal); one row per parameter that varies;
+- the same two, **rescaled**: made on ``p / speed^2`` and ``U / speed`` and multiplied back, which is
+  what ``--target-scale`` gives the model; a baseline a CFD engineer would use.
+
+Every case of the sweep is on one mesh (``--same-mesh`` checks it), so the baselines are
+arithmetic on the stored fields. It prints the table and writes ``TAG/results.json`` (every
+error per case, the commands, the wall time of each stage).
+
+    python examples/cfd_sweep/run.py cfd-sweep --tag base --steps 300 --max-time 10m
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import meshio
+import numpy as np
+
+FIELDS = ("p", "U")
+
+
+def rescale(params: dict[str, float]) -> dict[str, float]:
+    """The non-dimensionalisation of the rescaled baselines: ``p / speed^2``, ``U / speed``."""
+    return {"p": params["speed"] ** 2, "U": params["speed"]}
+
+
+def read_params(path: Path) -> tuple[list[str], list[str], np.ndarray]:
+    """(sample names, parameter names, values (cases, parameters)) of ``params.csv``."""
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    header, body = rows[0], [r for r in rows[1:] if r]
+    assert header[0] == "sample", f"{path}: the first column must be 'sample'"
+    return [r[0] for r in body], header[1:], np.array([[float(v) for v in r[1:]] for r in body])
+
+
+def read_fields(path: Path) -> dict[str, np.ndarray]:
+    """``p`` (N,) and ``U`` (N, 3) of one case, float64, in the file's node order."""
+    data = meshio.read(path).point_data
+    return {f: np.asarray(data[f], np.float64) for f in FIELDS}
+
+
+def rel_l2(pred: np.ndarray, true: np.ndarray) -> float:
+    """||pred - true|| / ||true|| over every node (and component): predict's metrics.json figure."""
+    return float(np.linalg.norm(pred - true) / np.linalg.norm(true))
+
+
+def baselines(names: list[str], params: list[str], values: np.ndarray, fields: dict[str, dict[str, np.ndarray]],
+              train: list[int], case: int) -> dict[str, tuple[dict[str, np.ndarray], str]]:
+    """Each baseline's prediction of ``case`` from the ``train`` cases, with what it was made of."""
+    out: dict[str, tuple[dict[str, np.ndarray], str]] = {}
+    out["training mean"] = ({f: np.mean([fields[names[i]][f] for i in train], axis=0) for f in FIELDS},
+                            f"mean of {len(train)} cases")
+    span = values.max(0) - values.min(0)
+    span[span == 0] = 1.0
+    dist = [float(np.linalg.norm((values[i] - values[case]) / span)) for i in train]
+    near = train[int(np.argmin(dist))]
+    prm = dict(zip(params, values[case]))
+    near_prm = dict(zip(params, values[near]))
+    out["nearest case"] = (fields[names[near]], names[near])
+    out["nearest case, rescaled"] = ({f: fields[names[near]][f] * rescale(prm)[f] / rescale(near_prm)[f]
+                                      for f in FIELDS}, names[near])
+    for k, param in enumerate(params):
+        if values[:, k].min() == values[:, k].max():
+            continue  # not varied in this sweep
+        others = [j for j in range(len(params)) if j != k]
+        line = [i for i in train if np.allclose(values[i, others], values[case, others], rtol=1e-9, atol=0)]
+        below = [i for i in line if values[i, k] < values[case, k]]
+        above = [i for i in line if values[i, k] > values[case, k]]
+        if not below or not above:
+            continue  # at the edge of the sweep along this parameter: no interpolation
+        lo = max(below, key=lambda i: values[i, k])
+        hi = min(above, key=lambda i: values[i, k])
+        t = (values[case, k] - values[lo, k]) / (values[hi, k] - values[lo, k])
+        made = f"{names[lo]} x {1 - t:.3g} + {names[hi]} x {t:.3g}"
+        out[f"interpolation in {param}"] = ({f: (1 - t) * fields[names[lo]][f] + t * fields[names[hi]][f]
+                                             for f in FIELDS}, made)
+        f_lo, f_hi = rescale(dict(zip(params, values[lo]))), rescale(dict(zip(params, values[hi])))
+        out[f"interpolation in {param}, rescaled"] = (
+            {f: ((1 - t) * fields[names[lo]][f] / f_lo[f] + t * fields[names[hi]][f] / f_hi[f]) * rescale(prm)[f]
+             for f in FIELDS}, made + " (rescaled)")
+    return out
+
+
+def meshshard_prediction(pred: Path, metrics: dict, name: str, num_nodes: int) -> tuple[dict[str, np.ndarray], dict]:
+    """``p_pred`` and ``U_pred`` of one case from predict's ``.vtu``, in the dataset's node order."""
+    [record] = [r for r in metrics["samples"] if r["name"] == name]
+    data = meshio.read(pred / record["file"]).point_data
+    order = np.asarray(data["global_id"], np.int64)
+    out = {}
+    for f in FIELDS:
+        values = np.asarray(data[f"{f}_pred"], np.float64)
+        full = np.zeros((num_nodes,) + values.shape[1:])
+        full[order] = values
+        out[f] = full
+    return out, record
+
+
+def command(words: list[str], log: list[dict], stage: str) -> float:
+    """Run ``meshshard WORDS`` as a user would, printed first; its wall time."""
+    print(f"\n$ meshshard {shlex.join(words)}", flush=True)
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "meshshard", *words])
+    seconds = time.perf_counter() - started
+    log.append({"stage": stage, "command": "meshshard " + shlex.join(words), "seconds": round(seconds, 1)})
+    if done.returncode != 0:
+        sys.exit(f"run.py: meshshard {stage} failed ({done.returncode})")
+    return seconds
+
+
+def table(rows: dict[str, dict[str, list[float]]], cases: list[str]) -> str:
+    """Mean [worst] per field, then every case."""
+    head = f"{'':36} {'p mean':>8} {'p worst':>8} {'U mean':>8} {'U worst':>8}   per case: p / U"
+    lines = [head, "-" * len(head)]
+    for method, err in rows.items():
+        per = "  ".join(f"{a:.2%}/{b:.2%}" for a, b in zip(err["p"], err["U"]))
+        lines.append(f"{method:36} {np.mean(err['p']):8.2%} {np.max(err['p']):8.2%} "
+                     f"{np.mean(err['U']):8.2%} {np.max(err['U']):8.2%}   {per}")
+    lines.append(f"held-out cases, in the order of 'per case': {', '.join(cases)}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("sweep", type=Path, help="the sweep folder sweep.py wrote")
+    p.add_argument("--tag", default="base", help="this recipe's folder, SWEEP/TAG (default base)")
+    p.add_argument("--inputs", default="pos[0],pos[1]",
+                   help="meshshard dataset --inputs (default 'pos[0],pos[1]': the 2-D case's plane; the "
+                        "parameters speed and nu are added by --params)")
+    p.add_argument("--target-scale", default="p=speed**2,U=speed",
+                   help="meshshard dataset --target-scale, or 'none' (default 'p=speed**2,U=speed')")
+    p.add_argument("--nproc", type=int, default=2, help="ranks for train and predict (default 2)")
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--max-time", default="10m", help="train --max-time (default 10m)")
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr-schedule", default="cosine")
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--val-every", type=int, default=25)
+    p.add_argument("--latent", type=int, default=64)
+    p.add_argument("--mp-steps", type=int, default=6)
+    p.add_argument("--train-args", default="", help="more meshshard train options, as one string")
+    p.add_argument("--force", action="store_true", help="make SWEEP/TAG over (its data, parts, run, pred)")
+    args = p.parse_args(argv)
+
+    sweep: Path = args.sweep
+    info = json.loads((sweep / "sweep.json").read_text())
+    names, params, values = read_params(sweep / "params.csv")
+    held = list(info["held_out"])
+    if not held:
+        sys.exit(f"run.py: {sweep} has no held-out cases (a grid needs 3 values of a parameter for one)")
+    tag = sweep / args.tag
+    force = ["--force"] if args.force else []
+    log: list[dict] = []
+    started = time.perf_counter()
+
+    scale = [] if args.target_scale == "none" else ["--target-scale", args.target_scale]
+    command(["dataset", str(sweep / "vtu"), "--out", str(tag / "data"), "--inputs", args.inputs, "--targets", "p,U",
+             "--params", str(sweep / "params.csv"), *scale, "--val-samples", ",".join(held), "--same-mesh", *force],
+            log, "dataset")
+    command(["partition", str(tag / "data"), "--parts", str(args.nproc), "--out", str(tag / "parts"), *force],
+            log, "partition")
+    train = ["train", str(tag / "parts"), "--data", str(tag / "data"), "--out", str(tag / "run"),
+             "--nproc", str(args.nproc), "--steps", str(args.steps), "--batch", str(args.batch), "--lr", str(args.lr),
+             "--lr-schedule", args.lr_schedule, "--warmup", str(args.warmup), "--val-every", str(args.val_every),
+             "--max-time", args.max_time, "--latent", str(args.latent), "--mp-steps", str(args.mp_steps),
+             *shlex.split(args.train_args), *force]
+    command(train, log, "train")
+    command(["predict", str(tag / "run"), "--data", str(tag / "data"), "--out", str(tag / "pred"),
+             "--nproc", str(args.nproc), "--samples", "val", "--checkpoint", "last", *force], log, "predict")
+
+    # the errors, in physical units, on the held-out cases
+    fields = {name: read_fields(sweep / "vtu" / f"{name}.vtu") for name in names}
+    num_nodes = len(fields[names[0]]["p"])
+    metrics = json.loads((tag / "pred" / "metrics.json").read_text())
+    train_ids = [i for i, n in enumerate(names) if n not in held]
+    rows: dict[str, dict[str, list[float]]] = {}
+    per_case = {}
+    for name in held:
+        case = names.index(name)
+        truth = fields[name]
+        pred, record = meshshard_prediction(tag / "pred", metrics, name, num_nodes)
+        made = {"meshshard": (pred, f"{args.tag}/pred/{record['file']}")}
+        made |= baselines(names, params, values, fields, train_ids, case)
+        per_case[name] = {"params": dict(zip(params, values[case].tolist())), "errors": {}, "from": {},
+                          "metrics.json": {f: record["fields"][f]["rel_l2"] for f in FIELDS}}
+        for method, (guess, source) in made.items():
+            err = {f: rel_l2(guess[f], truth[f]) for f in FIELDS}
+            per_case[name]["errors"][method] = err
+            per_case[name]["from"][method] = source
+            for f in FIELDS:
+                rows.setdefault(method, {g: [] for g in FIELDS})[f].append(err[f])
+    rows = {m: e for m, e in rows.items() if len(e["p"]) == len(held)}  # a baseline every case has
+    text = table(rows, held)
+    print("\nrelative L2 error on the held-out cases, physical units (p; U as a vector)\n" + text)
+
+    # the two targets: better than the mean on every case; within 2x of the best interpolation
+    ours = rows["meshshard"]
+    interp = [m for m in rows if m.startswith("interpolation")]
+    verdict = {"better than the training mean on every case": all(
+        ours[f][i] < rows["training mean"][f][i] for f in FIELDS for i in range(len(held)))}
+    for f in FIELDS:
+        best = min((np.mean(rows[m][f]), m) for m in interp) if interp else (math.nan, None)
+        verdict[f"{f}: meshshard / best interpolation ({best[1]})"] = float(np.mean(ours[f]) / best[0])
+    for key, value in verdict.items():
+        print(f"  {key}: {value if isinstance(value, bool) else format(value, '.2f') + 'x'}")
+
+    train_log = [json.loads(line) for line in (tag / "run" / "log.jsonl").read_text().splitlines() if line.strip()]
+    steps_done = max((r["step"] for r in train_log if "loss" in r), default=-1) + 1
+    val = [r["val_loss"] for r in train_log if "val_loss" in r]
+    results = {"sweep": str(sweep), "tag": args.tag, "held_out": held, "settings": vars(args) | {"sweep": str(sweep)},
+               "steps_done": steps_done, "best_val_loss": min(val) if val else None,
+               "checkpoint": {"name": metrics.get("checkpoint"), "step": metrics.get("step")},
+               "summary": {m: {f: {"mean": float(np.mean(e[f])), "worst": float(np.max(e[f]))} for f in FIELDS}
+                           for m, e in rows.items()},
+               "verdict": verdict, "cases": per_case, "stages": log,
+               "seconds": round(time.perf_counter() - started, 1), "table": text}
+    (tag / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    stages = ", ".join(f"{s['stage']} {s['seconds']:.0f} s" for s in log)
+    print(f"wrote {tag}/results.json; {steps_done} training steps; {stages}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
