@@ -1,0 +1,53 @@
+"""The CFD-sweep example (``examples/cfd_sweep/``) runs as its README says, at a tiny size: a real
+OpenFOAM sweep of 3 pitzDaily cases of 20 solver iterations, two training steps of a small model,
+and the table of meshshard against every baseline. Where OpenFOAM is not installed it skips,
+saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.apps.test_examples import run_example
+
+TUTORIAL = Path("/usr/share/doc/openfoam-examples/examples/incompressible/simpleFoam/pitzDaily")
+
+SIZES = {"--cases": "3", "--iterations": "20", "--steps": "2", "--batch": "1", "--latent": "8", "--mp-steps": "1",
+         "--warmup": "0", "--val-every": "1", "--max-time": "5m"}
+
+
+@pytest.mark.slow
+def test_cfd_sweep_example_runs_as_its_readme_says(tmp_path: Path) -> None:
+    if shutil.which("simpleFoam") is None:
+        pytest.skip("OpenFOAM is not installed (no simpleFoam on PATH; Debian: apt-get install openfoam "
+                    "openfoam-examples)")
+    if not TUTORIAL.is_dir():
+        pytest.skip(f"OpenFOAM's pitzDaily tutorial is not at {TUTORIAL} (Debian: apt-get install openfoam-examples)")
+    outputs = run_example("cfd_sweep", SIZES, tmp_path, timeout=120)
+    assert len(outputs) == 2
+    sweep = tmp_path / "cfd-sweep"
+    info = json.loads((sweep / "sweep.json").read_text())
+    # 3 speeds: the middle one held out, named so that its decimal point survives
+    assert info["held_out"] == ["U10.0_nu1.00e-05"], info["held_out"]
+    assert (sweep / "params.csv").read_text().splitlines()[0] == "sample,speed,nu"
+    assert sorted(p.name for p in (sweep / "vtu").iterdir()) == [
+        "U05.0_nu1.00e-05.vtu", "U10.0_nu1.00e-05.vtu", "U15.0_nu1.00e-05.vtu"]
+    [results_file] = sweep.glob("*/results.json")
+    results = json.loads(results_file.read_text())
+    methods = {"meshshard", "training mean", "nearest case", "nearest case, rescaled", "interpolation in speed",
+               "interpolation in speed, rescaled"}
+    assert set(results["summary"]) == methods, results["summary"].keys()  # nu is not varied: no row for it
+    for method, fields in results["summary"].items():
+        for field in ("p", "U"):
+            assert math.isfinite(fields[field]["mean"]) and fields[field]["mean"] > 0, (method, field, fields)
+    case = results["cases"]["U10.0_nu1.00e-05"]
+    for field in ("p", "U"):  # our figure from the written .vtu agrees with predict's metrics.json
+        assert case["errors"]["meshshard"][field] == pytest.approx(case["metrics.json"][field], rel=1e-3)
+    assert results["steps_done"] == 2
+    for method in methods:
+        assert method in outputs[1], outputs[1][-3000:]
