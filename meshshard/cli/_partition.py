@@ -130,7 +130,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from meshshard.partition import PARTITIONS_FILE, plot_partition, read_partitions_metadata
+    from meshshard.partition import PARTITIONS_FILE, WriteError, plot_partition, read_partitions_metadata
 
     try:
         if (Path(args.dir) / PARTITIONS_FILE).is_file():  # a dataset's partitions, found as verify finds them
@@ -140,8 +140,8 @@ def _cmd_plot(args: argparse.Namespace) -> int:
             raise ValueError(f"holds the partitions of {len(folders)} meshes ({shown}); plot one of them: "
                              f"meshshard plot {first} --out {shlex.quote(str(args.out))}")
         out = plot_partition(args.dir, args.out)
-    except (ValueError, OSError, ImportError) as err:
-        return _error("plot", args.dir, err)
+    except (ValueError, OSError, ImportError) as err:  # a failed write names the picture
+        return _error("plot", None if isinstance(err, WriteError) else args.dir, err)
     print(f"wrote {out}")
     return 0
 
