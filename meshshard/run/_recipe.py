@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from meshshard.partition import loads_json
+
 __all__ = ["MESHGRAPHNET_DEFAULTS", "ModelRecipe", "build_model", "normalise_spec", "model_digest", "parse_model_args",
            "load_factory", "build_user_model", "check_model_output", "ModelOutputError", "unwrapped_pyg_layers",
            "shard_hint", "first_line"]
@@ -97,10 +99,11 @@ def parse_model_args(text: str | None) -> dict[str, Any]:
     if not text:
         return {}
     try:
-        value = json.loads(text)
+        value = loads_json(text, "--model-args")  # strict: no NaN, no nest that exhausts recursion
     except ValueError as err:
+        shown = text if len(text) <= 200 else f"{text[:200]}..."
         raise ValueError(f"Expected --model-args to be a JSON object such as '{{\"hidden\": 64}}' "
-                         f"(got {text!r}: {err})") from None
+                         f"(got {shown!r}: {str(err).removeprefix('--model-args: ')})") from None
     if not isinstance(value, dict) or not all(isinstance(k, str) and k.isidentifier() for k in value):
         raise ValueError(f"Expected --model-args to be a JSON object of keyword arguments (got {text!r})")
     for key, v in value.items():
