@@ -551,7 +551,8 @@ def _check_sample(sample: Sample, index: int, in_width: int | None,
 def _stored(array: np.ndarray, dtype: np.dtype, channels: Sequence[str], where: str, name: str) -> np.ndarray:
     """``array`` (finite float64) cast to the stored ``dtype``; a value beyond its range (1e300
     in float32), which the cast turns into an infinity, is refused naming the sample and field."""
-    stored = array.astype(dtype)
+    with np.errstate(over="ignore"):  # refused below, naming the value
+        stored = array.astype(dtype)
     bad = ~np.isfinite(stored)
     if bad.any():
         node, ch = (int(v[0]) for v in np.nonzero(bad))
