@@ -272,11 +272,9 @@ def _field_classes(mesh: Any, name: str, path: Path) -> np.ndarray:
 def _boundary_sets(mesh: Any) -> list[tuple[str, np.ndarray]]:
     """``(name, node ids)`` of the named boundary sets of a mesh, in its order: its point sets,
     then its cell sets of cells of a lower dimension than its highest."""
-    import meshio
-
     out = [(str(k), np.unique(np.asarray(v, dtype=np.int64))) for k, v in (getattr(mesh, "point_sets", None)
                                                                             or {}).items()]
-    dims = [meshio.topological_dimension.get(b.type, -1) for b in mesh.cells]
+    dims = [int(getattr(b, "dim", -1)) for b in mesh.cells]  # meshio's CellBlock.dim: 1 a line, 2 a triangle
     top = max(dims, default=-1)
     for name, per_block in (getattr(mesh, "cell_sets", None) or {}).items():
         if str(name).startswith("gmsh:"):
