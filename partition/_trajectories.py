@@ -181,7 +181,8 @@ def _xdmf_steps(path: Path) -> list[_Step]:
 
 def _folder_steps(folder: Path) -> list[_Step]:
     """The numbered files of a folder (``u_0001.vtu``, ``case_100.vtk``), by their number: all of one
-    series (one prefix and extension). A case folder stands for its ``VTK/`` folder (foamToVTK)."""
+    series (one prefix and extension). A case folder stands for its ``VTK/`` folder (foamToVTK).
+    The times are those of a ``.series`` file naming exactly these files, else the numbers."""
     numbered = _numbered(folder)
     if not numbered and (folder / "VTK").is_dir():
         folder, numbered = folder / "VTK", _numbered(folder / "VTK")
@@ -198,7 +199,30 @@ def _folder_steps(folder: Path) -> list[_Step]:
     if len(set(numbers)) != len(numbers):
         twice = [p.name for n, p in numbered if numbers.count(n) > 1]
         raise ValueError(f"{folder}: Expected one file per step number (got {listed(twice)})")
-    return [_Step(float(n), p) for n, p in numbered]
+    files = [p for _, p in numbered]
+    times = _series_times(folder, files) or [float(n) for n in numbers]
+    _check_increasing(times, [p.name for p in files], folder)
+    return [_Step(t, p) for t, p in zip(times, files)]
+
+
+def _series_times(folder: Path, files: list[Path]) -> list[float] | None:
+    """The times a ``.series`` file of the folder gives these files (ParaView's file series, which
+    foamToVTK writes: ``{"files": [{"name": "case_100.vtm", "time": 0.5}, ...]}``), when one names
+    exactly them; None otherwise (the numbers in the names are then the times)."""
+    import json
+
+    want = {p.name for p in files}
+    for series in sorted(folder.glob("*.series")):
+        try:
+            if not series.is_file() or series.stat().st_size > 64 << 20:
+                continue
+            entries = json.loads(series.read_text())["files"]
+            by_name = {str(e["name"]): float(e["time"]) for e in entries}
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if set(by_name) == want and len(entries) == len(want):
+            return [by_name[p.name] for p in files]
+    return None
 
 
 def _numbered(folder: Path) -> list[tuple[int, Path]]:
