@@ -531,20 +531,20 @@ def _classes(counts: Mapping[int, int], names: Mapping[int, str],
     """The ``node_types.classes`` entries, by id; every class but those of ``interior`` (default:
     0) is boundary."""
     ids = sorted(counts)
-    known = {names.get(c, _INTERIOR if c == 0 else None): c for c in ids}
+    named = {c: names.get(c, _INTERIOR if c == 0 else None) for c in ids}
+    known = {name: c for c, name in named.items() if name is not None}
     chosen = set()
     for item in (interior if interior is not None else [0]):
         text = str(item).strip()
-        if text in known and text != "None":
+        if text in known:
             chosen.add(known[text])
         elif text.isdigit() and int(text) in counts:
             chosen.add(int(text))
         elif interior is not None:
-            shown = [f"{c} ({names[c]})" if c in names else str(c) for c in ids]
+            shown = [f"{c} ({named[c]})" if named[c] else str(c) for c in ids]
             raise ValueError(f"Expected --interior-classes among the node classes found: {listed(shown)} "
                              f"(got {text!r})")
-    return [{"id": c, "name": names.get(c, _INTERIOR if c == 0 else None), "boundary": c not in chosen,
-             "count": int(counts[c])} for c in ids]
+    return [{"id": c, "name": named[c], "boundary": c not in chosen, "count": int(counts[c])} for c in ids]
 
 
 # ---------------------------------------------------------------------------------------------
