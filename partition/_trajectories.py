@@ -1,6 +1,12 @@
 """Trajectory datasets (``meshshard dataset SOURCES --state NAMES``): what a transient task
 trains its one-step map on, in the dataset format of :mod:`meshshard.partition._dataset`.
 
+Sources (:func:`trajectory_steps`), one trajectory each: a ``.pvd`` collection (steps ordered by
+their ``timestep``), an ``.xdmf`` time series (meshio's ``TimeSeriesReader``; its order and
+times), or a folder of numbered files (``u_0001.vtu``, foamToVTK's ``case_100.vtm``; a case
+folder stands for its ``VTK/``) ordered by the number, timed by a ``.series`` file naming exactly
+them, else by the number. Times must increase.
+
 One trajectory is one sample of the dataset: one mesh (trajectories may have different meshes:
 the many-meshes machinery, partitions included, applies unchanged), the state at every step
 along a time axis, the static inputs and the node classes. The sample folder holds::
