@@ -49,6 +49,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time see __getattr__ bel
     from ._plan import build_partitions
     from ._trajectories import (
         Trajectories,
+        Trajectory,
         build_trajectories,
         is_trajectory_dataset,
         open_trajectories,
@@ -128,6 +129,7 @@ _LAZY: dict[str, str] = {
     "FolderKind": "._kinds",
     "kinds_of": "._kinds",
     "Trajectories": "._trajectories",
+    "Trajectory": "._trajectories",
     "build_trajectories": "._trajectories",
     "is_trajectory_dataset": "._trajectories",
     "open_trajectories": "._trajectories",
@@ -158,6 +160,7 @@ __all__ = [
     "Refusals",
     "Steps",
     "Trajectories",
+    "Trajectory",
     "VTK_SUFFIXES",
     "assign_parts",
     "build_dataset",

@@ -19,17 +19,58 @@ along a time axis, the static inputs and the node classes. The sample folder hol
 A rank reads ``state[t, owned_ids]`` from the memory map: the rows of one step are contiguous,
 so a step costs O(shard), never O(N T).
 
-``dataset.json`` is the dataset format's, with these keys more (and no ``targets.npy``)::
+``dataset.json`` is the dataset format's (no ``targets.npy``), with these keys more:
+``"task": "transient"``; ``time_stride`` S (the target of step t is the state at step t + S);
+``state`` / ``state_channels`` the dynamic fields; ``targets`` / ``target_channels`` the same
+fields and channels, since the model's output is the change of each over the stride;
+``node_types`` (``source``: what the classes came from, and ``classes``: ``id``, ``name`` where
+known, ``boundary``, and ``count``, the nodes of the class over every trajectory); and per sample
+``num_steps`` T and ``times``. Of the six-node triangle mesh of the dataset format's example, two
+trajectories ``a`` and ``b`` of three steps at times 0, 0.5, 1, a static input ``c`` (1 in ``a``,
+2 in ``b``), the state ``T = c * t * x`` at step ``t`` and node class 1 where ``x == 0``, ``b``
+for validation, written by ``write_trajectories(DIR, [Trajectory(name, points, [("triangle",
+triangles)], [0.0, 0.5, 1.0], [(c * t * x)[:, None] for t in range(3)], np.full((6, 1), c),
+(x == 0).astype(int)) for name, c in (("a", 1.0), ("b", 2.0))], ["a", "b"], state_fields=[{"name":
+"T", "components": 1}], input_fields=[{"name": "c", "components": 1}], node_type_source="field
+'node_type'", val_samples=["b"])``::
 
-    "task": "transient",
-    "time_stride": S,                    the target of step t is the state at step t + S
-    "state": [{"name": "u", "components": 2}],   "state_channels": ["u[0]", "u[1]"],
-    "targets": the state's fields,       "target_channels": the state's channels: the model's
-                                         output is the change of each over the stride
-    "node_types": {"source": "field 'node_type'" | "boundary tags" | null,
-                   "classes": [{"id": 0, "name": "interior", "boundary": false, "count": 1234},
-                               {"id": 1, "name": "wall", "boundary": true, "count": 56}, ...]},
-    "samples": [{"name", "mesh", "folder", "source", "num_steps": T, "times": [t_0, ..., t_T-1]}]
+    {
+      "format": "meshshard-dataset",
+      "format_version": 2,
+      "task": "transient",
+      "kind": "one-mesh",
+      "num_samples": 2,
+      "dtype": "float32",
+      "time_stride": 1,
+      "inputs": [{"name": "c", "components": 1}],
+      "targets": [{"name": "T", "components": 1}],
+      "state": [{"name": "T", "components": 1}],
+      "input_channels": ["c"],
+      "target_channels": ["T"],
+      "state_channels": ["T"],
+      "edge_channels": ["dpos[0]", "dpos[1]", "|dpos|"],
+      "split": {"train": [0], "val": [1]},
+      "node_types": {"source": "field 'node_type'",
+                     "classes": [{"id": 0, "name": "interior", "boundary": false, "count": 8},
+                                 {"id": 1, "name": null, "boundary": true, "count": 4}]},
+      "normalisation": {
+        "rule": "(value - mean) / scale, scale = std or 1 where std == 0",
+        "inputs": {"mean": [1.0], "std": [0.0], "scale": [1.0], "count": 6},
+        "targets": {"mean": [1.0], "std": [0.816496580927726], "scale": [0.816496580927726], "count": 12},
+        "state": {"mean": [1.0], "std": [1.3333333333333333], "scale": [1.3333333333333333], "count": 18},
+        "edges": {"mean": [0.0, 0.0, 1.0920474583051323],
+                  "std": [0.816496580927726, 0.7453559924999299, 0.17220502615058225],
+                  "scale": [0.816496580927726, 0.7453559924999299, 0.17220502615058225], "count": 18}
+      },
+      "meshes": [
+        {"folder": "meshes/00000", "num_nodes": 6, "pos_dim": 2, "num_edges": 18, "cells": {"triangle": 4},
+         "sha256": "9333b48d40f2189652b07a391c52195193be1435eb1462481f6ab53c8d3e5c63"}
+      ],
+      "samples": [
+        {"name": "a", "mesh": 0, "folder": "samples/00000", "source": null, "num_steps": 3, "times": [0.0, 0.5, 1.0]},
+        {"name": "b", "mesh": 0, "folder": "samples/00001", "source": null, "num_steps": 3, "times": [0.0, 0.5, 1.0]}
+      ]
+    }
 
 ``normalisation`` holds, over the **training** trajectories: ``inputs`` (the static fields, each
 trajectory's nodes once), ``state`` (every node at every step), ``targets`` (the change

@@ -15,17 +15,42 @@ import pytest
 
 from meshshard.cli import main
 from meshshard.partition import (
+    Trajectory,
+    _trajectories,
     check_partition_matches,
     dataset_partition_folder,
     load_partition,
     open_dataset,
     open_trajectories,
     verify_partition,
+    write_trajectories,
 )
 from meshshard.partition._trajectories import _tag_classes
 
 from ._solver_files import FOAM_CAVITY
 from .conftest import grid_triangles
+
+
+def test_documented_example_is_what_is_written(tmp_path: Path) -> None:
+    points = np.array([[i % 3, i // 3] for i in range(6)], dtype=np.float64)
+    triangles = np.array([[0, 1, 4], [0, 4, 3], [1, 2, 5], [1, 5, 4]])
+    x = points[:, 0]
+    folder = write_trajectories(
+        tmp_path / "example", [Trajectory(name, points, [("triangle", triangles)], [0.0, 0.5, 1.0],
+                                          [(c * t * x)[:, None] for t in range(3)], np.full((6, 1), c),
+                                          (x == 0).astype(int)) for name, c in (("a", 1.0), ("b", 2.0))],
+        ["a", "b"], state_fields=[{"name": "T", "components": 1}], input_fields=[{"name": "c", "components": 1}],
+        node_type_source="field 'node_type'", val_samples=["b"])
+    documented = json.loads(re.search(r'val_samples=\["b"\]\)``::\n\n(    \{\n.*?\n    \})\n', _trajectories.__doc__,
+                                      flags=re.S).group(1))
+    assert json.loads((folder / "dataset.json").read_text()) == documented
+    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    assert files == ["dataset.json", "meshes/00000/cells-triangle.npy", "meshes/00000/points.npy",
+                     *[f"samples/0000{s}/{n}.npy" for s in range(2) for n in ("inputs", "node_type", "state")]]
+    tr = open_trajectories(folder)
+    np.testing.assert_array_equal(tr.state(1, 2, np.array([2, 0])), [[8.0], [0.0]])  # T = c t x: 2 * 2 * 2
+    np.testing.assert_array_equal(tr.inputs(1, np.array([5])), [[2.0]])
+    assert tr.node_type(0, np.arange(6)).tolist() == [1, 0, 0, 1, 0, 0]
 
 
 def _mesh(nx: int, ny: int, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
@@ -319,5 +344,7 @@ def test_bad_node_types_and_options(small, capsys) -> None:
     _refused(capsys, [str(folder), "--inputs", "u", "--targets", "p", "--time-stride", "2"],
              r"--time-stride applies to trajectories only \(with --state\)", small["out"])
     _refused(capsys, [str(folder), "--state", "u", "--inputs", "u"], r"Expected --inputs apart from --state",
+             small["out"])
+    _refused(capsys, [str(folder), "--targets", "p"], r"Expected --inputs NAMES \(or --state NAMES for trajectories\)",
              small["out"])
     shutil.rmtree(folder)

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from meshshard.partition import open_dataset, partition_dataset, write_trajectories
-from meshshard.partition._trajectories import Trajectory
+from meshshard.partition import Trajectory, open_dataset, partition_dataset, write_trajectories
 from meshshard.tasks import TrajectoryReader, get_task
 from tests._dist import run_ranks
 from tests.partition.conftest import grid_triangles
