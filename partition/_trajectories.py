@@ -347,7 +347,7 @@ def _boundary_sets(mesh: Any) -> list[tuple[str, np.ndarray]]:
                                                                             or {}).items()]
     dims = [int(getattr(b, "dim", -1)) for b in mesh.cells]  # meshio's CellBlock.dim: 1 a line, 2 a triangle
     top = max(dims, default=-1)
-    for name, per_block in (getattr(mesh, "cell_sets", None) or {}).items():
+    for name, per_block in (getattr(mesh, "cell_sets", None) or _gmsh_sets(mesh, dims)).items():
         if str(name).startswith("gmsh:"):
             continue
         nodes, lower = [], True
@@ -358,6 +358,25 @@ def _boundary_sets(mesh: Any) -> list[tuple[str, np.ndarray]]:
             nodes.append(np.asarray(block.data)[np.asarray(ids, dtype=np.int64)].ravel())
         if nodes and lower:
             out.append((str(name), np.unique(np.concatenate(nodes).astype(np.int64))))
+    return out
+
+
+def _gmsh_sets(mesh: Any, dims: list[int]) -> dict[str, list[np.ndarray]]:
+    """The physical groups of a gmsh 2.2 file as cell sets (meshio gives them for gmsh 4.1 only):
+    the cells of each block whose ``gmsh:physical`` tag and dimension are the name's in
+    ``field_data`` (``{name: [tag, dim]}``), in the file's order of names."""
+    tags = (getattr(mesh, "cell_data", None) or {}).get("gmsh:physical")
+    names = getattr(mesh, "field_data", None) or {}
+    if tags is None or len(tags) != len(dims):
+        return {}
+    out = {}
+    for name, value in names.items():
+        value = np.asarray(value).ravel()
+        if len(value) != 2:
+            continue
+        tag, dim = int(value[0]), int(value[1])
+        out[str(name)] = [np.flatnonzero(np.asarray(t) == tag) if d == dim else np.zeros(0, dtype=np.int64)
+                          for t, d in zip(tags, dims)]
     return out
 
 

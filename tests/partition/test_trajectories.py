@@ -253,6 +253,31 @@ def test_cell_sets_of_a_lower_dimension_are_boundaries_and_regions_are_not() -> 
     assert classes.tolist() == [1, 1, 2, 0, 0, 2, 0, 0, 0]  # node 2 is on both: the first set in the file wins
 
 
+def _gmsh22(step: int) -> str:
+    """A unit square of two triangles as gmsh 2.2 writes it: physical groups wall (the line 1-2),
+    inflow (2-3) and the region fluid (both triangles), and a node field u at time ``step``."""
+    return "\n".join([
+        "$MeshFormat", "2.2 0 8", "$EndMeshFormat",
+        "$PhysicalNames", "3", '1 1 "wall"', '1 2 "inflow"', '2 3 "fluid"', "$EndPhysicalNames",
+        "$Nodes", "4", "1 0 0 0", "2 1 0 0", "3 1 1 0", "4 0 1 0", "$EndNodes",
+        "$Elements", "4", "1 1 2 1 1 1 2", "2 1 2 2 2 2 3", "3 2 2 3 1 1 2 3", "4 2 2 3 1 1 3 4", "$EndElements",
+        "$NodeData", "1", '"u"', "1", f"{step}.0", "3", str(step), "1", "4",
+        *(f"{i + 1} {i * step}.0" for i in range(4)), "$EndNodeData", ""])
+
+
+def test_gmsh_physical_groups_of_lines_are_the_classes(tmp_path: Path) -> None:
+    for step in range(3):
+        (tmp_path / "square").mkdir(exist_ok=True)
+        (tmp_path / "square" / f"square_{step}.msh").write_text(_gmsh22(step))
+    assert main(["dataset", str(tmp_path / "square"), "--out", str(tmp_path / "d"), "--state", "u",
+                 "--val-fraction", "0", "-q"]) == 0
+    tr = open_trajectories(tmp_path / "d")
+    assert [(c["id"], c["name"], c["count"]) for c in tr.classes] == [(0, "interior", 1), (1, "wall", 2),
+                                                                       (2, "inflow", 1)]
+    assert tr.node_type(0, np.arange(4)).tolist() == [1, 1, 2, 0]  # node 1 is on wall and inflow: wall comes first
+    np.testing.assert_array_equal(tr.state_array(0)[:, :, 0], [[0, 0, 0, 0], [0, 1, 2, 3], [0, 2, 4, 6]])
+
+
 @pytest.fixture()
 def small(tmp_path: Path) -> dict:
     pts, tri = _mesh(4, 3)
