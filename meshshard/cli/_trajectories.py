@@ -99,7 +99,8 @@ def describe_trajectories(folder: Any, meta: Mapping[str, Any], limit: int = 8) 
               f"  inputs   {field_list(meta['inputs']) or 'none'}" + (" (static)" if meta["inputs"] else "")]
     types = meta["node_types"]
     source = types["source"] or "none: every node interior (--node-type FIELD, or boundary tags in the files)"
-    lines.append(f"  classes  from {source}; boundary: prescribed in a rollout, out of the loss")
+    lines.append(f"  classes  from {source}; boundary classes are prescribed in a rollout and out of the loss "
+                 "(by default all but 0; --interior-classes chooses)")
     for c in types["classes"]:
         name = f" {c['name']}" if c["name"] else ""
         lines.append(f"    {c['id']:>3}{name:<16} {c['count']:>10,} nodes  "
