@@ -19,7 +19,8 @@ Datasets (format: :mod:`meshshard.partition._dataset`): ``build_dataset(files, D
 targets=...)`` (``meshshard dataset``; ``read_vtk`` reads the ``.vtp``, ``.vtm``, ``.pvtu`` and
 ``.vtkhdf`` files meshio does not), ``write_dataset`` / ``write_dataset_from_pyg``,
 ``open_dataset(DATA)``, ``partition_dataset(DATA, PARTS, R)`` and
-``check_partition_matches(DATA, PARTS)``.
+``check_partition_matches(DATA, PARTS)``; trajectories (``meshshard dataset --state``):
+``build_trajectories``, ``write_trajectories``, ``open_trajectories(DATA)``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,14 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time see __getattr__ bel
     from ._io import InputData, read_input
     from ._partition import Partition
     from ._plan import build_partitions
+    from ._trajectories import (
+        Trajectories,
+        Trajectory,
+        build_trajectories,
+        is_trajectory_dataset,
+        open_trajectories,
+        write_trajectories,
+    )
     from ._verify import check_partitions, verify_partition
     from ._vtk_io import VTK_SUFFIXES, read_vtk
 
@@ -119,6 +128,12 @@ _LAZY: dict[str, str] = {
     "FOLDER_KINDS": "._kinds",
     "FolderKind": "._kinds",
     "kinds_of": "._kinds",
+    "Trajectories": "._trajectories",
+    "Trajectory": "._trajectories",
+    "build_trajectories": "._trajectories",
+    "is_trajectory_dataset": "._trajectories",
+    "open_trajectories": "._trajectories",
+    "write_trajectories": "._trajectories",
 }
 
 #: Public names for attributes that carry another name in their module.
@@ -144,11 +159,14 @@ __all__ = [
     "Partition",
     "Refusals",
     "Steps",
+    "Trajectories",
+    "Trajectory",
     "VTK_SUFFIXES",
     "assign_parts",
     "build_dataset",
     "build_graph",
     "build_partitions",
+    "build_trajectories",
     "check_apart",
     "check_destination",
     "check_input_folders",
@@ -167,11 +185,13 @@ __all__ = [
     "halo_windows",
     "imbalance",
     "is_dataset",
+    "is_trajectory_dataset",
     "kinds_of",
     "list_sources",
     "listed",
     "load_partition",
     "open_dataset",
+    "open_trajectories",
     "partition_dataset",
     "partition_file",
     "partition_graph",
@@ -196,6 +216,7 @@ __all__ = [
     "window_plan",
     "write_dataset",
     "write_dataset_from_pyg",
+    "write_trajectories",
 ]
 
 

@@ -139,6 +139,9 @@ Public names (stable; ``meshshard.partition`` re-exports them):
 
 The torch side (normalised owned rows as tensors, de-normalisation of predictions) is
 ``meshshard._data``.
+
+Trajectory datasets (``"task": "transient"``, ``state.npy`` and ``node_type.npy`` per sample) add
+to this format what :mod:`meshshard.partition._trajectories` documents.
 """
 
 from __future__ import annotations
@@ -202,7 +205,7 @@ HOLD_RELATIVE = 1e-6
 _CELL_TYPE = re.compile(r"^[A-Za-z0-9_]+$")
 _OUR_FILE = re.compile(
     r"^(dataset\.json|meshes/\d{5}/(points|edge_index|cells-[A-Za-z0-9_]+)\.npy|"
-    r"samples/\d{5}/(inputs|targets)\.npy)$")
+    r"samples/\d{5}/(inputs|targets|state|node_type)\.npy)$")
 _OUR_DIR = re.compile(r"^(meshes|samples)(/\d{5})?$")
 
 FieldSpec = "str | tuple[str, int]"

@@ -90,6 +90,10 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
 
     from meshshard.partition import held_note
 
+    if meta.get("task") == "transient":
+        from ._trajectories import describe_trajectories
+
+        return describe_trajectories(folder, meta)
     nodes = [m["num_nodes"] for m in meta["meshes"]]
     split = meta["split"]
     cells = {}
@@ -214,10 +218,18 @@ def run_partition_dataset(args: argparse.Namespace) -> int:
 def _cmd_dataset(args: argparse.Namespace) -> int:
     from meshshard.partition import Steps, build_dataset, list_sources, read_dataset_metadata
 
+    from ._trajectories import check_steady, run_trajectories
+
     val_samples = None if args.val_samples is None else [t for v in args.val_samples for t in v.split(",") if t.strip()]
 
     def note(text: str) -> None:
         print(f"meshshard dataset: note: {text}", file=sys.stderr, flush=True)
+
+    if args.state is not None:
+        return run_trajectories(args, note, _error)
+    why = check_steady(args)
+    if why is not None:
+        return _error("dataset", ValueError(why))
 
     try:
         files = list_sources(args.sources)
@@ -252,8 +264,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "or folders of them; an OpenFOAM case folder, or its VTK/ folder, is the last iteration foamToVTK "
                    "wrote")
     p.add_argument("--out", "-o", required=True, help="dataset folder to create")
-    p.add_argument("--inputs", required=True, action="append",
-                   help="comma-separated input fields, e.g. T_in,pos (repeat the flag to add more)")
+    p.add_argument("--inputs", default=None, action="append",
+                   help="comma-separated input fields, e.g. T_in,pos (repeat the flag to add more); required "
+                   "unless --state")
     p.add_argument("--targets", default=None, action="append",
                    help="comma-separated target fields, e.g. T_out (repeat the flag to add more); leave out "
                    "for new cases to predict on (inputs only: for meshshard predict, not train)")
@@ -286,3 +299,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="stored precision")
     p.add_argument("--force", action="store_true", help="replace an existing dataset folder (only one)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no summary")
+    from ._trajectories import add_arguments
+
+    add_arguments(p)
