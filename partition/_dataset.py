@@ -41,7 +41,12 @@ Optional keys, written only when used. An input field of ``meshshard dataset --w
 (``wall_distance``, one channel) lists the boundaries it measures to: ``{"name":
 "wall_distance", "components": 1, "patches": ["lowerWall", "upperWall"]}``. ``"collapsed_2d":
 true`` says the meshes are the lower planes of one-cell-thick 3-D meshes (``--collapse-2d``), so
-new cases to predict on must be read the same way. Neither changes how anything is read.
+new cases to predict on must be read the same way. A mesh's ``"boundaries"`` (written when its
+file names boundaries: a ``.vtm``'s patches, node sets, gmsh physical groups) lists them in name
+order, ``[{"name", "num_nodes", "area"}]``; boundary ``k`` is stored as
+``meshes/{m:05d}/boundary-{k:03d}.npy`` (sorted node ids) and ``boundary-{k:03d}-area.npy`` (the
+area vector each node stands for, :mod:`meshshard.partition._surface`). None of these changes how
+the samples are read.
 
 Inputs only. A dataset made without targets (``meshshard dataset`` without ``--targets``,
 ``write_dataset(targets=None)``) holds new cases to predict on: ``targets`` and
