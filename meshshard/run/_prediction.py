@@ -297,6 +297,14 @@ def normalisation_of(ckpt: dict[str, Any], data: Any) -> Any:
         if list(theirs) != list(mine):
             raise ValueError(f"Expected {data.path} to have the run's {what} channels {list(theirs)} "
                              f"(got {list(mine)})")
+    theirs, mine = list(norm.edges.channels), list(data.edge_channels)
+    if theirs != mine:  # the meshes' dimension: edge features are dpos[0..D-1], |dpos|
+        d_run, d_data = len(theirs) - 1, len(mine) - 1
+        hint = (" (the run's dataset was made with --collapse-2d: make this one with it too)"
+                if d_run == 2 and d_data == 3 and data.meta.get("collapsed_2d") is not True else
+                " (the run's dataset was one-cell-thick 3-D: make this one without --collapse-2d)"
+                if d_run == 3 and data.meta.get("collapsed_2d") else "")
+        raise ValueError(f"Expected {data.path} to have {d_run}-D meshes like the run's (got {d_data}-D){hint}")
     return norm
 
 
