@@ -21,6 +21,11 @@ targets=...)`` (``meshshard dataset``; ``read_vtk`` reads the ``.vtp``, ``.vtm``
 ``open_dataset(DATA)``, ``partition_dataset(DATA, PARTS, R)`` and
 ``check_partition_matches(DATA, PARTS)``; trajectories (``meshshard dataset --state``):
 ``build_trajectories``, ``write_trajectories``, ``open_trajectories(DATA)``.
+
+Boundaries (:mod:`meshshard.partition._surface`): ``named_boundaries(mesh)`` (a mesh's patches,
+node sets, gmsh groups), ``boundary_area_vectors`` (the area each boundary node stands for, out of
+the mesh), ``surface_area_vectors`` (a surface's per-point normals times areas) and
+``boundary_force`` (the force of a pressure and a wall shear stress on them).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time see __getattr__ bel
     from ._io import InputData, read_input
     from ._partition import Partition
     from ._plan import build_partitions
+    from ._surface import boundary_area_vectors, boundary_force, named_boundaries, surface_area_vectors
     from ._trajectories import (
         Trajectories,
         Trajectory,
@@ -134,6 +140,10 @@ _LAZY: dict[str, str] = {
     "is_trajectory_dataset": "._trajectories",
     "open_trajectories": "._trajectories",
     "write_trajectories": "._trajectories",
+    "boundary_area_vectors": "._surface",
+    "boundary_force": "._surface",
+    "named_boundaries": "._surface",
+    "surface_area_vectors": "._surface",
 }
 
 #: Public names for attributes that carry another name in their module.
@@ -164,6 +174,8 @@ __all__ = [
     "VTK_SUFFIXES",
     "assign_parts",
     "build_dataset",
+    "boundary_area_vectors",
+    "boundary_force",
     "build_graph",
     "build_partitions",
     "build_trajectories",
@@ -190,6 +202,7 @@ __all__ = [
     "list_sources",
     "listed",
     "load_partition",
+    "named_boundaries",
     "open_dataset",
     "open_trajectories",
     "partition_dataset",
@@ -212,6 +225,7 @@ __all__ = [
     "read_partitions_metadata",
     "refine_balance",
     "save_partition",
+    "surface_area_vectors",
     "verify_partition",
     "window_plan",
     "write_dataset",

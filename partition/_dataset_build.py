@@ -46,6 +46,7 @@ from ._foam import foam_folder, foam_sources, sample_stem
 from ._mesh_ops import WALL_DISTANCE, cell_data_to_points, collapse_2d, one_cell_thick_note
 from ._mesh_ops import wall_distance as nearest_wall_distance
 from ._safe_io import check_destination, read_regular
+from ._surface import named_boundaries
 from ._vtk_io import VTK_SUFFIXES, read_vtk
 
 __all__ = ["list_sources", "sample_names", "build_dataset", "partition_dataset", "parse_field_names", "held_note",
@@ -610,7 +611,8 @@ def _sample_from(path: Path, name: str, in_names: list[str], out_names: list[str
     for t, c in cells:
         if c.dtype == object or c.ndim != 2:
             raise ValueError(f"{path}: cell type {t!r} with a varying node count is not supported")
-    return _Read(Sample(name, pos, x, y, cells=cells, source=str(path)), x_sources, y_sources)
+    return _Read(Sample(name, pos, x, y, cells=cells, source=str(path), boundaries=named_boundaries(mesh)),
+                 x_sources, y_sources)
 
 
 def _merged_cells(cells: Sequence[tuple[str, np.ndarray]]) -> list[tuple[str, np.ndarray]]:

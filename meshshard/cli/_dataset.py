@@ -134,6 +134,14 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
     walls = [f for f in meta["inputs"] if f.get("patches")]
     for f in walls:
         lines.append(f"  wall     {f['name']}: the distance to the nearest node of {', '.join(f['patches'])}")
+    named: dict[str, list[int]] = {}
+    for m in meta["meshes"]:
+        for b in m.get("boundaries", []):
+            named.setdefault(str(b["name"]), []).append(int(b["num_nodes"]))
+    if named:
+        listed_named = ", ".join(f"{name} ({min(n):,} nodes" + (f" on {len(n)} meshes)" if len(n) > 1 else ")")
+                                 for name, n in named.items())
+        lines.append(f"  boundary {listed_named} (meshshard predict --boundary NAMES: errors and forces on them)")
     if meta.get("collapsed_2d"):
         lines.append("  2-D      each mesh the lower z-plane of a one-cell-thick 3-D mesh (--collapse-2d)")
     held = held_note(meta)

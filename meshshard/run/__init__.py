@@ -37,6 +37,7 @@ from ._prediction import (
                       METRICS_FILE,
                       PredictConfig,
                       check_prediction_request,
+                      parse_view,
                       predict,
                       prediction_summary,
 )
@@ -67,6 +68,7 @@ __all__ = [
     "load_run",
     "normalise_spec",
     "parse_model_args",
+    "parse_view",
     "predict",
     "prediction_summary",
     "read_log",

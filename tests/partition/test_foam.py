@@ -140,3 +140,28 @@ def test_a_real_openfoam_run_end_to_end(tmp_path: Path, capsys) -> None:
     assert main(["dataset", str(case / "cells"), "--out", str(tmp_path / "c"), "--inputs", "pos", "--targets", "p",
                  "--cell-data-to-points", "--collapse-2d", "-q"]) == 0
     assert open_dataset(tmp_path / "c").num_nodes(0) == 20
+
+
+@pytest.mark.parametrize("collapse", [False, True])
+def test_the_patches_are_kept_with_the_area_each_node_stands_for(tmp_path: Path, collapse: bool) -> None:
+    data = open_dataset(build_dataset([LAST], tmp_path / "d", inputs=["pos"], targets=["p"], collapse_2d=collapse))
+    assert data.boundary_names(0) == ["fixedWalls", "movingWall"]
+    mesh = data.mesh(0)
+    ids, area = data.boundary(0, "movingWall")
+    np.testing.assert_array_equal(ids, np.flatnonzero(np.isclose(mesh.points[:, 1], 0.1)))
+    depth = 1.0 if collapse else float(np.ptp(mesh.points[:, 2]))
+    # the lid is 0.1 long: its area vectors point out of the cavity, up, and add up to its area
+    np.testing.assert_allclose(area.sum(0)[:2], [0.0, 0.1 * depth], atol=1e-12)
+    ids, area = data.boundary(0, "fixedWalls")
+    np.testing.assert_allclose(area.sum(0)[:2], [0.0, -0.1 * depth], atol=1e-12)  # the floor's; the sides cancel
+    assert np.abs(area[:, :2]).sum() == pytest.approx(0.3 * depth, rel=1e-6)  # floor and sides, no lid (float32 points)
+    with pytest.raises(ValueError, match="Expected a named boundary of mesh 0 .got 'inlet'; it has fixedWalls, movingWall"):
+        data.boundary(0, "inlet")
+
+
+def test_info_lists_the_named_boundaries(tmp_path: Path, capsys) -> None:
+    build_dataset([LAST], tmp_path / "d", inputs=["pos"], targets=["p"], collapse_2d=True)
+    capsys.readouterr()
+    assert main(["info", str(tmp_path / "d")]) == 0
+    out = capsys.readouterr().out
+    assert "  boundary fixedWalls (" in out and "movingWall (" in out and "--boundary NAMES" in out
