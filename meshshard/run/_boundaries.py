@@ -74,7 +74,7 @@ def check_boundary_names(data: Any, boundaries: str | Sequence[str] | None, refe
             raise ValueError(f"{data.path}: Expected --boundary to name boundaries of the meshes (got "
                              f"{', '.join(missing)}; mesh {mesh} has {', '.join(have) if have else 'none'})")
     if reference is not None:
-        from meshshard.partition._expressions import check_expression
+        from meshshard.partition import check_expression
 
         check_expression(reference, list((data.meta.get("parameters") or {}).get("names", [])))
     return names
@@ -138,7 +138,7 @@ def boundary_sums(data: Any, mesh: int, owned_ids: np.ndarray, truth: np.ndarray
                 out[b, col + 1] = float((t_rows[:, sl] ** 2).sum())
             col += 2
         if scoring.pressure is not None:
-            from meshshard.partition._surface import boundary_force
+            from meshshard.partition import boundary_force
 
             d = scoring.dim
             for k, values in enumerate((t_rows, p_rows)):
@@ -172,7 +172,7 @@ def boundary_record(sums: np.ndarray, scoring: BoundaryScoring, parameters: dict
                               "rel_error": _finite(float(np.linalg.norm(pred_f - true_f)) / size)
                               if truth and size > 0 else None}
             if scoring.reference is not None:
-                from meshshard.partition._expressions import evaluate_expression
+                from meshshard.partition import evaluate_expression
 
                 ref = float(evaluate_expression(scoring.reference, parameters))
                 if not math.isfinite(ref) or ref == 0.0:
