@@ -48,9 +48,11 @@ def _dimension(cell_type: str) -> int:
 
 
 def named_boundaries(mesh: Any) -> dict[str, np.ndarray]:
-    """The named node sets of a ``meshio.Mesh``: its ``point_sets``, then each ``cell_sets``
-    entry whose cells are all of a lower dimension than the mesh (a gmsh physical group of
-    boundary lines or faces), as the nodes of those cells. Sorted unique int64 ids per name.
+    """The named node sets of a ``meshio.Mesh``, in its order: its ``point_sets``, then each
+    ``cell_sets`` entry whose cells are all of a lower dimension than the mesh's highest (a gmsh
+    physical group of boundary lines or faces; a gmsh 2.2 file's groups, which meshio gives only
+    as ``gmsh:physical`` tags and ``field_data``, are read from those), as the nodes of those
+    cells. Sorted unique int64 ids per name; a name already taken keeps its first set.
 
     Shapes:
         Returns ``{name: (n_name,)}``.
@@ -60,22 +62,39 @@ def named_boundaries(mesh: Any) -> dict[str, np.ndarray]:
     for name, ids in dict(getattr(mesh, "point_sets", None) or {}).items():
         a = np.unique(np.asarray(ids, dtype=np.int64).reshape(-1))
         out[str(name)] = a[(a >= 0) & (a < n)]
-    blocks = list(mesh.cells)
-    top = max((_dimension(b.type) for b in blocks), default=-1)
-    for name, per_block in dict(getattr(mesh, "cell_sets", None) or {}).items():
-        if str(name) in out or str(name).startswith("gmsh:") or len(per_block) != len(blocks):
+    dims = [int(getattr(b, "dim", _dimension(b.type))) for b in mesh.cells]  # CellBlock.dim: 1 a line
+    top = max(dims, default=-1)
+    for name, per_block in (getattr(mesh, "cell_sets", None) or _gmsh_sets(mesh, dims)).items():
+        if str(name) in out or str(name).startswith("gmsh:") or len(per_block) != len(dims):
             continue
         nodes, lower = [], True
-        for block, picked in zip(blocks, per_block):
+        for block, dim, picked in zip(mesh.cells, dims, per_block):
             picked = np.asarray(picked if picked is not None else [], dtype=np.int64).reshape(-1)
             if not len(picked):
                 continue
-            if _dimension(block.type) >= top:
-                lower = False
-                break
+            lower &= dim < top
             nodes.append(np.asarray(block.data, dtype=np.int64)[picked].reshape(-1))
-        if lower and nodes:
+        if nodes and lower:
             out[str(name)] = np.unique(np.concatenate(nodes))
+    return out
+
+
+def _gmsh_sets(mesh: Any, dims: list[int]) -> dict[str, list[np.ndarray]]:
+    """The physical groups of a gmsh 2.2 file as cell sets (meshio gives them for gmsh 4.1 only):
+    the cells of each block whose ``gmsh:physical`` tag and dimension are the name's in
+    ``field_data`` (``{name: [tag, dim]}``), in the file's order of names."""
+    tags = (getattr(mesh, "cell_data", None) or {}).get("gmsh:physical")
+    names = getattr(mesh, "field_data", None) or {}
+    if tags is None or len(tags) != len(dims):
+        return {}
+    out = {}
+    for name, value in names.items():
+        value = np.asarray(value).ravel()
+        if len(value) != 2:
+            continue
+        tag, dim = int(value[0]), int(value[1])
+        out[str(name)] = [np.flatnonzero(np.asarray(t) == tag) if d == dim else np.zeros(0, dtype=np.int64)
+                          for t, d in zip(tags, dims)]
     return out
 
 

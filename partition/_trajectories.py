@@ -133,6 +133,7 @@ from ._dataset import (
     open_dataset,
     split_samples,
 )
+from ._surface import named_boundaries
 from ._text import listed, plural
 
 __all__ = ["TASK", "Trajectory", "Trajectories", "build_trajectories", "write_trajectories", "open_trajectories",
@@ -341,43 +342,9 @@ def _field_classes(mesh: Any, name: str, path: Path) -> np.ndarray:
 
 
 def _boundary_sets(mesh: Any) -> list[tuple[str, np.ndarray]]:
-    """``(name, node ids)`` of the named boundary sets of a mesh, in its order: its point sets,
-    then its cell sets of cells of a lower dimension than its highest."""
-    out = [(str(k), np.unique(np.asarray(v, dtype=np.int64))) for k, v in (getattr(mesh, "point_sets", None)
-                                                                            or {}).items()]
-    dims = [int(getattr(b, "dim", -1)) for b in mesh.cells]  # meshio's CellBlock.dim: 1 a line, 2 a triangle
-    top = max(dims, default=-1)
-    for name, per_block in (getattr(mesh, "cell_sets", None) or _gmsh_sets(mesh, dims)).items():
-        if str(name).startswith("gmsh:"):
-            continue
-        nodes, lower = [], True
-        for block, dim, ids in zip(mesh.cells, dims, per_block):
-            if ids is None or len(ids) == 0:
-                continue
-            lower &= dim < top
-            nodes.append(np.asarray(block.data)[np.asarray(ids, dtype=np.int64)].ravel())
-        if nodes and lower:
-            out.append((str(name), np.unique(np.concatenate(nodes).astype(np.int64))))
-    return out
-
-
-def _gmsh_sets(mesh: Any, dims: list[int]) -> dict[str, list[np.ndarray]]:
-    """The physical groups of a gmsh 2.2 file as cell sets (meshio gives them for gmsh 4.1 only):
-    the cells of each block whose ``gmsh:physical`` tag and dimension are the name's in
-    ``field_data`` (``{name: [tag, dim]}``), in the file's order of names."""
-    tags = (getattr(mesh, "cell_data", None) or {}).get("gmsh:physical")
-    names = getattr(mesh, "field_data", None) or {}
-    if tags is None or len(tags) != len(dims):
-        return {}
-    out = {}
-    for name, value in names.items():
-        value = np.asarray(value).ravel()
-        if len(value) != 2:
-            continue
-        tag, dim = int(value[0]), int(value[1])
-        out[str(name)] = [np.flatnonzero(np.asarray(t) == tag) if d == dim else np.zeros(0, dtype=np.int64)
-                          for t, d in zip(tags, dims)]
-    return out
+    """``(name, node ids)`` of the named boundary sets of a mesh, in its order
+    (:func:`meshshard.partition._surface.named_boundaries`)."""
+    return list(named_boundaries(mesh).items())
 
 
 def _tag_classes(mesh: Any, registry: dict[str, int]) -> np.ndarray:
