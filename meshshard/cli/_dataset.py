@@ -247,7 +247,7 @@ def _cmd_dataset(args: argparse.Namespace) -> int:
                                 same_mesh=args.same_mesh, force=args.force, progress=advance, notes=note,
                                 params=args.params, target_scale=args.target_scale,
                                 cell_data_to_points=args.cell_data_to_points, collapse_2d=args.collapse_2d,
-                                wall_distance=args.wall_distance)
+                                wall_distance=args.wall_distance, node_types=args.boundary_classes)
     except (ValueError, OSError, MemoryError) as err:
         return _error("dataset", err)
     meta = read_dataset_metadata(out)
@@ -301,6 +301,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--wall-distance", default=None, action="append", metavar="PATCH[,PATCH]",
                    help="an input channel wall_distance: at every node, the distance to the nearest node of the "
                    "named boundaries (the patches of a foamToVTK .vtm; repeat the flag to add more)")
+    p.add_argument("--boundary-classes", action="store_true",
+                   help="the named boundaries (a .vtm's patches, node sets, gmsh physical groups) as one-hot input "
+                   "channels node_type[k]: 0 interior, then one per boundary of the first file")
     p.add_argument("--same-mesh", action="store_true",
                    help="refuse a file whose mesh is not exactly the first file's, saying how it differs "
                    "(without it, such files make a many-meshes dataset)")
