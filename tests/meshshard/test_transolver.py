@@ -247,3 +247,23 @@ def test_one_sample_at_a_time() -> None:
         model(torch.zeros(10, 4))
     with pytest.raises(TypeError, match=r"Expected 'x' to be a torch.Tensor or a ShardTensor \(got list\)"):
         model([[0.0, 0.0, 0.0]])
+
+
+def test_autocast_sums_slices_in_float32() -> None:
+    """Under autocast (bfloat16 here, on the CPU) the slice sums over every point run in float32,
+    and the model stays within bfloat16's rounding of float32."""
+    from meshshard.nn._transolver import _slice_sums
+
+    torch.manual_seed(0)
+    w, f = torch.rand(3000, 2, 4).bfloat16(), torch.randn(3000, 2, 5).bfloat16()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        sums = _slice_sums(w, f)
+    assert sums.dtype == torch.float32
+    torch.testing.assert_close(sums, _slice_sums(w.float(), f.float()), rtol=1e-6, atol=1e-4)
+    model = Transolver(4, 2, width=16, layers=2, heads=4, slices=8)
+    x = torch.randn(500, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = model(x)
+    assert y.dtype == torch.bfloat16
+    error = ((y.float() - model(x)).norm() / model(x).norm()).item()
+    assert error < 3e-2, error
