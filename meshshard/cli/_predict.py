@@ -10,6 +10,7 @@ from dataclasses import asdict
 from typing import Any
 
 from meshshard.run import (
+    BUILTIN_MODELS,
     GATHER_MAX_NODES,
     PredictConfig,
     check_prediction_request,
@@ -28,6 +29,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         if args.model_args and not args.model:
             raise ValueError("Expected --model-args only with --model")
+        if args.model in BUILTIN_MODELS:  # a built-in model is rebuilt from the run: nothing to import
+            args.model = None
         model = normalise_spec(args.model) if args.model else None
         model_args = parse_model_args(args.model_args) if args.model_args else None
         view = parse_view(args.view) if args.view else None
