@@ -154,11 +154,13 @@ def _run_model(args: argparse.Namespace) -> int:
     if "RANK" in os.environ or "SLURM_PROCID" in os.environ:
         return error("--model starts its own --ranks local ranks: run it without torchrun or srun")
     ranks = 3 if args.ranks is None else args.ranks
+
+    def starting(what: str) -> None:
+        print(f"meshshard selftest: --model {args.model} on {what} ...", flush=True)
+
     try:
         report = check_model_exact(args.model, args.model_args, ranks=ranks, mesh=args.mesh, dtype=args.dtype,
-                                   node_in=args.node_in, node_out=args.node_out, seed=args.seed,
-                                   on_start=lambda what: print(f"meshshard selftest: --model {args.model} on {what} ...",
-                                                               flush=True))
+                                   node_in=args.node_in, node_out=args.node_out, seed=args.seed, on_start=starting)
     except RankFailed as err:
         print(f"meshshard selftest: FAILED on shards: {' '.join(str(err).split())}", file=sys.stderr)
         return 1

@@ -10,7 +10,9 @@ wrote. Here it is built exactly as ``meshshard train --model`` builds it (:class
 1. on one process, on the whole mesh: ``model(x, edge_index, edge_attr)`` with plain tensors;
 2. on ``R`` local ranks (:func:`meshshard.comm.launch_local`, gloo on the CPU), each holding one
    METIS part of the same mesh: ``DomainParallel(model)(x_shard, graph, edge_attr_shard)`` with the
-   same weights, as training runs it;
+   same weights, as training runs it. Each rank reads only its part and its rows, from a temporary
+   folder (a partition folder, ``.npy`` arrays, the weights; its rows and gradients come back as
+   tensors, read with ``weights_only=True``);
 
 and the two are compared: the output, the gradient of the node features ``x`` and of the edge
 features ``edge_attr`` (each edge's gradient from the rank that stores it) and of every parameter
@@ -44,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from ._recipe import ModelRecipe, check_model_output, normalise_spec, parse_model_args
+from ._recipe import ModelOutputError, ModelRecipe, check_model_output, first_line, normalise_spec, parse_model_args
 
 __all__ = ["SMALL_MESH_SHAPE", "TOLERANCES", "ExactnessReport", "TensorError", "check_model_exact", "small_mesh"]
 
@@ -81,6 +83,7 @@ class ExactnessReport:
 
     @property
     def tolerance(self) -> float:
+        """The largest error accepted in this dtype (:data:`TOLERANCES`)."""
         return TOLERANCES[self.dtype]
 
     @property
@@ -141,7 +144,11 @@ def _check_arguments(model_args: Mapping[str, Any] | str | None, ranks: int, dty
             raise ValueError(f"Expected {flag} to be a positive integer (got {value!r})")
     if model_args is None or isinstance(model_args, str):
         return parse_model_args(model_args)
-    return parse_model_args(json.dumps(dict(model_args)))
+    try:
+        text = json.dumps(dict(model_args))
+    except (TypeError, ValueError):
+        raise ValueError(f"Expected model_args to be plain values, as JSON holds them (got {model_args!r})") from None
+    return parse_model_args(text)
 
 
 def _read_mesh(mesh: str | Path | None, ranks: int) -> tuple[str, Any]:
@@ -159,7 +166,8 @@ def _read_mesh(mesh: str | Path | None, ranks: int) -> tuple[str, Any]:
             raise ValueError(f"--mesh {mesh}: {' '.join(str(err).split())}") from None
     graph = build_graph(data)
     if graph.pos is None:
-        raise ValueError(f"--mesh {name}: Expected coordinates (the edge features are made from them; the file has none)")
+        raise ValueError(f"--mesh {name}: Expected coordinates (the edge features are made from them; "
+                         "the file has none)")
     if graph.num_nodes < 2 * ranks or graph.num_edges == 0:
         raise ValueError(f"--mesh {name}: {graph.num_nodes} nodes and {graph.num_edges} edges, too small for "
                          f"{ranks} parts (at least 2 nodes per rank and some edges)")
@@ -186,8 +194,9 @@ def _build(model_spec: str, model_args: dict[str, Any], sizes: tuple[int, int, i
     """The model as ``meshshard train`` builds it (seeded), in training mode with dropout off."""
     import torch
 
-    torch.manual_seed(seed)
-    model = ModelRecipe(model_spec, model_args).build(*sizes).to(dtype)
+    with torch.random.fork_rng(devices=[]):  # seeded as training seeds it, the caller's generator left alone
+        torch.manual_seed(seed)
+        model = ModelRecipe(model_spec, model_args).build(*sizes).to(dtype)
     model.train()
     for m in model.modules():
         if isinstance(m, torch.nn.modules.dropout._DropoutNd):
@@ -206,9 +215,18 @@ def _whole(model: Any, t: dict[str, Any], model_spec: str) -> dict[str, Any]:
     """Forward and backward on one process, the whole mesh: the output and every gradient."""
     x = t["x"].clone().requires_grad_()
     e = t["edge_attr"].clone().requires_grad_()
-    out = model(x, t["edge_index"], e)
-    check_model_output(out, x.shape[0], t["weights"].shape[1], model_spec, sharded=False)
-    (out * t["weights"]).sum().backward()
+    step = "forward"
+    try:
+        out = model(x, t["edge_index"], e)
+        check_model_output(out, x.shape[0], t["weights"].shape[1], model_spec, sharded=False)
+        step = "backward"
+        (out * t["weights"]).sum().backward()
+    except ModelOutputError:
+        raise
+    except Exception as err:
+        raise ValueError(f"--model {model_spec}: its {step} on one process (x {tuple(x.shape)}, edge_index "
+                         f"{tuple(t['edge_index'].shape)}, edge_attr {tuple(e.shape)}) failed: "
+                         f"{type(err).__name__}: {first_line(err)}") from err
     return {"output": out.detach(), "grad of x": _grad(x), "grad of edge_attr": _grad(e), "params": _grads(model)}
 
 
@@ -224,23 +242,29 @@ def _on_rank(job: dict[str, Any]) -> None:
     import torch
 
     from meshshard.comm import init_distributed, shutdown
+    from meshshard.partition import load_partition
 
     from .._graph import ShardGraph
     from .._tensor import ShardTensor
     from ..nn import DomainParallel
 
     ctx = init_distributed()
+    folder = Path(job["folder"])
     dtype = getattr(torch, job["dtype"])
-    graph = ShardGraph.from_partition(job["parts"][ctx.rank], device=ctx.device, dtype=dtype)
+    graph = ShardGraph.from_partition(load_partition(folder / "parts", ctx.rank), device=ctx.device, dtype=dtype)
     model = _build(job["model"], job["model_args"], job["sizes"], dtype, job["seed"]).to(ctx.device)
-    model.load_state_dict(job["state"])
+    model.load_state_dict(torch.load(folder / "state.pt", weights_only=True))
     wrapped = DomainParallel(model)
     ids, edge_ids = torch.as_tensor(graph.spec.owned_ids).cpu(), graph.global_edge_ids.cpu()
-    xs = job["x"][ids].to(ctx.device).requires_grad_()
-    es = job["edge_attr"][edge_ids].to(ctx.device).requires_grad_()
+
+    def rows(name: str, index: Any) -> Any:  # this rank's rows of a whole-mesh array, read from its file
+        return torch.from_numpy(np.load(folder / f"{name}.npy", mmap_mode="r")[index.numpy()]).to(ctx.device)
+
+    xs = rows("x", ids).requires_grad_()
+    es = rows("edge_attr", edge_ids).requires_grad_()
     out = wrapped(ShardTensor.from_local(xs, graph.spec), graph, es)
     check_model_output(out, graph.num_owned, job["sizes"][2], job["model"], sharded=True)
-    (out.to_local() * job["weights"][ids].to(ctx.device)).sum().backward()  # this rank's part of the loss
+    (out.to_local() * rows("weights", ids)).sum().backward()  # this rank's part of the loss
     result = {"ids": ids, "output": out.to_local().detach().cpu(), "grad of x": _grad(xs).cpu(),
               "edge_ids": edge_ids, "grad of edge_attr": _grad(es).cpu()}
     if ctx.rank == 0:  # DomainParallel has summed the parameters' gradients on every rank
@@ -299,7 +323,7 @@ def check_model_exact(model_spec: str, model_args: Mapping[str, Any] | str | Non
     import torch
 
     from meshshard.comm import launch_local
-    from meshshard.partition import partition_graph
+    from meshshard.partition import partition_graph, save_partition
 
     args = _check_arguments(model_args, ranks, dtype, node_in, node_out)
     model_spec = normalise_spec(model_spec)
@@ -312,8 +336,13 @@ def check_model_exact(model_spec: str, model_args: Mapping[str, Any] | str | Non
     whole = _whole(model, tensors, model_spec)
     parts = partition_graph(graph, ranks, seed=seed)
     with tempfile.TemporaryDirectory(prefix="meshshard-exactness-") as folder:
-        job = {"model": model_spec, "model_args": args, "sizes": sizes, "dtype": dtype, "seed": seed, "state": state,
-               "parts": parts, "folder": folder, **{k: tensors[k] for k in ("x", "edge_attr", "weights")}}
+        # what the ranks read, each its own part and rows: the partition folder, the arrays, the weights
+        save_partition(parts, Path(folder) / "parts")
+        for key in ("x", "edge_attr", "weights"):
+            np.save(Path(folder) / f"{key}.npy", tensors[key].numpy())
+        torch.save(state, Path(folder) / "state.pt")
+        job = {"model": model_spec, "model_args": args, "sizes": sizes, "dtype": dtype, "seed": seed,
+               "folder": folder}
         if on_start is not None:
             on_start(f"{ranks} local rank{'s' if ranks > 1 else ''} and one process, {name} ({graph.num_nodes} nodes), "
                      f"{dtype}")

@@ -77,3 +77,21 @@ def exact(node_in: int, edge_in: int, node_out: int, hidden: int = 8) -> nn.Modu
 
 def not_a_module(node_in: int, edge_in: int, node_out: int) -> object:
     return torch.zeros(node_in)
+
+
+class OneColumnTooMany(nn.Module):
+    """Returns ``node_out + 1`` columns."""
+
+    def __init__(self, node_in: int, edge_in: int, node_out: int) -> None:
+        super().__init__()
+        self.lin = nn.Linear(node_in, node_out + 1)
+
+    def forward(self, x, graph, edge_attr):
+        return self.lin(x)
+
+
+class Broken(OneColumnTooMany):
+    """Its forward fails."""
+
+    def forward(self, x, graph, edge_attr):
+        return self.lin(edge_attr)

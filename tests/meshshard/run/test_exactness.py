@@ -79,6 +79,9 @@ def test_a_layer_declared_local_by_mistake_is_caught() -> None:
     ({"model_spec": f"{MODELS}:exact", "dtype": "float16"}, r"Expected --dtype float64 or float32"),
     ({"model_spec": f"{MODELS}:exact", "ranks": 106}, r"210 nodes .* too small for 106 parts"),
     ({"model_spec": f"{MODELS}:exact", "mesh": "missing.vtu"}, r"--mesh missing.vtu: no such file"),
+    ({"model_spec": f"{MODELS}:OneColumnTooMany"}, r"to return a tensor \(210, 2\), .*\(got \(210, 3\)\)"),
+    ({"model_spec": f"{MODELS}:Broken"}, r"Broken: its forward on one process \(x \(210, 3\), edge_index \(2, 2154\), "
+                                         r"edge_attr \(2154, 4\)\) failed: RuntimeError: mat1 and mat2"),
 ])
 def test_bad_arguments_are_one_line_before_any_rank_starts(kwargs, message, monkeypatch) -> None:
     import meshshard.comm
