@@ -8,6 +8,7 @@ rank starts, and the launch; the training itself is the library's (:mod:`meshsha
 from __future__ import annotations
 
 import functools
+import os
 import shlex
 import sys
 from dataclasses import asdict, fields
@@ -153,7 +154,18 @@ def _model_settings(args: Any, saved: dict[str, Any]) -> str | None:
     return None
 
 
+def _selftest_hint(model: str | None, model_args: str | None, resume: bool) -> str | None:
+    """On a run's first start with --model (not on --resume; rank 0 only), the one line that
+    suggests checking the model on shards first."""
+    if not model or resume or os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) != "0":
+        return None
+    given = f"--model {shlex.quote(model)}" + (f" --model-args {shlex.quote(model_args)}" if model_args else "")
+    return (f"note: check that your model on shards equals one process (output and every gradient) with: "
+            f"meshshard selftest {given}")
+
+
 def _run(args: Any) -> int:
+    hint = _selftest_hint(args.model, args.model_args, args.resume)  # as typed, before --model is made absolute
     saved_ckpt = _saved_checkpoint(args)
     problem = _model_settings(args, dict(saved_ckpt.get("config") or {}) if saved_ckpt else {}) or _check_counts(args)
     if problem:
@@ -173,6 +185,8 @@ def _run(args: Any) -> int:
     )
     def check() -> None:  # the RUN checks here too, so that a refusal is one line before any rank starts
         check_training(cfg, saved_ckpt)
+        if hint:
+            print(hint, file=sys.stderr, flush=True)
 
     worker = functools.partial(as_rank, train, TrainConfig.from_dict)
     return run_command("train", worker, args.nproc, asdict(cfg), check, stopped=lambda: resume_hint(cfg.out))

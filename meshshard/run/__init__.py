@@ -11,6 +11,8 @@ as library code that the ``meshshard train / predict / info`` commands only call
 - :class:`ModelRecipe`, :data:`BUILTIN_MODELS`, :data:`MESHGRAPHNET_DEFAULTS`, :data:`TRANSOLVER_DEFAULTS`:
   which model a run trains, with its
   defaults stated once, built for the dataset's channel counts;
+- :func:`check_model_exact`, :class:`ExactnessReport`: your model on R ranks against one process,
+  output and every gradient (``meshshard selftest --model``);
 - :func:`load_run`, :class:`TrainedRun`: a trained run's model, weights and normalisation for
   code of your own;
 - the run folder: :data:`CHECKPOINT`, :data:`LOG`, :data:`RUN_FILES`, :func:`read_run`,
@@ -21,6 +23,7 @@ as library code that the ``meshshard train / predict / info`` commands only call
 from __future__ import annotations
 
 from ._checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from ._exactness import ExactnessReport, check_model_exact
 from ._folder import (
                       CHECKPOINT,
                       FIRST_STEP,
@@ -68,11 +71,13 @@ __all__ = [
     "METRICS_FILE",
     "RUN_FILES",
     "CheckpointError",
+    "ExactnessReport",
     "ModelRecipe",
     "PredictConfig",
     "TrainConfig",
     "TrainedRun",
     "build_model",
+    "check_model_exact",
     "check_prediction_request",
     "check_run_folder",
     "check_training",
