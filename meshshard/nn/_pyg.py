@@ -55,7 +55,7 @@ import torch
 from torch import Tensor, nn
 
 from .._graph import ShardGraph
-from .._tensor import ShardTensor
+from .._tensor import ShardTensor, _RowsUseReplicated
 
 __all__ = ["ShardConv", "ShardNorm", "SUPPORTED"]
 
@@ -107,7 +107,8 @@ class ShardConv(nn.Module):
     GCNConv and ChebConv add a degree exchange (cached for GCNConv without edge weights).
 
     Raises:
-        TypeError: at construction, for a layer that cannot be made exact, with the reason.
+        TypeError: at construction, for a layer that cannot be made exact, with the reason: among
+            them a flag the adapter cannot honour (``cached=True``).
     """
 
     def __init__(self, layer: nn.Module, *, local: bool = False) -> None:
@@ -226,6 +227,7 @@ def _mode_of(layer: nn.Module, local: bool) -> str:
     _check_aggregation(name, getattr(layer, "aggr_module", None))
     known = name in SUPPORTED and type(layer).__module__.startswith("torch_geometric.")
     if known:
+        _check_flags(layer)
         return SUPPORTED[name]
     if local:
         return "halo"
@@ -251,6 +253,24 @@ def _check_aggregation(name: str, aggr: Any) -> None:
         _check_aggregation(name, inner)
     if getattr(aggr, "aggr", None) is not None and isinstance(aggr.aggr, nn.Module):
         _check_aggregation(name, aggr.aggr)
+
+
+# --- the flags the adapters cannot honour ----------------------------------------------------------
+
+# flag -> (the value the adapter needs, why), for each class that has such a flag
+_UNSUPPORTED_FLAGS: dict[str, dict[str, tuple[Any, str]]] = {
+    name: {"cached": (False, "cached=True keeps the first graph's normalisation (SGConv: its propagated "
+                      "features) in the layer, which on shards would be each rank's part; the shard graph "
+                      "caches its degrees already, so use cached=False")}
+    for name in ("GCNConv", "SGConv", "APPNP")
+}
+
+
+def _check_flags(layer: nn.Module) -> None:
+    name = type(layer).__name__
+    for flag, (needed, why) in _UNSUPPORTED_FLAGS.get(name, {}).items():
+        if getattr(layer, flag, needed) != needed:
+            raise TypeError(f"ShardConv refuses {name}({flag}={getattr(layer, flag)!r}): {why}")
 
 
 # --- state_dict without the wrapper's prefix -------------------------------------------------------
@@ -391,7 +411,9 @@ def _gcn(layer: Any, x: ShardTensor, graph: ShardGraph, edge_attr: Tensor | None
     local = x.with_halo()
     if not layer.normalize:
         return layer(local, graph.owned_edge_index, edge_weight)[: graph.num_owned]
-    fill = 2.0 if layer.improved else 1.0
+    # PyG's gcn_norm fills the added self-loops with 2 (improved) only when there are edge weights:
+    # without them, add_remaining_self_loops returns no weights and every edge, loops included, gets 1
+    fill = 2.0 if layer.improved and edge_weight is not None else 1.0
     edge_index, weight = _gcn_norm(graph, edge_weight, layer.add_self_loops, fill, x.dtype)
     layer.normalize = False
     try:
@@ -533,7 +555,8 @@ def _cheb_norm(
 
 def _global_max(graph: ShardGraph, values: Tensor, dtype: torch.dtype) -> Tensor:
     """``values.max()`` over every rank, differentiable like torch's: the gradient is shared evenly
-    by the entries equal to the maximum (on every rank). Communication: three small ``all_reduce``."""
+    by the entries equal to the maximum (on every rank). Communication: three small ``all_reduce``
+    forward, one backward (every rank uses the maximum on its own rows: their gradients are summed)."""
     from meshshard.comm import all_reduce_max, sum_to_replicated
 
     top = (
@@ -545,7 +568,9 @@ def _global_max(graph: ShardGraph, values: Tensor, dtype: torch.dtype) -> Tensor
         all_reduce_max(top, group=graph.spec.group)
     ties = (values.detach() == top.to(values)).to(values.dtype)
     group = graph.spec.group
-    return sum_to_replicated((values * ties).sum(), group=group) / sum_to_replicated(ties.sum(), group=group)
+    top = sum_to_replicated((values * ties).sum(), group=group) / sum_to_replicated(ties.sum(), group=group)
+    # each rank scales its own rows by the maximum: the gradients reaching it are parts, summed backward
+    return _RowsUseReplicated.apply(top, group) if graph.spec.world_size > 1 else top
 
 
 _HANDLERS: dict[str, Callable[..., Tensor]] = {
