@@ -1,4 +1,5 @@
-"""``ShardConv`` over the constructor flags that change each supported layer's math.
+"""``ShardConv`` over the constructor flags that change each supported layer's math, and the PyG
+version check.
 
 The adapters re-derive normalisations from PyG's internals, so the defaults are not enough: every
 class in :data:`SUPPORTED` is built over a table of its flags (improved, add_self_loops, normalize,
@@ -266,6 +267,79 @@ def test_gcn_improved_without_edge_weights_is_exact_on_a_tet_mesh() -> None:
     """Issue 27: PyG fills the self-loops with 2 only when edge weights are given; the adapter filled
     them with 2 always, 0.24-0.27 off on every rank without edge weights."""
     assert run_ranks(_gcn_improved, 3, timeout=120) == [[]] * 3
+
+
+def test_the_recorded_fingerprints_are_the_installed_pyg() -> None:
+    """If this fails after a PyG upgrade: run the flag matrix on it; when it passes, paste what
+    ``pyg_fingerprints()`` prints over ``PYG_VERIFIED`` in meshshard/nn/_pyg.py."""
+    import torch_geometric
+
+    from meshshard.nn._pyg import PYG_VERIFIED, pyg_fingerprints
+
+    version, recorded = PYG_VERIFIED
+    assert set(recorded) == set(SUPPORTED), "every supported class needs a recorded fingerprint"
+    found = {name: _fingerprint(getattr(pyg, name)) for name in SUPPORTED}
+    changed = sorted(name for name in SUPPORTED if found[name] != recorded[name])
+    assert not changed, (
+        f"torch-geometric {torch_geometric.__version__} differs from the verified {version} in {changed}; "
+        f"once the flag matrix passes on it, record:\n{pyg_fingerprints()}"
+    )
+
+
+def _fingerprint(cls: type) -> str:
+    from meshshard.nn._pyg import _fingerprint as fingerprint
+
+    return fingerprint(cls)
+
+
+def test_a_layer_whose_pyg_code_changed_is_refused_naming_the_version_and_the_class(monkeypatch) -> None:
+    import torch_geometric
+
+    layer = pyg.GCNConv(3, 2)
+    ShardConv(layer)
+
+    def message(self, x_j, edge_weight):  # a "new release" that drops the edge weights
+        return x_j
+
+    monkeypatch.setattr(pyg.GCNConv, "message", message)
+    version = re.escape(torch_geometric.__version__)
+    with pytest.raises(TypeError, match=rf"^ShardConv refuses GCNConv: its code in torch-geometric {version} \(constructor, forward, message, message_and_aggregate or the helpers .* differs from torch-geometric 2\.8\.1's, .* `meshshard selftest --model FILE\.py:NAME`, then declare the layer checked: ShardConv\(layer, checked=True\)$"):
+        ShardConv(layer)
+    assert ShardConv(layer, checked=True).mode == "gcn"  # declared checked: runs
+    monkeypatch.undo()
+
+    def gcn_norm(*args, **kwargs):  # a helper the adapter re-derives changed
+        raise AssertionError
+
+    monkeypatch.setattr(torch_geometric.nn.conv.gcn_conv, "gcn_norm", gcn_norm)
+    with pytest.raises(TypeError, match=r"^ShardConv refuses GCNConv: its code .* differs"):
+        ShardConv(layer)
+    ShardConv(pyg.SAGEConv(3, 2))  # other modes do not rely on it
+    monkeypatch.undo()
+
+    layer = pyg.SAGEConv(3, 2)
+    init = pyg.SAGEConv.__init__
+
+    def with_a_new_flag(self, in_channels, out_channels, aggr="mean", new_flag=False, **kwargs):
+        init(self, in_channels, out_channels, aggr, **kwargs)
+
+    monkeypatch.setattr(pyg.SAGEConv, "__init__", with_a_new_flag)  # a new constructor parameter
+    with pytest.raises(TypeError, match=r"^ShardConv refuses SAGEConv: its code .* differs"):
+        ShardConv(layer)
+
+
+def test_an_unrecorded_or_unreadable_class_is_refused(monkeypatch) -> None:
+    from meshshard.nn import _pyg
+
+    monkeypatch.setattr(_pyg, "PYG_VERIFIED", ("2.8.1", {}))
+    with pytest.raises(TypeError, match=r"^ShardConv refuses SAGEConv: no fingerprint of its code is recorded \(ShardConv was verified on torch-geometric 2\.8\.1\); check"):
+        ShardConv(pyg.SAGEConv(3, 2))
+    monkeypatch.undo()
+    layer = pyg.GraphConv(3, 2)
+    exec("def message(self, x_j, edge_weight):\n    return x_j", namespace := {})  # no source file
+    monkeypatch.setattr(pyg.GraphConv, "message", namespace["message"])
+    with pytest.raises(TypeError, match=r"^ShardConv refuses GraphConv: the source of its code in torch-geometric \S+ cannot be read"):
+        ShardConv(layer)
 
 
 def test_flags_the_adapters_cannot_honour_are_refused_on_the_instance() -> None:
