@@ -271,11 +271,17 @@ _UNSUPPORTED_FLAGS: dict[str, dict[str, tuple[Any, str]]] = {
                       "caches its degrees already, so use cached=False")}
     for name in ("GCNConv", "SGConv", "APPNP")
 }
+# MessagePassing's own, for every class
+_UNSUPPORTED_FLAGS[""] = {
+    "decomposed_layers": (1, "PyG's decomposed propagate cannot split the (source rows, destination rows) "
+                          "pair a shard passes; use decomposed_layers=1"),
+}
 
 
 def _check_flags(layer: nn.Module) -> None:
     name = type(layer).__name__
-    for flag, (needed, why) in _UNSUPPORTED_FLAGS.get(name, {}).items():
+    flags = {**_UNSUPPORTED_FLAGS[""], **_UNSUPPORTED_FLAGS.get(name, {})}
+    for flag, (needed, why) in flags.items():
         if getattr(layer, flag, needed) != needed:
             raise TypeError(f"ShardConv refuses {name}({flag}={getattr(layer, flag)!r}): {why}")
 
@@ -369,7 +375,7 @@ def _fingerprint(cls: type) -> str:
 
     methods = tuple(cls.__dict__.get(m) for m in _METHODS)
     helpers = []
-    for path in _HELPERS[SUPPORTED[cls.__name__]]:
+    for path in _HELPERS.get(SUPPORTED[cls.__name__], ()):  # a new mode: record its helpers here
         module, _, attr = path.rpartition(".")
         helpers.append((path, getattr(importlib.import_module(module), attr)))
     return _hash_code(cls, methods, tuple(helpers))

@@ -72,6 +72,10 @@ def _cases() -> list[tuple[str, dict, str | None, str | None]]:
                     if not (kw["add_self_loops"] and not kw["normalize"])],
         ("weight", None), lambda kw: CACHED if kw["cached"] else None)
     add("GCNConv", _grid(aggr=["mean", "max"], improved=[True]), ("weight", None))
+    decomposed = lambda kw: r"decomposed_layers=2\): PyG's decomposed propagate cannot split"  # noqa: E731
+    for name in SUPPORTED:  # MessagePassing's own flag
+        if name not in ("GINConv", "GINEConv", "EdgeConv", "PointNetConv", "APPNP", "PNAConv"):
+            add(name, [{"decomposed_layers": 2, **({"K": 2} if name == "ChebConv" else {})}], refuse=decomposed)
     add("GraphConv", _grid(aggr=["add", "mean", "max", "softmax", _softmax_learn], bias=[True, False]), ("weight", None))
     add("SAGEConv", _grid(aggr=AGGRS, project=[False, True]))
     add("SAGEConv", _grid(normalize=[False, True], root_weight=[True, False], bias=[True, False]))
@@ -83,7 +87,7 @@ def _cases() -> list[tuple[str, dict, str | None, str | None]]:
         add(name, _grid(residual=[True], bias=[True, False], heads=[2], concat=[True, False], negative_slope=[0.1]))
     add("TransformerConv", _grid(heads=[1, 2], concat=[True, False], beta=[False, True], root_weight=[True, False]))
     add("TransformerConv", _grid(edge_dim=[F_EDGE], beta=[False, True], bias=[True, False], heads=[2]), ("attr",))
-    add("EdgeConv", _grid(aggr=["max", "mean", "add", _softmax_learn]))
+    add("EdgeConv", _grid(aggr=["max", "mean", "add", ["mean", "max"], _softmax_learn]))
     add("GENConv", _grid(aggr=["softmax", "powermean", "add", "mean", "max"], learn_t=[True], learn_p=[True],
                          msg_norm=[False, True]))
     add("GENConv", _grid(edge_dim=[F_EDGE], learn_msg_scale=[True], msg_norm=[True], norm=["batch", "layer", None],
@@ -167,9 +171,9 @@ class _Inputs:
         self.deg = torch.bincount(torch.bincount(self.edge_index[1], minlength=n))
 
 
-def _check(inp: _Inputs, what: str, layer: nn.Module, f_in: int, edge: str | None) -> None:
-    """One layer on the whole graph and through ShardConv on this rank's shard, every gradient."""
-    shard = ShardConv(copy.deepcopy(layer))
+def _check(inp: _Inputs, what: str, layer: nn.Module, f_in: int, edge: str | None, shard: ShardConv | None = None) -> None:
+    """One layer on the whole graph and through ShardConv (of a copy) on this rank's shard, every gradient."""
+    shard = ShardConv(copy.deepcopy(layer)) if shard is None else shard
     pos = type(layer).__name__ == "PointNetConv"
     x_full = inp.x[:, :f_in]
     e_full = None if edge is None else inp.edge[edge]
@@ -212,7 +216,7 @@ def _matrix(rank: int, world: int, names: tuple[str, ...]) -> dict:
         layer, f_in = _build(name, kw, inp.deg)
         layer = layer.to(DT)
         try:
-            ShardConv(copy.deepcopy(layer))
+            shard = ShardConv(copy.deepcopy(layer))
         except TypeError as err:
             if refusal is None or not re.search(refusal, str(err)) or "\n" in str(err):
                 failures.append(f"{what}: refused unexpectedly: {err}")
@@ -222,7 +226,7 @@ def _matrix(rank: int, world: int, names: tuple[str, ...]) -> dict:
             failures.append(f"{what}: accepted, expected the refusal {refusal!r}")
             continue
         try:
-            _check(inp, what, layer, f_in, edge)  # every collective runs before the comparisons
+            _check(inp, what, layer, f_in, edge, shard)  # every collective runs before the comparisons
         except AssertionError as err:
             failures.append(str(err).splitlines()[0] + " " + " ".join(str(err).split()[-12:]))
         ran += 1
@@ -351,3 +355,5 @@ def test_flags_the_adapters_cannot_honour_are_refused_on_the_instance() -> None:
     layer.cached = True  # set after construction: still seen
     with pytest.raises(TypeError, match=r"GCNConv\(cached=True\)"):
         ShardConv(layer)
+    with pytest.raises(TypeError, match=r"^ShardConv refuses SAGEConv\(decomposed_layers=2\): PyG's decomposed propagate"):
+        ShardConv(pyg.SAGEConv(3, 2, decomposed_layers=2))
