@@ -34,7 +34,9 @@ Refused, with a one-line reason: a MessagePassing class not in :data:`SUPPORTED`
 ``local=True``: its output at a node depends only on that node's row, its incoming edges and their
 source rows), subclasses of supported classes (they may override the message), ``flow =
 "target_to_source"``, order-dependent aggregations (LSTM, GRU, sort, set transformer),
-and ``return_attention_weights``.
+``return_attention_weights``, ``cached=True`` and ``decomposed_layers > 1``, and a supported class
+whose code in the installed torch-geometric differs from the release the adapters were verified on
+(:data:`PYG_VERIFIED`; a user who has checked the model declares it ``checked=True``).
 
 :class:`ShardNorm` does the same for PyG's per-graph normalisations (``GraphNorm``,
 ``InstanceNorm``, ``LayerNorm(mode="graph")``): statistics over every node of every rank.
@@ -49,6 +51,7 @@ local edges, ``F`` features.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -58,7 +61,7 @@ from torch import Tensor, nn
 from .._graph import ShardGraph
 from .._tensor import ShardTensor, _RowsUseReplicated
 
-__all__ = ["ShardConv", "ShardNorm", "SUPPORTED", "PYG_VERIFIED", "pyg_fingerprints"]
+__all__ = ["ShardConv", "ShardNorm", "SUPPORTED", "PYG_VERIFIED", "PYG_CHECKED_ENV", "pyg_fingerprints"]
 
 # aggregations whose result does not depend on the order of a node's incoming edges
 _ORDER_FREE = {
@@ -98,7 +101,8 @@ class ShardConv(nn.Module):
             edges. Declaring a layer local that is not gives wrong results.
         checked: run a supported class even where the installed torch-geometric's code for it differs
             from the release the adapter was verified on (:data:`PYG_VERIFIED`), once ``meshshard
-            selftest --model FILE.py:NAME`` shows your model exact on shards with it.
+            selftest --model FILE.py:NAME`` shows your model exact on shards with it. The environment
+            variable ``MESHSHARD_PYG_CHECKED=1`` does the same for every layer (to run that selftest).
 
     Shapes:
         x: ``ShardTensor`` ``(N_own, F_in)`` laid out by ``graph.spec``.
@@ -233,7 +237,7 @@ def _mode_of(layer: nn.Module, local: bool, checked: bool = False) -> str:
     known = name in SUPPORTED and type(layer).__module__.startswith("torch_geometric.")
     if known:
         _check_flags(layer)
-        if not checked:
+        if not (checked or os.environ.get(PYG_CHECKED_ENV, "") == "1"):
             _check_pyg_code(type(layer))
         return SUPPORTED[name]
     if local:
@@ -316,6 +320,8 @@ PYG_VERIFIED: tuple[str, dict[str, str]] = ("2.8.1", {
     "PNAConv": "68549e1cb36d",
 })
 
+#: set to ``1``: every supported layer runs as if declared ``checked=True`` (see :class:`ShardConv`)
+PYG_CHECKED_ENV = "MESHSHARD_PYG_CHECKED"
 _METHODS = ("__init__", "forward", "message", "aggregate", "update", "message_and_aggregate", "edge_update",
             "__norm__")
 _HELPERS = {
@@ -363,8 +369,8 @@ def _check_pyg_code(cls: type) -> None:
         f"differs from torch-geometric {version}'s, which ShardConv was verified on, so its math may have changed"
     )
     raise TypeError(
-        f"ShardConv refuses {name}: {why}; check your model on shards with `meshshard selftest --model "
-        "FILE.py:NAME`, then declare the layer checked: ShardConv(layer, checked=True)"
+        f"ShardConv refuses {name}: {why}; check your model on shards with `{PYG_CHECKED_ENV}=1 meshshard "
+        "selftest --model FILE.py:NAME`, then declare the layer checked: ShardConv(layer, checked=True)"
     )
 
 

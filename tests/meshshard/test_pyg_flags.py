@@ -307,9 +307,12 @@ def test_a_layer_whose_pyg_code_changed_is_refused_naming_the_version_and_the_cl
 
     monkeypatch.setattr(pyg.GCNConv, "message", message)
     version = re.escape(torch_geometric.__version__)
-    with pytest.raises(TypeError, match=rf"^ShardConv refuses GCNConv: its code in torch-geometric {version} \(constructor, forward, message, message_and_aggregate or the helpers .* differs from torch-geometric 2\.8\.1's, .* `meshshard selftest --model FILE\.py:NAME`, then declare the layer checked: ShardConv\(layer, checked=True\)$"):
+    with pytest.raises(TypeError, match=rf"^ShardConv refuses GCNConv: its code in torch-geometric {version} \(constructor, forward, message, message_and_aggregate or the helpers .* differs from torch-geometric 2\.8\.1's, .* `MESHSHARD_PYG_CHECKED=1 meshshard selftest --model FILE\.py:NAME`, then declare the layer checked: ShardConv\(layer, checked=True\)$"):
         ShardConv(layer)
     assert ShardConv(layer, checked=True).mode == "gcn"  # declared checked: runs
+    monkeypatch.setenv("MESHSHARD_PYG_CHECKED", "1")  # every layer, as for the selftest
+    assert ShardConv(layer).mode == "gcn"
+    monkeypatch.delenv("MESHSHARD_PYG_CHECKED")
     monkeypatch.undo()
 
     def gcn_norm(*args, **kwargs):  # a helper the adapter re-derives changed
