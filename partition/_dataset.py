@@ -1217,7 +1217,8 @@ def read_partitions_metadata(parts: str | os.PathLike[str]) -> dict[str, Any]:
     source = meta.get("input", {})
     return {"format": None, "num_parts": meta["num_parts"],
             "meshes": [{"mesh": 0, "folder": ".", "num_nodes": meta["num_nodes"],
-                        "sha256": source.get("sha256") if source.get("kind") == "dataset" else None}]}
+                        "sha256": source.get("sha256") if source.get("kind") == "dataset" else None}],
+            **({"halo_radius": meta["halo_radius"]} if "halo_radius" in meta else {})}
 
 
 def check_partition_matches(dataset: Dataset | str | os.PathLike[str], parts: str | os.PathLike[str],

@@ -738,17 +738,26 @@ def partition_dataset(
     seed: int = 0,
     force: bool = False,
     progress: Callable[[int], None] | None = None,
+    radius: float | None = None,
 ) -> Path:
     """``meshshard partition DATA``: partition the one mesh of a dataset (PARTS is a partition
     folder), or every distinct mesh (PARTS holds one partition folder per mesh, see the format
-    docstring). Each partition records the mesh's checksum as its ``input.sha256``."""
+    docstring). Each partition records the mesh's checksum as its ``input.sha256``.
+
+    ``method`` ``"metis"`` partitions each mesh's graph (a point cloud's kNN graph), ``"rcb"`` and
+    ``"morton"`` its points. ``radius`` (``--radius``): the geometric halo radius the partition is
+    made for, recorded as ``"halo_radius"`` in every partition (and ``partitions.json``) with each
+    part's exact ghost count at that radius, ``"radius_ghosts"``; a model with a larger ball
+    radius is then refused (:func:`meshshard.partition._points.check_radius`)."""
     from ._api import _run
     from ._assign import check_num_parts
     from ._format import write_partitions
+    from ._points import check_halo_radius, record_halo_radius
     from ._progress import Steps
 
     dataset = open_dataset(data)
     out = Path(out)
+    radius = check_halo_radius(radius)
     _check_parts_output(out, force)
     if num_parts < 1:
         raise ValueError(f"Expected --parts >= 1 (got {num_parts})")
@@ -758,11 +767,21 @@ def partition_dataset(
     def one(m: int, folder: Path) -> None:
         mesh = dataset.mesh(m)
         graph = mesh.graph()
-        attrs = {"graph": graph.kind, "input": {"kind": "dataset", "name": f"{dataset.path.name}/meshes/{m:05d}",
-                                                  "sha256": mesh.sha256}, "parameters": {}}
+        rule = dataset.meta["meshes"][m].get("graph") or {}
+        source = {"kind": "dataset", "name": f"{dataset.path.name}/meshes/{m:05d}", "sha256": mesh.sha256}
+        attrs = {"graph": rule.get("rule") or graph.kind, "input": source, "parameters": {}}
         metadata, partitions = _run(graph, num_parts, Steps(), method=method, halo_hops=halo_hops,
                                     imbalance=imbalance, seed=seed, attrs=attrs)
-        write_partitions(metadata, partitions, folder)
+        owner = np.zeros(mesh.num_nodes, dtype=np.int64)
+
+        def tapped() -> Iterator[Any]:  # each part's owned ids noted as it streams past
+            for part in partitions:
+                owner[part.owned_ids] = part.rank
+                yield part
+
+        write_partitions(metadata, tapped(), folder)
+        if radius is not None:
+            record_halo_radius(folder, mesh.points, owner, radius)
         if progress is not None:
             progress(1)
 
@@ -777,6 +796,8 @@ def partition_dataset(
                                "sha256": entry["sha256"]})
             meta = {"format": PARTITIONS_FORMAT, "format_version": 1, "num_parts": num_parts,
                     "dataset": dataset.path.name, "num_meshes": len(meshes), "meshes": meshes}
+            if radius is not None:
+                meta["halo_radius"] = radius
             (tmp / PARTITIONS_FILE).write_text(json.dumps(meta, indent=2) + "\n")
     return out
 

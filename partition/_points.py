@@ -43,7 +43,8 @@ import numpy as np
 
 __all__ = ["DEFAULT_POINT_GRAPH", "SURFACE_FIELDS", "GraphRule", "parse_graph_rule", "read_npz_cloud",
            "is_legacy_polydata", "triangulate", "surface_faces", "surface_fields", "add_surface_fields",
-           "point_graph", "sample_graph", "gives_edges", "geometric_halo_counts", "check_radius", "halo_radius_of"]
+           "point_graph", "sample_graph", "gives_edges", "geometric_halo_counts", "check_radius", "halo_radius_of",
+           "record_halo_radius", "check_halo_radius"]
 
 #: The derived fields of a surface, by name.
 SURFACE_FIELDS = ("normal", "area")
@@ -331,3 +332,27 @@ def sample_graph(pos: np.ndarray, cells: Sequence[tuple[str, np.ndarray]], rule:
                              f"use --graph knn:K or radius:R for a point cloud")
         return None, None
     return point_graph(pos, rule, path), rule.to_dict()
+
+
+def record_halo_radius(folder: Path, points: np.ndarray, parts: np.ndarray, radius: float) -> None:
+    """Add ``"halo_radius": radius`` and ``"radius_ghosts"`` (each part's
+    :func:`geometric_halo_counts`) to the partition in ``folder`` (its metadata checksum renewed)."""
+    from ._format import METADATA_FILE, dump_metadata, read_metadata
+
+    meta = read_metadata(folder)
+    meta["halo_radius"] = float(radius)
+    meta["radius_ghosts"] = geometric_halo_counts(points, parts, int(meta["num_parts"]), float(radius))
+    (Path(folder) / METADATA_FILE).write_text(dump_metadata(meta))
+
+
+def check_halo_radius(radius: Any) -> float | None:
+    """``--radius`` of ``meshshard partition DATA``: None, or a positive finite number."""
+    if radius is None:
+        return None
+    try:
+        r = float(radius)
+    except (TypeError, ValueError):
+        r = math.nan
+    if not (r > 0 and math.isfinite(r)):
+        raise ValueError(f"Expected --radius to be a positive number (got {radius!r})")
+    return r
