@@ -365,3 +365,5 @@ def test_info_describes_a_surface_dataset(tmp_path: Path, capsys: pytest.Capture
     mesh = open_dataset(data).mesh(0)
     assert [t for t, _ in mesh.cells] == ["quad"] and mesh.graph().num_edges == mesh.edge_index.shape[1]
     np.testing.assert_array_equal(mesh.edge_index, point_graph(CUBE, parse_graph_rule("knn:3")))
+    again = build_dataset([src], data, inputs="pos", force=True)  # --force knows surface-area.npy as its own
+    assert (again / "meshes/00000/surface-area.npy").is_file() and "graph" not in open_dataset(again).meta
