@@ -344,6 +344,8 @@ def test_partition_command_radius_and_info(clouds: Path, tmp_path: Path, capsys:
                  "--radius", "0.15", "-q"]) == 0
     assert main(["info", str(out)]) == 0
     assert "made for a ball radius up to 0.15 (--radius)" in capsys.readouterr().out
+    assert main(["info", str(out / "mesh-00000")]) == 0
+    assert "halo radius 0.15 (--radius: the largest ball radius of a model): " in capsys.readouterr().out
     assert main(["partition", str(clouds), "--parts", "2", "--out", str(tmp_path / "bad"), "--radius", "-1"]) == 2
     assert "Expected --radius to be a positive number (got -1.0)" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
