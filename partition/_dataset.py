@@ -555,7 +555,8 @@ def _check_sample(sample: Sample, index: int, in_width: int | None,
         merged.setdefault(str(cell_type), []).append(conn.astype(np.int64))
     cells = [(t, np.concatenate(c) if len(c) > 1 else c[0]) for t, c in merged.items()]
     if not cells and sample.edge_index is None:
-        raise ValueError(f"{where}: Expected cells or an edge_index (got neither)")
+        raise ValueError(f"{where}: Expected cells or an edge_index (got neither; a point cloud's: "
+                         "meshshard.partition.point_graph(pos, parse_graph_rule('knn:8')))")
     return pos, cells
 
 

@@ -24,6 +24,7 @@ from meshshard.partition import (
     read_metadata,
     read_partitions_metadata,
     verify_partition,
+    write_dataset,
 )
 
 # the unit cube, point i at (x, y, z) = (i & 1, (i >> 1) & 1, (i >> 2) & 1), its faces wound outward
@@ -207,6 +208,16 @@ def test_radius_graph_is_exact() -> None:
     assert _pairs(point_graph(pos, parse_graph_rule("radius:0.3"))) == want
 
 
+def test_write_dataset_of_a_cloud_takes_its_point_graph(tmp_path: Path) -> None:
+    pos = _cloud(20, seed=5)
+    with pytest.raises(ValueError, match=r"Expected cells or an edge_index \(got neither; a point cloud's: "
+                                         r"meshshard.partition.point_graph\(pos, parse_graph_rule\('knn:8'\)\)\)"):
+        write_dataset(tmp_path / "none", [pos[:, :1]], pos=pos)
+    edges = point_graph(pos, parse_graph_rule("knn:8"))
+    mesh = open_dataset(write_dataset(tmp_path / "data", [pos[:, :1]], pos=pos, edge_index=edges)).mesh(0)
+    np.testing.assert_array_equal(mesh.graph().edge_index(), edges)
+
+
 def test_graph_rules_parse_and_refuse() -> None:
     assert str(parse_graph_rule("knn:12")) == "knn:12" and parse_graph_rule("radius:0.5").radius == 0.5
     assert parse_graph_rule("mesh").rule == "mesh"
@@ -369,3 +380,15 @@ def test_info_describes_a_surface_dataset(tmp_path: Path, capsys: pytest.Capture
     np.testing.assert_array_equal(mesh.edge_index, point_graph(CUBE, parse_graph_rule("knn:3")))
     again = build_dataset([src], data, inputs="pos", force=True)  # --force knows surface-area.npy as its own
     assert (again / "meshes/00000/surface-area.npy").is_file() and "graph" not in open_dataset(again).meta
+
+
+def test_a_surface_and_a_cloud_each_keep_their_own_graph(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    surface = _write_vtp(tmp_path / "cube.vtp", _vtk_poly(CUBE, polys=TRIANGLES.tolist()))
+    cloud = _npz(tmp_path / "cloud.npz", pos=_cloud(20, seed=7))
+    data = build_dataset([surface, cloud], tmp_path / "data", inputs="pos")
+    meshes = open_dataset(data).meta["meshes"]
+    assert "graph" not in meshes[0] and meshes[1]["graph"]["rule"] == "knn"
+    assert "surface_area" in meshes[0] and "surface_area" not in meshes[1]
+    assert main(["info", str(data)]) == 0
+    assert ("graph    knn:8 from the points (symmetrised, 1 of 2 meshes; the others their cells' edges)"
+            in capsys.readouterr().out)
