@@ -17,7 +17,9 @@ Folder layout::
     │   └── 00000/                   one folder per distinct mesh, meshes/{m:05d}/
     │       ├── points.npy           (N_m, D) float64 coordinates
     │       ├── cells-triangle.npy   (C, k) int64, one file per meshio cell type ...
-    │       └── edge_index.npy       ... or (2, E) int64 edges, for a graph given without cells
+    │       ├── edge_index.npy       ... or (2, E) int64 edges: a graph given without cells, or built
+    │       │                        from the points (the mesh's "graph" entry, see below)
+    │       └── surface-area.npy     (N_m, 3) float64 area vectors, for a surface in 3-D
     └── samples/
         ├── 00000/                   one folder per sample, samples/{s:05d}/
         │   ├── inputs.npy           (N_m, F_in) float32 (or float64: ``dtype``), unnormalised
@@ -47,8 +49,17 @@ new cases to predict on must be read the same way. A mesh's ``"boundaries"`` (wr
 file names boundaries: a ``.vtm``'s patches, node sets, gmsh physical groups) lists them in name
 order, ``[{"name", "num_nodes", "area"}]``; boundary ``k`` is stored as
 ``meshes/{m:05d}/boundary-{k:03d}.npy`` (sorted node ids) and ``boundary-{k:03d}-area.npy`` (the
-area vector each node stands for, :mod:`meshshard.partition._surface`). None of these changes how
-the samples are read.
+area vector each node stands for, :mod:`meshshard.partition._surface`). A mesh whose graph was built
+from its points (``meshshard dataset --graph``; a point cloud's by default, see
+:mod:`meshshard.partition._points`) records the rule, ``"graph": {"rule": "knn", "k": 8,
+"symmetric": true}`` or ``{"rule": "radius", "radius": R}``, and stores the edges as
+``edge_index.npy`` beside any cells (the cells are kept for writing predictions, the edges are the
+graph; the mesh checksum covers both), and the dataset records the rule as ``"graph": "knn:8"``.
+A surface in 3-D (faces, no 3-D cells) has ``"surface_area"`` (its total area) and
+``meshes/{m:05d}/surface-area.npy``: per point, the lumped area vector of the faces around it
+(:meth:`Dataset.surface_area`). ``"max_points": N`` (``--max-points``) asks training to draw a
+random subset of at most ``N`` points of a sample per epoch (not used by training yet). None of
+these changes how the samples are read.
 
 Inputs only. A dataset made without targets (``meshshard dataset`` without ``--targets``,
 ``write_dataset(targets=None)``) holds new cases to predict on: ``targets`` and
@@ -211,7 +222,7 @@ HOLD_RELATIVE = 1e-6
 
 _CELL_TYPE = re.compile(r"^[A-Za-z0-9_]+$")
 _OUR_FILE = re.compile(
-    r"^(dataset\.json|meshes/\d{5}/(points|edge_index|cells-[A-Za-z0-9_]+|boundary-\d{3}(-area)?)\.npy|"
+    r"^(dataset\.json|meshes/\d{5}/(points|edge_index|cells-[A-Za-z0-9_]+|boundary-\d{3}(-area)?|surface-area)\.npy|"
     r"samples/\d{5}/(inputs|targets|state|node_type)\.npy)$")
 _OUR_DIR = re.compile(r"^(meshes|samples)(/\d{5})?$")
 
@@ -441,6 +452,7 @@ class Sample:
     edge_index: np.ndarray | None = None
     source: str | None = None
     boundaries: Mapping[str, np.ndarray] | None = None
+    graph: Mapping[str, Any] | None = None  # how edge_index was made from the points (--graph), if it was
 
 
 def split_samples(names: Sequence[str], val_fraction: float | None = None,
@@ -555,7 +567,8 @@ def _check_sample(sample: Sample, index: int, in_width: int | None,
         merged.setdefault(str(cell_type), []).append(conn.astype(np.int64))
     cells = [(t, np.concatenate(c) if len(c) > 1 else c[0]) for t, c in merged.items()]
     if not cells and sample.edge_index is None:
-        raise ValueError(f"{where}: Expected cells or an edge_index (got neither)")
+        raise ValueError(f"{where}: Expected cells or an edge_index (got neither; a point cloud's: "
+                         "meshshard.partition.point_graph(pos, parse_graph_rule('knn:8')))")
     return pos, cells
 
 
@@ -598,6 +611,7 @@ def write_samples(
     parameters: Mapping[str, Any] | None = None,
     target_scales: Mapping[str, str] | None = None,
     collapsed_2d: bool = False,
+    max_points: int | None = None,
 ) -> Path:
     """Write a dataset folder from ``samples``, consumed one at a time (never all in memory).
 
@@ -620,6 +634,8 @@ def write_samples(
             back (:meth:`Dataset.target_factors`).
         collapsed_2d: The meshes are the lower planes of one-cell-thick 3-D meshes
             (``--collapse-2d``): recorded as ``"collapsed_2d": true``.
+        max_points: Training's points per sample and epoch (``--max-points``): recorded as
+            ``"max_points"``.
 
     Returns:
         The dataset folder.
@@ -649,6 +665,13 @@ def write_samples(
             meta["target_scales"] = dict(target_scales)
         if collapsed_2d:
             meta["collapsed_2d"] = True
+        rules = [m["graph"] for m in meta["meshes"] if "graph" in m]
+        if rules:
+            from ._points import GraphRule
+
+            meta["graph"] = str(GraphRule(rules[0]["rule"], rules[0].get("k"), rules[0].get("radius")))
+        if max_points is not None:
+            meta["max_points"] = int(max_points)
         write_text_file(tmp / METADATA_FILE, dump_metadata(meta))
     return out
 
@@ -692,7 +715,9 @@ def _write_all(tmp: Path, samples: Iterable[Sample], names: Sequence[str], train
         _check_finite(inputs, in_ch, where, sample.name)
         _check_finite(targets, out_ch, where, sample.name)
         ei = None if sample.edge_index is None else np.asarray(sample.edge_index, dtype=np.int64)
-        digest = mesh_checksum(pos, cells, None if cells else ei)
+        if cells and sample.graph is None:
+            ei = None  # the cells' edges are the graph
+        digest = mesh_checksum(pos, cells, ei)
         if digest not in mesh_of:
             if meshes and meshes[0]["pos_dim"] != pos.shape[1]:
                 raise ValueError(f"{where}: Expected {meshes[0]['pos_dim']}-D points like the first sample "
@@ -700,17 +725,19 @@ def _write_all(tmp: Path, samples: Iterable[Sample], names: Sequence[str], train
             mesh_of[digest] = len(meshes)
             from ._graph import Graph, nodal_graph
 
-            graph = nodal_graph(cells, len(pos)) if cells else Graph.from_edge_index(ei, len(pos))
+            graph = Graph.from_edge_index(ei, len(pos)) if ei is not None else nodal_graph(cells, len(pos))
             folder = tmp / "meshes" / f"{len(meshes):05d}"
             _save_npy(folder / "points.npy", pos)
             for cell_type, conn in cells:
                 _save_npy(folder / f"cells-{cell_type}.npy", conn)
-            if not cells:
+            if ei is not None:
                 _save_npy(folder / "edge_index.npy", ei)
             meshes.append({"folder": f"meshes/{len(meshes):05d}", "num_nodes": len(pos),
                            "pos_dim": pos.shape[1], "num_edges": graph.num_edges,
                            "cells": {t: len(c) for t, c in cells}, "sha256": digest}
-                          | _write_boundaries(folder, sample.boundaries, pos, cells, where))
+                          | ({"graph": dict(sample.graph)} if sample.graph is not None and ei is not None else {})
+                          | _write_boundaries(folder, sample.boundaries, pos, cells, where)
+                          | _write_surface_area(folder, pos, cells))
             edge_runs.append(_edge_moments(graph, pos))
             train_uses.append(0)
         m = mesh_of[digest]
@@ -740,6 +767,19 @@ def _write_all(tmp: Path, samples: Iterable[Sample], names: Sequence[str], train
             "targets": run_out.stats(out_ch).to_dict(), "edges": run_edges.stats(edge_ch).to_dict()}
     return {"kind": KINDS[0] if len(meshes) == 1 else KINDS[1], "edge_channels": edge_ch,
             "normalisation": norm, "meshes": meshes, "samples": entries}
+
+
+def _write_surface_area(folder: Path, pos: np.ndarray, cells: Cells) -> dict[str, Any]:
+    """Store a surface's per-point area vectors (``surface-area.npy``, :mod:`meshshard.partition._points`);
+    the mesh's ``"surface_area"`` entry (the total area), or nothing for another mesh."""
+    from ._points import surface_faces, surface_fields
+
+    faces = surface_faces(pos, cells)
+    if not faces:
+        return {}
+    _, area, vectors = surface_fields(pos, faces)
+    _save_npy(folder / "surface-area.npy", vectors)
+    return {"surface_area": float(area.sum())}
 
 
 def _write_boundaries(folder: Path, boundaries: Mapping[str, np.ndarray] | None, pos: np.ndarray,
@@ -939,7 +979,7 @@ class Mesh:
         """The nodal graph training uses (edges of the cells, or the stored edge_index)."""
         from ._graph import Graph, nodal_graph
 
-        if self.cells:
+        if self.edge_index is None:
             return nodal_graph(self.cells, self.num_nodes, pos=self.points)
         return Graph.from_edge_index(self.edge_index, self.num_nodes, pos=self.points)
 
@@ -1091,6 +1131,22 @@ class Dataset:
                              f"[0, {entry['num_nodes']}) and their ({n}, {entry['pos_dim']}) area vectors)")
         return ids.astype(np.int64), area.astype(np.float64)
 
+    def surface_area(self, index: int) -> np.ndarray | None:
+        """The area vector of each point of mesh ``index`` when it is a surface in 3-D, ``(N, 3)``
+        (length: the point's lumped area; direction: its normal by the faces' winding), else None."""
+        entry = self.meta["meshes"][index]
+        if "surface_area" not in entry:
+            return None
+        file = self.mesh_folder(index) / "surface-area.npy"
+        try:
+            vectors = np.asarray(self._load(file, None))
+        except (OSError, ValueError) as err:
+            raise ValueError(f"{file}: unreadable ({err})") from None
+        if vectors.shape != (entry["num_nodes"], 3) or vectors.dtype.kind != "f":
+            raise ValueError(f"{file}: damaged (Expected a float array of shape ({entry['num_nodes']}, 3), got "
+                             f"{vectors.dtype} {vectors.shape})")
+        return vectors.astype(np.float64)
+
     def mesh(self, index: int) -> Mesh:
         """The stored mesh ``index`` (whole: for partitioning and for writing predictions)."""
         if not 0 <= index < self.num_meshes:
@@ -1102,7 +1158,7 @@ class Dataset:
         try:
             for cell_type in entry["cells"]:
                 cells.append((cell_type, self._load(folder / f"cells-{cell_type}.npy", None)))
-            edge_index = None if cells else self._load(folder / "edge_index.npy", None)
+            edge_index = self._load(folder / "edge_index.npy", None) if not cells or "graph" in entry else None
         except (OSError, ValueError) as err:
             raise ValueError(str(err) if str(err).startswith(str(folder)) else f"{folder}: a mesh file is not readable "
                              f"({err})") from None
@@ -1189,7 +1245,8 @@ def read_partitions_metadata(parts: str | os.PathLike[str]) -> dict[str, Any]:
     source = meta.get("input", {})
     return {"format": None, "num_parts": meta["num_parts"],
             "meshes": [{"mesh": 0, "folder": ".", "num_nodes": meta["num_nodes"],
-                        "sha256": source.get("sha256") if source.get("kind") == "dataset" else None}]}
+                        "sha256": source.get("sha256") if source.get("kind") == "dataset" else None}],
+            **({"halo_radius": meta["halo_radius"]} if "halo_radius" in meta else {})}
 
 
 def check_partition_matches(dataset: Dataset | str | os.PathLike[str], parts: str | os.PathLike[str],

@@ -45,6 +45,15 @@ from ._foam import foam_folder, foam_sources, sample_stem
 from ._json_io import dumps_json, write_text_file
 from ._mesh_ops import WALL_DISTANCE, cell_data_to_points, collapse_2d, one_cell_thick_note
 from ._mesh_ops import wall_distance as nearest_wall_distance
+from ._points import (
+    GraphRule,
+    add_surface_fields,
+    is_legacy_polydata,
+    parse_graph_rule,
+    read_npz_cloud,
+    sample_graph,
+    triangulate,
+)
 from ._safe_io import check_destination, read_regular
 from ._surface import named_boundaries
 from ._vtk_io import VTK_SUFFIXES, read_vtk
@@ -66,7 +75,7 @@ def list_sources(sources: Sequence[str | os.PathLike[str]], notes: Callable[[str
     taken (a note says so when there are several), its other files and folders silently."""
     import meshio
 
-    known = set(meshio.extension_to_filetypes) | set(VTK_SUFFIXES)
+    known = set(meshio.extension_to_filetypes) | set(VTK_SUFFIXES) | {".npz"}
     files: list[Path] = []
     other: list[Path] = []
     subfolders: list[Path] = []
@@ -115,7 +124,9 @@ def _skipped_note(other: list[Path], subfolders: list[Path]) -> str:
 def _read(path: Path, notes: Callable[[str], None] | None = None) -> Any:
     """A mesh file as a ``meshio.Mesh``: by meshio, or by vtk for :data:`VTK_SUFFIXES`
     (``notes`` is told of a multiblock's blocks left out)."""
-    if path.suffix.lower() in VTK_SUFFIXES:
+    if path.suffix.lower() == ".npz":
+        return read_npz_cloud(path)
+    if path.suffix.lower() in VTK_SUFFIXES or (path.suffix.lower() == ".vtk" and is_legacy_polydata(path)):
         try:
             return read_vtk(path, notes)
         except ValueError:
@@ -270,6 +281,7 @@ class _Reading:
     collapse_2d: bool = False
     wall_distance: tuple[str, ...] = ()
     node_types: tuple[str, ...] | None = None  # the boundary classes (--boundary-classes), after "interior"
+    graph: GraphRule | None = None  # --graph (None: the cells' edges, or knn:8 for a sample without)
 
 
 def _select(names: list[str], mesh: Any, pos: np.ndarray, path: Path,
@@ -361,6 +373,8 @@ def build_dataset(
     collapse_2d: bool = False,
     wall_distance: str | Sequence[str] | None = None,
     node_types: bool = False,
+    graph: str | None = None,
+    max_points: int | None = None,
 ) -> Path:
     """``meshshard dataset``: one sample per mesh file (see the module docstring for names).
 
@@ -402,12 +416,23 @@ def build_dataset(
             class 0 ``interior`` (on no boundary), then one per boundary of the first file, in its
             order (a node on two takes the first); the field's record lists them as ``"classes"``
             (``--boundary-classes``). Every file must name the same boundaries.
+        graph: How a sample's graph is made (``--graph``): ``"mesh"`` (its cells' edges),
+            ``"knn:K"`` or ``"radius:R"`` (from its points, :mod:`meshshard.partition._points`);
+            default: the cells' edges, and ``knn:8`` for a sample without cells that join points.
+            Point samples (``.npz`` with ``pos``, ``.vtu`` of vertex cells, ``.vtp``, ``.ply``, ``.stl``
+            surfaces) may differ in size; a surface's ``normal`` and ``area`` are input fields.
+        max_points: Training's points per sample and epoch (``--max-points``), recorded only:
+            training does not subsample yet.
         Others: as :func:`meshshard.partition._dataset.write_samples`.
     """
     in_names = parse_field_names(inputs, "--inputs")
     out_names = parse_field_names(targets, "--targets") if targets else []
     patches = _patch_names(wall_distance) if wall_distance else ()
-    reading = _Reading(cell_data_to_points, collapse_2d, patches)
+    reading = _Reading(cell_data_to_points, collapse_2d, patches,
+                       graph=parse_graph_rule(graph) if graph is not None else None)
+    if max_points is not None and (isinstance(max_points, bool) or not isinstance(max_points, (int, np.integer))
+                                   or max_points < 1):
+        raise ValueError(f"Expected --max-points to be an integer >= 1 (got {max_points!r})")
     if not out_names and val_fraction is None and val_samples is None:
         val_fraction = 0.0  # cases to predict on: nothing to validate against
     check_dataset_output(out, force, sources)
@@ -465,7 +490,8 @@ def build_dataset(
     written = write_samples(out, samples(), names, input_fields=input_fields,
                             target_fields=_records(out_names, first.targets), val_fraction=val_fraction,
                             val_samples=val_samples, dtype=dtype, force=force, sources=sources, progress=progress,
-                            parameters=table, target_scales=scales or None, collapsed_2d=collapse_2d)
+                            parameters=table, target_scales=scales or None, collapsed_2d=collapse_2d,
+                            max_points=max_points)
     held = held_note(read_dataset_metadata(written))
     if held and notes is not None:
         notes(held)
@@ -612,6 +638,7 @@ def _sample_from(path: Path, name: str, in_names: list[str], out_names: list[str
         thick = one_cell_thick_note(mesh, path)
         if thick is not None:
             notes(thick)
+    add_surface_fields(mesh, [*in_names, *out_names], path)
     pos = np.asarray(mesh.points, dtype=np.float64)
     x, x_sources = _select(in_names, mesh, pos, path, reading.cell_data_to_points)
     y, y_sources = _select(out_names, mesh, pos, path, reading.cell_data_to_points)
@@ -628,8 +655,10 @@ def _sample_from(path: Path, name: str, in_names: list[str], out_names: list[str
     for t, c in cells:
         if c.dtype == object or c.ndim != 2:
             raise ValueError(f"{path}: cell type {t!r} with a varying node count is not supported")
-    return _Read(Sample(name, pos, x, y, cells=cells, source=str(path), boundaries=named_boundaries(mesh)),
-                 x_sources, y_sources)
+    cells = triangulate(cells)
+    edge_index, graph = sample_graph(pos, cells, reading.graph, path)
+    return _Read(Sample(name, pos, x, y, cells=cells, source=str(path), boundaries=named_boundaries(mesh),
+                        edge_index=edge_index, graph=graph), x_sources, y_sources)
 
 
 #: The input field ``--boundary-classes`` adds: one-hot classes from the named boundaries.
@@ -709,17 +738,26 @@ def partition_dataset(
     seed: int = 0,
     force: bool = False,
     progress: Callable[[int], None] | None = None,
+    radius: float | None = None,
 ) -> Path:
     """``meshshard partition DATA``: partition the one mesh of a dataset (PARTS is a partition
     folder), or every distinct mesh (PARTS holds one partition folder per mesh, see the format
-    docstring). Each partition records the mesh's checksum as its ``input.sha256``."""
+    docstring). Each partition records the mesh's checksum as its ``input.sha256``.
+
+    ``method`` ``"metis"`` partitions each mesh's graph (a point cloud's kNN graph), ``"rcb"`` and
+    ``"morton"`` its points. ``radius`` (``--radius``): the geometric halo radius the partition is
+    made for, recorded as ``"halo_radius"`` in every partition (and ``partitions.json``) with each
+    part's exact ghost count at that radius, ``"radius_ghosts"``; a model with a larger ball
+    radius is then refused (:func:`meshshard.partition._points.check_radius`)."""
     from ._api import _run
     from ._assign import check_num_parts
     from ._format import write_partitions
+    from ._points import check_halo_radius, record_halo_radius
     from ._progress import Steps
 
     dataset = open_dataset(data)
     out = Path(out)
+    radius = check_halo_radius(radius)
     _check_parts_output(out, force)
     if num_parts < 1:
         raise ValueError(f"Expected --parts >= 1 (got {num_parts})")
@@ -729,11 +767,21 @@ def partition_dataset(
     def one(m: int, folder: Path) -> None:
         mesh = dataset.mesh(m)
         graph = mesh.graph()
-        attrs = {"graph": graph.kind, "input": {"kind": "dataset", "name": f"{dataset.path.name}/meshes/{m:05d}",
-                                                  "sha256": mesh.sha256}, "parameters": {}}
+        rule = dataset.meta["meshes"][m].get("graph") or {}
+        source = {"kind": "dataset", "name": f"{dataset.path.name}/meshes/{m:05d}", "sha256": mesh.sha256}
+        attrs = {"graph": rule.get("rule") or graph.kind, "input": source, "parameters": {}}
         metadata, partitions = _run(graph, num_parts, Steps(), method=method, halo_hops=halo_hops,
                                     imbalance=imbalance, seed=seed, attrs=attrs)
-        write_partitions(metadata, partitions, folder)
+        owner = np.zeros(mesh.num_nodes, dtype=np.int64)
+
+        def tapped() -> Iterator[Any]:  # each part's owned ids noted as it streams past
+            for part in partitions:
+                owner[part.owned_ids] = part.rank
+                yield part
+
+        write_partitions(metadata, tapped(), folder)
+        if radius is not None:
+            record_halo_radius(folder, mesh.points, owner, radius)
         if progress is not None:
             progress(1)
 
@@ -748,6 +796,8 @@ def partition_dataset(
                                "sha256": entry["sha256"]})
             meta = {"format": PARTITIONS_FORMAT, "format_version": 1, "num_parts": num_parts,
                     "dataset": dataset.path.name, "num_meshes": len(meshes), "meshes": meshes}
+            if radius is not None:
+                meta["halo_radius"] = radius
             write_text_file(tmp / PARTITIONS_FILE, dumps_json(meta, indent=2) + "\n")
     return out
 
