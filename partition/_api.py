@@ -20,6 +20,8 @@ from ._io import InputData, check_finite, read_input
 from ._partition import Partition
 from ._plan import check_assignment, plan_partitions
 from ._progress import Steps
+from ._safe_io import max_expansion as _max_expansion
+from ._safe_io import parse_max_expansion
 
 __all__ = ["GRAPHS", "build_graph", "partition_file", "partition_graph", "partition_mesh",
            "partition_points"]
@@ -279,6 +281,9 @@ def partition_file(
     """
     steps = steps or Steps()
     out = Path(out)
+    # the flag's value or, without one, the environment's: checked before anything is touched
+    max_expansion = (_max_expansion() if max_expansion is None
+                     else parse_max_expansion(max_expansion, "--max-expansion"))
     check_output_dir(out, force, inputs=[input])
     if num_parts < 1:
         raise ValueError(f"Expected --parts >= 1 (got {num_parts})")

@@ -165,7 +165,6 @@ to this format what :mod:`meshshard.partition._trajectories` documents.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -176,6 +175,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._json_io import dumps_json, naming_write_errors, read_json, write_text_file
 from ._safe_io import Refusals, check_destination
 from ._text import MAX_LISTED, listed, plural  # noqa: F401 - also imported from here
 
@@ -292,20 +292,32 @@ class _Running:
             return
         x = np.asarray(x, dtype=np.float64)
         n_b = len(x) * times
-        mean_b = x.mean(axis=0)
-        m2_b = ((x - mean_b) ** 2).sum(axis=0) * times
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused by stats()
+            mean_b = x.mean(axis=0)
+            m2_b = ((x - mean_b) ** 2).sum(axis=0) * times
         self.merge(n_b, mean_b, m2_b)
 
     def merge(self, n_b: int, mean_b: np.ndarray, m2_b: np.ndarray) -> None:
+        if n_b == 0:  # nothing to merge (a mesh without edges)
+            return
         n = self.n + n_b
-        delta = mean_b - self.mean
-        self.mean = self.mean + delta * (n_b / n)
-        self.m2 = self.m2 + m2_b + delta**2 * (self.n * n_b / n)
+        with np.errstate(over="ignore", invalid="ignore"):
+            delta = mean_b - self.mean
+            self.mean = self.mean + delta * (n_b / n)
+            self.m2 = self.m2 + m2_b + delta**2 * (self.n * n_b / n)
         self.n = n
 
     def stats(self, channels: Sequence[str]) -> ChannelStats:
-        std = np.sqrt(self.m2 / self.n) if self.n else np.zeros_like(self.mean)
+        """The channels' statistics; ``ValueError`` naming a channel whose mean or std overflowed
+        float64 (values finite one by one, but spread beyond what float64 holds)."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            std = np.sqrt(self.m2 / self.n) if self.n else np.zeros_like(self.mean)
         mean = self.mean if self.n else np.zeros_like(self.mean)
+        bad = ~(np.isfinite(mean) & np.isfinite(std))
+        if bad.any():
+            j = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"Expected finite training statistics of channel {channels[j]!r} (got mean {mean[j]:g}, "
+                             f"std {std[j]:g}): its values span more than float64 can hold; rescale the field")
         return ChannelStats(tuple(channels), mean, std, int(self.n), held_channels(channels, mean, std))
 
 
@@ -483,7 +495,7 @@ def _is_ours(out: Path) -> str | None:
     """None when ``out`` holds a dataset and only our files; otherwise why not."""
     meta = out / METADATA_FILE
     try:
-        if json.loads(meta.read_text()).get("format") != FORMAT_NAME:
+        if read_json(meta).get("format") != FORMAT_NAME:
             return f"{METADATA_FILE} is not a {FORMAT_NAME} file"
     except (OSError, ValueError, AttributeError):
         return f"no readable {METADATA_FILE}"
@@ -523,7 +535,7 @@ def check_dataset_output(out: str | os.PathLike[str], force: bool,
 
 def _save_npy(path: Path, array: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as f:
+    with naming_write_errors(path), open(path, "wb") as f:
         np.lib.format.write_array(f, np.ascontiguousarray(array), allow_pickle=False)
 
 
@@ -558,6 +570,20 @@ def _check_sample(sample: Sample, index: int, in_width: int | None,
         raise ValueError(f"{where}: Expected cells or an edge_index (got neither; a point cloud's: "
                          "meshshard.partition.point_graph(pos, parse_graph_rule('knn:8')))")
     return pos, cells
+
+
+def _stored(array: np.ndarray, dtype: np.dtype, channels: Sequence[str], where: str, name: str) -> np.ndarray:
+    """``array`` (finite float64) cast to the stored ``dtype``; a value beyond its range (1e300
+    in float32), which the cast turns into an infinity, is refused naming the sample and field."""
+    with np.errstate(over="ignore"):  # refused below, naming the value
+        stored = array.astype(dtype)
+    bad = ~np.isfinite(stored)
+    if bad.any():
+        node, ch = (int(v[0]) for v in np.nonzero(bad))
+        raise ValueError(f"{where}: Expected the values of field {channels[ch]!r} of sample {name!r} to fit {dtype} "
+                         f"(got {array[node, ch]:g} at node {node}, beyond {dtype}'s largest magnitude "
+                         f"{float(np.finfo(dtype).max):.2g}; {plural(int(bad.sum()), 'such value')} in all)")
+    return stored
 
 
 def _check_finite(array: np.ndarray, channels: Sequence[str], where: str, name: str) -> None:
@@ -646,7 +672,7 @@ def write_samples(
             meta["graph"] = str(GraphRule(rules[0]["rule"], rules[0].get("k"), rules[0].get("radius")))
         if max_points is not None:
             meta["max_points"] = int(max_points)
-        (tmp / METADATA_FILE).write_text(dump_metadata(meta))
+        write_text_file(tmp / METADATA_FILE, dump_metadata(meta))
     return out
 
 
@@ -664,10 +690,7 @@ def atomic_folder(out: Path) -> Iterator[Path]:
 
 
 def _read_json(file: Path) -> Any:
-    try:
-        return json.loads(file.read_text())
-    except (ValueError, UnicodeDecodeError) as err:
-        raise ValueError(f"{file}: not valid JSON ({err})") from None
+    return read_json(file)
 
 
 def _write_all(tmp: Path, samples: Iterable[Sample], names: Sequence[str], train: set[int],
@@ -718,9 +741,13 @@ def _write_all(tmp: Path, samples: Iterable[Sample], names: Sequence[str], train
             edge_runs.append(_edge_moments(graph, pos))
             train_uses.append(0)
         m = mesh_of[digest]
+        if meshes[m]["num_edges"] == 0:
+            who = sample.source or f"sample {i} ({sample.name!r})"
+            raise ValueError(f"{who}: Expected a mesh with edges (got {plural(len(pos), 'node')} and no edge); "
+                             "a graph network cannot learn on a mesh without edges")
         folder = tmp / "samples" / f"{i:05d}"
-        _save_npy(folder / "inputs.npy", inputs.astype(dtype))
-        _save_npy(folder / "targets.npy", targets.astype(dtype))
+        _save_npy(folder / "inputs.npy", _stored(inputs, dtype, in_ch, where, sample.name))
+        _save_npy(folder / "targets.npy", _stored(targets, dtype, out_ch, where, sample.name))
         if i in train:
             run_in.add(inputs)
             run_out.add(targets)
@@ -780,7 +807,7 @@ def _write_boundaries(folder: Path, boundaries: Mapping[str, np.ndarray] | None,
 def dump_metadata(meta: Mapping[str, Any]) -> str:
     """``dataset.json``'s text: two-space indent, one line per field, statistic, mesh and sample."""
     def block(key: str, items: Sequence[Any], indent: str = "  ") -> str:
-        lines = ",\n".join(f"{indent}  {json.dumps(v)}" for v in items)
+        lines = ",\n".join(f"{indent}  {dumps_json(v)}" for v in items)
         return f'{indent}"{key}": [\n{lines}\n{indent}]'
 
     parts = []
@@ -788,10 +815,10 @@ def dump_metadata(meta: Mapping[str, Any]) -> str:
         if key in ("meshes", "samples"):
             parts.append(block(key, value))
         elif key == "normalisation":
-            inner = ",\n".join(f'    "{k}": {json.dumps(v)}' for k, v in value.items())
+            inner = ",\n".join(f'    "{k}": {dumps_json(v)}' for k, v in value.items())
             parts.append(f'  "normalisation": {{\n{inner}\n  }}')
         else:
-            parts.append(f'  "{key}": {json.dumps(value)}')
+            parts.append(f'  "{key}": {dumps_json(value)}')
     return "{\n" + ",\n".join(parts) + "\n}\n"
 
 

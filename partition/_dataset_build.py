@@ -15,7 +15,6 @@ named after their folder too (``a/case-0``, ``b/case-0``).
 from __future__ import annotations
 
 import io
-import json
 import os
 import re
 import warnings
@@ -43,6 +42,7 @@ from ._dataset import (
 )
 from ._expressions import check_expression, evaluate_expression, parse_target_scales
 from ._foam import foam_folder, foam_sources, sample_stem
+from ._json_io import dumps_json, write_text_file
 from ._mesh_ops import WALL_DISTANCE, cell_data_to_points, collapse_2d, one_cell_thick_note
 from ._mesh_ops import wall_distance as nearest_wall_distance
 from ._points import (
@@ -143,9 +143,9 @@ def _read(path: Path, notes: Callable[[str], None] | None = None) -> Any:
             warnings.simplefilter("ignore")
             return meshio.read(path)
     except (Exception, SystemExit) as err:
-        said = [line.strip() for line in chatter.getvalue().splitlines() if line.strip()]
-        detail = said[0] if said else str(err).strip().split("\n")[0] or type(err).__name__
-        raise ValueError(f"{path}: meshio cannot read it ({detail})") from None
+        from ._io import meshio_failure
+
+        raise ValueError(f"{path}: {meshio_failure(err, chatter.getvalue())}") from None
 
 
 def parse_field_names(text: str | Sequence[str], what: str) -> list[str]:
@@ -798,7 +798,7 @@ def partition_dataset(
                     "dataset": dataset.path.name, "num_meshes": len(meshes), "meshes": meshes}
             if radius is not None:
                 meta["halo_radius"] = radius
-            (tmp / PARTITIONS_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+            write_text_file(tmp / PARTITIONS_FILE, dumps_json(meta, indent=2) + "\n")
     return out
 
 

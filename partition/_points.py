@@ -338,11 +338,12 @@ def record_halo_radius(folder: Path, points: np.ndarray, parts: np.ndarray, radi
     """Add ``"halo_radius": radius`` and ``"radius_ghosts"`` (each part's
     :func:`geometric_halo_counts`) to the partition in ``folder`` (its metadata checksum renewed)."""
     from ._format import METADATA_FILE, dump_metadata, read_metadata
+    from ._json_io import write_text_file
 
     meta = read_metadata(folder)
     meta["halo_radius"] = float(radius)
     meta["radius_ghosts"] = geometric_halo_counts(points, parts, int(meta["num_parts"]), float(radius))
-    (Path(folder) / METADATA_FILE).write_text(dump_metadata(meta))
+    write_text_file(Path(folder) / METADATA_FILE, dump_metadata(meta))
 
 
 def check_halo_radius(radius: Any) -> float | None:

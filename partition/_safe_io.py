@@ -33,7 +33,7 @@ import bz2
 import gzip
 import hashlib
 import io
-import json
+import math
 import os
 import re
 import shutil
@@ -58,6 +58,8 @@ __all__ = [
     "decompress",
     "hash_regular",
     "interrupted_hint",
+    "max_expansion",
+    "parse_max_expansion",
     "read_inside",
     "read_json_inside",
     "read_npy",
@@ -376,29 +378,31 @@ def read_inside(folder: str | os.PathLike[str], name: object, *, max_bytes: int)
 
 
 def read_json_inside(folder: str | os.PathLike[str], name: str, *, max_bytes: int) -> Any:
-    """The JSON value of the file ``name`` inside ``folder`` (read as :func:`read_inside` reads);
+    """The JSON value of the file ``name`` inside ``folder`` (read as :func:`read_inside` reads,
+    parsed strictly as :func:`meshshard.partition._json_io.loads_json` parses);
     ``ValueError("FOLDER/NAME: not valid JSON (...)")`` when it does not parse."""
-    file = Path(folder) / name
+    from ._json_io import loads_json
+
+    return loads_json(read_inside(folder, name, max_bytes=max_bytes), Path(folder) / name)
+
+
+def parse_max_expansion(value: str | float, what: str) -> float:
+    """``value`` (``--max-expansion``'s text, ``MESHSHARD_MAX_EXPANSION`` or a number) as the
+    expansion cap: a positive finite number, else ``ValueError`` naming ``what``. The one check
+    of both the flag and the environment variable."""
     try:
-        return json.loads(read_inside(folder, name, max_bytes=max_bytes))
-    except (ValueError, UnicodeDecodeError) as err:
-        if str(err).startswith(str(file)):
-            raise
-        raise ValueError(f"{file}: not valid JSON ({err})") from None
+        ratio = float(value)
+    except (TypeError, ValueError):
+        ratio = math.nan
+    if not (math.isfinite(ratio) and ratio > 0):
+        raise ValueError(f"Expected {what} to be a positive finite number (got {str(value)!r})")
+    return ratio
 
 
 def max_expansion() -> float:
     """The expansion cap in force: ``MESHSHARD_MAX_EXPANSION`` or :data:`MAX_EXPANSION`."""
     text = os.environ.get("MESHSHARD_MAX_EXPANSION")
-    if text is None:
-        return MAX_EXPANSION
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise ValueError(f"Expected MESHSHARD_MAX_EXPANSION to be a positive number (got {text!r})")
-    return value
+    return MAX_EXPANSION if text is None else parse_max_expansion(text, "MESHSHARD_MAX_EXPANSION")
 
 
 def decompress(stored: bytes, suffix: str, *, expansion: float | None = None) -> bytes:
@@ -407,10 +411,12 @@ def decompress(stored: bytes, suffix: str, *, expansion: float | None = None) ->
 
     ``expansion`` defaults to :func:`max_expansion`.
     """
-    opener = {".bz2": bz2.BZ2File, ".gz": gzip.GzipFile}.get(suffix.lower())
+    openers: dict[str, Callable[[io.BytesIO], Any]] = {
+        ".bz2": bz2.BZ2File, ".gz": lambda raw: gzip.GzipFile(fileobj=raw, mode="rb")}
+    opener = openers.get(suffix.lower())
     if opener is None:
         return stored
-    ratio = max_expansion() if expansion is None else expansion
+    ratio = max_expansion() if expansion is None else parse_max_expansion(expansion, "max_expansion")
     limit = max(_EXPANSION_FLOOR, int(ratio * len(stored)))
     try:
         with opener(io.BytesIO(stored)) as file:
@@ -489,7 +495,7 @@ def read_npz(data: bytes, label: object = None, *, expansion: float | None = Non
     Each member's declared uncompressed size is capped as in :func:`decompress` (stored members
     are bounded by the archive itself), and its array's declared shape checked against it.
     """
-    ratio = max_expansion() if expansion is None else expansion
+    ratio = max_expansion() if expansion is None else parse_max_expansion(expansion, "max_expansion")
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as err:

@@ -34,7 +34,6 @@ pieces can be matched to the input mesh. The point fields are float64.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -53,9 +52,12 @@ from meshshard.partition import (
     check_destination,
     check_input_folders,
     check_partition_matches,
+    dumps_json,
     open_dataset,
     plural,
+    read_json,
     read_json_inside,
+    write_text_file,
 )
 
 from ..tasks import DatasetReader, TensorNormalisation, get_task
@@ -181,7 +183,7 @@ def _written_here(out: Path) -> tuple[list[str], bool] | None:
     if file.is_symlink() or not file.is_file():  # a link, a FIFO (a reader would block): not our record
         return None
     try:
-        meta = json.loads(file.read_text())
+        meta = read_json(file, max_bytes=MAX_METRICS_BYTES)
     except (OSError, ValueError):
         return None
     if not isinstance(meta, dict) or not isinstance(meta.get("samples"), list):
@@ -253,7 +255,7 @@ def check_prediction_folder(out: Path, force: bool) -> list[Path]:
 def _write_metrics(out: Path, record: dict[str, Any]) -> None:
     """Replace ``PRED/metrics.json`` whole (written aside, then renamed), so a crash leaves the last one."""
     part = out / (METRICS_FILE + ".part")
-    part.write_text(json.dumps(record, indent=2, allow_nan=False) + "\n")
+    write_text_file(part, dumps_json(record, indent=2) + "\n")
     os.replace(part, out / METRICS_FILE)
 
 

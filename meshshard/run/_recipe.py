@@ -43,6 +43,8 @@ from typing import Any
 
 import torch
 
+from meshshard.partition import loads_json
+
 __all__ = [
     "BUILTIN_MODELS",
     "MESHGRAPHNET_DEFAULTS",
@@ -126,10 +128,11 @@ def parse_model_args(text: str | None) -> dict[str, Any]:
     if not text:
         return {}
     try:
-        value = json.loads(text)
+        value = loads_json(text, "--model-args")  # strict: no NaN, no nest that exhausts recursion
     except ValueError as err:
+        shown = text if len(text) <= 200 else f"{text[:200]}..."
         raise ValueError(f"Expected --model-args to be a JSON object such as '{{\"hidden\": 64}}' "
-                         f"(got {text!r}: {err})") from None
+                         f"(got {shown!r}: {str(err).removeprefix('--model-args: ')})") from None
     if not isinstance(value, dict) or not all(isinstance(k, str) and k.isidentifier() for k in value):
         raise ValueError(f"Expected --model-args to be a JSON object of keyword arguments (got {text!r})")
     for key, v in value.items():

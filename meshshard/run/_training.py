@@ -26,7 +26,6 @@ error that names the step and the last checkpoint.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -40,7 +39,14 @@ import numpy as np
 import torch
 
 from meshshard.comm import all_reduce_sum, backend_name, barrier, is_peer_failure
-from meshshard.partition import check_apart, check_input_folders, check_partition_matches, open_dataset, plural
+from meshshard.partition import (
+    check_apart,
+    check_input_folders,
+    check_partition_matches,
+    dumps_json,
+    open_dataset,
+    plural,
+)
 
 from ..tasks import get_task
 from . import _folder, _report
@@ -467,6 +473,15 @@ def train(cfg: TrainConfig) -> list[float]:
     return losses
 
 
+def log_line(record: dict[str, Any]) -> str:
+    """One line of log.jsonl: the record as strict JSON (``meshshard.partition.dumps_json``), a
+    value that is not finite (a NaN validation loss) written as null, since JSON has no NaN."""
+    def finite(value: Any) -> Any:
+        return None if isinstance(value, float) and not math.isfinite(value) else value
+
+    return dumps_json({key: finite(value) for key, value in record.items()}) + "\n"
+
+
 def _rewrite_log(path: Path, losses: list[float]) -> None:
     """log.jsonl as of the checkpoint: its earlier records (with memory, evaluations) where they
     agree with the checkpoint's losses, else one line per loss."""
@@ -474,7 +489,7 @@ def _rewrite_log(path: Path, losses: list[float]) -> None:
     if [r["loss"] for r in kept if "loss" in r] != losses:
         kept = [{"step": i, "loss": v} for i, v in enumerate(losses)]
     tmp = path.with_name(".log.jsonl.tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    tmp.write_text("".join(log_line(r) for r in kept))
     os.replace(tmp, path)
 
 
@@ -504,7 +519,7 @@ class _Logger:
                   **(memory or {})}
         if lr is not None:
             record["lr"] = lr
-        self.file.write(json.dumps(record) + "\n")
+        self.file.write(log_line(record))
         self.file.flush()
         if not self.enabled:
             return
@@ -515,7 +530,7 @@ class _Logger:
 
     def eval(self, step: int, loss: float) -> None:
         if self.file is not None:
-            self.file.write(json.dumps({"step": step, "val_loss": loss}) + "\n")
+            self.file.write(log_line({"step": step, "val_loss": loss}))
             self.file.flush()
         if self.enabled and self.bar is None:
             print(f"step {step:>5}  validation loss {loss:.5f}", flush=True)
@@ -523,7 +538,7 @@ class _Logger:
     def event(self, record: dict[str, Any] | None, message: str) -> None:
         """A line in log.jsonl (a learning-rate change) and, unless quiet, on the terminal."""
         if self.file is not None and record is not None:
-            self.file.write(json.dumps(record) + "\n")
+            self.file.write(log_line(record))
             self.file.flush()
         if self.enabled:
             print(message, flush=True)

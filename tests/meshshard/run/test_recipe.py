@@ -380,3 +380,10 @@ def test_a_model_with_an_unused_parameter_trains_on_one_process(case: dict, tmp_
     train(cfg)
     first = torch.load(tmp_path / "run" / "first_step.pt", weights_only=True)
     assert first["grads"].shape == (2 * 1 + 1 + 2 * 7 + 7,) and not first["grads"][3:].any() and first["grads"][:3].any()
+
+
+@pytest.mark.parametrize("text", ["[" * 200000, '{"lr": NaN}'])
+def test_model_args_nested_too_deep_or_holding_nan_are_one_line(text: str) -> None:
+    with pytest.raises(ValueError, match=r"^Expected --model-args to be a JSON object such as .* \(got '.{0,210}: "
+                                         r"not valid JSON \(.*\)\)$"):
+        parse_model_args(text)
