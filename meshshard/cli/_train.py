@@ -129,8 +129,8 @@ def _model_settings(args: Any, saved: dict[str, Any]) -> str | None:
             keep = not (other_model and key in _MESHGRAPHNET_FLAGS)
             setattr(args, key, saved.get(name, default) if keep else default)
     if given and other_model:
-        what = args.model or f"--model {args.architecture}"
-        return (f"{', '.join(given)} set(s) the built-in MeshGraphNet; with {what}, give the model's settings "
+        what, whose = ("--model", "your") if args.model else (f"--model {args.architecture}", "the")
+        return (f"{', '.join(given)} set(s) the built-in MeshGraphNet; with {what}, give {whose} model's settings "
                 "as --model-args '{\"name\": value}'")
     if not args.model:
         if args.architecture == "meshgraphnet":
@@ -157,7 +157,8 @@ def _model_settings(args: Any, saved: dict[str, Any]) -> str | None:
 def _selftest_hint(model: str | None, model_args: str | None, resume: bool) -> str | None:
     """On a run's first start with --model (not on --resume; rank 0 only), the one line that
     suggests checking the model on shards first."""
-    if not model or resume or os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) != "0":
+    rank = os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))
+    if not model or model in BUILTIN_MODELS or resume or rank != "0":
         return None
     given = f"--model {shlex.quote(model)}" + (f" --model-args {shlex.quote(model_args)}" if model_args else "")
     return (f"note: check that your model on shards equals one process (output and every gradient) with: "
