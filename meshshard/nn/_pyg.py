@@ -29,6 +29,9 @@ beyond its incoming edges is supplied, exactly:
 - ``"halo"`` (PNAConv, and user layers declared ``local=True``): the layer runs on all local rows
   (owned and ghost) with the owned edges; the owned rows of its output are kept. PNAConv's degree
   histogram must be the global one: :meth:`ShardGraph.degree_histogram`.
+- ``"multihop"`` (the classes of :data:`~meshshard.nn._multihop.MULTIHOP`, and any layer declared
+  ``hops=k``): the layer runs as on a whole graph on the rank's extended subgraph, every node
+  within ``k + 1`` hops and every edge into a node within ``k`` hops (``_multihop.py``).
 
 Refused, with a one-line reason: a MessagePassing class not in :data:`SUPPORTED` (unless declared
 ``local=True``: its output at a node depends only on that node's row, its incoming edges and their
@@ -56,6 +59,7 @@ from torch import Tensor, nn
 
 from .._graph import ShardGraph
 from .._tensor import ShardTensor
+from ._multihop import MULTIHOP, REFUSED, hops_of, run_multihop
 
 __all__ = ["ShardConv", "ShardNorm", "SUPPORTED"]
 
@@ -77,6 +81,7 @@ SUPPORTED: dict[str, str] = {
     "GCNConv": "gcn",
     "ChebConv": "khop", "TAGConv": "khop", "SGConv": "khop", "APPNP": "khop",
     "PNAConv": "halo",
+    **{name: "multihop" for name in MULTIHOP},
 }
 
 
@@ -95,6 +100,9 @@ class ShardConv(nn.Module):
             node's row, its incoming edges and their source rows (no degrees of the sources, no
             global statistics, no second hop). It then runs on owned + ghost rows with the owned
             edges. Declaring a layer local that is not gives wrong results.
+        hops: declare a layer's output at a node a function of its ``hops``-hop neighbourhood (the
+            number of message-passing steps; degrees normalised by incoming edges are covered):
+            it then runs on the multi-hop halo (mode ``"multihop"``), whatever its class.
 
     Shapes:
         x: ``ShardTensor`` ``(N_own, F_in)`` laid out by ``graph.spec``.
@@ -110,9 +118,14 @@ class ShardConv(nn.Module):
         TypeError: at construction, for a layer that cannot be made exact, with the reason.
     """
 
-    def __init__(self, layer: nn.Module, *, local: bool = False) -> None:
+    def __init__(self, layer: nn.Module, *, local: bool = False, hops: int | None = None) -> None:
         super().__init__()
-        self.mode = _mode_of(layer, local)
+        if hops is not None and (isinstance(hops, bool) or not isinstance(hops, int) or hops < 1 or local):
+            raise ValueError(f"Expected 'hops' to be a positive int, without local=True (got {hops!r})")
+        self.mode = "multihop" if hops is not None else _mode_of(layer, local)
+        self.hops = hops_of(layer, hops) if self.mode == "multihop" else None
+        if hops is not None:
+            _mode_of(layer, True)  # the checks that hold for every mode: flow, aggregation
         self.layer = layer
         self._register_state_dict_hook(_drop_prefix)
         self.register_load_state_dict_pre_hook(_add_prefix)
@@ -140,12 +153,15 @@ class ShardConv(nn.Module):
         kwargs = {
             k: _owned_edge_rows(k, v, graph) if k in ("edge_weight", "edge_attr") else v for k, v in kwargs.items()
         }
-        out = _HANDLERS[self.mode](self.layer, x, graph, edge_attr, kwargs)
+        if self.mode == "multihop":
+            out = run_multihop(self.layer, self.hops, x, graph, edge_attr, kwargs)
+        else:
+            out = _HANDLERS[self.mode](self.layer, x, graph, edge_attr, kwargs)
         return ShardTensor(out, graph.spec)
 
     def extra_repr(self) -> str:
         """The mode the layer runs in on shards, for ``print(module)``."""
-        return f"mode={self.mode!r}"
+        return f"mode={self.mode!r}" + (f", hops={self.hops}" if self.hops is not None else "")
 
 
 class ShardNorm(nn.Module):
@@ -231,10 +247,11 @@ def _mode_of(layer: nn.Module, local: bool) -> str:
         return "halo"
     subclass = any(base.__name__ in SUPPORTED for base in type(layer).__mro__[1:])
     why = f"{name} subclasses a supported layer and may change its message" if subclass else (
-        f"{name} is not a layer ShardConv knows to be exact on shards")
+        REFUSED.get(name) or f"{name} is not a layer ShardConv knows to be exact on shards")
     raise TypeError(
         f"ShardConv refuses {name}: {why}; if each node's output depends only on its own row, its "
-        "incoming edges and their source rows, declare it with ShardConv(layer, local=True)"
+        "incoming edges and their source rows, declare it with ShardConv(layer, local=True); if on its "
+        "k-hop neighbourhood, ShardConv(layer, hops=k)"
     )
 
 
