@@ -59,8 +59,8 @@ __all__ = ["MULTIHOP", "REFUSED", "MultiHopHalo", "multihop_halo", "run_multihop
 MULTIHOP: dict[str, int | str] = {
     "AGNNConv": 1, "ARMAConv": "num_layers", "CGConv": 1, "ClusterGCNConv": 1, "DNAConv": 1,
     "EGConv": 1, "FAConv": 1, "FeaStConv": 1, "FiLMConv": 1, "GatedGraphConv": "num_layers",
-    "GCN2Conv": 1, "GMMConv": 1, "LGConv": 1, "MFConv": 1, "MixHopConv": "powers", "NNConv": 1,
-    "PDNConv": 1, "PointGNNConv": 1, "PointTransformerConv": 1, "PPFConv": 1, "RGCNConv": 1,
+    "GCN2Conv": 1, "GMMConv": 1, "HEATConv": 1, "LGConv": 1, "MFConv": 1, "MixHopConv": "powers", "NNConv": 1,
+    "PDNConv": 1, "PointGNNConv": 1, "PointTransformerConv": 1, "PPFConv": 1, "RGATConv": 1, "RGCNConv": 1,
     "FastRGCNConv": 1, "SimpleConv": 1, "SSGConv": "K", "WLConvContinuous": 1,
 }
 
@@ -72,11 +72,9 @@ REFUSED: dict[str, str] = {
     "FusedGATConv": "needs dgNN's fused CUDA kernel and the whole graph's CSR and CSC",
     "HANConv": _HETERO,
     "HGTConv": _HETERO,
-    "HEATConv": "node-type and edge-type inputs with per-type attention; not tested on shards",
     "HypergraphConv": "hypergraph input: a hyperedge spans any number of nodes, not one source and one target",
     "MeshCNNConv": "its message depends on the order of each edge's four neighbours, which shards do not keep",
     "PANConv": "returns the whole graph's path-integral matrix (a SparseTensor) beside the output",
-    "RGATConv": "relational attention over edge types and attributes; not tested on shards",
     "SignedConv": "two edge sets (positive and negative edges); a ShardGraph holds one",
     "SplineConv": "needs pyg-lib's spline kernels, not installed here, so it cannot be tested",
     "SuperGATConv": "negative edges sampled over the whole graph in training (and a batch vector)",
@@ -266,7 +264,8 @@ def run_multihop(layer: nn.Module, hops: int, x: ShardTensor, graph: ShardGraph,
     """``layer`` on the extended subgraph for ``hops`` hops; the owned rows of its output.
 
     ``x`` and every ``ShardTensor`` keyword (``pos``, ``x_0``, ``normal``...) come by the node
-    plan; ``edge_attr`` (passed as the parameter of ``layer.forward`` that follows ``edge_index``)
+    plan; ``edge_attr`` (passed as ``layer.forward``'s ``edge_attr``, or else as its parameter
+    that follows ``edge_index``)
     and every other tensor keyword (one row per local or owned edge: ``edge_weight``,
     ``edge_type``...) by the edge plan.
 
@@ -317,8 +316,11 @@ def _edge_rows(name: str, value: Tensor, graph: ShardGraph) -> Tensor:
 
 
 def _edge_parameter(layer: nn.Module) -> str:
-    """The name of the parameter of ``layer.forward`` right after ``edge_index``."""
+    """Where ShardConv's ``edge_attr`` goes: ``layer.forward``'s parameter of that name, else the
+    one right after ``edge_index`` (``edge_weight``, ``edge_type``)."""
     names = list(inspect.signature(layer.forward).parameters)
+    if "edge_attr" in names:
+        return "edge_attr"
     after = names.index("edge_index") + 1 if "edge_index" in names else len(names)
     if after >= len(names) or names[after] in ("size", "return_attention_weights"):
         raise TypeError(

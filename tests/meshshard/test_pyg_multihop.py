@@ -73,6 +73,7 @@ class _Inputs:
             "pos3": torch.cat([pos, torch.rand(n, 1, generator=g, dtype=DT)], 1),
             "normal": torch.nn.functional.normalize(torch.randn(n, 3, generator=g, dtype=DT), dim=1),
             "x3": torch.randn(n, 3, 4, generator=g, dtype=DT),
+            "node_type": torch.randint(0, 2, (n,), generator=g),
         }
         self.edge = {
             "attr": edge_features(pos, self.edge_index),
@@ -82,6 +83,15 @@ class _Inputs:
         self.w = torch.randn(n, 16, generator=g, dtype=DT)
         self.graph = ShardGraph.from_partition(case.parts[rank], dtype=DT)
         self.own = self.graph.spec.owned_ids
+
+
+def _rgat(**kwargs) -> nn.Module:
+    """RGATConv, with the parameter its reset_parameters leaves uninitialised (l2: torch.empty, PyG
+    2.8.1) set, so that every rank holds the same layer."""
+    layer = pyg.RGATConv(F_IN, F_OUT, num_relations=3, edge_dim=3, **kwargs)
+    with torch.no_grad():
+        layer.l2.fill_(1.0 / F_OUT)
+    return layer
 
 
 # (what, layer, x input, {parameter: node input}, {parameter: edge input}, declared hops)
@@ -100,6 +110,9 @@ def _layers(dim: int) -> list[tuple]:
         ("FastRGCNConv", pyg.FastRGCNConv(F_IN, F_OUT, num_relations=3), "x", {}, {"edge_type": "type"}, None),
         ("GatedGraphConv", pyg.GatedGraphConv(6, num_layers=3), "x", {}, {"edge_weight": "weight"}, None),
         ("GCN2Conv", pyg.GCN2Conv(F_IN, alpha=0.1, theta=0.5, layer=2), "x", {"x_0": "x_0"}, {"edge_weight": "weight"}, None),
+        ("HEATConv", pyg.HEATConv(F_IN, F_OUT, num_node_types=2, num_edge_types=3, edge_type_emb_dim=2, edge_dim=3,
+                                  edge_attr_emb_dim=2, heads=2), "x", {"node_type": "node_type"},
+         {"edge_type": "type", "edge_attr": "attr"}, None),
         ("GMMConv", pyg.GMMConv(F_IN, F_OUT, dim=3, kernel_size=4), "x", {}, {"edge_attr": "attr"}, None),
         ("LGConv", pyg.LGConv(), "x", {}, {"edge_weight": "weight"}, None),
         ("MFConv", pyg.MFConv(F_IN, F_OUT, max_degree=6), "x", {}, {}, None),
@@ -112,6 +125,11 @@ def _layers(dim: int) -> list[tuple]:
          {"pos": "pos"}, {}, None),
         ("PPFConv", pyg.PPFConv(_mlp(F_IN + 4, 8), _mlp(8, F_OUT)), "x", {"pos": "pos3", "normal": "normal"}, {}, None),
         ("RGCNConv", pyg.RGCNConv(F_IN, F_OUT, num_relations=3, num_bases=2), "x", {}, {"edge_type": "type"}, None),
+        ("RGATConv(scaled)", _rgat(num_bases=2, mod="scaled", heads=2), "x", {}, {"edge_type": "type", "edge_attr": "attr"},
+         None),
+        ("RGATConv(within-relation)", _rgat(attention_mechanism="within-relation", mod="f-scaled",
+                                            attention_mode="multiplicative-self-attention", dim=2),
+         "x", {}, {"edge_type": "type", "edge_attr": "attr"}, None),
         ("SimpleConv", pyg.SimpleConv(aggr="mean", combine_root="self_loop"), "x", {}, {"edge_weight": "weight"}, None),
         ("SSGConv(K=3)", pyg.SSGConv(F_IN, F_OUT, alpha=0.1, K=3), "x", {}, {"edge_weight": "weight"}, None),
         ("WLConvContinuous", pyg.WLConvContinuous(), "x", {}, {"edge_weight": "weight"}, None),
@@ -150,7 +168,9 @@ def _check_layer(inp: _Inputs, what: str, layer: nn.Module, x_name: str, nodes: 
     graph = inp.graph
 
     # the whole graph, one process
-    full = {k: inp.node[v].clone().requires_grad_() for k, v in nodes.items()}
+    full = {k: inp.node[v].clone() for k, v in nodes.items()}
+    for v in full.values():
+        v.requires_grad_(v.is_floating_point())
     x = inp.node[x_name].clone().requires_grad_()
     e_full = {k: inp.edge[v].clone() for k, v in edges.items()}
     for v in e_full.values():
@@ -160,7 +180,7 @@ def _check_layer(inp: _Inputs, what: str, layer: nn.Module, x_name: str, nodes: 
 
     # the shard: node inputs as ShardTensors, edge inputs for the local edges
     def shard_of(t):
-        return ShardTensor.from_local(t[inp.own].clone().requires_grad_(), graph.spec)
+        return ShardTensor.from_local(t[inp.own].clone().requires_grad_(t.is_floating_point()), graph.spec)
 
     xs, ns = shard_of(inp.node[x_name]), {k: shard_of(inp.node[v]) for k, v in nodes.items()}
     es = {k: inp.edge[v][graph.global_edge_ids].clone() for k, v in edges.items()}
@@ -173,12 +193,12 @@ def _check_layer(inp: _Inputs, what: str, layer: nn.Module, x_name: str, nodes: 
         y = shard(xs, graph, *args, **ns, **{k: v for k, v in es.items() if k != first})
         (y * ShardTensor.from_local(inp.w[inp.own, : y.shape[1]], graph.spec)).sum().backward()
     if graph.spec.world_size > 1:  # one exchange per node and per edge tensor, each way, nothing else
-        n_float = 1 + len(nodes) + sum(1 for v in es.values() if v.is_floating_point())
+        n_float = 1 + sum(1 for v in (*full.values(), *es.values()) if v.is_floating_point())
         calls = (log.count("indexed_all_to_all_v", "forward"), log.count("indexed_all_to_all_v", "backward"))
         assert calls == (1 + len(nodes) + len(edges), n_float), f"{what}: {log}"
 
     _close(y.to_local().detach(), y_ref.detach()[inp.own], f"{what}: output")
-    for name, (s, t) in {"x": (xs, x), **{k: (ns[k], full[k]) for k in nodes}}.items():
+    for name, (s, t) in {"x": (xs, x), **{k: (ns[k], full[k]) for k in nodes if full[k].is_floating_point()}}.items():
         _close(_grad(s.to_local()) if s.grad is None else s.grad.to_local(), t.grad[inp.own], f"{what}: grad of {name}")
     for k, e in e_full.items():
         if e.is_floating_point():
