@@ -285,22 +285,33 @@ def run_multihop(layer: nn.Module, hops: int, x: ShardTensor, graph: ShardGraph,
             f"ShardConv cannot make {name} exact in training on a multi-hop halo: a module inside it normalises "
             "over its batch of rows, which would be the extended subgraph's; use LayerNorm there, or eval mode"
         )
-    halo = multihop_halo(graph, hops)
-    call = {}
+    # every argument checked before the first collective
+    nodes, edges = {"x": x.to_local()}, {}
     for key, value in kwargs.items():
         if isinstance(value, ShardTensor):
             if value.spec != graph.spec:
                 raise ValueError(f"Expected '{key}' laid out by the graph's spec {graph.spec!r} (got {value.spec!r})")
-            value = halo.nodes(value.to_local())
+            nodes[key] = value.to_local()
         elif isinstance(value, Tensor):
-            value = halo.edges(_edge_rows(key, value, graph))
-        call[key] = value
+            edges[key] = _edge_rows(key, value, graph)
     if edge_attr is not None:
-        call[_edge_parameter(layer)] = halo.edges(edge_attr)
-    out = layer(halo.nodes(x.to_local()), edge_index=halo.edge_index, **call)
+        edges[_edge_parameter(layer)] = edge_attr
+    halo = multihop_halo(graph, hops)
+    sent = {k: halo.nodes(v) for k, v in nodes.items()} | {k: halo.edges(v) for k, v in edges.items()}
+    call = {k: sent.get(k, v) for k, v in kwargs.items()} | {k: sent[k] for k in edges}
+    x_ext = sent["x"]
+    if graph.num_owned == 0:  # no rows: some PyG layers fail on an empty graph, so give them one zero row
+        x_ext = torch.cat([x_ext, x_ext.new_zeros((1, *x_ext.shape[1:]))])
+        call |= {k: torch.cat([sent[k], sent[k].new_zeros((1, *sent[k].shape[1:]))]) for k in nodes if k != "x"}
+    out = layer(x_ext, edge_index=halo.edge_index, **call)
     if not isinstance(out, Tensor):
         raise TypeError(f"ShardConv: {name} returned {type(out).__name__}, not a tensor, on shards")
-    return out[: graph.num_owned]
+    out = out[: graph.num_owned]
+    if graph.num_owned == 0:  # the backward exchanges are collective: take part in each, with nothing
+        for value in sent.values():
+            if value.is_floating_point():
+                out = out + value.sum() * 0
+    return out
 
 
 def _edge_rows(name: str, value: Tensor, graph: ShardGraph) -> Tensor:

@@ -59,8 +59,8 @@ def _mlp(*sizes: int) -> nn.Module:
 class _Inputs:
     """The whole-graph inputs, identical on every rank, and this rank's shard."""
 
-    def __init__(self, rank: int, world: int) -> None:
-        case = mesh_case(MESH, world)
+    def __init__(self, rank: int, world: int, layout: str = "metis") -> None:
+        case = mesh_case(MESH, world, layout)
         g = torch.Generator().manual_seed(23)
         n = case.num_nodes
         self.edge_index = torch.as_tensor(case.edge_index)
@@ -233,8 +233,8 @@ def _check_halo(inp: _Inputs, hops: int) -> None:
     assert torch.equal(inp.edge_index[:, global_ids], got), f"edge plan of the {hops}-hop halo"
 
 
-def _battery(rank: int, world: int, names: tuple[str, ...] | None) -> str:
-    inp = _Inputs(rank, world)
+def _battery(rank: int, world: int, names: tuple[str, ...] | None, layout: str = "metis") -> str:
+    inp = _Inputs(rank, world, layout)
     for hops in (1, 3):
         _check_halo(inp, hops)
     for what, layer, x_name, nodes, edges, hops in _layers(inp.node["pos"].shape[1]):
@@ -250,10 +250,11 @@ def test_every_multihop_class_on_three_ranks_equals_the_whole_graph() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("world", [1, 2, 4])
-def test_multihop_on_one_two_and_four_ranks(world: int) -> None:
-    mesh_case(MESH, world)
-    assert run_ranks(_battery, world, ("FeaStConv", "SSGConv(K=3)"), timeout=300) == ["ok"] * world
+@pytest.mark.parametrize(("world", "layout"), [(1, "metis"), (2, "metis"), (4, "metis"), (3, "special")])
+def test_multihop_on_one_two_and_four_ranks(world: int, layout: str) -> None:
+    """``special``: the mesh plus a copy owned whole by rank 0 (no ghosts); rank 1 owns nothing."""
+    mesh_case(MESH, world, layout)
+    assert run_ranks(_battery, world, ("FeaStConv", "SSGConv(K=3)"), layout, timeout=300) == ["ok"] * world
 
 
 def test_every_multihop_class_is_tested_here() -> None:
