@@ -59,8 +59,8 @@ def _mlp(*sizes: int) -> nn.Module:
 class _Inputs:
     """The whole-graph inputs, identical on every rank, and this rank's shard."""
 
-    def __init__(self, rank: int, world: int, layout: str = "metis") -> None:
-        case = mesh_case(MESH, world, layout)
+    def __init__(self, rank: int, world: int, layout: str = "metis", halo_hops: int = 1) -> None:
+        case = mesh_case(MESH, world, layout, halo_hops)
         g = torch.Generator().manual_seed(23)
         n = case.num_nodes
         self.edge_index = torch.as_tensor(case.edge_index)
@@ -233,8 +233,8 @@ def _check_halo(inp: _Inputs, hops: int) -> None:
     assert torch.equal(inp.edge_index[:, global_ids], got), f"edge plan of the {hops}-hop halo"
 
 
-def _battery(rank: int, world: int, names: tuple[str, ...] | None, layout: str = "metis") -> str:
-    inp = _Inputs(rank, world, layout)
+def _battery(rank: int, world: int, names: tuple[str, ...] | None, layout: str = "metis", halo_hops: int = 1) -> str:
+    inp = _Inputs(rank, world, layout, halo_hops)
     for hops in (1, 3):
         _check_halo(inp, hops)
     for what, layer, x_name, nodes, edges, hops in _layers(inp.node["pos"].shape[1]):
@@ -255,6 +255,13 @@ def test_multihop_on_one_two_and_four_ranks(world: int, layout: str) -> None:
     """``special``: the mesh plus a copy owned whole by rank 0 (no ghosts); rank 1 owns nothing."""
     mesh_case(MESH, world, layout)
     assert run_ranks(_battery, world, ("FeaStConv", "SSGConv(K=3)"), layout, timeout=300) == ["ok"] * world
+
+
+@pytest.mark.slow
+def test_multihop_on_a_partition_with_two_hop_ghosts() -> None:
+    """A ``halo_hops=2`` partition (ghosts two hops deep, redundant edges): the same extended subgraph."""
+    mesh_case(MESH, 2, "metis", 2)
+    assert run_ranks(_battery, 2, ("SSGConv(K=3)",), "metis", 2, timeout=300) == ["ok"] * 2
 
 
 def test_every_multihop_class_is_tested_here() -> None:
