@@ -6,8 +6,8 @@ and its edges exactly those into nodes within ``k`` hops (a breadth-first search
 graph, in the test only). Then every class of ``MULTIHOP`` (and layers declared ``hops=k``), in
 float64 to 1e-10: the owned rows of the output, the gradients of ``x`` and of every other node input
 (``x_0``, ``pos``, ``normal``), of the edge inputs (summed by global edge id over the ranks) and of
-every parameter (summed over the ranks), against the layer on the whole graph. All layers run in
-one spawn per world size.
+every parameter (summed over the ranks), against the layer on the whole graph; three of them in
+float32 too, to 1e-5. All layers run in one spawn per world size.
 """
 
 from __future__ import annotations
@@ -31,11 +31,12 @@ pyg = pytest.importorskip("torch_geometric.nn")
 MESH = "sfepy/big.mesh"
 F_IN, F_OUT = 5, 4
 DT = torch.float64
+FLOAT32 = ("FeaStConv", "GCN2Conv", "SSGConv(K=3)")  # also checked in float32, to 1e-5
 
 
-def _close(actual, expected, what):
+def _close(actual, expected, what, tol=1e-10):
     scale = max(1.0, expected.abs().max().item()) if expected.numel() else 1.0
-    torch.testing.assert_close(actual, expected, rtol=1e-10, atol=1e-10 * scale, msg=lambda m: f"{what}: {m}")
+    torch.testing.assert_close(actual, expected, rtol=tol, atol=tol * scale, msg=lambda m: f"{what}: {m}")
 
 
 def _all_sum(t: torch.Tensor) -> torch.Tensor:
@@ -83,6 +84,14 @@ class _Inputs:
         self.w = torch.randn(n, 16, generator=g, dtype=DT)
         self.graph = ShardGraph.from_partition(case.parts[rank], dtype=DT)
         self.own = self.graph.spec.owned_ids
+
+    def cast(self, dtype: torch.dtype) -> _Inputs:
+        """The same inputs, their floating-point tensors in ``dtype``."""
+        other = copy.copy(self)
+        other.node = {k: v.to(dtype) if v.is_floating_point() else v for k, v in self.node.items()}
+        other.edge = {k: v.to(dtype) if v.is_floating_point() else v for k, v in self.edge.items()}
+        other.w = self.w.to(dtype)
+        return other
 
 
 def _rgat(**kwargs) -> nn.Module:
@@ -161,8 +170,9 @@ class _TwoHopMean(pyg.MessagePassing):
         return norm[:, None] * x_j
 
 
-def _check_layer(inp: _Inputs, what: str, layer: nn.Module, x_name: str, nodes: dict, edges: dict, hops) -> None:
-    ref = layer.to(DT)
+def _check_layer(inp: _Inputs, what: str, layer: nn.Module, x_name: str, nodes: dict, edges: dict, hops,
+                 tol: float = 1e-10) -> None:
+    ref = layer.to(inp.node["x"].dtype)
     shard = ShardConv(copy.deepcopy(ref), hops=hops)
     assert shard.mode == "multihop", what
     graph = inp.graph
@@ -197,15 +207,15 @@ def _check_layer(inp: _Inputs, what: str, layer: nn.Module, x_name: str, nodes: 
         calls = (log.count("indexed_all_to_all_v", "forward"), log.count("indexed_all_to_all_v", "backward"))
         assert calls == (1 + len(nodes) + len(edges), n_float), f"{what}: {log}"
 
-    _close(y.to_local().detach(), y_ref.detach()[inp.own], f"{what}: output")
+    _close(y.to_local().detach(), y_ref.detach()[inp.own], f"{what}: output", tol)
     for name, (s, t) in {"x": (xs, x), **{k: (ns[k], full[k]) for k in nodes if full[k].is_floating_point()}}.items():
-        _close(_grad(s.to_local()) if s.grad is None else s.grad.to_local(), t.grad[inp.own], f"{what}: grad of {name}")
+        _close(_grad(s.to_local()) if s.grad is None else s.grad.to_local(), t.grad[inp.own], f"{what}: grad of {name}", tol)
     for k, e in e_full.items():
         if e.is_floating_point():
             grad = torch.zeros_like(e).index_add_(0, graph.global_edge_ids, _grad(es[k]))
-            _close(_all_sum(grad), e.grad, f"{what}: grad of {k}")
+            _close(_all_sum(grad), e.grad, f"{what}: grad of {k}", tol)
     for (name, p), p_ref in zip(shard.layer.named_parameters(), ref.parameters()):
-        _close(_all_sum(_grad(p)), _grad(p_ref), f"{what}: grad of {name}")
+        _close(_all_sum(_grad(p)), _grad(p_ref), f"{what}: grad of {name}", tol)
 
 
 def _check_halo(inp: _Inputs, hops: int) -> None:
@@ -240,6 +250,10 @@ def _battery(rank: int, world: int, names: tuple[str, ...] | None, layout: str =
     for what, layer, x_name, nodes, edges, hops in _layers(inp.node["pos"].shape[1]):
         if names is None or what in names:
             _check_layer(inp, f"{what} R={world}", layer, x_name, nodes, edges, hops)
+    single = inp.cast(torch.float32)
+    for what, layer, x_name, nodes, edges, hops in _layers(inp.node["pos"].shape[1]):
+        if what in FLOAT32 and (names is None or what in names):
+            _check_layer(single, f"{what} float32 R={world}", layer, x_name, nodes, edges, hops, tol=1e-5)
     return "ok"
 
 
