@@ -158,13 +158,14 @@ class _Comm:
     def send(self, rows: Tensor, counts: Tensor, back: Tensor) -> Tensor:
         return all_to_all_v(rows.to(self.device), counts.tolist(), back.tolist(), group=self.group).cpu()
 
-    def ask(self, owner: Tensor, rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Send ``rows`` to their ``owner`` ranks. Returns (the order they were sent in, the counts
-        sent to each rank, the rows received, grouped by source rank) with the received counts."""
+    def ask(self, owner: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
+        """Send ``rows`` (``(M, C)`` int64) to their ``owner`` ranks, in a stable order by owner.
+        Returns the counts sent to each rank, and the rows received, grouped by source rank, with
+        the source rank as a last column."""
         order = torch.argsort(owner, stable=True)
         counts = torch.bincount(owner, minlength=self.world)
         back = self.counts_back(counts)
-        return order, counts, torch.cat([self.send(rows[order], counts, back), _ranks(back)[:, None]], 1)
+        return counts, torch.cat([self.send(rows[order], counts, back), _ranks(back)[:, None]], 1)
 
 
 def _ranks(counts: Tensor) -> Tensor:
@@ -198,7 +199,7 @@ def _build(graph: ShardGraph, hops: int) -> MultiHopHalo:
     fetched = []
     for hop in range(1, hops + 1):
         # the frontier's owners answer with its incoming edges (each node asked once, ever)
-        _, _, asked = comm.ask(node_owner[-1], node_gid[-1][:, None])
+        _, asked = comm.ask(node_owner[-1], node_gid[-1][:, None])
         local = own_perm[torch.searchsorted(own_sorted, asked[:, 0].contiguous())]
         deg = in_deg[local]
         first = torch.repeat_interleave(starts[local], deg)
@@ -228,14 +229,14 @@ def _assemble(comm: _Comm, graph: ShardGraph, own_ids: Tensor, records: Tensor, 
     own_sorted, own_perm = torch.sort(own_ids)
 
     # node plan: ask each owner for its rows, in this order
-    _, counts, asked = comm.ask(owner, gid[:, None])
+    counts, asked = comm.ask(owner, gid[:, None])
     send_index = own_perm[torch.searchsorted(own_sorted, asked[:, 0].contiguous())]
     node_plan = _plan(comm, send_index, asked[:, 1], counts, n_own)
 
     # edge plan: fetched edges grouped by the rank storing them
     got = torch.cat(fetched) if fetched else torch.zeros(0, 5, dtype=torch.int64)
     got = got[torch.argsort(got[:, 4], stable=True)]
-    _, e_counts, e_asked = comm.ask(got[:, 4], got[:, 3:4])
+    e_counts, e_asked = comm.ask(got[:, 4], got[:, 3:4])
     edge_plan = _plan(comm, e_asked[:, 0], e_asked[:, 1], e_counts, records.shape[0])
 
     # local numbering: owned first, then the others in the node plan's order
