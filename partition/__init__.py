@@ -19,7 +19,13 @@ Datasets (format: :mod:`meshshard.partition._dataset`): ``build_dataset(files, D
 targets=...)`` (``meshshard dataset``; ``read_vtk`` reads the ``.vtp``, ``.vtm``, ``.pvtu`` and
 ``.vtkhdf`` files meshio does not), ``write_dataset`` / ``write_dataset_from_pyg``,
 ``open_dataset(DATA)``, ``partition_dataset(DATA, PARTS, R)`` and
-``check_partition_matches(DATA, PARTS)``.
+``check_partition_matches(DATA, PARTS)``; trajectories (``meshshard dataset --state``):
+``build_trajectories``, ``write_trajectories``, ``open_trajectories(DATA)``.
+
+Boundaries (:mod:`meshshard.partition._surface`): ``named_boundaries(mesh)`` (a mesh's patches,
+node sets, gmsh groups), ``boundary_area_vectors`` (the area each boundary node stands for, out of
+the mesh), ``surface_area_vectors`` (a surface's per-point normals times areas) and
+``boundary_force`` (the force of a pressure and a wall shear stress on them).
 """
 
 from __future__ import annotations
@@ -46,6 +52,15 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time see __getattr__ bel
     from ._io import InputData, read_input
     from ._partition import Partition
     from ._plan import build_partitions
+    from ._surface import boundary_area_vectors, boundary_force, named_boundaries, surface_area_vectors
+    from ._trajectories import (
+        Trajectories,
+        Trajectory,
+        build_trajectories,
+        is_trajectory_dataset,
+        open_trajectories,
+        write_trajectories,
+    )
     from ._verify import check_partitions, verify_partition
     from ._vtk_io import VTK_SUFFIXES, read_vtk
 
@@ -104,6 +119,7 @@ _LAZY: dict[str, str] = {
     "read_vtk": "._vtk_io",
     "VTK_SUFFIXES": "._vtk_io",
     "evaluate_expression": "._expressions",
+    "check_expression": "._expressions",
     "evaluate_columns": "._expressions",
     "parse_target_scales": "._expressions",
     "check_output_dir": "._format",
@@ -119,6 +135,16 @@ _LAZY: dict[str, str] = {
     "FOLDER_KINDS": "._kinds",
     "FolderKind": "._kinds",
     "kinds_of": "._kinds",
+    "Trajectories": "._trajectories",
+    "Trajectory": "._trajectories",
+    "build_trajectories": "._trajectories",
+    "is_trajectory_dataset": "._trajectories",
+    "open_trajectories": "._trajectories",
+    "write_trajectories": "._trajectories",
+    "boundary_area_vectors": "._surface",
+    "boundary_force": "._surface",
+    "named_boundaries": "._surface",
+    "surface_area_vectors": "._surface",
 }
 
 #: Public names for attributes that carry another name in their module.
@@ -144,13 +170,19 @@ __all__ = [
     "Partition",
     "Refusals",
     "Steps",
+    "Trajectories",
+    "Trajectory",
     "VTK_SUFFIXES",
     "assign_parts",
     "build_dataset",
+    "boundary_area_vectors",
+    "boundary_force",
     "build_graph",
     "build_partitions",
+    "build_trajectories",
     "check_apart",
     "check_destination",
+    "check_expression",
     "check_input_folders",
     "check_output_dir",
     "check_output_folder",
@@ -167,11 +199,14 @@ __all__ = [
     "halo_windows",
     "imbalance",
     "is_dataset",
+    "is_trajectory_dataset",
     "kinds_of",
     "list_sources",
     "listed",
     "load_partition",
+    "named_boundaries",
     "open_dataset",
+    "open_trajectories",
     "partition_dataset",
     "partition_file",
     "partition_graph",
@@ -192,10 +227,12 @@ __all__ = [
     "read_partitions_metadata",
     "refine_balance",
     "save_partition",
+    "surface_area_vectors",
     "verify_partition",
     "window_plan",
     "write_dataset",
     "write_dataset_from_pyg",
+    "write_trajectories",
 ]
 
 

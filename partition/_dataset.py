@@ -39,9 +39,16 @@ the mesh's nodal graph (both directions of every cell edge).
 
 Optional keys, written only when used. An input field of ``meshshard dataset --wall-distance``
 (``wall_distance``, one channel) lists the boundaries it measures to: ``{"name":
-"wall_distance", "components": 1, "patches": ["lowerWall", "upperWall"]}``. ``"collapsed_2d":
+"wall_distance", "components": 1, "patches": ["lowerWall", "upperWall"]}``; one of ``--boundary-classes``
+(``node_type``, one-hot) its classes: ``{"name": "node_type", "components": 3, "classes": ["interior",
+"inlet", "wall"]}``. ``"collapsed_2d":
 true`` says the meshes are the lower planes of one-cell-thick 3-D meshes (``--collapse-2d``), so
-new cases to predict on must be read the same way. Neither changes how anything is read.
+new cases to predict on must be read the same way. A mesh's ``"boundaries"`` (written when its
+file names boundaries: a ``.vtm``'s patches, node sets, gmsh physical groups) lists them in name
+order, ``[{"name", "num_nodes", "area"}]``; boundary ``k`` is stored as
+``meshes/{m:05d}/boundary-{k:03d}.npy`` (sorted node ids) and ``boundary-{k:03d}-area.npy`` (the
+area vector each node stands for, :mod:`meshshard.partition._surface`). None of these changes how
+the samples are read.
 
 Inputs only. A dataset made without targets (``meshshard dataset`` without ``--targets``,
 ``write_dataset(targets=None)``) holds new cases to predict on: ``targets`` and
@@ -139,6 +146,9 @@ Public names (stable; ``meshshard.partition`` re-exports them):
 
 The torch side (normalised owned rows as tensors, de-normalisation of predictions) is
 ``meshshard._data``.
+
+Trajectory datasets (``"task": "transient"``, ``state.npy`` and ``node_type.npy`` per sample) add
+to this format what :mod:`meshshard.partition._trajectories` documents.
 """
 
 from __future__ import annotations
@@ -201,8 +211,8 @@ HOLD_RELATIVE = 1e-6
 
 _CELL_TYPE = re.compile(r"^[A-Za-z0-9_]+$")
 _OUR_FILE = re.compile(
-    r"^(dataset\.json|meshes/\d{5}/(points|edge_index|cells-[A-Za-z0-9_]+)\.npy|"
-    r"samples/\d{5}/(inputs|targets)\.npy)$")
+    r"^(dataset\.json|meshes/\d{5}/(points|edge_index|cells-[A-Za-z0-9_]+|boundary-\d{3}(-area)?)\.npy|"
+    r"samples/\d{5}/(inputs|targets|state|node_type)\.npy)$")
 _OUR_DIR = re.compile(r"^(meshes|samples)(/\d{5})?$")
 
 FieldSpec = "str | tuple[str, int]"
@@ -418,6 +428,7 @@ class Sample:
     cells: Cells = ()
     edge_index: np.ndarray | None = None
     source: str | None = None
+    boundaries: Mapping[str, np.ndarray] | None = None
 
 
 def split_samples(names: Sequence[str], val_fraction: float | None = None,
@@ -675,7 +686,8 @@ def _write_all(tmp: Path, samples: Iterable[Sample], names: Sequence[str], train
                 _save_npy(folder / "edge_index.npy", ei)
             meshes.append({"folder": f"meshes/{len(meshes):05d}", "num_nodes": len(pos),
                            "pos_dim": pos.shape[1], "num_edges": graph.num_edges,
-                           "cells": {t: len(c) for t, c in cells}, "sha256": digest})
+                           "cells": {t: len(c) for t, c in cells}, "sha256": digest}
+                          | _write_boundaries(folder, sample.boundaries, pos, cells, where))
             edge_runs.append(_edge_moments(graph, pos))
             train_uses.append(0)
         m = mesh_of[digest]
@@ -701,6 +713,28 @@ def _write_all(tmp: Path, samples: Iterable[Sample], names: Sequence[str], train
             "targets": run_out.stats(out_ch).to_dict(), "edges": run_edges.stats(edge_ch).to_dict()}
     return {"kind": KINDS[0] if len(meshes) == 1 else KINDS[1], "edge_channels": edge_ch,
             "normalisation": norm, "meshes": meshes, "samples": entries}
+
+
+def _write_boundaries(folder: Path, boundaries: Mapping[str, np.ndarray] | None, pos: np.ndarray,
+                      cells: Cells, where: str) -> dict[str, Any]:
+    """Store a mesh's named boundaries (``boundary-{k:03d}.npy``: sorted node ids;
+    ``boundary-{k:03d}-area.npy``: their area vectors); the ``"boundaries"`` entry of the mesh."""
+    if not boundaries:
+        return {}
+    from ._surface import boundary_area_vectors
+
+    entries = []
+    for k, (name, ids) in enumerate(sorted(boundaries.items())):
+        ids = np.unique(np.asarray(ids, dtype=np.int64).reshape(-1))
+        if len(ids) and (ids[0] < 0 or ids[-1] >= len(pos)):
+            raise ValueError(f"{where}: Expected the nodes of boundary {name!r} in [0, {len(pos)}) "
+                             f"(got {ids[0] if ids[0] < 0 else ids[-1]})")
+        area = boundary_area_vectors(pos, cells, ids)
+        _save_npy(folder / f"boundary-{k:03d}.npy", ids)
+        _save_npy(folder / f"boundary-{k:03d}-area.npy", area)
+        entries.append({"name": str(name), "num_nodes": len(ids),
+                        "area": float(np.linalg.norm(area, axis=1).sum())})
+    return {"boundaries": entries}
 
 
 def dump_metadata(meta: Mapping[str, Any]) -> str:
@@ -743,6 +777,7 @@ def write_dataset(
     val_samples: Sequence[int | str] | None = None,
     dtype: str = "float32",
     force: bool = False,
+    boundaries: Any = None,
 ) -> Path:
     """Write a dataset folder from numpy arrays (or torch tensors; see the module docstring).
 
@@ -758,6 +793,8 @@ def write_dataset(
         sample_names: Default ``"00000"``, ``"00001"``, ...
         val_fraction, val_samples: See :func:`split_samples` (default: 20 % for validation).
         dtype: Stored precision of the fields.
+        boundaries: Named boundaries, ``{name: node ids}`` (one per sample with many meshes), kept
+            with each mesh with the area their nodes stand for (``meshshard predict --boundary``).
 
     Shapes:
         pos: ``(N, D)``. inputs: ``(S, N, F_in)``. targets: ``(S, N, F_out)``.
@@ -796,7 +833,8 @@ def write_dataset(
     f_out = outs[0].shape[1] if s and outs[0].ndim == 2 else 0
     samples = (Sample(names[i], _as_numpy(per_sample(pos, i)), ins[i], outs[i],
                       cells=cell_list(per_sample(cells, i)),
-                      edge_index=None if per_sample(edge_index, i) is None else _as_numpy(per_sample(edge_index, i)))
+                      edge_index=None if per_sample(edge_index, i) is None else _as_numpy(per_sample(edge_index, i)),
+                      boundaries=per_sample(boundaries, i))
                for i in range(s))
     return write_samples(out, samples, names, input_fields=_fields(input_names, f_in, "x", "input_names"),
                          target_fields=_fields(target_names, f_out, "y", "target_names"),
@@ -997,6 +1035,34 @@ class Dataset:
         """The cells of one type of mesh ``index``, ``(C, k)`` node ids, as a read-only memory map
         (a regular file inside the folder, never a link; check the ids of what you read)."""
         return self._load(self.mesh_folder(index) / f"cells-{cell_type}.npy", "r")
+
+    def boundary_names(self, index: int) -> list[str]:
+        """The named boundaries stored with mesh ``index`` (patches, node sets, gmsh groups)."""
+        return [str(b["name"]) for b in self.meta["meshes"][index].get("boundaries", [])]
+
+    def boundary(self, index: int, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """Boundary ``name`` of mesh ``index``: its sorted node ids ``(n,)`` and the area vector
+        each stands for ``(n, D)`` (out of the mesh; :mod:`meshshard.partition._surface`). A
+        boundary is a small part of a mesh, so both are read whole."""
+        names = self.boundary_names(index)
+        if name not in names:
+            raise ValueError(f"{self.path}: Expected a named boundary of mesh {index} (got {name!r}; it has "
+                             + (", ".join(names) if names else "none: they come from a .vtm's patches, a file's "
+                                "node sets or gmsh physical groups") + ")")
+        k = names.index(name)
+        entry = self.meta["meshes"][index]
+        folder = self.mesh_folder(index)
+        try:
+            ids = np.asarray(self._load(folder / f"boundary-{k:03d}.npy", None))
+            area = np.asarray(self._load(folder / f"boundary-{k:03d}-area.npy", None))
+        except (OSError, ValueError) as err:
+            raise ValueError(f"{folder}: boundary {name!r} unreadable ({err})") from None
+        n = int(entry["boundaries"][k]["num_nodes"])
+        if (ids.shape != (n,) or ids.dtype.kind != "i" or area.shape != (n, entry["pos_dim"])
+                or (n and (ids.min() < 0 or ids.max() >= entry["num_nodes"] or (np.diff(ids) <= 0).any()))):
+            raise ValueError(f"{folder}: boundary {name!r} is damaged (Expected {n} sorted node ids in "
+                             f"[0, {entry['num_nodes']}) and their ({n}, {entry['pos_dim']}) area vectors)")
+        return ids.astype(np.int64), area.astype(np.float64)
 
     def mesh(self, index: int) -> Mesh:
         """The stored mesh ``index`` (whole: for partitioning and for writing predictions)."""

@@ -46,6 +46,7 @@ from ._foam import foam_folder, foam_sources, sample_stem
 from ._mesh_ops import WALL_DISTANCE, cell_data_to_points, collapse_2d, one_cell_thick_note
 from ._mesh_ops import wall_distance as nearest_wall_distance
 from ._safe_io import check_destination, read_regular
+from ._surface import named_boundaries
 from ._vtk_io import VTK_SUFFIXES, read_vtk
 
 __all__ = ["list_sources", "sample_names", "build_dataset", "partition_dataset", "parse_field_names", "held_note",
@@ -268,6 +269,7 @@ class _Reading:
     cell_data_to_points: bool = False
     collapse_2d: bool = False
     wall_distance: tuple[str, ...] = ()
+    node_types: tuple[str, ...] | None = None  # the boundary classes (--boundary-classes), after "interior"
 
 
 def _select(names: list[str], mesh: Any, pos: np.ndarray, path: Path,
@@ -358,6 +360,7 @@ def build_dataset(
     cell_data_to_points: bool = False,
     collapse_2d: bool = False,
     wall_distance: str | Sequence[str] | None = None,
+    node_types: bool = False,
 ) -> Path:
     """``meshshard dataset``: one sample per mesh file (see the module docstring for names).
 
@@ -394,6 +397,11 @@ def build_dataset(
             list: an input channel ``wall_distance`` after the named inputs, at every node the
             distance to the nearest node of those boundaries; its field record lists them as
             ``"patches"`` (``--wall-distance``).
+        node_types: The named boundaries of the files (a ``.vtm``'s patches, node sets, gmsh
+            physical groups) as one-hot input channels ``node_type[k]`` after the other inputs:
+            class 0 ``interior`` (on no boundary), then one per boundary of the first file, in its
+            order (a node on two takes the first); the field's record lists them as ``"classes"``
+            (``--boundary-classes``). Every file must name the same boundaries.
         Others: as :func:`meshshard.partition._dataset.write_samples`.
     """
     in_names = parse_field_names(inputs, "--inputs")
@@ -411,6 +419,8 @@ def build_dataset(
         notes(f"{plural(len(renamed), 'file')} share a name with a file in another folder, so each sample is "
               f"named after its folder too: {listed([names[i] for i in renamed])}")
     table = read_parameters(params, names, notes) if params is not None else None
+    if node_types:
+        reading = replace(reading, node_types=_boundary_names(files[0], reading))
     first = _sample_from(files[0], names[0], in_names, out_names, reading=reading, notes=notes)
     _check_channels(in_names, out_names, first, notes)
     input_fields = _records(in_names, first.inputs)
@@ -419,6 +429,12 @@ def build_dataset(
             raise ValueError(f"Expected --inputs apart from {WALL_DISTANCE}, the channel --wall-distance adds (got "
                              "it in both)")
         input_fields.append({"name": WALL_DISTANCE, "components": 1, "patches": list(patches)})
+    if reading.node_types is not None:
+        if NODE_TYPE in channel_names(input_fields) or NODE_TYPE in in_names:
+            raise ValueError(f"Expected --inputs apart from {NODE_TYPE}, the field --boundary-classes adds "
+                             "(got it in both)")
+        input_fields.append({"name": NODE_TYPE, "components": 1 + len(reading.node_types),
+                             "classes": ["interior", *reading.node_types]})
     scales = _target_scales(target_scale, table, params, out_names, names)
     if table is not None:
         clash = [p for p in table["names"] if p in channel_names(input_fields)]
@@ -601,6 +617,8 @@ def _sample_from(path: Path, name: str, in_names: list[str], out_names: list[str
     y, y_sources = _select(out_names, mesh, pos, path, reading.cell_data_to_points)
     if reading.wall_distance:
         x = np.concatenate([x, nearest_wall_distance(mesh, reading.wall_distance, path)], axis=1)
+    if reading.node_types is not None:
+        x = np.concatenate([x, _one_hot_classes(mesh, reading.node_types, path)], axis=1)
     if expect is not None:
         for field, got, want in zip([*in_names, *out_names], [*x_sources, *y_sources],
                                     [*expect[0].inputs, *expect[0].targets]):
@@ -610,7 +628,37 @@ def _sample_from(path: Path, name: str, in_names: list[str], out_names: list[str
     for t, c in cells:
         if c.dtype == object or c.ndim != 2:
             raise ValueError(f"{path}: cell type {t!r} with a varying node count is not supported")
-    return _Read(Sample(name, pos, x, y, cells=cells, source=str(path)), x_sources, y_sources)
+    return _Read(Sample(name, pos, x, y, cells=cells, source=str(path), boundaries=named_boundaries(mesh)),
+                 x_sources, y_sources)
+
+
+#: The input field ``--boundary-classes`` adds: one-hot classes from the named boundaries.
+NODE_TYPE = "node_type"
+
+
+def _boundary_names(path: Path, reading: _Reading) -> tuple[str, ...]:
+    """The named boundaries of the first file, as read (collapsed, if asked), for ``--boundary-classes``."""
+    mesh = _read(path)
+    if reading.collapse_2d:
+        mesh = collapse_2d(mesh, path)
+    names = tuple(named_boundaries(mesh))
+    if not names:
+        raise ValueError(f"{path}: Expected named boundaries for --boundary-classes (got none: a .vtm's patches, a "
+                         "file's node sets or gmsh physical groups name them)")
+    return names
+
+
+def _one_hot_classes(mesh: Any, classes: tuple[str, ...], path: Path) -> np.ndarray:
+    """``(N, 1 + len(classes))`` one-hot node classes: 0 interior, then the boundaries in order
+    (a node on two takes the first)."""
+    sets = named_boundaries(mesh)
+    if tuple(sets) != classes:
+        raise ValueError(f"{path}: Expected the named boundaries of the first file for --boundary-classes, "
+                         f"{listed(list(classes))} (got {listed(list(sets)) if sets else 'none'})")
+    ids = np.zeros(len(mesh.points), dtype=np.int64)
+    for k in range(len(classes), 0, -1):  # the first set wins: written last
+        ids[sets[classes[k - 1]]] = k
+    return np.eye(1 + len(classes))[ids]
 
 
 def _merged_cells(cells: Sequence[tuple[str, np.ndarray]]) -> list[tuple[str, np.ndarray]]:

@@ -135,7 +135,8 @@ def collapse_2d(mesh: Any, path: Path) -> Any:
     """A one-cell-thick 3-D mesh (its nodes on two z-planes, each cell a hexahedron or a wedge
     spanning both) as the 2-D mesh of its lower plane: the nodes of that plane with their fields
     and ``(x, y)`` coordinates, hexahedra as quads and wedges as triangles (counter-clockwise),
-    cell data kept, named node sets moved to the lower plane. Anything else is refused in one line.
+    cell data kept, named node sets moved to the lower plane (but for those of the two planes, such as
+    OpenFOAM's ``empty`` ``frontAndBack``, which would hold every node). Anything else is refused in one line.
 
     Shapes:
         mesh.points ``(N, 3)`` -> ``(N_2d, 2)``, ``N_2d`` = the nodes of the lower plane.
@@ -159,6 +160,8 @@ def collapse_2d(mesh: Any, path: Path) -> Any:
         cells.append((cell_type, conn))
     point_data = {k: np.asarray(v)[found.keep] for k, v in mesh.point_data.items()}
     sets = {k: np.unique(to_2d[np.asarray(v, dtype=np.int64)]) for k, v in (mesh.point_sets or {}).items()}
+    # the patches of the two planes (OpenFOAM's "empty" frontAndBack) hold every node once collapsed: not a boundary
+    sets = {k: v for k, v in sets.items() if len(v) < len(found.keep)}
     return meshio.Mesh(points, cells, point_data=point_data, cell_data=dict(mesh.cell_data),
                        field_data=dict(getattr(mesh, "field_data", {}) or {}), point_sets=sets)
 

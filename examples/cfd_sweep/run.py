@@ -1,14 +1,17 @@
 """Step 2 of the CFD-sweep example: the four meshshard commands on the sweep, then the model against baselines.
 
-On the sweep that ``sweep.py`` wrote (``SWEEP/vtu/<case>.vtu``, ``SWEEP/params.csv``,
-``SWEEP/sweep.json``), it runs, as a user would type them (each printed before it runs)::
+On the sweep that ``sweep.py`` wrote (``SWEEP/cases/<case>/VTK``, as foamToVTK writes it,
+``SWEEP/params.csv``, ``SWEEP/sweep.json``), it runs, as a user would type them (each printed
+before it runs)::
 
-    meshshard dataset SWEEP/vtu --out TAG/data --inputs 'pos[0],pos[1]' --targets p,U --params SWEEP/params.csv \\
-        --target-scale 'p=speed**2,U=speed' --val-samples <the held-out cases> --same-mesh
+    meshshard dataset SWEEP/cases/<case> ... --out TAG/data --inputs 'pos[0],pos[1]' --targets p,U \\
+        --params SWEEP/params.csv --target-scale 'p=speed**2,U=speed' --val-samples <the held-out cases> \\
+        --same-mesh --collapse-2d
     meshshard partition TAG/data --parts 2 --out TAG/parts
     meshshard train TAG/parts --data TAG/data --out TAG/run --nproc 2 --steps S --batch B --lr LR \\
         --lr-schedule cosine --warmup W --val-every V --max-time T --latent L --mp-steps M
-    meshshard predict TAG/run --data TAG/data --out TAG/pred --nproc 2 --samples val --checkpoint last
+    meshshard predict TAG/run --data TAG/data --out TAG/pred --nproc 2 --samples val --checkpoint last \\
+        --boundary lowerWall,upperWall
 
 (``--checkpoint last``: the validation cases are the held-out cases of the table, so the checkpoint
 of the lowest validation loss, predict's default, would be chosen by the very cases it is scored on)
@@ -27,8 +30,12 @@ field (``p``; ``U`` as a vector: all its components together) of
   what ``--target-scale`` gives the model; a baseline a CFD engineer would use.
 
 Every case of the sweep is on one mesh (``--same-mesh`` checks it), so the baselines are
-arithmetic on the stored fields. It prints the table and writes ``TAG/results.json`` (every
-error per case, the commands, the wall time of each stage).
+arithmetic on the fields the dataset stores (in physical units: the stored targets times their
+``--target-scale`` factor). The force on each wall (``lowerWall``, ``upperWall``: the pressure
+force per unit depth and density, ``sum_i p_i a_i`` over the wall's nodes with the area vectors the
+dataset keeps) is scored the same way, ``|F - F_true| / |F_true|``, for the model (predict's
+``metrics.json``) and every baseline. It prints the tables and writes ``TAG/results.json``
+(every error per case, the commands, the wall time of each stage).
 
     python examples/cfd_sweep/run.py cfd-sweep --tag base --steps 300 --max-time 10m
 """
@@ -48,7 +55,10 @@ from pathlib import Path
 import meshio
 import numpy as np
 
+from meshshard.partition import boundary_force, open_dataset
+
 FIELDS = ("p", "U")
+WALLS = ("lowerWall", "upperWall")
 
 
 def rescale(params: dict[str, float]) -> dict[str, float]:
@@ -65,10 +75,21 @@ def read_params(path: Path) -> tuple[list[str], list[str], np.ndarray]:
     return [r[0] for r in body], header[1:], np.array([[float(v) for v in r[1:]] for r in body])
 
 
-def read_fields(path: Path) -> dict[str, np.ndarray]:
-    """``p`` (N,) and ``U`` (N, 3) of one case, float64, in the file's node order."""
-    data = meshio.read(path).point_data
-    return {f: np.asarray(data[f], np.float64) for f in FIELDS}
+def read_fields(data: object, sample: int) -> dict[str, np.ndarray]:
+    """``p`` (N,) and ``U`` (N, 3) of one sample of the dataset, float64, physical units."""
+    n = data.num_nodes(sample)
+    _, y = data.rows(sample, np.arange(n))
+    y = y * data.target_factors(sample)
+    return {"p": y[:, 0], "U": y[:, 1:]}
+
+
+def wall_forces(data: object, fields: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The pressure force on each wall, (2,) or (3,), from a node-wise pressure ``fields['p']``."""
+    out = {}
+    for wall in WALLS:
+        ids, area = data.boundary(0, wall)
+        out[wall] = boundary_force(fields["p"][ids], area)
+    return out
 
 
 def rel_l2(pred: np.ndarray, true: np.ndarray) -> float:
@@ -151,6 +172,18 @@ def table(rows: dict[str, dict[str, list[float]]], cases: list[str]) -> str:
     return "\n".join(lines)
 
 
+def force_table(rows: dict[str, dict[str, list[float]]], cases: list[str]) -> str:
+    """Mean [worst] force error per wall, then every case."""
+    head = (f"{'':36} " + " ".join(f"{w + ' mean':>15} {'worst':>7}" for w in WALLS)
+            + "   per case: " + " / ".join(WALLS))
+    lines = [head, "-" * len(head)]
+    for method, err in rows.items():
+        per = "  ".join("/".join(f"{err[w][i]:.2%}" for w in WALLS) for i in range(len(cases)))
+        lines.append(f"{method:36} " + " ".join(f"{np.mean(err[w]):15.2%} {np.max(err[w]):7.2%}" for w in WALLS)
+                     + f"   {per}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("sweep", type=Path, help="the sweep folder sweep.py wrote")
@@ -171,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latent", type=int, default=64, help="train --latent (default 64)")
     p.add_argument("--mp-steps", type=int, default=6, help="train --mp-steps (default 6)")
     p.add_argument("--train-args", default="", help="more meshshard train options, as one string")
+    p.add_argument("--no-collapse-2d", action="store_true",
+                   help="train on the one-cell-thick 3-D mesh as foamToVTK writes it (both z-planes) instead of "
+                        "its 2-D plane (dataset --collapse-2d)")
     p.add_argument("--force", action="store_true", help="make SWEEP/TAG over (its data, parts, run, pred)")
     args = p.parse_args(argv)
 
@@ -186,9 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
 
     scale = [] if args.target_scale == "none" else ["--target-scale", args.target_scale]
-    command(["dataset", str(sweep / "vtu"), "--out", str(tag / "data"), "--inputs", args.inputs, "--targets", "p,U",
-             "--params", str(sweep / "params.csv"), *scale, "--val-samples", ",".join(held), "--same-mesh", *force],
-            log, "dataset")
+    collapse = [] if args.no_collapse_2d else ["--collapse-2d"]
+    command(["dataset", *(str(sweep / "cases" / name) for name in names), "--out", str(tag / "data"),
+             "--inputs", args.inputs, "--targets", "p,U", "--params", str(sweep / "params.csv"), *scale,
+             "--val-samples", ",".join(held), "--same-mesh", *collapse, *force], log, "dataset")
     command(["partition", str(tag / "data"), "--parts", str(args.nproc), "--out", str(tag / "parts"), *force],
             log, "partition")
     train = ["train", str(tag / "parts"), "--data", str(tag / "data"), "--out", str(tag / "run"),
@@ -198,11 +235,15 @@ def main(argv: list[str] | None = None) -> int:
              *shlex.split(args.train_args), *force]
     command(train, log, "train")
     command(["predict", str(tag / "run"), "--data", str(tag / "data"), "--out", str(tag / "pred"),
-             "--nproc", str(args.nproc), "--samples", "val", "--checkpoint", "last", *force], log, "predict")
+             "--nproc", str(args.nproc), "--samples", "val", "--checkpoint", "last", "--boundary", ",".join(WALLS),
+             *force], log, "predict")
 
     # the errors, in physical units, on the held-out cases
-    fields = {name: read_fields(sweep / "vtu" / f"{name}.vtu") for name in names}
+    data = open_dataset(tag / "data")
+    stored = [e["name"] for e in data.meta["samples"]]
+    fields = {name: read_fields(data, stored.index(name)) for name in names}
     num_nodes = len(fields[names[0]]["p"])
+    forces: dict[str, dict[str, list[float]]] = {}
     metrics = json.loads((tag / "pred" / "metrics.json").read_text())
     train_ids = [i for i, n in enumerate(names) if n not in held]
     rows: dict[str, dict[str, list[float]]] = {}
@@ -214,16 +255,28 @@ def main(argv: list[str] | None = None) -> int:
         made = {"meshshard": (pred, f"{args.tag}/pred/{record['file']}")}
         made |= baselines(names, params, values, fields, train_ids, case)
         per_case[name] = {"params": dict(zip(params, values[case].tolist())), "errors": {}, "from": {},
-                          "metrics.json": {f: record["fields"][f]["rel_l2"] for f in FIELDS}}
+                          "force_errors": {}, "metrics.json": {f: record["fields"][f]["rel_l2"] for f in FIELDS},
+                          "metrics.json force": {w: record["boundaries"][w]["force"] for w in WALLS}}
+        true_force = wall_forces(data, truth)
+        per_case[name]["force"] = {w: f.tolist() for w, f in true_force.items()}
         for method, (guess, source) in made.items():
             err = {f: rel_l2(guess[f], truth[f]) for f in FIELDS}
             per_case[name]["errors"][method] = err
             per_case[name]["from"][method] = source
             for f in FIELDS:
                 rows.setdefault(method, {g: [] for g in FIELDS})[f].append(err[f])
+            guessed = wall_forces(data, guess)
+            f_err = {w: float(np.linalg.norm(guessed[w] - true_force[w]) / np.linalg.norm(true_force[w]))
+                     for w in WALLS}
+            per_case[name]["force_errors"][method] = f_err
+            for w in WALLS:
+                forces.setdefault(method, {v: [] for v in WALLS})[w].append(f_err[w])
     rows = {m: e for m, e in rows.items() if len(e["p"]) == len(held)}  # a baseline every case has
+    forces = {m: forces[m] for m in rows}
     text = table(rows, held)
     print("\nrelative L2 error on the held-out cases, physical units (p; U as a vector)\n" + text)
+    force_text = force_table(forces, held)
+    print("\nerror of the pressure force on each wall, |F - F_true| / |F_true|, on the held-out cases\n" + force_text)
 
     # the two targets: better than the mean on every case; within 2x of the best interpolation
     ours = rows["meshshard"]
@@ -244,8 +297,10 @@ def main(argv: list[str] | None = None) -> int:
                "checkpoint": {"name": metrics.get("checkpoint"), "step": metrics.get("step")},
                "summary": {m: {f: {"mean": float(np.mean(e[f])), "worst": float(np.max(e[f]))} for f in FIELDS}
                            for m, e in rows.items()},
+               "force_summary": {m: {w: {"mean": float(np.mean(e[w])), "worst": float(np.max(e[w]))} for w in WALLS}
+                                 for m, e in forces.items()},
                "verdict": verdict, "cases": per_case, "stages": log,
-               "seconds": round(time.perf_counter() - started, 1), "table": text}
+               "seconds": round(time.perf_counter() - started, 1), "table": text, "force_table": force_text}
     (tag / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     stages = ", ".join(f"{s['stage']} {s['seconds']:.0f} s" for s in log)
     print(f"wrote {tag}/results.json; {steps_done} training steps; {stages}")

@@ -1,4 +1,4 @@
-"""Step 1 of the CFD-sweep example: a real OpenFOAM parameter sweep, written as one ``.vtu`` per case.
+"""Step 1 of the CFD-sweep example: a real OpenFOAM parameter sweep, each case as foamToVTK writes it.
 
 From OpenFOAM's ``pitzDaily`` tutorial (the backward-facing step, steady RANS with k-epsilon,
 ``simpleFoam``), a grid of cases that vary the inlet speed and the kinematic viscosity:
@@ -13,8 +13,10 @@ From OpenFOAM's ``pitzDaily`` tutorial (the backward-facing step, steady RANS wi
   they settle), then ``foamToVTK -latestTime``, ``--jobs`` cases at a time. How far each case still
   moved over its last ``--iterations / 10`` iterations is recorded (``settle``): pitzDaily's fields
   settle to 0.1-0.5% after about 500 iterations and then wander at that level;
-- the internal mesh ``VTK/<case>_<iteration>/internal.vtu`` (point data ``p``, ``U``, ``k``, ...,
-  interpolated by foamToVTK from the cell values) is copied to ``OUT/vtu/<case>.vtu``;
+- each case keeps foamToVTK's layout, ``OUT/cases/<case>/VTK/<case>_<iteration>.vtm``: the
+  internal mesh (point data ``p``, ``U``, ``k``, ..., interpolated by foamToVTK from the cell
+  values) and the boundary patches (``inlet``, ``outlet``, ``upperWall``, ``lowerWall``), which
+  ``meshshard dataset`` reads as they are (the case folder is the sample, named after the case);
 - with ``--wall-distance``, ``checkMesh -writeFields '(wallDistance)'`` writes the distance to the
   nearest wall once, and every case's files carry it as the point field ``wallDistance``.
 
@@ -133,8 +135,8 @@ def run(command: list[str], case: Path, env: dict[str, str], log: str) -> None:
         raise RuntimeError(f"{case.name}: {' '.join(command)} failed ({done.returncode}):\n" + "\n".join(tail))
 
 
-def solve_case(base: Path, case: Path, speed: float, nu: float, env: dict[str, str], vtu: Path) -> dict:
-    """One case: the inlet and nu set, simpleFoam, foamToVTK, the internal mesh copied to ``vtu``."""
+def solve_case(base: Path, case: Path, speed: float, nu: float, env: dict[str, str]) -> dict:
+    """One case: the inlet and nu set, simpleFoam, foamToVTK (``case/VTK``, as it writes it)."""
     started = time.perf_counter()
     shutil.copytree(base, case, ignore=shutil.ignore_patterns("log.*"))
     scale = speed / REF_SPEED
@@ -148,7 +150,6 @@ def solve_case(base: Path, case: Path, speed: float, nu: float, env: dict[str, s
         shutil.copyfile(case / "0" / "wallDistance", case / str(times[-1]) / "wallDistance")
     run(["foamToVTK", "-latestTime"], case, env, "foamToVTK")
     [internal] = (case / "VTK").glob(f"{case.name}_{times[-1]}/internal.vtu")
-    shutil.copyfile(internal, vtu)  # goes once meshshard dataset reads foamToVTK's layout itself
     settle = None
     if len(times) > 1:  # the time before, to the side (VTK/ stays foamToVTK's usual layout)
         run(["foamToVTK", "-time", str(times[-2]), "-name", "VTK-before", "-no-boundary"], case, env, "foamToVTK-before")
@@ -162,7 +163,7 @@ def solve_case(base: Path, case: Path, speed: float, nu: float, env: dict[str, s
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, required=True, help="sweep folder: cases/, vtu/, params.csv, sweep.json")
+    p.add_argument("--out", type=Path, required=True, help="sweep folder: cases/, params.csv, sweep.json")
     p.add_argument("--cases", type=int, default=16, help="number of cases (default 16: 4 speeds x 4 viscosities)")
     p.add_argument("--nu-levels", type=int, default=None,
                    help="viscosities in the grid (default: as square a grid as --cases allows; 1 below 6 cases)")
@@ -194,7 +195,6 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     (out / "cases").mkdir(parents=True)
-    (out / "vtu").mkdir()
     base = out / "cases" / "_mesh"
     prepare_base(args.tutorial, base, args.iterations, env, args.wall_distance)
     print(f"sweep: {n_speed} speeds x {n_nu} viscosities = {len(grid)} cases of pitzDaily, "
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     def one(ij: tuple[int, int]) -> dict:
         speed, nu = speeds[ij[0]], nus[ij[1]]
         name = case_name(speed, nu)
-        record = solve_case(base, out / "cases" / name, speed, nu, env, out / "vtu" / f"{name}.vtu")
+        record = solve_case(base, out / "cases" / name, speed, nu, env)
         moved = record["settle"]
         print(f"  {name}: {record['iterations']} iterations, {record['seconds']} s" + (
             f"; over the last {record['settle_over']}, p moved {moved['p']:.2%}, U {moved['U']:.2%}" if moved else ""),
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = {"tutorial": str(args.tutorial), "iterations": args.iterations, "speeds": speeds, "nus": nus,
                "held_out": sorted(holdout), "seconds": seconds, "cases": records}
     (out / "sweep.json").write_text(json.dumps(summary, indent=1) + "\n")
-    print(f"wrote {out}/: vtu/ ({len(records)} cases), params.csv, sweep.json; held out "
+    print(f"wrote {out}/: cases/ ({len(records)} cases, foamToVTK's VTK/ in each), params.csv, sweep.json; held out "
           f"{','.join(sorted(holdout))}; {seconds} s", flush=True)
     return 0
 

@@ -90,6 +90,10 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
 
     from meshshard.partition import held_note
 
+    if meta.get("task") == "transient":
+        from ._trajectories import describe_trajectories
+
+        return describe_trajectories(folder, meta)
     nodes = [m["num_nodes"] for m in meta["meshes"]]
     split = meta["split"]
     cells = {}
@@ -130,6 +134,14 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
     walls = [f for f in meta["inputs"] if f.get("patches")]
     for f in walls:
         lines.append(f"  wall     {f['name']}: the distance to the nearest node of {', '.join(f['patches'])}")
+    named: dict[str, list[int]] = {}
+    for m in meta["meshes"]:
+        for b in m.get("boundaries", []):
+            named.setdefault(str(b["name"]), []).append(int(b["num_nodes"]))
+    if named:
+        listed_named = ", ".join(f"{name} ({min(n):,} nodes" + (f" on {len(n)} meshes)" if len(n) > 1 else ")")
+                                 for name, n in named.items())
+        lines.append(f"  boundary {listed_named} (meshshard predict --boundary NAMES: errors and forces on them)")
     if meta.get("collapsed_2d"):
         lines.append("  2-D      each mesh the lower z-plane of a one-cell-thick 3-D mesh (--collapse-2d)")
     held = held_note(meta)
@@ -214,10 +226,18 @@ def run_partition_dataset(args: argparse.Namespace) -> int:
 def _cmd_dataset(args: argparse.Namespace) -> int:
     from meshshard.partition import Steps, build_dataset, list_sources, read_dataset_metadata
 
+    from ._trajectories import check_steady, run_trajectories
+
     val_samples = None if args.val_samples is None else [t for v in args.val_samples for t in v.split(",") if t.strip()]
 
     def note(text: str) -> None:
         print(f"meshshard dataset: note: {text}", file=sys.stderr, flush=True)
+
+    if args.state is not None:
+        return run_trajectories(args, note, _error)
+    why = check_steady(args)
+    if why is not None:
+        return _error("dataset", ValueError(why))
 
     try:
         files = list_sources(args.sources)
@@ -227,7 +247,7 @@ def _cmd_dataset(args: argparse.Namespace) -> int:
                                 same_mesh=args.same_mesh, force=args.force, progress=advance, notes=note,
                                 params=args.params, target_scale=args.target_scale,
                                 cell_data_to_points=args.cell_data_to_points, collapse_2d=args.collapse_2d,
-                                wall_distance=args.wall_distance)
+                                wall_distance=args.wall_distance, node_types=args.boundary_classes)
     except (ValueError, OSError, MemoryError) as err:
         return _error("dataset", err)
     meta = read_dataset_metadata(out)
@@ -252,8 +272,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "or folders of them; an OpenFOAM case folder, or its VTK/ folder, is the last iteration foamToVTK "
                    "wrote")
     p.add_argument("--out", "-o", required=True, help="dataset folder to create")
-    p.add_argument("--inputs", required=True, action="append",
-                   help="comma-separated input fields, e.g. T_in,pos (repeat the flag to add more)")
+    p.add_argument("--inputs", default=None, action="append",
+                   help="comma-separated input fields, e.g. T_in,pos (repeat the flag to add more); required "
+                   "unless --state")
     p.add_argument("--targets", default=None, action="append",
                    help="comma-separated target fields, e.g. T_out (repeat the flag to add more); leave out "
                    "for new cases to predict on (inputs only: for meshshard predict, not train)")
@@ -280,9 +301,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--wall-distance", default=None, action="append", metavar="PATCH[,PATCH]",
                    help="an input channel wall_distance: at every node, the distance to the nearest node of the "
                    "named boundaries (the patches of a foamToVTK .vtm; repeat the flag to add more)")
+    p.add_argument("--boundary-classes", action="store_true",
+                   help="the named boundaries (a .vtm's patches, node sets, gmsh physical groups) as one-hot input "
+                   "channels node_type[k]: 0 interior, then one per boundary of the first file")
     p.add_argument("--same-mesh", action="store_true",
                    help="refuse a file whose mesh is not exactly the first file's, saying how it differs "
                    "(without it, such files make a many-meshes dataset)")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="stored precision")
     p.add_argument("--force", action="store_true", help="replace an existing dataset folder (only one)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no summary")
+    from ._trajectories import add_arguments
+
+    add_arguments(p)

@@ -10,11 +10,13 @@ from dataclasses import asdict
 from typing import Any
 
 from meshshard.run import (
+    BUILTIN_MODELS,
     GATHER_MAX_NODES,
     PredictConfig,
     check_prediction_request,
     normalise_spec,
     parse_model_args,
+    parse_view,
     predict,
 )
 
@@ -27,15 +29,19 @@ def _run(args: argparse.Namespace) -> int:
     try:
         if args.model_args and not args.model:
             raise ValueError("Expected --model-args only with --model")
+        if args.model in BUILTIN_MODELS:  # a built-in model is rebuilt from the run: nothing to import
+            args.model = None
         model = normalise_spec(args.model) if args.model else None
         model_args = parse_model_args(args.model_args) if args.model_args else None
+        view = parse_view(args.view) if args.view else None
     except ValueError as err:
         print(f"meshshard predict: error: {err}", file=sys.stderr)
         return 2
     cfg = PredictConfig(run=args.run, data=args.data, out=args.out, samples=args.samples, partition=args.partition,
                         gather=True if args.gather else (False if args.pieces else None), dtype=args.dtype,
                         force=args.force, plots=not args.no_plots, quiet=args.quiet, model=model, model_args=model_args,
-                        checkpoint=args.checkpoint)
+                        checkpoint=args.checkpoint, boundary=args.boundary, pressure=args.pressure, shear=args.shear,
+                        force_reference=args.force_reference, view=view)
     def check() -> None:  # one line before any rank starts
         check_prediction_request(cfg)
 
@@ -69,6 +75,19 @@ def register(subparsers: Any) -> None:
     p.add_argument("--checkpoint", default="best", choices=["best", "last"],
                    help="best (default): RUN/best.pt, the lowest validation loss (RUN/checkpoint.pt for a run "
                    "trained without --val-every); last: RUN/checkpoint.pt, the latest step")
+    p.add_argument("--boundary", default=None, metavar="NAMES",
+                   help="named boundaries of the dataset (patches, node sets, gmsh groups; meshshard info DATA lists "
+                   "them), comma-separated: the errors on their nodes and the force on them, predicted against "
+                   "true, in metrics.json; the pictures are framed on them")
+    p.add_argument("--pressure", default=None, metavar="FIELD",
+                   help="the target field the force integrates (default: p, when it is a scalar target)")
+    p.add_argument("--shear", default=None, metavar="FIELD",
+                   help="a wall shear stress target field (the traction on the wall), added to the force")
+    p.add_argument("--force-reference", default=None, metavar="EXPR",
+                   help="force coefficients = force / EXPR, arithmetic of the sample's parameters "
+                   "(e.g. '0.5*speed**2*0.0254')")
+    p.add_argument("--view", default=None, metavar="XMIN,XMAX,YMIN,YMAX",
+                   help="frame the pictures on this region (default: the --boundary nodes with a margin, else all)")
     p.add_argument("--dtype", default=None, choices=["float32", "float64"], help="default: the run's")
     p.add_argument("--no-plots", action="store_true", help="no PNG pictures")
     p.add_argument("--force", action="store_true",

@@ -77,7 +77,8 @@ LOSS_PLOT = "loss.png"
 #: The files ``meshshard train`` writes in RUN (and ``--force`` may delete); nothing else is touched.
 RUN_FILES = (CHECKPOINT, BEST, LOG, FIRST_STEP, LOSS_PLOT)
 #: Settings that a resumed run must keep, or its steps would not repeat the uninterrupted run's.
-EXACTNESS_KEYS = ("model", "model_args", "latent_size", "hidden_layers", "message_passing_steps", "activation", "dtype",
+EXACTNESS_KEYS = ("model", "model_args", "architecture", "latent_size", "hidden_layers", "message_passing_steps",
+                  "activation", "global_attention", "attention_heads", "attention_slices", "dtype",
                   "precision", "seed", "data_parallel", "clip_grad", "batch",
                   "lr_schedule", "warmup", "lr_floor")
 
@@ -282,8 +283,11 @@ def run_summary(run: str | Path) -> dict[str, Any]:
         # state dict, buffers included)
         "parameters": int(cfg.get("num_parameters") or sum(v.numel() for v in (ckpt.get("model") or {}).values())),
         "model": ({"kind": "your own", "spec": model, "model_args": cfg.get("model_args") or {}} if model else
+                  {"kind": "Transolver", "model_args": cfg.get("model_args") or {}}
+                  if cfg.get("architecture") == "transolver" else
                   {"kind": "MeshGraphNet", **{k: cfg.get(k) for k in ("latent_size", "hidden_layers",
-                                                                      "message_passing_steps", "activation")}}),
+                                                                      "message_passing_steps", "activation",
+                                                                      "global_attention")}}),
         "settings": {k: cfg.get(k) for k in ("lr", "dtype", "precision", "seed", "data_parallel", "checkpoint_every")},
         "data": cfg.get("data"),
         "partition": cfg.get("partition"),

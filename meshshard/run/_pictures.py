@@ -41,9 +41,11 @@ def _triangulation(pos: np.ndarray, triangles: np.ndarray | None) -> Any:
 
 
 def plot_sample(path: Path, title: str, pos: np.ndarray, truth: np.ndarray | None, pred: np.ndarray,
-                fields: list[tuple[str, slice]], triangles: np.ndarray | None, note: str) -> bool:
+                fields: list[tuple[str, slice]], triangles: np.ndarray | None, note: str,
+                view: tuple[float, float, float, float] | None = None) -> bool:
     """Truth, prediction and error side by side, one row per target field (the prediction alone
-    when ``truth`` is None); False without matplotlib."""
+    when ``truth`` is None); False without matplotlib. ``view`` ``(xmin, xmax, ymin, ymax)``
+    frames every panel, and the colour ranges are those of the nodes inside it."""
     try:
         import matplotlib
 
@@ -52,6 +54,12 @@ def plot_sample(path: Path, title: str, pos: np.ndarray, truth: np.ndarray | Non
     except ImportError:
         return False
     cols = 1 if truth is None else 3
+    seen = np.ones(len(pos), dtype=bool)
+    if view is not None:
+        seen = (pos[:, 0] >= view[0]) & (pos[:, 0] <= view[1]) & (pos[:, 1] >= view[2]) & (pos[:, 1] <= view[3])
+        if not seen.any():
+            raise ValueError(f"no node inside the view x in [{view[0]:.4g}, {view[1]:.4g}], y in "
+                             f"[{view[2]:.4g}, {view[3]:.4g}]")
     fig, axes = plt.subplots(len(fields), cols, figsize=(4.6 * cols, 3.6 * len(fields)), dpi=110, squeeze=False)
     try:  # the figure is closed even when drawing fails
         tri = _triangulation(pos, triangles)
@@ -63,8 +71,8 @@ def plot_sample(path: Path, title: str, pos: np.ndarray, truth: np.ndarray | Non
             else:
                 t, p, label = t[:, 0], p[:, 0], name
             err = p - t
-            lim = max(float(np.abs(err).max()) if len(err) else 0.0, 1e-30)
-            lo, hi = float(min(t.min(), p.min())), float(max(t.max(), p.max()))
+            lim = max(float(np.abs(err[seen]).max()) if len(err) else 0.0, 1e-30)
+            lo, hi = float(min(t[seen].min(), p[seen].min())), float(max(t[seen].max(), p[seen].max()))
             panels = ((t, "truth", {"vmin": lo, "vmax": hi, "cmap": "viridis"}),
                       (p, "prediction", {"vmin": lo, "vmax": hi, "cmap": "viridis"}),
                       (err, "error (prediction - truth)", {"vmin": -lim, "vmax": lim, "cmap": "RdBu_r"}))
@@ -76,10 +84,15 @@ def plot_sample(path: Path, title: str, pos: np.ndarray, truth: np.ndarray | Non
                     art = ax.scatter(pos[:, 0], pos[:, 1], c=values, s=max(0.3, 3000 / max(len(values), 1)),
                                      linewidths=0, **kw)
                 ax.set_aspect("equal")
+                if view is not None:
+                    ax.set_xlim(view[0], view[1])
+                    ax.set_ylim(view[2], view[3])
                 ax.set_title(f"{label}: {what}", fontsize=9)
                 ax.set_xticks([])
                 ax.set_yticks([])
                 fig.colorbar(art, ax=ax, shrink=0.8)
+        if view is not None:
+            note += f"; framed on x in [{view[0]:.4g}, {view[1]:.4g}], y in [{view[2]:.4g}, {view[3]:.4g}]"
         fig.suptitle(f"{title}\n{note}", fontsize=10)
         fig.tight_layout()
         fig.savefig(path)
@@ -119,7 +132,8 @@ def plot_rows(pos: np.ndarray, num_nodes: int, group: Any, device: Any) -> np.nd
 
 
 def sample_picture(path: Path, name: str, layout: Any, y: np.ndarray | None, pred: np.ndarray, gathered: bool,
-             full: tuple[Any, ...] | None, fields: list[tuple[str, slice]], ctx: Any) -> str | None:
+                   full: tuple[Any, ...] | None, fields: list[tuple[str, slice]], ctx: Any,
+                   view: tuple[float, float, float, float] | None = None) -> str | None:
     """``PRED/<sample>.png`` on rank 0; every rank takes part in gathering the drawn nodes, and the
     branch taken depends only on what all ranks know (``gathered``, the mesh's size and dimension).
     ``y`` None: no known targets, the prediction alone is drawn."""
@@ -147,7 +161,7 @@ def sample_picture(path: Path, name: str, layout: Any, y: np.ndarray | None, pre
         if not len(pos):
             raise ValueError("no node to draw")
         ok = plot_sample(path, f"{name}: {'truth, prediction, error' if known else 'prediction'}", pos,
-                         truth if known else None, values, fields, tri, note)
+                         truth if known else None, values, fields, tri, note, view)
     except Exception as err:  # noqa: BLE001 - anything matplotlib raises
         print(f"meshshard predict: note: no picture of {name} ({type(err).__name__}: {err}); the files and metrics "
               "are written", file=sys.stderr, flush=True)

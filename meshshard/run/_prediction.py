@@ -59,6 +59,14 @@ from meshshard.partition import (
 )
 
 from ..tasks import DatasetReader, TensorNormalisation, get_task
+from ._boundaries import (
+    BoundaryScoring,
+    boundary_record,
+    boundary_summary,
+    boundary_sums,
+    check_boundary_names,
+    check_boundary_request,
+)
 from ._checkpoint import peek
 from ._folder import checkpoint_path, read_run
 from ._pictures import sample_picture
@@ -66,7 +74,7 @@ from ._recipe import build_model, check_model_output, first_line, load_factory, 
 from ._report import gather_peak_memory
 from ._vtk import write_pvtu, write_vtu
 
-__all__ = ["GATHER_MAX_NODES", "METRICS_FILE", "PredictConfig", "check_prediction_request", "predict",
+__all__ = ["GATHER_MAX_NODES", "METRICS_FILE", "PredictConfig", "check_prediction_request", "parse_view", "predict",
            "prediction_summary"]
 
 #: Meshes with at most this many nodes are written as one gathered ``.vtu`` (unless ``--pieces``).
@@ -98,15 +106,36 @@ class PredictConfig:
     model: str | None = None  # --model: needed (and only allowed) when the run trained your own model
     model_args: dict[str, Any] | None = None  # --model-args; None: those the run trained with
     checkpoint: str = "best"  # --checkpoint: best (lowest validation loss; the last without one) or last
+    boundary: str | None = None  # --boundary NAMES: errors and forces on these named boundaries (_boundaries.py)
+    pressure: str | None = None  # --pressure FIELD: the force's pressure (default: a scalar target "p")
+    shear: str | None = None  # --shear FIELD: a wall shear stress target, added to the force
+    force_reference: str | None = None  # --force-reference EXPR: force coefficients = force / EXPR
+    view: tuple[float, float, float, float] | None = None  # --view: the pictures' x and y ranges
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> PredictConfig:
         """From ``asdict(config)`` (what a command hands its ranks)."""
+        values = dict(values)
+        if values.get("view") is not None:
+            values["view"] = tuple(values["view"])
         return cls(**values)
 
 
 # ------------------------------------------------------------------------------------------------
 # Inputs: the checkpoint, the samples, the output folder
+
+
+def parse_view(text: str) -> tuple[float, float, float, float]:
+    """``--view XMIN,XMAX,YMIN,YMAX`` as four finite numbers with XMIN < XMAX and YMIN < YMAX."""
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if (len(values) != 4 or not all(math.isfinite(v) for v in values) or values[0] >= values[1]
+            or values[2] >= values[3]):
+        raise ValueError(f"Expected --view XMIN,XMAX,YMIN,YMAX, four numbers with XMIN < XMAX and YMIN < YMAX "
+                         f"(got {text!r})")
+    return values  # type: ignore[return-value]
 
 
 def select_samples(text: str | None, names: list[str], val: list[int]) -> list[int]:
@@ -268,6 +297,14 @@ def normalisation_of(ckpt: dict[str, Any], data: Any) -> Any:
         if list(theirs) != list(mine):
             raise ValueError(f"Expected {data.path} to have the run's {what} channels {list(theirs)} "
                              f"(got {list(mine)})")
+    theirs, mine = list(norm.edges.channels), list(data.edge_channels)
+    if theirs != mine:  # the meshes' dimension: edge features are dpos[0..D-1], |dpos|
+        d_run, d_data = len(theirs) - 1, len(mine) - 1
+        hint = (" (the run's dataset was made with --collapse-2d: make this one with it too)"
+                if d_run == 2 and d_data == 3 and data.meta.get("collapsed_2d") is not True else
+                " (the run's dataset was one-cell-thick 3-D: make this one without --collapse-2d)"
+                if d_run == 3 and data.meta.get("collapsed_2d") else "")
+        raise ValueError(f"Expected {data.path} to have {d_run}-D meshes like the run's (got {d_data}-D){hint}")
     return norm
 
 
@@ -498,6 +535,9 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
                              f"--parts {ctx.world_size} and pass --partition")
         reader = DatasetReader(data, parts, ctx.rank, None, device=ctx.device, dtype=dtype, normaliser=normaliser,
                                parts_meta=meta)  # the run's statistics, for the edge features too
+    target_fields = field_slices(target_meta)
+    scoring = check_boundary_request(data, target_fields, cfg.boundary, cfg.pressure, cfg.shear,
+                                     cfg.force_reference, picks)  # on every rank, before any collective
     out = Path(cfg.out)
     stale = check_prediction_folder(out, cfg.force)  # on every rank, so a refusal stops them all before any collective
     head = {"format": _METRICS_FORMAT, "format_version": 1, "complete": False, "run": str(cfg.run),
@@ -515,7 +555,6 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
         print(f"meshshard predict: {len(picks)} sample(s) of {cfg.data} with {cfg.run} "
               f"(step {ckpt.get('step')}); {where}"
               + ("" if truth else f"; {cfg.data} has no targets: predictions only, no errors"), flush=True)
-    target_fields = field_slices(target_meta)
     layouts: dict[tuple[int, bool], _MeshOnRank] = {}
     records = []
     stems = [file_stem(name) for name in names]
@@ -556,7 +595,13 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
             path = out / f"{stem}.pvtu"
             _write_pieces(out / stem, path, data, target_fields, s, layout, pred, ctx)
             full = None
-        picture = (sample_picture(out / f"{stem}.png", names[s], layout, y, pred, gather, full, target_fields, ctx)
+        boundaries = None
+        if scoring is not None:
+            on_walls = sum_across(boundary_sums(data, mesh, layout.owned_ids, y, pred, scoring), None, ctx.device)
+            boundaries = boundary_record(on_walls, scoring, data.parameters(s), truth)
+        view = cfg.view or (_boundary_view(data, mesh, scoring) if scoring is not None else None)
+        picture = (sample_picture(out / f"{stem}.png", names[s], layout, y, pred, gather, full, target_fields, ctx,
+                                  view=view)
                    if cfg.plots else None)
         record = {"sample": s, "name": names[s], "split": ("val" if s in val else "train") if truth else None,
                   "num_nodes": n, "file": path.name, "picture": picture, "fields": {},
@@ -572,6 +617,8 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
             record["fields"][name] = ({"rmse": math.sqrt(sse / (n * k)),
                                        "rel_l2": math.sqrt(sse / sst) if sst > 0 else None}
                                       if truth and sse is not None else {"rmse": None, "rel_l2": None})
+        if boundaries is not None:
+            record["boundaries"] = boundaries
         records.append(record)
         if ctx.rank == 0:
             _write_metrics(out, head | {"samples": records})
@@ -585,13 +632,46 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
                       "mean": {name: {key: _mean([r["fields"][name][key] for r in records])
                                       for key in ("rmse", "rel_l2")}
                                for name, _ in target_fields}}
+    if scoring is not None:
+        summary["boundaries"] = boundary_summary(records, scoring)
     _write_metrics(out, summary)
     if main:
         if truth:
             _print_table(records, [name for name, _ in target_fields])
+            if scoring is not None:
+                _print_boundaries(summary["boundaries"], scoring)
         print(f"wrote {out}/: {len(records)} sample file(s), metrics.json" + (", pictures" if cfg.plots else ""),
               flush=True)
     return summary
+
+
+def _boundary_view(data: Any, mesh: int, scoring: BoundaryScoring) -> tuple[float, float, float, float] | None:
+    """The pictures' frame by default with ``--boundary``: the boundaries' nodes, with a margin of
+    a quarter of their extent (at least a twentieth of the mesh's) on each side."""
+    points = data.mesh_points(mesh)
+    ids = np.unique(np.concatenate([data.boundary(mesh, name)[0] for name in scoring.names]))
+    if not len(ids):
+        return None
+    xy = np.asarray(points[ids], dtype=np.float64)[:, :2]
+    low, high = xy.min(0), xy.max(0)
+    whole = float(np.ptp(np.asarray(points[:: max(1, len(points) // 100_000)])[:, :2], axis=0).max())
+    margin = np.maximum(0.25 * (high - low), 0.05 * whole)
+    return float(low[0] - margin[0]), float(high[0] + margin[0]), float(low[1] - margin[1]), float(high[1] + margin[1])
+
+
+def _print_boundaries(summary: dict[str, Any], scoring: BoundaryScoring) -> None:
+    """One line per boundary: its mean errors and the force's R² over the samples."""
+    for name, entry in summary.items():
+        parts = [f"{field} rel L2 {_percent(v['rel_l2'])}" for field, v in entry["fields"].items()]
+        if "force" in entry:
+            r2 = ", ".join("-" if v is None else f"{v:.4f}" for v in entry["force"]["r2"])
+            parts.append(f"force error {_percent(entry['force']['rel_error'])}, R² of the {entry['force']['r2_of']} "
+                         f"over the samples ({r2})")
+        print(f"on {name}: " + "; ".join(parts), flush=True)
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.3f}%"
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -667,3 +747,9 @@ def check_prediction_request(cfg: PredictConfig) -> None:
                         cfg.run, cfg.model)
     if cfg.model:
         load_factory(cfg.model)
+    if cfg.boundary or cfg.pressure or cfg.shear or cfg.force_reference:  # what DATA alone decides
+        if not cfg.boundary:
+            raise ValueError("Expected --boundary NAMES with --pressure, --shear or --force-reference (they say "
+                             "how the force on those boundaries is made)")
+        check_boundary_names(open_dataset(cfg.data), cfg.boundary, cfg.force_reference,
+                             range(open_dataset(cfg.data).num_samples))

@@ -91,6 +91,10 @@ class TrainConfig:
     val_every: int = 0
     quiet: bool = False
     checkpoint_steps: bool = _MGN["checkpoint_steps"]
+    global_attention: int = _MGN["global_attention"]  # MeshGraphNet: a physics-attention block every K steps (0: off)
+    attention_heads: int = _MGN["attention_heads"]
+    attention_slices: int = _MGN["attention_slices"]
+    architecture: str = "meshgraphnet"  # the built-in model (BUILTIN_MODELS) when ``model`` is ""
     dtype: str = "float32"
     precision: str = "fp32"
     model: str = ""  # "": the built-in MeshGraphNet; else FILE.py:NAME or MODULE:NAME (ModelRecipe)
@@ -331,7 +335,8 @@ def train(cfg: TrainConfig) -> list[float]:
             print(_report.banner(world_size=ctx.world_size, data_parallel=cfg.data_parallel, device=ctx.device,
                                  backend=backend_name() or "single process",
                                  parameters=num_parameters, partition=cfg.partition,
-                                 model=f"{type(inner).__name__} from {cfg.model}" if cfg.model else "MeshGraphNet",
+                                 model=(f"{type(inner).__name__} from {cfg.model}" if cfg.model
+                                        else ModelRecipe.from_config(asdict(cfg)).name),
                                  partition_meta=meta, data=cfg.data, steps=cfg.steps, start=start), flush=True)
     log = _Logger(ctx.rank == 0, cfg, start, round(reader.mean_nodes()) * cfg.data_parallel)
     if saved is not None:

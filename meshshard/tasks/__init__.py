@@ -14,6 +14,9 @@ Tasks here:
 - ``steady`` (:class:`SteadyFields`, :mod:`meshshard.tasks.steady`): one mesh and its fields per
   sample; inputs to targets (a steady CFD solution, a FEM load case).
 
+Trajectory datasets (``meshshard dataset --state``) are read one step at a time by
+:class:`TrajectoryReader` (:mod:`meshshard.tasks._trajectory_reader`), for the transient task to come.
+
 A new workload (trajectories, point clouds) is a new module beside ``steady.py`` with a
 :class:`Task` subclass, registered in :data:`TASKS`. Tasks import the containers, the layers and
 the lower layers (``partition``, ``comm``), never :mod:`meshshard.run` nor the commands.
@@ -23,10 +26,11 @@ from __future__ import annotations
 
 from ._base import Task
 from ._reader import DatasetReader, LocalSample, Normaliser, TensorNormalisation, whole_sample
+from ._trajectory_reader import LocalStep, TrajectoryReader
 from .steady import SteadyFields
 
-__all__ = ["TASKS", "DatasetReader", "LocalSample", "Normaliser", "SteadyFields", "Task", "TensorNormalisation",
-           "get_task", "whole_sample"]
+__all__ = ["TASKS", "DatasetReader", "LocalSample", "LocalStep", "Normaliser", "SteadyFields", "Task",
+           "TensorNormalisation", "TrajectoryReader", "get_task", "whole_sample"]
 
 #: Every task, by the name a run records (``TrainConfig.task``).
 TASKS: dict[str, type[Task]] = {SteadyFields.name: SteadyFields}

@@ -25,7 +25,10 @@ class SteadyFields(Task):
     name: ClassVar[str] = "steady"
 
     def check_dataset(self, dataset: Any) -> None:
-        """Refuse, in one line, a dataset of inputs only (made without ``--targets``)."""
+        """Refuse, in one line, a dataset of inputs only (made without ``--targets``), or of trajectories."""
+        if dataset.meta.get("task") == "transient":
+            raise ValueError(f"{dataset.path}: holds trajectories (made with --state), which the steady task does not "
+                             "train on; make a dataset of steady samples with --inputs and --targets")
         if not dataset.target_channels:
             raise ValueError(f"{dataset.path}: has no targets (made without --targets), so there is nothing to train "
                              "on; it holds cases for meshshard predict. Train on a dataset made with --targets")

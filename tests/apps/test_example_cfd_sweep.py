@@ -35,8 +35,8 @@ def test_cfd_sweep_example_runs_as_its_readme_says(tmp_path: Path) -> None:
     # 3 speeds: the middle one held out, named so that its decimal point survives
     assert info["held_out"] == ["U10.0_nu1.00e-05"], info["held_out"]
     assert (sweep / "params.csv").read_text().splitlines()[0] == "sample,speed,nu"
-    assert sorted(p.name for p in (sweep / "vtu").iterdir()) == [
-        "U05.0_nu1.00e-05.vtu", "U10.0_nu1.00e-05.vtu", "U15.0_nu1.00e-05.vtu"]
+    for name in ("U05.0_nu1.00e-05", "U10.0_nu1.00e-05", "U15.0_nu1.00e-05"):  # foamToVTK's layout, as it comes
+        assert [p.name for p in (sweep / "cases" / name / "VTK").glob("*.vtm")] == [f"{name}_20.vtm"]
     [results_file] = sweep.glob("*/results.json")
     results = json.loads(results_file.read_text())
     methods = {"meshshard", "training mean", "nearest case", "nearest case, rescaled", "interpolation in speed",
@@ -48,6 +48,10 @@ def test_cfd_sweep_example_runs_as_its_readme_says(tmp_path: Path) -> None:
     case = results["cases"]["U10.0_nu1.00e-05"]
     for field in ("p", "U"):  # our figure from the written .vtu agrees with predict's metrics.json
         assert case["errors"]["meshshard"][field] == pytest.approx(case["metrics.json"][field], rel=1e-3)
+    for wall in ("lowerWall", "upperWall"):  # the force from the written .vtu agrees with predict's metrics.json
+        assert case["force_errors"]["meshshard"][wall] == pytest.approx(
+            case["metrics.json force"][wall]["rel_error"], rel=1e-3)
+        assert set(results["force_summary"]) == methods
     assert results["steps_done"] == 2
     for method in methods:
         assert method in outputs[1], outputs[1][-3000:]

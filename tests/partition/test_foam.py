@@ -140,3 +140,61 @@ def test_a_real_openfoam_run_end_to_end(tmp_path: Path, capsys) -> None:
     assert main(["dataset", str(case / "cells"), "--out", str(tmp_path / "c"), "--inputs", "pos", "--targets", "p",
                  "--cell-data-to-points", "--collapse-2d", "-q"]) == 0
     assert open_dataset(tmp_path / "c").num_nodes(0) == 20
+
+
+@pytest.mark.parametrize("collapse", [False, True])
+def test_the_patches_are_kept_with_the_area_each_node_stands_for(tmp_path: Path, collapse: bool) -> None:
+    data = open_dataset(build_dataset([LAST], tmp_path / "d", inputs=["pos"], targets=["p"], collapse_2d=collapse))
+    assert data.boundary_names(0) == ["fixedWalls", "movingWall"]
+    mesh = data.mesh(0)
+    ids, area = data.boundary(0, "movingWall")
+    np.testing.assert_array_equal(ids, np.flatnonzero(np.isclose(mesh.points[:, 1], 0.1)))
+    depth = 1.0 if collapse else float(np.ptp(mesh.points[:, 2]))
+    # the lid is 0.1 long: its area vectors point out of the cavity, up, and add up to its area
+    np.testing.assert_allclose(area.sum(0)[:2], [0.0, 0.1 * depth], atol=1e-12)
+    ids, area = data.boundary(0, "fixedWalls")
+    np.testing.assert_allclose(area.sum(0)[:2], [0.0, -0.1 * depth], atol=1e-12)  # the floor's; the sides cancel
+    assert np.abs(area[:, :2]).sum() == pytest.approx(0.3 * depth, rel=1e-6)  # floor and sides, no lid (float32 points)
+    with pytest.raises(ValueError, match="Expected a named boundary of mesh 0 .got 'inlet'; it has fixedWalls, movingWall"):
+        data.boundary(0, "inlet")
+
+
+def test_info_lists_the_named_boundaries(tmp_path: Path, capsys) -> None:
+    build_dataset([LAST], tmp_path / "d", inputs=["pos"], targets=["p"], collapse_2d=True)
+    capsys.readouterr()
+    assert main(["info", str(tmp_path / "d")]) == 0
+    out = capsys.readouterr().out
+    assert "  boundary fixedWalls (" in out and "movingWall (" in out and "--boundary NAMES" in out
+
+
+def test_boundary_classes_are_one_hot_inputs_from_the_patches(tmp_path: Path, capsys) -> None:
+    capsys.readouterr()
+    assert main(["dataset", str(LAST), "--out", str(tmp_path / "d"), "--inputs", "pos", "--targets", "p",
+                 "--collapse-2d", "--boundary-classes", "-q"]) == 0
+    data = open_dataset(tmp_path / "d")
+    field = data.meta["inputs"][-1]
+    assert field == {"name": "node_type", "components": 3, "classes": ["interior", "movingWall", "fixedWalls"]}
+    assert data.input_channels[-3:] == ["node_type[0]", "node_type[1]", "node_type[2]"]
+    x, _ = data.rows(0, np.arange(data.num_nodes(0)))
+    onehot = x[:, -3:]
+    assert (onehot.sum(1) == 1).all()
+    lid, walls = data.boundary(0, "movingWall")[0], data.boundary(0, "fixedWalls")[0]
+    # the lid's two end nodes are on the fixed walls too: the first set in the file's order (the lid) wins
+    expected = np.zeros(len(x), dtype=np.int64)
+    expected[walls] = 2
+    expected[lid] = 1
+    assert len(np.intersect1d(lid, walls)) == 2
+    np.testing.assert_array_equal(onehot.argmax(1), expected)
+    assert main(["dataset", str(tmp_path / "d" / ".."), "--out", str(tmp_path / "e"), "--inputs", "pos",
+                 "--state", "p", "--boundary-classes"]) == 2
+    assert "--boundary-classes" in capsys.readouterr().err
+
+
+def test_boundary_classes_need_named_boundaries(tmp_path: Path, capsys) -> None:
+    internal = FOAM_CAVITY / "VTK" / "cavity_2" / "internal.vtu"
+    capsys.readouterr()
+    assert main(["dataset", str(internal), "--out", str(tmp_path / "d"), "--inputs", "pos", "--targets", "p",
+                 "--boundary-classes"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Expected named boundaries for --boundary-classes (got none" in err, err
+    assert not (tmp_path / "d").exists()

@@ -383,3 +383,23 @@ def test_a_prediction_that_is_not_finite_gets_null_errors_and_a_note(case: dict,
     assert done["samples"][0]["fields"]["p"] == {"rmse": None, "rel_l2": None}
     assert json.loads((out / "metrics.json").read_text())["mean"]["p"] == {"rmse": None, "rel_l2": None}  # valid JSON
     assert "note: case 3: the prediction of p holds NaN or inf; its errors are null in metrics.json" in capsys.readouterr().err
+
+
+def test_new_cases_read_unlike_the_runs_dataset_are_refused_with_the_option_to_use(tmp_path) -> None:
+    pytest.importorskip("vtkmodules.vtkIOXML", reason="the vtk package is not installed")
+    from meshshard.partition import build_dataset
+    from meshshard.run._prediction import normalisation_of
+    from tests.partition._solver_files import FOAM_CAVITY
+
+    last = FOAM_CAVITY / "VTK" / "cavity_2.vtm"
+    flat = open_dataset(build_dataset([last], tmp_path / "flat", inputs=["pos[0]"], targets=["p"], collapse_2d=True))
+    thick = open_dataset(build_dataset([last], tmp_path / "thick", inputs=["pos[0]"], targets=["p"]))
+    trained_flat = {"config": {"normalisation": flat.normalisation.to_dict()}}
+    with pytest.raises(ValueError, match=r"to have 2-D meshes like the run's \(got 3-D\) \(the run's dataset was made "
+                                         r"with --collapse-2d: make this one with it too\)"):
+        normalisation_of(trained_flat, thick)
+    trained_thick = {"config": {"normalisation": thick.normalisation.to_dict()}}
+    with pytest.raises(ValueError, match="to have 3-D meshes like the run's .got 2-D. .the run's dataset was "
+                                         "one-cell-thick 3-D: make this one without --collapse-2d"):
+        normalisation_of(trained_thick, flat)
+    assert list(normalisation_of(trained_flat, flat).edges.channels) == flat.edge_channels

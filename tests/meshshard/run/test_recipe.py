@@ -345,9 +345,13 @@ def test_resuming_notes_a_changed_model_file(case: dict, tmp_path: Path) -> None
     mine.write_text(EXAMPLE.read_text())
     run = ["train", str(case["root"] / "parts1"), "--data", case["data"], "--out", "run", "--model", "mine.py:build",
            "--model-args", json.dumps(ARGS)]
-    assert _cli(*run, "--steps", "1", cwd=tmp_path).returncode == 0
+    first = _cli(*run, "--steps", "1", cwd=tmp_path)
+    assert first.returncode == 0
+    hint = f"meshshard selftest --model mine.py:build --model-args '{json.dumps(ARGS)}'"  # as typed: it runs as shown
+    assert first.stderr.count(hint) == 1 and f"(output and every gradient) with: {hint}\n" in first.stderr
     same = _cli(*run, "--steps", "2", "--resume", cwd=tmp_path)
     assert same.returncode == 0 and "resuming from step 1" in same.stdout and "changed since" not in same.stdout
+    assert "selftest" not in same.stderr  # a resumed run does not suggest it again
     mine.write_text(EXAMPLE.read_text() + "\n# edited\n")
     edited = _cli(*run, "--steps", "3", "--resume", cwd=tmp_path)
     assert edited.returncode == 0

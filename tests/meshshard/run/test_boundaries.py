@@ -1,0 +1,121 @@
+"""``meshshard predict --boundary``: errors on named boundaries and the force on them, the same
+on 1 and 3 ranks, and equal to what the written files give when integrated independently."""
+
+from __future__ import annotations
+
+import json
+
+import meshio
+import numpy as np
+import pytest
+
+from meshshard.cli import main
+from meshshard.partition import partition_dataset, write_dataset
+from meshshard.run import PredictConfig, TrainConfig, predict, train
+from meshshard.run._boundaries import BoundaryScoring, boundary_record, boundary_summary
+from tests._dist import run_ranks
+
+
+def _grid(nx: int = 24, ny: int = 12) -> tuple[np.ndarray, np.ndarray]:
+    x, y = np.meshgrid(np.linspace(0.0, 2.0, nx + 1), np.linspace(0.0, 1.0, ny + 1), indexing="xy")
+    pts = np.stack([x.ravel(), y.ravel()], 1)
+    i, j = np.meshgrid(np.arange(nx), np.arange(ny), indexing="xy")
+    a = (j * (nx + 1) + i).ravel()
+    return pts, np.stack([a, a + 1, a + nx + 2, a + nx + 1], 1)
+
+
+@pytest.fixture(scope="module")
+def case(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("boundaries")
+    pts, quads = _grid()
+    rng = np.random.default_rng(1)
+    waves = rng.normal(size=(4, 2, 2))
+    inputs = np.stack([np.cos(pts @ w) for w in waves])
+    targets = np.stack([np.stack([3 + x[:, 0] + pts[:, 0], x[:, 1], x[:, 0] * x[:, 1]], 1) for x in inputs])
+    walls = {"bottom": np.flatnonzero(pts[:, 1] == 0.0), "left": np.flatnonzero(pts[:, 0] == 0.0)}
+    write_dataset(root / "data", inputs, targets, pos=pts, cells=[("quad", quads)], input_names=[("a", 2)],
+                  target_names=["p", ("U", 2)], val_samples=[2, 3], dtype="float64", boundaries=walls)
+    partition_dataset(root / "data", root / "parts1", 1)
+    partition_dataset(root / "data", root / "parts3", 3)
+    train(TrainConfig(partition=str(root / "parts1"), data=str(root / "data"), out=str(root / "run"), steps=2,
+                      lr=1e-2, latent_size=8, hidden_layers=1, message_passing_steps=2, quiet=True, dtype="float64"))
+    return {"root": root, "data": str(root / "data"), "run": str(root / "run"), "pts": pts, "walls": walls}
+
+
+def _predict_rank(rank: int, world: int, cfg: dict) -> dict | None:
+    return predict(PredictConfig(**cfg))
+
+
+@pytest.mark.slow
+def test_boundary_errors_and_forces_on_shards_equal_one_process_and_the_files(case: dict) -> None:
+    root = case["root"]
+    common = {"run": case["run"], "data": case["data"], "samples": "all", "boundary": "bottom,left",
+              "quiet": True, "plots": True}
+    one = predict(PredictConfig(out=str(root / "p1"), **common))
+    three = run_ranks(_predict_rank, 3, {"out": str(root / "p3"), "partition": str(root / "parts3"), **common},
+                      timeout=120)[0]
+    for a, b in zip(one["samples"], three["samples"]):
+        for wall in ("bottom", "left"):
+            fa, fb = a["boundaries"][wall], b["boundaries"][wall]
+            for field in ("p", "U"):
+                assert fb["fields"][field]["rel_l2"] == pytest.approx(fa["fields"][field]["rel_l2"], rel=1e-10)
+            np.testing.assert_allclose(fb["force"]["pred"], fa["force"]["pred"], rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(fb["force"]["true"], fa["force"]["true"], rtol=1e-10, atol=1e-12)
+    assert json.loads((root / "p3" / "metrics.json").read_text())["boundaries"] == three["boundaries"]
+    # independently: the trapezoid rule along each wall, on the values predict wrote
+    for record in one["samples"]:
+        mesh = meshio.read(root / "p1" / record["file"])
+        pts = mesh.points[:, :2]
+        bottom = np.flatnonzero(pts[:, 1] == 0.0)
+        bottom = bottom[np.argsort(pts[bottom, 0])]
+        left = np.flatnonzero(pts[:, 0] == 0.0)
+        left = left[np.argsort(pts[left, 1])]
+        for field, key in (("p_pred", "pred"), ("p", "true")):
+            p = mesh.point_data[field]
+            got_b = record["boundaries"]["bottom"]["force"][key]
+            got_l = record["boundaries"]["left"]["force"][key]
+            np.testing.assert_allclose(got_b, [0.0, -np.trapezoid(p[bottom], pts[bottom, 0])], atol=1e-12)
+            np.testing.assert_allclose(got_l, [-np.trapezoid(p[left], pts[left, 1]), 0.0], atol=1e-12)
+        u, u_pred = mesh.point_data["U"], mesh.point_data["U_pred"]
+        rel = np.linalg.norm(u_pred[bottom] - u[bottom]) / np.linalg.norm(u[bottom])
+        assert record["boundaries"]["bottom"]["fields"]["U"]["rel_l2"] == pytest.approx(rel, rel=1e-10)
+    summary = one["boundaries"]["bottom"]
+    assert summary["force"]["r2_of"] == "force" and summary["force"]["r2"][0] is None  # no x-force on a flat floor
+    assert isinstance(summary["force"]["r2"][1], float)
+    assert (root / "p1" / f"{one['samples'][0]['file'][:-4]}.png").is_file()
+
+
+def test_bad_boundary_requests_are_refused_in_one_line(case: dict, capsys, tmp_path) -> None:
+    base = ["predict", case["run"], "--data", case["data"], "--out", str(tmp_path / "p"), "--no-plots"]
+    for extra, message in (
+        (["--boundary", "top"], "Expected --boundary to name boundaries of the meshes (got top; mesh 0 has bottom, "
+                                "left)"),
+        (["--pressure", "p"], "Expected --boundary NAMES with --pressure, --shear or --force-reference"),
+        (["--boundary", "left", "--pressure", "U"], "Expected --pressure to name a target field of 1 component"),
+        (["--boundary", "left", "--shear", "p"], "Expected --shear to name a target field of 2 components"),
+        (["--boundary", "left", "--force-reference", "speed**2"], "Expected 'speed**2' to use the parameters"),
+        (["--view", "1,0,0,1"], "Expected --view XMIN,XMAX,YMIN,YMAX"),
+    ):
+        capsys.readouterr()
+        assert main(base + extra) == 2, extra
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "p").exists()
+
+
+def test_coefficients_and_r2_over_cases() -> None:
+    scoring = BoundaryScoring(("wall",), (("p", slice(0, 1)),), slice(0, 1), None, "0.5*speed**2", 2)
+    records = []
+    for speed, (true, pred) in zip((1.0, 2.0, 3.0), (([1.0, 2.0], [1.0, 2.5]), ([2.0, 4.0], [2.0, 4.0]),
+                                                       ([3.0, 5.0], [3.5, 5.0]))):
+        sums = np.array([[1.0, 4.0, *true, *pred]])
+        records.append({"boundaries": boundary_record(sums, scoring, {"speed": speed}, truth=True)})
+    first = records[0]["boundaries"]["wall"]
+    assert first["fields"]["p"]["rel_l2"] == pytest.approx(0.5)
+    assert first["coefficient"] == {"reference": 0.5, "true": [2.0, 4.0], "pred": [2.0, 5.0]}
+    assert first["force"]["rel_error"] == pytest.approx(0.5 / np.sqrt(5.0))
+    summary = boundary_summary(records, scoring)["wall"]
+    cx_true, cx_pred = np.array([2.0, 1.0, 2 / 3]), np.array([2.0, 1.0, 3.5 / 4.5])
+    r2_x = 1 - ((cx_pred - cx_true) ** 2).sum() / ((cx_true - cx_true.mean()) ** 2).sum()
+    assert summary["force"]["r2_of"] == "coefficient"
+    assert summary["force"]["r2"][0] == pytest.approx(r2_x)
