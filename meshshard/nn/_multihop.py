@@ -52,7 +52,8 @@ from meshshard.comm import HaloPlan, all_to_all_v, communication_device, exchang
 from .._graph import ShardGraph
 from .._tensor import ShardTensor
 
-__all__ = ["MULTIHOP", "REFUSED", "MultiHopHalo", "multihop_halo", "run_multihop", "hops_of", "coverage_table"]
+__all__ = ["MULTIHOP", "MULTIHOP_VERIFIED", "REFUSED", "MultiHopHalo", "multihop_halo", "run_multihop", "hops_of",
+           "coverage_table"]
 
 #: PyG layer class -> the hops ShardConv runs it on: a number, or the name of the layer's
 #: attribute that holds it (a list: its largest entry).
@@ -62,6 +63,41 @@ MULTIHOP: dict[str, int | str] = {
     "GCN2Conv": 1, "GMMConv": 1, "HEATConv": 1, "LGConv": 1, "MFConv": 1, "MixHopConv": "powers", "NNConv": 1,
     "PDNConv": 1, "PointGNNConv": 1, "PointTransformerConv": 1, "PPFConv": 1, "RGATConv": 1, "RGCNConv": 1,
     "FastRGCNConv": 1, "SimpleConv": 1, "SSGConv": "K", "WLConvContinuous": 1,
+}
+
+#: A fingerprint of each MULTIHOP class's code (constructor parameters, own methods) in the
+#: torch-geometric release its hop count was verified on (2.8.1, by tests/meshshard/test_pyg_multihop.py);
+#: ShardConv refuses a class whose code differs, as it does for the adapters (``_pyg.PYG_VERIFIED``).
+#: After verifying a new release, record what ``test_the_recorded_multihop_fingerprints_are_the_installed_pyg``
+#: prints.
+MULTIHOP_VERIFIED: dict[str, str] = {
+    "AGNNConv": "a7d8e135f9fb",
+    "ARMAConv": "19607c43be1c",
+    "CGConv": "9f67e7af32d4",
+    "ClusterGCNConv": "f9e18c8bbd83",
+    "DNAConv": "40daed77fb91",
+    "EGConv": "914cbc403b13",
+    "FAConv": "2933e91d1d76",
+    "FeaStConv": "d83f5b422fca",
+    "FiLMConv": "1c17eb32e49b",
+    "GatedGraphConv": "2f4d2a0a96b7",
+    "GCN2Conv": "668197a40cc2",
+    "GMMConv": "763c729852ac",
+    "HEATConv": "15d4a90e7b36",
+    "LGConv": "ce5ba514e16d",
+    "MFConv": "8bd1fe3a04fb",
+    "MixHopConv": "6baee7be0fc0",
+    "NNConv": "0e89a7213be2",
+    "PDNConv": "9bce22b9d19b",
+    "PointGNNConv": "0623c864a4c9",
+    "PointTransformerConv": "0b167a2e3fcd",
+    "PPFConv": "9c79959c7bf2",
+    "RGATConv": "8a9542b80a7c",
+    "RGCNConv": "853f25b151fc",
+    "FastRGCNConv": "db6a5e0e9ffe",
+    "SimpleConv": "b4315a784d51",
+    "SSGConv": "a9b9f9c9da14",
+    "WLConvContinuous": "a032a73634af",
 }
 
 _HETERO = "heterogeneous input (a dict of node types and of edge types), not one graph"

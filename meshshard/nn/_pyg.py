@@ -63,7 +63,7 @@ from torch import Tensor, nn
 
 from .._graph import ShardGraph
 from .._tensor import ShardTensor, _RowsUseReplicated
-from ._multihop import MULTIHOP, REFUSED, hops_of, run_multihop
+from ._multihop import MULTIHOP, MULTIHOP_VERIFIED, REFUSED, hops_of, run_multihop
 
 __all__ = ["ShardConv", "ShardNorm", "SUPPORTED", "PYG_VERIFIED", "PYG_CHECKED_ENV", "pyg_fingerprints"]
 
@@ -257,6 +257,8 @@ def _mode_of(layer: nn.Module, local: bool, checked: bool = False) -> str:
             _check_pyg_code(type(layer))
         return SUPPORTED[name]
     if name in MULTIHOP and type(layer).__module__.startswith("torch_geometric."):
+        if not (checked or os.environ.get(PYG_CHECKED_ENV, "") == "1"):
+            _check_pyg_code(type(layer))
         return "multihop"
     if local:
         return "halo"
@@ -371,6 +373,7 @@ def _check_pyg_code(cls: type) -> None:
 
     name = cls.__name__
     version, recorded = PYG_VERIFIED
+    recorded = {**recorded, **MULTIHOP_VERIFIED}
     try:
         found = _fingerprint(cls)
     except (OSError, TypeError):  # no source to read (a frozen install)
@@ -400,7 +403,7 @@ def _fingerprint(cls: type) -> str:
 
     methods = tuple(cls.__dict__.get(m) for m in _METHODS)
     helpers = []
-    for path in _HELPERS.get(SUPPORTED[cls.__name__], ()):  # a new mode: record its helpers here
+    for path in _HELPERS.get(SUPPORTED.get(cls.__name__, "multihop"), ()):  # a new mode: record its helpers here
         module, _, attr = path.rpartition(".")
         helpers.append((path, getattr(importlib.import_module(module), attr)))
     return _hash_code(cls, methods, tuple(helpers))

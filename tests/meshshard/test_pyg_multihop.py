@@ -303,3 +303,24 @@ def test_multihop_argument_errors() -> None:
         point(x, graph, torch.zeros(graph.num_owned_edges, 3, dtype=DT), pos=x[:, :3])
     with pytest.raises(TypeError, match=r"Expected 'pos' to be a ShardTensor \(a node input\) or one row per local edge"):
         point(x, graph, pos=x.to_local()[:, :3])
+
+
+def test_the_recorded_multihop_fingerprints_are_the_installed_pyg() -> None:
+    """The code of every MULTIHOP class is the code its hop count was verified on (PyG 2.8.1); after
+    verifying a new release with this file, paste what this test prints over ``MULTIHOP_VERIFIED``."""
+    from meshshard.nn._multihop import MULTIHOP_VERIFIED
+    from meshshard.nn._pyg import _fingerprint
+
+    found = {name: _fingerprint(getattr(pyg, name)) for name in MULTIHOP}
+    assert set(MULTIHOP_VERIFIED) == set(MULTIHOP), "every multihop class needs a recorded fingerprint"
+    changed = sorted(name for name in MULTIHOP if found[name] != MULTIHOP_VERIFIED[name])
+    assert not changed, f"PyG code changed for {changed}; once this file passes on it, record: {found}"
+
+
+def test_a_multihop_class_whose_pyg_code_changed_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from meshshard.nn import _multihop
+
+    monkeypatch.setitem(_multihop.MULTIHOP_VERIFIED, "FeaStConv", "000000000000")
+    with pytest.raises(TypeError, match=r"^ShardConv refuses FeaStConv: its code in torch-geometric .* differs from"):
+        ShardConv(pyg.FeaStConv(3, 2))
+    assert ShardConv(pyg.FeaStConv(3, 2), checked=True).mode == "multihop"
