@@ -29,6 +29,9 @@ beyond its incoming edges is supplied, exactly:
 - ``"halo"`` (PNAConv, and user layers declared ``local=True``): the layer runs on all local rows
   (owned and ghost) with the owned edges; the owned rows of its output are kept. PNAConv's degree
   histogram must be the global one: :meth:`ShardGraph.degree_histogram`.
+- ``"multihop"`` (the classes of :data:`~meshshard.nn._multihop.MULTIHOP`, and any layer declared
+  ``hops=k``): the layer runs as on a whole graph on the rank's extended subgraph, every node
+  within ``k + 1`` hops and every edge into a node within ``k`` hops (``_multihop.py``).
 
 Refused, with a one-line reason: a MessagePassing class not in :data:`SUPPORTED` (unless declared
 ``local=True``: its output at a node depends only on that node's row, its incoming edges and their
@@ -60,6 +63,7 @@ from torch import Tensor, nn
 
 from .._graph import ShardGraph
 from .._tensor import ShardTensor, _RowsUseReplicated
+from ._multihop import MULTIHOP, MULTIHOP_VERIFIED, REFUSED, hops_of, run_multihop
 
 __all__ = ["ShardConv", "ShardNorm", "SUPPORTED", "PYG_VERIFIED", "PYG_CHECKED_ENV", "pyg_fingerprints"]
 
@@ -99,6 +103,10 @@ class ShardConv(nn.Module):
             node's row, its incoming edges and their source rows (no degrees of the sources, no
             global statistics, no second hop). It then runs on owned + ghost rows with the owned
             edges. Declaring a layer local that is not gives wrong results.
+        hops: declare a layer's output at a node a function of its ``hops``-hop neighbourhood (the
+            number of message-passing steps; degrees normalised by incoming edges are covered):
+            it then runs on the multi-hop halo (mode ``"multihop"``), whatever its class. The
+            classes of :data:`~meshshard.nn._multihop.MULTIHOP` run there without it.
         checked: run a supported class even where the installed torch-geometric's code for it differs
             from the release the adapter was verified on (:data:`PYG_VERIFIED`), once ``meshshard
             selftest --model FILE.py:NAME`` shows your model exact on shards with it. The environment
@@ -120,9 +128,14 @@ class ShardConv(nn.Module):
             constructor or code in the installed torch-geometric differs from the verified release.
     """
 
-    def __init__(self, layer: nn.Module, *, local: bool = False, checked: bool = False) -> None:
+    def __init__(self, layer: nn.Module, *, local: bool = False, hops: int | None = None,
+                 checked: bool = False) -> None:
         super().__init__()
-        self.mode = _mode_of(layer, local, checked)
+        if hops is not None and (isinstance(hops, bool) or not isinstance(hops, int) or hops < 1 or local):
+            raise ValueError(f"Expected 'hops' to be a positive int, without local=True (got {hops!r})")
+        mode = _mode_of(layer, local or hops is not None, checked)
+        self.mode = "multihop" if hops is not None else mode
+        self.hops = hops_of(layer, hops) if self.mode == "multihop" else None
         self.layer = layer
         self._register_state_dict_hook(_drop_prefix)
         self.register_load_state_dict_pre_hook(_add_prefix)
@@ -150,12 +163,15 @@ class ShardConv(nn.Module):
         kwargs = {
             k: _owned_edge_rows(k, v, graph) if k in ("edge_weight", "edge_attr") else v for k, v in kwargs.items()
         }
-        out = _HANDLERS[self.mode](self.layer, x, graph, edge_attr, kwargs)
+        if self.mode == "multihop":
+            out = run_multihop(self.layer, self.hops, x, graph, edge_attr, kwargs)
+        else:
+            out = _HANDLERS[self.mode](self.layer, x, graph, edge_attr, kwargs)
         return ShardTensor(out, graph.spec)
 
     def extra_repr(self) -> str:
         """The mode the layer runs in on shards, for ``print(module)``."""
-        return f"mode={self.mode!r}"
+        return f"mode={self.mode!r}" + (f", hops={self.hops}" if self.hops is not None else "")
 
 
 class ShardNorm(nn.Module):
@@ -240,14 +256,19 @@ def _mode_of(layer: nn.Module, local: bool, checked: bool = False) -> str:
         if not (checked or os.environ.get(PYG_CHECKED_ENV, "") == "1"):
             _check_pyg_code(type(layer))
         return SUPPORTED[name]
+    if name in MULTIHOP and type(layer).__module__.startswith("torch_geometric."):
+        if not (checked or os.environ.get(PYG_CHECKED_ENV, "") == "1"):
+            _check_pyg_code(type(layer))
+        return "multihop"
     if local:
         return "halo"
-    subclass = any(base.__name__ in SUPPORTED for base in type(layer).__mro__[1:])
+    subclass = any(base.__name__ in SUPPORTED or base.__name__ in MULTIHOP for base in type(layer).__mro__[1:])
     why = f"{name} subclasses a supported layer and may change its message" if subclass else (
-        f"{name} is not a layer ShardConv knows to be exact on shards")
+        REFUSED.get(name) or f"{name} is not a layer ShardConv knows to be exact on shards")
     raise TypeError(
         f"ShardConv refuses {name}: {why}; if each node's output depends only on its own row, its "
-        "incoming edges and their source rows, declare it with ShardConv(layer, local=True)"
+        "incoming edges and their source rows, declare it with ShardConv(layer, local=True); if on its "
+        "k-hop neighbourhood, ShardConv(layer, hops=k)"
     )
 
 
@@ -352,6 +373,7 @@ def _check_pyg_code(cls: type) -> None:
 
     name = cls.__name__
     version, recorded = PYG_VERIFIED
+    recorded = {**recorded, **MULTIHOP_VERIFIED}
     try:
         found = _fingerprint(cls)
     except (OSError, TypeError):  # no source to read (a frozen install)
@@ -381,7 +403,7 @@ def _fingerprint(cls: type) -> str:
 
     methods = tuple(cls.__dict__.get(m) for m in _METHODS)
     helpers = []
-    for path in _HELPERS.get(SUPPORTED[cls.__name__], ()):  # a new mode: record its helpers here
+    for path in _HELPERS.get(SUPPORTED.get(cls.__name__, "multihop"), ()):  # a new mode: record its helpers here
         module, _, attr = path.rpartition(".")
         helpers.append((path, getattr(importlib.import_module(module), attr)))
     return _hash_code(cls, methods, tuple(helpers))
