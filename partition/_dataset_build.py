@@ -45,7 +45,7 @@ from ._expressions import check_expression, evaluate_expression, parse_target_sc
 from ._foam import foam_folder, foam_sources, sample_stem
 from ._mesh_ops import WALL_DISTANCE, cell_data_to_points, collapse_2d, one_cell_thick_note
 from ._mesh_ops import wall_distance as nearest_wall_distance
-from ._safe_io import check_destination, read_regular
+from ._safe_io import check_destination, is_lock_file, read_regular
 from ._vtk_io import VTK_SUFFIXES, read_vtk
 
 __all__ = ["list_sources", "sample_names", "build_dataset", "partition_dataset", "parse_field_names", "held_note",
@@ -719,7 +719,7 @@ def _check_is_partitions(out: Path) -> None:
         check_is_partition(out)
         return
     for child in out.iterdir():
-        ours = child.name == PARTITIONS_FILE or (
+        ours = child.name == PARTITIONS_FILE or is_lock_file(child) or (
             re.fullmatch(r"mesh-\d{5}", child.name) and child.is_dir() and not child.is_symlink()
             and (child / METADATA_FILE).is_file())
         if not ours:

@@ -53,6 +53,7 @@ from meshshard.partition import (
     check_destination,
     check_input_folders,
     check_partition_matches,
+    is_lock_file,
     open_dataset,
     plural,
     read_json_inside,
@@ -189,7 +190,7 @@ _REFUSALS = Refusals(link="{out}: exists and is not a folder", not_empty=_holds_
 
 def _check_is_a_prediction(out: Path) -> None:
     """Raise unless everything in PRED is what its ``metrics.json`` says predict wrote there."""
-    entries = list(out.iterdir())
+    entries = [path for path in out.iterdir() if not is_lock_file(path)]  # a killed command's lock is ours
     for path in entries:
         if path.is_symlink():
             raise ValueError(f"{out}: holds a link ({path.name}); refusing to replace it, even with --force")

@@ -296,3 +296,83 @@ def test_a_datasets_output_is_checked_after_an_interrupted_replace_is_put_back(t
     monkeypatch.chdir(tmp_path / "p")
     with pytest.raises(ValueError, match="is the current folder or one of its parents"):
         _check_parts_output(Path("."), True)
+
+
+# one writer per folder (folder_lock) ---------------------------------------------------------
+
+_HOLD = """
+import sys
+from meshshard.partition import folder_lock
+with folder_lock(sys.argv[1], command="meshshard train X --out Y"):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def _holder(out: Path) -> subprocess.Popen:
+    """A process holding ``out``'s lock until its stdin closes (or it is killed)."""
+    from tests._processes import wait_for_line
+
+    proc = subprocess.Popen([sys.executable, "-c", _HOLD, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    wait_for_line(proc, "^held$", 60, "the lock was not taken")
+    return proc
+
+
+def test_folder_lock_refuses_a_second_writer_naming_the_holder_and_leaves_nothing(tmp_path: Path) -> None:
+    import socket
+
+    from meshshard.partition import folder_lock
+
+    out = tmp_path / "new" / "deeper" / "run"
+    holder = _holder(out)
+    try:
+        lock = tmp_path / "new" / "deeper" / ".run.meshshard-lock"
+        assert lock.is_file() and not out.exists()
+        for spelling in (out, tmp_path / "new" / "." / "deeper" / ".." / "deeper" / "run"):
+            with pytest.raises(ValueError, match=(
+                    rf"^{re.escape(str(spelling))}: is being written by another meshshard command \(pid {holder.pid} "
+                    rf"on {re.escape(socket.gethostname())}, started \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC: meshshard "
+                    r"train X --out Y\); wait for it to end, or pick another folder \(the lock is "
+                    r"\.run\.meshshard-lock beside it\)$")):
+                with folder_lock(spelling):
+                    pytest.fail("a second writer took the lock")
+    finally:
+        holder.communicate("")
+    assert holder.returncode == 0, holder.stderr
+    assert not (tmp_path / "new").exists()  # the lock file and the folders made for it are gone
+    with folder_lock(out) as path:  # free again; nested in one process, one lock
+        with folder_lock(out):
+            assert path.is_file()
+        assert path.is_file()
+    assert not path.exists() and not (tmp_path / "new").exists()
+
+
+def test_a_lock_left_by_a_killed_process_is_taken_over_and_counts_as_ours(tmp_path: Path, mesh_file: Path) -> None:
+    import json
+    import signal
+
+    from meshshard.partition import folder_lock, is_lock_file
+
+    out = tmp_path / "out"
+    holder = _holder(out)
+    lock = tmp_path / ".out.meshshard-lock"
+    assert not is_lock_file(lock)  # held: its command is still writing
+    holder.send_signal(signal.SIGKILL)
+    holder.communicate()
+    assert json.loads(lock.read_text())["pid"] == holder.pid  # left behind, but no longer held
+    assert is_lock_file(lock) and not is_lock_file(tmp_path / "other.meshshard-lock")
+    with folder_lock(out, command="the next one") as path:
+        assert path == lock and json.loads(lock.read_text()) | {"started": 0} == {
+            "pid": os.getpid(), "host": __import__("socket").gethostname(), "command": "the next one", "started": 0}
+    assert not lock.exists()
+    # a stale lock inside a partition folder (of a folder that was to be made there) is ours: --force replaces it
+    parts = tmp_path / "parts"
+    assert main(_partition(mesh_file, parts, 2)) == 0
+    holder = _holder(parts / "sub")
+    holder.send_signal(signal.SIGKILL)
+    holder.communicate()
+    assert (parts / ".sub.meshshard-lock").is_file()
+    assert verify_partition(parts) == []
+    assert main(_partition(mesh_file, parts, 3, "--force")) == 0
+    assert read_metadata(parts)["num_parts"] == 3 and not (parts / ".sub.meshshard-lock").exists()
