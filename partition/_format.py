@@ -148,7 +148,15 @@ import numpy as np
 
 from ._invariants import part_problems
 from ._partition import PART_ARRAYS, Partition
-from ._safe_io import check_destination, interrupted_hint, is_lock_file, read_inside, read_json_inside, read_npz, write_folder
+from ._safe_io import (
+    check_destination,
+    interrupted_hint,
+    is_lock_file,
+    read_inside,
+    read_json_inside,
+    read_npz,
+    write_folder,
+)
 
 __all__ = [
     "FORMAT_NAME",

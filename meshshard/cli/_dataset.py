@@ -212,6 +212,16 @@ def run_partition_dataset(args: argparse.Namespace) -> int:
 
 
 def _cmd_dataset(args: argparse.Namespace) -> int:
+    from meshshard.partition import folder_lock
+
+    try:
+        with folder_lock(args.out):  # one writer per DATA, before any source is read
+            return _dataset(args)
+    except ValueError as err:
+        return _error("dataset", err)
+
+
+def _dataset(args: argparse.Namespace) -> int:
     from meshshard.partition import Steps, build_dataset, list_sources, read_dataset_metadata
 
     val_samples = None if args.val_samples is None else [t for v in args.val_samples for t in v.split(",") if t.strip()]

@@ -9,12 +9,27 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from meshshard.comm import RankFailed, Terminated, fix_mmap_threshold, launch_local
+from meshshard.partition import folder_lock
 
-__all__ = ["as_rank", "run_command"]
+__all__ = ["as_rank", "run_command", "writing"]
+
+
+@contextmanager
+def writing(folder: str) -> Iterator[None]:
+    """Hold the output ``folder``'s lock (:func:`meshshard.partition.folder_lock`) for the command:
+    in this process, which starts the ranks of ``--nproc`` and waits for them (they never take it);
+    under torchrun or SLURM, where every rank runs the command, on rank 0 only. A folder another
+    command is writing raises its one-line ``ValueError``, before anything is read or started."""
+    if os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) != "0":
+        yield
+        return
+    with folder_lock(folder):
+        yield
 
 
 def as_rank(call: Callable[[Any], Any], config: Callable[[dict[str, Any]], Any], payload: dict[str, Any]) -> None:

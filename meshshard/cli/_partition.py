@@ -33,6 +33,16 @@ def _weights(text: str) -> list[float]:
 
 
 def _cmd_partition(args: argparse.Namespace) -> int:
+    from meshshard.partition import folder_lock
+
+    try:
+        with folder_lock(args.out):  # one writer per output folder, before anything is read
+            return _partition(args)
+    except ValueError as err:
+        return _error("partition", None, err)
+
+
+def _partition(args: argparse.Namespace) -> int:
     from meshshard.partition import Steps, check_output_dir, is_dataset, partition_file, print_summary, read_metadata
 
     if args.input is not None and is_dataset(args.input):

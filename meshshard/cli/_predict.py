@@ -18,12 +18,21 @@ from meshshard.run import (
     predict,
 )
 
-from ._launch import as_rank, run_command
+from ._launch import as_rank, run_command, writing
 
 __all__ = ["register"]
 
 
 def _run(args: argparse.Namespace) -> int:
+    try:
+        with writing(args.out):  # one writer per PRED, before anything is read or any rank starts
+            return _predict(args)
+    except ValueError as err:
+        print(f"meshshard predict: error: {err}", file=sys.stderr)
+        return 2
+
+
+def _predict(args: argparse.Namespace) -> int:
     try:
         if args.model_args and not args.model:
             raise ValueError("Expected --model-args only with --model")

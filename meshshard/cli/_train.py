@@ -27,7 +27,7 @@ from meshshard.run import (
     train,
 )
 
-from ._launch import as_rank, run_command
+from ._launch import as_rank, run_command, writing
 
 __all__ = ["register"]
 
@@ -128,6 +128,15 @@ def _model_settings(args: Any, saved: dict[str, Any]) -> str | None:
 
 
 def _run(args: Any) -> int:
+    try:
+        with writing(args.out):  # one writer per RUN, before the checkpoint is read or any rank starts
+            return _train(args)
+    except ValueError as err:
+        print(f"meshshard train: error: {err}", file=sys.stderr)
+        return 2
+
+
+def _train(args: Any) -> int:
     saved_ckpt = _saved_checkpoint(args)
     problem = _model_settings(args, dict(saved_ckpt.get("config") or {}) if saved_ckpt else {}) or _check_counts(args)
     if problem:

@@ -13,6 +13,7 @@ import pytest
 
 from meshshard.cli import main
 from meshshard.partition import load_partition, read_metadata, verify_partition
+from tests._processes import hold_folder_lock
 
 from .conftest import rewrite_metadata
 
@@ -300,32 +301,13 @@ def test_a_datasets_output_is_checked_after_an_interrupted_replace_is_put_back(t
 
 # one writer per folder (folder_lock) ---------------------------------------------------------
 
-_HOLD = """
-import sys
-from meshshard.partition import folder_lock
-with folder_lock(sys.argv[1], command="meshshard train X --out Y"):
-    print("held", flush=True)
-    sys.stdin.read()
-"""
-
-
-def _holder(out: Path) -> subprocess.Popen:
-    """A process holding ``out``'s lock until its stdin closes (or it is killed)."""
-    from tests._processes import wait_for_line
-
-    proc = subprocess.Popen([sys.executable, "-c", _HOLD, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    wait_for_line(proc, "^held$", 60, "the lock was not taken")
-    return proc
-
-
 def test_folder_lock_refuses_a_second_writer_naming_the_holder_and_leaves_nothing(tmp_path: Path) -> None:
     import socket
 
     from meshshard.partition import folder_lock
 
     out = tmp_path / "new" / "deeper" / "run"
-    holder = _holder(out)
+    holder = hold_folder_lock(out)
     try:
         lock = tmp_path / "new" / "deeper" / ".run.meshshard-lock"
         assert lock.is_file() and not out.exists()
@@ -355,7 +337,7 @@ def test_a_lock_left_by_a_killed_process_is_taken_over_and_counts_as_ours(tmp_pa
     from meshshard.partition import folder_lock, is_lock_file
 
     out = tmp_path / "out"
-    holder = _holder(out)
+    holder = hold_folder_lock(out)
     lock = tmp_path / ".out.meshshard-lock"
     assert not is_lock_file(lock)  # held: its command is still writing
     holder.send_signal(signal.SIGKILL)
@@ -369,7 +351,7 @@ def test_a_lock_left_by_a_killed_process_is_taken_over_and_counts_as_ours(tmp_pa
     # a stale lock inside a partition folder (of a folder that was to be made there) is ours: --force replaces it
     parts = tmp_path / "parts"
     assert main(_partition(mesh_file, parts, 2)) == 0
-    holder = _holder(parts / "sub")
+    holder = hold_folder_lock(parts / "sub")
     holder.send_signal(signal.SIGKILL)
     holder.communicate()
     assert (parts / ".sub.meshshard-lock").is_file()
