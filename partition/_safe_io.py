@@ -193,6 +193,7 @@ def check_destination(
     holds: Callable[[Path], bool] | None = None,
     ours_first: bool = False,
     refusals: Refusals | None = None,
+    current_ok: bool | None = None,
 ) -> list[str]:
     """Raise a one-line ``ValueError`` unless ``out`` may be written; the one rule of every
     command's output folder, whose kind says only what is its own (``is_ours``) and in which words.
@@ -200,8 +201,8 @@ def check_destination(
     In this order:
 
     1. ``out`` is never the current folder or one of its parents (a folder replaced whole is
-       renamed aside, see :func:`staged_folder`; not ``in_place``), nor a folder that is or
-       holds one of ``inputs``.
+       renamed aside, see :func:`staged_folder`; ``current_ok``, by default ``in_place``, allows
+       it), nor a folder that is or holds one of ``inputs``.
     2. What an interrupted replace of ``out`` left is tidied or put back
        (:func:`recover_interrupted`; not ``in_place``, where nothing is set aside).
     3. ``out`` is never a link, nor a file.
@@ -217,6 +218,7 @@ def check_destination(
             prediction), not replaced whole by :func:`write_folder`.
         holds: Whether ``out`` holds something to replace (default: any entry).
         refusals: The words of each refusal (default: a partition folder's).
+        current_ok: ``out`` may be the current folder or a parent of it (default: ``in_place``).
 
     Returns:
         The notes of :func:`recover_interrupted`, one per action (none ``in_place``).
@@ -225,7 +227,7 @@ def check_destination(
     refusals = refusals or Refusals()
     where = out.resolve()
     cwd = Path.cwd().resolve()
-    if not in_place and (where == cwd or where in cwd.parents):
+    if not (in_place if current_ok is None else current_ok) and (where == cwd or where in cwd.parents):
         raise ValueError(refusals.current.format(out=out))
     for given in inputs:
         if Path(given).resolve().is_relative_to(where):
@@ -258,14 +260,16 @@ def check_input_folders(*folders: tuple[str | os.PathLike[str], str]) -> None:
 
 def check_apart(out: str | os.PathLike[str], *folders: tuple[str | os.PathLike[str], str]) -> None:
     """Raise ``ValueError`` when the output folder ``out`` is one of the ``(PATH, WHAT)`` input
-    folders or inside one: a command's files never go among its inputs (where ``--force`` would
-    then be asked to clear them, and a later command would find files that are not its own)."""
+    folders, inside one, or holds one: a command's files never go among its inputs (where
+    ``--force`` would then be asked to clear them, and a later command would find files that are
+    not its own), nor its inputs among its files."""
     where = Path(out).resolve()
     for path, what in folders:
         inside = Path(path).resolve()
-        if where == inside or inside in where.parents:
-            raise ValueError(f"{out}: Expected an output folder apart from the {what} {path} "
-                             f"(got {'that folder' if where == inside else 'a folder inside it'})")
+        if where == inside or inside in where.parents or where in inside.parents:
+            got = ("that folder" if where == inside else "a folder inside it" if inside in where.parents
+                   else "a folder that holds it")
+            raise ValueError(f"{out}: Expected an output folder apart from the {what} {path} (got {got})")
 
 
 def check_output_folder(path: str | os.PathLike[str]) -> Path:
