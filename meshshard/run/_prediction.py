@@ -46,7 +46,15 @@ from typing import Any
 
 import numpy as np
 
-from meshshard.comm import barrier, directory_lookup, gather_rows, init_distributed, is_peer_failure, sum_across
+from meshshard.comm import (
+    barrier,
+    directory_lookup,
+    gather_rows,
+    init_distributed,
+    is_distributed,
+    is_peer_failure,
+    sum_across,
+)
 from meshshard.partition import (
     Refusals,
     check_apart,
@@ -65,6 +73,7 @@ from ._folder import checkpoint_path, read_run
 from ._pictures import sample_picture
 from ._recipe import build_model, check_model_output, first_line, load_factory, shard_hint
 from ._report import gather_peak_memory
+from ._training import peer_failure
 from ._vtk import write_pvtu, write_vtu
 
 __all__ = ["GATHER_MAX_NODES", "METRICS_FILE", "PredictConfig", "check_prediction_request", "predict",
@@ -456,7 +465,21 @@ def _write_pieces(folder: Path, index: Path, data: Any, targets: list[tuple[str,
 
 
 def predict(cfg: PredictConfig) -> dict[str, Any] | None:
-    """Predict, write PRED and return the metrics (on rank 0; ``None`` on the other ranks)."""
+    """Predict, write PRED and return the metrics (on rank 0; ``None`` on the other ranks).
+
+    A collective that raises (a peer rank died or stopped responding, the groups' timeout) is
+    reported as train reports it, naming the sample (:func:`meshshard.run._training.peer_failure`)."""
+    where = ["prediction"]  # what this rank is doing, for the error of a collective that raises
+    try:
+        return _predict(cfg, where)
+    except (RuntimeError, OSError) as err:
+        writing = isinstance(err, OSError) and getattr(err, "filename", None) is not None  # a file, not a peer
+        if writing or not is_peer_failure(err) or not is_distributed():
+            raise
+        raise peer_failure(err, where[0]) from err
+
+
+def _predict(cfg: PredictConfig, where: list[str]) -> dict[str, Any] | None:
     import torch
 
 
@@ -522,6 +545,7 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
     stems = [file_stem(name) for name in names]
     val = set(int(v) for v in data.val)
     for s in picks:
+        where[0] = f"sample {names[s]}"
         started = time.perf_counter()
         mesh, n = data.sample_mesh(s), data.num_nodes(s)
         gather = True if parts is None else (cfg.gather if cfg.gather is not None else n <= GATHER_MAX_NODES)
