@@ -660,6 +660,7 @@ def partition_dataset(
     halo_hops: int = 1,
     imbalance: float = 0.03,
     seed: int = 0,
+    tries: int | None = None,
     force: bool = False,
     progress: Callable[[int], None] | None = None,
 ) -> Path:
@@ -677,6 +678,8 @@ def partition_dataset(
         _check_parts_output(out, force)
         if num_parts < 1:
             raise ValueError(f"Expected --parts >= 1 (got {num_parts})")
+        if tries is not None and tries < 1:
+            raise ValueError(f"Expected --tries >= 1 (got {tries})")
         for entry in dataset.meta["meshes"]:
             check_num_parts(num_parts, entry["num_nodes"])
 
@@ -686,7 +689,7 @@ def partition_dataset(
             attrs = {"graph": graph.kind, "input": {"kind": "dataset", "name": f"{dataset.path.name}/meshes/{m:05d}",
                                                       "sha256": mesh.sha256}, "parameters": {}}
             metadata, partitions = _run(graph, num_parts, Steps(), method=method, halo_hops=halo_hops,
-                                        imbalance=imbalance, seed=seed, attrs=attrs)
+                                        imbalance=imbalance, seed=seed, tries=tries, attrs=attrs)
             write_partitions(metadata, partitions, folder)
             if progress is not None:
                 progress(1)

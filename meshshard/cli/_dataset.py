@@ -202,7 +202,7 @@ def run_partition_dataset(args: argparse.Namespace) -> int:
         with Steps(enabled=not args.quiet) as steps, steps.step("meshes", total=dataset.num_meshes) as advance:
             out = partition_dataset(args.input, args.out, args.parts, method=args.method,
                                     halo_hops=args.halo_hops, imbalance=args.imbalance, seed=args.seed,
-                                    force=args.force, progress=advance)
+                                    tries=args.tries, force=args.force, progress=advance)
     except (ValueError, OSError, MemoryError) as err:
         return _error("partition", err)
     if not args.quiet:

@@ -45,6 +45,8 @@ def _cmd_partition(args: argparse.Namespace) -> int:
 def _partition(args: argparse.Namespace) -> int:
     from meshshard.partition import Steps, check_output_dir, is_dataset, partition_file, print_summary, read_metadata
 
+    if args.tries is not None and args.tries < 1:  # for every input, --grid too
+        return _error("partition", None, ValueError(f"Expected --tries >= 1 (got {args.tries})"))
     if args.input is not None and is_dataset(args.input):
         from ._dataset import run_partition_dataset
 
