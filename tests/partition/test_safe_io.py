@@ -85,7 +85,8 @@ def test_a_crash_leaves_the_old_or_the_new_partition_whole(
                             *_partition(mesh_file, out, 3, "--force")],
                            capture_output=True, text=True)
     assert crash.returncode == 70, crash.stderr
-    leftovers = sorted(p.name for p in tmp_path.iterdir() if p.name != "p")
+    assert (tmp_path / ".p.meshshard-lock").is_file()  # the crashed command's lock: the next one takes it over
+    leftovers = sorted(p.name for p in tmp_path.iterdir() if p.name not in ("p", ".p.meshshard-lock"))
     assert len(leftovers) == {"staged": 1, "aside": 2, "in": 1}[step], leftovers
     whole = out if out.exists() else tmp_path / next(n for n in leftovers if "-old-" in n)
     assert verify_partition(whole) == []
