@@ -414,9 +414,9 @@ def _take(out: Path, path: Path, command: str) -> tuple[int, list[Path]]:
             fd = os.open(path, flags, 0o644)
         except FileNotFoundError:  # its folder was removed meanwhile by a holder letting go: again
             continue
-        except OSError as err:
+        except OSError as err:  # the file system's refusal (its parent is a file, no permission): an OSError still
             _remove_folders(made)
-            raise ValueError(f"{out}: cannot make its lock file {path} ({err.strerror})") from None
+            raise OSError(f"{out}: cannot make its lock file {path} ({err.strerror})") from err
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -447,7 +447,8 @@ def folder_lock(out: str | os.PathLike[str], *, command: str | None = None) -> I
     An exclusive ``flock`` on :func:`lock_path` (``.NAME.meshshard-lock`` beside ``out``, made
     with its missing parent folders), taken without waiting: when another process holds it, a
     one-line ``ValueError`` names the holder (pid, host, command and start time, which the holder
-    writes into the file). The OS lets go of a dead process's lock, so a lock a killed command left
+    writes into the file); an ``OSError`` when the lock file cannot be made (its folder is a file,
+    say). The OS lets go of a dead process's lock, so a lock a killed command left
     is taken over, its words written over. On leaving, the file and the folders made for it are
     removed. Nested use in one process (a command, then the library function it calls) holds the
     one lock. Processes the holder starts do not inherit it; they must not take it themselves.

@@ -217,7 +217,7 @@ def _cmd_dataset(args: argparse.Namespace) -> int:
     try:
         with folder_lock(args.out):  # one writer per DATA, before any source is read
             return _dataset(args)
-    except ValueError as err:
+    except (ValueError, OSError) as err:
         return _error("dataset", err)
 
 

@@ -16,7 +16,21 @@ from typing import Any
 from meshshard.comm import RankFailed, Terminated, fix_mmap_threshold, launch_local
 from meshshard.partition import folder_lock
 
-__all__ = ["as_rank", "run_command", "writing"]
+__all__ = ["as_rank", "run_command", "writing", "writing_command"]
+
+
+def writing_command(name: str, folder: str, body: Callable[[], int]) -> int:
+    """``body()``, the command ``meshshard NAME``, holding ``folder``'s lock (:func:`writing`); a
+    folder another command is writing is one line and exit 2, a lock file that cannot be made
+    (an ``OSError``) one line and exit 1, as :func:`run_command` reports them."""
+    try:
+        with writing(folder):
+            return body()
+    except (ValueError, OSError) as err:
+        if _debug():
+            traceback.print_exc()
+        print(f"meshshard {name}: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2 if isinstance(err, ValueError) else 1
 
 
 @contextmanager

@@ -38,7 +38,7 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     try:
         with folder_lock(args.out):  # one writer per output folder, before anything is read
             return _partition(args)
-    except ValueError as err:
+    except (ValueError, OSError) as err:
         return _error("partition", None, err)
 
 

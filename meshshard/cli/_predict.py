@@ -18,18 +18,13 @@ from meshshard.run import (
     predict,
 )
 
-from ._launch import as_rank, run_command, writing
+from ._launch import as_rank, run_command, writing_command
 
 __all__ = ["register"]
 
 
-def _run(args: argparse.Namespace) -> int:
-    try:
-        with writing(args.out):  # one writer per PRED, before anything is read or any rank starts
-            return _predict(args)
-    except ValueError as err:
-        print(f"meshshard predict: error: {err}", file=sys.stderr)
-        return 2
+def _run(args: argparse.Namespace) -> int:  # one writer per PRED, before anything is read or any rank starts
+    return writing_command("predict", args.out, lambda: _predict(args))
 
 
 def _predict(args: argparse.Namespace) -> int:

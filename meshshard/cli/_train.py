@@ -27,7 +27,7 @@ from meshshard.run import (
     train,
 )
 
-from ._launch import as_rank, run_command, writing
+from ._launch import as_rank, run_command, writing_command
 
 __all__ = ["register"]
 
@@ -127,13 +127,8 @@ def _model_settings(args: Any, saved: dict[str, Any]) -> str | None:
     return None
 
 
-def _run(args: Any) -> int:
-    try:
-        with writing(args.out):  # one writer per RUN, before the checkpoint is read or any rank starts
-            return _train(args)
-    except ValueError as err:
-        print(f"meshshard train: error: {err}", file=sys.stderr)
-        return 2
+def _run(args: Any) -> int:  # one writer per RUN, before the checkpoint is read or any rank starts
+    return writing_command("train", args.out, lambda: _train(args))
 
 
 def _train(args: Any) -> int:
