@@ -469,17 +469,17 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
 
     A collective that raises (a peer rank died or stopped responding, the groups' timeout) is
     reported as train reports it, naming the sample (:func:`meshshard.run._training.peer_failure`)."""
-    where = ["prediction"]  # what this rank is doing, for the error of a collective that raises
+    doing = ["prediction"]  # what this rank is doing, for the error of a collective that raises
     try:
-        return _predict(cfg, where)
+        return _predict(cfg, doing)
     except (RuntimeError, OSError) as err:
         writing = isinstance(err, OSError) and getattr(err, "filename", None) is not None  # a file, not a peer
         if writing or not is_peer_failure(err) or not is_distributed():
             raise
-        raise peer_failure(err, where[0]) from err
+        raise peer_failure(err, doing[0]) from err
 
 
-def _predict(cfg: PredictConfig, where: list[str]) -> dict[str, Any] | None:
+def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
     import torch
 
 
@@ -545,7 +545,7 @@ def _predict(cfg: PredictConfig, where: list[str]) -> dict[str, Any] | None:
     stems = [file_stem(name) for name in names]
     val = set(int(v) for v in data.val)
     for s in picks:
-        where[0] = f"sample {names[s]}"
+        doing[0] = f"sample {names[s]}"
         started = time.perf_counter()
         mesh, n = data.sample_mesh(s), data.num_nodes(s)
         gather = True if parts is None else (cfg.gather if cfg.gather is not None else n <= GATHER_MAX_NODES)
