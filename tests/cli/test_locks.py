@@ -120,6 +120,7 @@ def _refused_while_held(case: dict, out: Path, argv: list[str], command: str,
     assert not out.exists() and not (out.parent / f".{out.name}.meshshard-lock").exists()
 
 
+@pytest.mark.slow
 def test_predict_dataset_and_partition_are_refused_while_their_folder_is_being_written(
         case: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     from meshshard.cli import main
