@@ -80,7 +80,7 @@ def test_two_trains_into_one_folder_one_is_refused_at_once_and_a_killed_holders_
     try:
         refused, holder, err = _one_refused(procs, 120)
         assert re.match(_holder_message(run, holder.pid), err), err
-        wait_for_line(holder, r"^step\s+1\s+loss ", 120, "the holder did not train")
+        wait_for_line(holder, r"^step\s+2\s+loss ", 120, "the holder did not train")
         holder.send_signal(signal.SIGKILL)  # its lock file stays, no longer held
         holder.communicate()
         assert lock.is_file()
