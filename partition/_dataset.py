@@ -176,7 +176,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._json_io import dumps_json, naming_write_errors, read_json, write_text_file
-from ._safe_io import Refusals, check_destination
+from ._safe_io import Refusals, check_destination, is_lock_file
 from ._text import MAX_LISTED, listed, plural  # noqa: F401 - also imported from here
 
 if TYPE_CHECKING:  # imported where used: a training rank reading samples needs no scipy
@@ -501,6 +501,8 @@ def _is_ours(out: Path) -> str | None:
         return f"no readable {METADATA_FILE}"
     for path in out.rglob("*"):
         rel = path.relative_to(out).as_posix()
+        if is_lock_file(path):  # left by a killed command: ours
+            continue
         if path.is_symlink():
             return f"it holds a link ({rel})"
         if path.is_dir() and not _OUR_DIR.match(rel) or path.is_file() and not _OUR_FILE.match(rel):

@@ -54,7 +54,7 @@ from ._points import (
     sample_graph,
     triangulate,
 )
-from ._safe_io import check_destination, read_regular
+from ._safe_io import check_destination, folder_lock, is_lock_file, read_regular
 from ._surface import named_boundaries
 from ._vtk_io import VTK_SUFFIXES, read_vtk
 
@@ -425,77 +425,78 @@ def build_dataset(
             training does not subsample yet.
         Others: as :func:`meshshard.partition._dataset.write_samples`.
     """
-    in_names = parse_field_names(inputs, "--inputs")
-    out_names = parse_field_names(targets, "--targets") if targets else []
-    patches = _patch_names(wall_distance) if wall_distance else ()
-    reading = _Reading(cell_data_to_points, collapse_2d, patches,
-                       graph=parse_graph_rule(graph) if graph is not None else None)
-    if max_points is not None and (isinstance(max_points, bool) or not isinstance(max_points, (int, np.integer))
-                                   or max_points < 1):
-        raise ValueError(f"Expected --max-points to be an integer >= 1 (got {max_points!r})")
-    if not out_names and val_fraction is None and val_samples is None:
-        val_fraction = 0.0  # cases to predict on: nothing to validate against
-    check_dataset_output(out, force, sources)
-    files = list_sources(sources, notes)
-    names, renamed = sample_names(files)
-    if val_samples is not None:
-        _check_val_names(val_samples, names, files, renamed)
-    if renamed and notes is not None:
-        notes(f"{plural(len(renamed), 'file')} share a name with a file in another folder, so each sample is "
-              f"named after its folder too: {listed([names[i] for i in renamed])}")
-    table = read_parameters(params, names, notes) if params is not None else None
-    if node_types:
-        reading = replace(reading, node_types=_boundary_names(files[0], reading))
-    first = _sample_from(files[0], names[0], in_names, out_names, reading=reading, notes=notes)
-    _check_channels(in_names, out_names, first, notes)
-    input_fields = _records(in_names, first.inputs)
-    if patches:
-        if WALL_DISTANCE in channel_names(input_fields):
-            raise ValueError(f"Expected --inputs apart from {WALL_DISTANCE}, the channel --wall-distance adds (got "
-                             "it in both)")
-        input_fields.append({"name": WALL_DISTANCE, "components": 1, "patches": list(patches)})
-    if reading.node_types is not None:
-        if NODE_TYPE in channel_names(input_fields) or NODE_TYPE in in_names:
-            raise ValueError(f"Expected --inputs apart from {NODE_TYPE}, the field --boundary-classes adds "
-                             "(got it in both)")
-        input_fields.append({"name": NODE_TYPE, "components": 1 + len(reading.node_types),
-                             "classes": ["interior", *reading.node_types]})
-    scales = _target_scales(target_scale, table, params, out_names, names)
-    if table is not None:
-        clash = [p for p in table["names"] if p in channel_names(input_fields)]
-        if clash:
-            raise ValueError(f"{params}: Expected parameter names apart from the input fields (got {listed(clash)} "
-                             "in both)")
-        first = _with_parameters(first, table, 0, scales, _records(out_names, first.targets))
-    expect = (first, files[0])
-    mesh0 = (first.sample.pos, _merged_cells(first.sample.cells)) if same_mesh else None
+    with folder_lock(out):  # one writer per folder (held already under meshshard dataset)
+        in_names = parse_field_names(inputs, "--inputs")
+        out_names = parse_field_names(targets, "--targets") if targets else []
+        patches = _patch_names(wall_distance) if wall_distance else ()
+        reading = _Reading(cell_data_to_points, collapse_2d, patches,
+                           graph=parse_graph_rule(graph) if graph is not None else None)
+        if max_points is not None and (isinstance(max_points, bool) or not isinstance(max_points, (int, np.integer))
+                                       or max_points < 1):
+            raise ValueError(f"Expected --max-points to be an integer >= 1 (got {max_points!r})")
+        if not out_names and val_fraction is None and val_samples is None:
+            val_fraction = 0.0  # cases to predict on: nothing to validate against
+        check_dataset_output(out, force, sources)
+        files = list_sources(sources, notes)
+        names, renamed = sample_names(files)
+        if val_samples is not None:
+            _check_val_names(val_samples, names, files, renamed)
+        if renamed and notes is not None:
+            notes(f"{plural(len(renamed), 'file')} share a name with a file in another folder, so each sample is "
+                  f"named after its folder too: {listed([names[i] for i in renamed])}")
+        table = read_parameters(params, names, notes) if params is not None else None
+        if node_types:
+            reading = replace(reading, node_types=_boundary_names(files[0], reading))
+        first = _sample_from(files[0], names[0], in_names, out_names, reading=reading, notes=notes)
+        _check_channels(in_names, out_names, first, notes)
+        input_fields = _records(in_names, first.inputs)
+        if patches:
+            if WALL_DISTANCE in channel_names(input_fields):
+                raise ValueError(f"Expected --inputs apart from {WALL_DISTANCE}, the channel --wall-distance adds (got "
+                                 "it in both)")
+            input_fields.append({"name": WALL_DISTANCE, "components": 1, "patches": list(patches)})
+        if reading.node_types is not None:
+            if NODE_TYPE in channel_names(input_fields) or NODE_TYPE in in_names:
+                raise ValueError(f"Expected --inputs apart from {NODE_TYPE}, the field --boundary-classes adds "
+                                 "(got it in both)")
+            input_fields.append({"name": NODE_TYPE, "components": 1 + len(reading.node_types),
+                                 "classes": ["interior", *reading.node_types]})
+        scales = _target_scales(target_scale, table, params, out_names, names)
+        if table is not None:
+            clash = [p for p in table["names"] if p in channel_names(input_fields)]
+            if clash:
+                raise ValueError(f"{params}: Expected parameter names apart from the input fields (got {listed(clash)} "
+                                 "in both)")
+            first = _with_parameters(first, table, 0, scales, _records(out_names, first.targets))
+        expect = (first, files[0])
+        mesh0 = (first.sample.pos, _merged_cells(first.sample.cells)) if same_mesh else None
 
-    def samples() -> Iterator[Sample]:
-        nonlocal first
-        yield first.sample
-        first = None  # type: ignore[assignment]  # let the first sample's arrays go
-        for i in range(1, len(files)):
-            read = _sample_from(files[i], names[i], in_names, out_names, expect=expect, reading=reading)
-            if table is not None:
-                read = _with_parameters(read, table, i, scales, _records(out_names, read.targets))
-            if mesh0 is not None:
-                why = _mesh_difference(read.sample.pos, _merged_cells(read.sample.cells), *mesh0, files[0])
-                if why is not None:
-                    raise ValueError(f"{files[i]}: Expected the mesh of {files[0]} in every sample, as "
-                                     f"--same-mesh asks (got {why})")
-            yield read.sample
+        def samples() -> Iterator[Sample]:
+            nonlocal first
+            yield first.sample
+            first = None  # type: ignore[assignment]  # let the first sample's arrays go
+            for i in range(1, len(files)):
+                read = _sample_from(files[i], names[i], in_names, out_names, expect=expect, reading=reading)
+                if table is not None:
+                    read = _with_parameters(read, table, i, scales, _records(out_names, read.targets))
+                if mesh0 is not None:
+                    why = _mesh_difference(read.sample.pos, _merged_cells(read.sample.cells), *mesh0, files[0])
+                    if why is not None:
+                        raise ValueError(f"{files[i]}: Expected the mesh of {files[0]} in every sample, as "
+                                         f"--same-mesh asks (got {why})")
+                yield read.sample
 
-    if table is not None:
-        input_fields += [{"name": p, "components": 1, "parameter": True} for p in table["names"]]
-    written = write_samples(out, samples(), names, input_fields=input_fields,
-                            target_fields=_records(out_names, first.targets), val_fraction=val_fraction,
-                            val_samples=val_samples, dtype=dtype, force=force, sources=sources, progress=progress,
-                            parameters=table, target_scales=scales or None, collapsed_2d=collapse_2d,
-                            max_points=max_points)
-    held = held_note(read_dataset_metadata(written))
-    if held and notes is not None:
-        notes(held)
-    return written
+        if table is not None:
+            input_fields += [{"name": p, "components": 1, "parameter": True} for p in table["names"]]
+        written = write_samples(out, samples(), names, input_fields=input_fields,
+                                target_fields=_records(out_names, first.targets), val_fraction=val_fraction,
+                                val_samples=val_samples, dtype=dtype, force=force, sources=sources, progress=progress,
+                                parameters=table, target_scales=scales or None, collapsed_2d=collapse_2d,
+                                max_points=max_points)
+        held = held_note(read_dataset_metadata(written))
+        if held and notes is not None:
+            notes(held)
+        return written
 
 
 def held_note(meta: Mapping[str, Any]) -> str | None:
@@ -736,6 +737,7 @@ def partition_dataset(
     halo_hops: int = 1,
     imbalance: float = 0.03,
     seed: int = 0,
+    tries: int | None = None,
     force: bool = False,
     progress: Callable[[int], None] | None = None,
     radius: float | None = None,
@@ -749,57 +751,60 @@ def partition_dataset(
     made for, recorded as ``"halo_radius"`` in every partition (and ``partitions.json``) with each
     part's exact ghost count at that radius, ``"radius_ghosts"``; a model with a larger ball
     radius is then refused (:func:`meshshard.partition._points.check_radius`)."""
-    from ._api import _run
-    from ._assign import check_num_parts
-    from ._format import write_partitions
-    from ._points import check_halo_radius, record_halo_radius
-    from ._progress import Steps
+    with folder_lock(out):  # one writer per folder (held already under meshshard partition)
+        from ._api import _run
+        from ._assign import check_num_parts
+        from ._format import write_partitions
+        from ._points import check_halo_radius, record_halo_radius
+        from ._progress import Steps
 
-    dataset = open_dataset(data)
-    out = Path(out)
-    radius = check_halo_radius(radius)
-    _check_parts_output(out, force)
-    if num_parts < 1:
-        raise ValueError(f"Expected --parts >= 1 (got {num_parts})")
-    for entry in dataset.meta["meshes"]:
-        check_num_parts(num_parts, entry["num_nodes"])
+        dataset = open_dataset(data)
+        out = Path(out)
+        radius = check_halo_radius(radius)
+        _check_parts_output(out, force)
+        if num_parts < 1:
+            raise ValueError(f"Expected --parts >= 1 (got {num_parts})")
+        if tries is not None and tries < 1:
+            raise ValueError(f"Expected --tries >= 1 (got {tries})")
+        for entry in dataset.meta["meshes"]:
+            check_num_parts(num_parts, entry["num_nodes"])
 
-    def one(m: int, folder: Path) -> None:
-        mesh = dataset.mesh(m)
-        graph = mesh.graph()
-        rule = dataset.meta["meshes"][m].get("graph") or {}
-        source = {"kind": "dataset", "name": f"{dataset.path.name}/meshes/{m:05d}", "sha256": mesh.sha256}
-        attrs = {"graph": rule.get("rule") or graph.kind, "input": source, "parameters": {}}
-        metadata, partitions = _run(graph, num_parts, Steps(), method=method, halo_hops=halo_hops,
-                                    imbalance=imbalance, seed=seed, attrs=attrs)
-        owner = np.zeros(mesh.num_nodes, dtype=np.int64)
+        def one(m: int, folder: Path) -> None:
+            mesh = dataset.mesh(m)
+            graph = mesh.graph()
+            rule = dataset.meta["meshes"][m].get("graph") or {}
+            source = {"kind": "dataset", "name": f"{dataset.path.name}/meshes/{m:05d}", "sha256": mesh.sha256}
+            attrs = {"graph": rule.get("rule") or graph.kind, "input": source, "parameters": {}}
+            metadata, partitions = _run(graph, num_parts, Steps(), method=method, halo_hops=halo_hops,
+                                        imbalance=imbalance, seed=seed, tries=tries, attrs=attrs)
+            owner = np.zeros(mesh.num_nodes, dtype=np.int64)
 
-        def tapped() -> Iterator[Any]:  # each part's owned ids noted as it streams past
-            for part in partitions:
-                owner[part.owned_ids] = part.rank
-                yield part
+            def tapped() -> Iterator[Any]:  # each part's owned ids noted as it streams past
+                for part in partitions:
+                    owner[part.owned_ids] = part.rank
+                    yield part
 
-        write_partitions(metadata, tapped(), folder)
-        if radius is not None:
-            record_halo_radius(folder, mesh.points, owner, radius)
-        if progress is not None:
-            progress(1)
-
-    with atomic_folder(out) as tmp:
-        if dataset.kind == "one-mesh":
-            one(0, tmp)
-        else:
-            meshes = []
-            for m, entry in enumerate(dataset.meta["meshes"]):
-                one(m, tmp / f"mesh-{m:05d}")
-                meshes.append({"mesh": m, "folder": f"mesh-{m:05d}", "num_nodes": entry["num_nodes"],
-                               "sha256": entry["sha256"]})
-            meta = {"format": PARTITIONS_FORMAT, "format_version": 1, "num_parts": num_parts,
-                    "dataset": dataset.path.name, "num_meshes": len(meshes), "meshes": meshes}
+            write_partitions(metadata, tapped(), folder)
             if radius is not None:
-                meta["halo_radius"] = radius
-            write_text_file(tmp / PARTITIONS_FILE, dumps_json(meta, indent=2) + "\n")
-    return out
+                record_halo_radius(folder, mesh.points, owner, radius)
+            if progress is not None:
+                progress(1)
+
+        with atomic_folder(out) as tmp:
+            if dataset.kind == "one-mesh":
+                one(0, tmp)
+            else:
+                meshes = []
+                for m, entry in enumerate(dataset.meta["meshes"]):
+                    one(m, tmp / f"mesh-{m:05d}")
+                    meshes.append({"mesh": m, "folder": f"mesh-{m:05d}", "num_nodes": entry["num_nodes"],
+                                   "sha256": entry["sha256"]})
+                meta = {"format": PARTITIONS_FORMAT, "format_version": 1, "num_parts": num_parts,
+                        "dataset": dataset.path.name, "num_meshes": len(meshes), "meshes": meshes}
+                if radius is not None:
+                    meta["halo_radius"] = radius
+                write_text_file(tmp / PARTITIONS_FILE, dumps_json(meta, indent=2) + "\n")
+        return out
 
 
 def _check_parts_output(out: Path, force: bool) -> None:
@@ -817,7 +822,7 @@ def _check_is_partitions(out: Path) -> None:
         check_is_partition(out)
         return
     for child in out.iterdir():
-        ours = child.name == PARTITIONS_FILE or (
+        ours = child.name == PARTITIONS_FILE or is_lock_file(child) or (
             re.fullmatch(r"mesh-\d{5}", child.name) and child.is_dir() and not child.is_symlink()
             and (child / METADATA_FILE).is_file())
         if not ours:

@@ -148,7 +148,15 @@ import numpy as np
 from ._invariants import part_problems
 from ._json_io import dumps_json, naming_write_errors, write_text_file
 from ._partition import PART_ARRAYS, Partition
-from ._safe_io import check_destination, interrupted_hint, read_inside, read_json_inside, read_npz, write_folder
+from ._safe_io import (
+    check_destination,
+    interrupted_hint,
+    is_lock_file,
+    read_inside,
+    read_json_inside,
+    read_npz,
+    write_folder,
+)
 
 __all__ = [
     "FORMAT_NAME",
@@ -220,7 +228,8 @@ def make_metadata(
 def check_is_partition(folder: Path) -> None:
     """Raise unless ``folder`` holds a partition of this format and nothing else (the test
     ``--force`` applies before replacing a folder): a readable ``partition.json`` naming this
-    format, and only that file and ``part-NNNNN.npz`` files of its parts, no links or folders."""
+    format, and only that file and ``part-NNNNN.npz`` files of its parts, no links or folders (a
+    lock file a killed command left, :func:`is_lock_file`, is ours too)."""
     refuse = "refusing to replace it, even with --force"
     try:
         meta = read_json_inside(folder, METADATA_FILE, max_bytes=MAX_METADATA_BYTES)
@@ -233,7 +242,7 @@ def check_is_partition(folder: Path) -> None:
     allowed = {METADATA_FILE, *(part_file_name(r) for r in range(max(num_parts, 0)))}
     with os.scandir(folder) as entries:
         for entry in entries:
-            if entry.name not in allowed or not entry.is_file(follow_symlinks=False):
+            if (entry.name not in allowed or not entry.is_file(follow_symlinks=False)) and not is_lock_file(entry.path):
                 raise ValueError(f"{folder}: holds {entry.name!r}, which is not a file of a "
                                  f"partition; {refuse}")
 

@@ -230,7 +230,7 @@ def run_partition_dataset(args: argparse.Namespace) -> int:
         with Steps(enabled=not args.quiet) as steps, steps.step("meshes", total=dataset.num_meshes) as advance:
             out = partition_dataset(args.input, args.out, args.parts, method=args.method,
                                     halo_hops=args.halo_hops, imbalance=args.imbalance, seed=args.seed,
-                                    force=args.force, progress=advance, radius=args.radius)
+                                    tries=args.tries, force=args.force, progress=advance, radius=args.radius)
     except (ValueError, OSError, MemoryError) as err:
         return _error("partition", err)
     if not args.quiet:
@@ -240,6 +240,16 @@ def run_partition_dataset(args: argparse.Namespace) -> int:
 
 
 def _cmd_dataset(args: argparse.Namespace) -> int:
+    from meshshard.partition import folder_lock
+
+    try:
+        with folder_lock(args.out):  # one writer per DATA, before any source is read
+            return _dataset(args)
+    except (ValueError, OSError) as err:
+        return _error("dataset", err)
+
+
+def _dataset(args: argparse.Namespace) -> int:
     from meshshard.partition import Steps, build_dataset, list_sources, read_dataset_metadata
 
     from ._trajectories import check_steady, run_trajectories

@@ -33,6 +33,16 @@ def _weights(text: str) -> list[float]:
 
 
 def _cmd_partition(args: argparse.Namespace) -> int:
+    from meshshard.partition import folder_lock
+
+    try:
+        with folder_lock(args.out):  # one writer per output folder, before anything is read
+            return _partition(args)
+    except (ValueError, OSError) as err:
+        return _error("partition", None, err)
+
+
+def _partition(args: argparse.Namespace) -> int:
     from meshshard.partition import (
         Steps,
         WriteError,
@@ -45,6 +55,8 @@ def _cmd_partition(args: argparse.Namespace) -> int:
         read_metadata,
     )
 
+    if args.tries is not None and args.tries < 1:  # for every input, --grid too
+        return _error("partition", None, ValueError(f"Expected --tries >= 1 (got {args.tries})"))
     if args.input is not None and is_dataset(args.input):
         from ._dataset import run_partition_dataset
 

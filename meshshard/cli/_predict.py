@@ -20,12 +20,16 @@ from meshshard.run import (
     predict,
 )
 
-from ._launch import as_rank, run_command
+from ._launch import as_rank, run_command, writing_command
 
 __all__ = ["register"]
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace) -> int:  # one writer per PRED, before anything is read or any rank starts
+    return writing_command("predict", args.out, lambda: _predict(args))
+
+
+def _predict(args: argparse.Namespace) -> int:
     try:
         if args.model_args and not args.model:
             raise ValueError("Expected --model-args only with --model")

@@ -30,7 +30,7 @@ from meshshard.run import (
     transolver_args,
 )
 
-from ._launch import as_rank, run_command
+from ._launch import as_rank, run_command, writing_command
 
 __all__ = ["register"]
 
@@ -165,7 +165,11 @@ def _selftest_hint(model: str | None, model_args: str | None, resume: bool) -> s
             f"meshshard selftest {given}")
 
 
-def _run(args: Any) -> int:
+def _run(args: Any) -> int:  # one writer per RUN, before the checkpoint is read or any rank starts
+    return writing_command("train", args.out, lambda: _train(args))
+
+
+def _train(args: Any) -> int:
     hint = _selftest_hint(args.model, args.model_args, args.resume)  # as typed, before --model is made absolute
     saved_ckpt = _saved_checkpoint(args)
     problem = _model_settings(args, dict(saved_ckpt.get("config") or {}) if saved_ckpt else {}) or _check_counts(args)

@@ -93,7 +93,9 @@ def _holds_a_run(out: Path) -> str:
 
 
 #: A run folder's words for ``check_destination``'s refusals.
-_REFUSALS = Refusals(link="{out}: exists and is not a folder", not_empty=_holds_a_run)
+_REFUSALS = Refusals(current="{out}: is the current folder or one of its parents; refusing to write a run there "
+                             "(give a new folder)",
+                     link="{out}: exists and is not a folder", not_empty=_holds_a_run)
 
 
 def _holds_run_files(out: Path) -> bool:
@@ -116,14 +118,15 @@ def check_run_folder(out: str | os.PathLike[str], resume: bool, force: bool) -> 
     must delete (our files only).
 
     ``meshshard.partition.check_destination``'s rule for a folder written in place: RUN may hold
-    anything besides :data:`RUN_FILES`; files by those names must be a run's, even with ``--force``.
+    anything besides :data:`RUN_FILES`; files by those names must be a run's, even with ``--force``;
+    never the current folder or one of its parents (as a partition or a dataset).
     """
     if resume and force:
         raise ValueError("Expected --resume or --force, not both (--resume continues RUN, --force starts it over)")
     out = Path(out)
     check_destination(out, force=force or resume,  # --resume, like --force, takes a RUN that holds a run
                       is_ours=_check_is_a_run, in_place=True, holds=_holds_run_files, ours_first=True,
-                      refusals=_REFUSALS)
+                      refusals=_REFUSALS, current_ok=False)  # a run among the user's files: in a folder of its own
     if resume:
         if not (out / CHECKPOINT).is_file():
             if (out / LOG).is_file():

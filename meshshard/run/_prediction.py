@@ -45,7 +45,15 @@ from typing import Any
 
 import numpy as np
 
-from meshshard.comm import barrier, directory_lookup, gather_rows, init_distributed, is_peer_failure, sum_across
+from meshshard.comm import (
+    barrier,
+    directory_lookup,
+    gather_rows,
+    init_distributed,
+    is_distributed,
+    is_peer_failure,
+    sum_across,
+)
 from meshshard.partition import (
     Refusals,
     check_apart,
@@ -53,6 +61,7 @@ from meshshard.partition import (
     check_input_folders,
     check_partition_matches,
     dumps_json,
+    is_lock_file,
     open_dataset,
     plural,
     read_json,
@@ -74,6 +83,7 @@ from ._folder import checkpoint_path, read_run
 from ._pictures import sample_picture
 from ._recipe import build_model, check_model_output, first_line, load_factory, shard_hint
 from ._report import gather_peak_memory
+from ._training import peer_failure
 from ._vtk import write_pvtu, write_vtu
 
 __all__ = ["GATHER_MAX_NODES", "METRICS_FILE", "PredictConfig", "check_prediction_request", "parse_view", "predict",
@@ -220,7 +230,7 @@ _REFUSALS = Refusals(link="{out}: exists and is not a folder", not_empty=_holds_
 
 def _check_is_a_prediction(out: Path) -> None:
     """Raise unless everything in PRED is what its ``metrics.json`` says predict wrote there."""
-    entries = list(out.iterdir())
+    entries = [path for path in out.iterdir() if not is_lock_file(path)]  # a killed command's lock is ours
     for path in entries:
         if path.is_symlink():
             raise ValueError(f"{out}: holds a link ({path.name}); refusing to replace it, even with --force")
@@ -494,7 +504,21 @@ def _write_pieces(folder: Path, index: Path, data: Any, targets: list[tuple[str,
 
 
 def predict(cfg: PredictConfig) -> dict[str, Any] | None:
-    """Predict, write PRED and return the metrics (on rank 0; ``None`` on the other ranks)."""
+    """Predict, write PRED and return the metrics (on rank 0; ``None`` on the other ranks).
+
+    A collective that raises (a peer rank died or stopped responding, the groups' timeout) is
+    reported as train reports it, naming the sample (:func:`meshshard.run._training.peer_failure`)."""
+    doing = ["prediction"]  # what this rank is doing, for the error of a collective that raises
+    try:
+        return _predict(cfg, doing)
+    except (RuntimeError, OSError) as err:
+        writing = isinstance(err, OSError) and getattr(err, "filename", None) is not None  # a file, not a peer
+        if writing or not is_peer_failure(err) or not is_distributed():
+            raise
+        raise peer_failure(err, doing[0]) from err
+
+
+def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
     import torch
 
 
@@ -562,6 +586,7 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
     stems = [file_stem(name) for name in names]
     val = set(int(v) for v in data.val)
     for s in picks:
+        doing[0] = f"sample {names[s]}"
         started = time.perf_counter()
         mesh, n = data.sample_mesh(s), data.num_nodes(s)
         gather = True if parts is None else (cfg.gather if cfg.gather is not None else n <= GATHER_MAX_NODES)

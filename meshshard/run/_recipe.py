@@ -161,6 +161,9 @@ def _import(target: str, model_spec: str) -> Any:
         sys.modules[name] = module
         try:
             loader_spec.loader.exec_module(module)
+        except SystemExit as err:  # the file's own exit (a script's main run on import): never the command's
+            del sys.modules[name]
+            raise ValueError(f"--model {model_spec}: importing {target} called sys.exit({err.code!r})") from None
         except Exception as err:
             del sys.modules[name]
             raise ValueError(f"--model {model_spec}: importing {target} failed: "
@@ -170,6 +173,8 @@ def _import(target: str, model_spec: str) -> Any:
         sys.path.insert(0, os.getcwd())  # a module of the current folder, as python -m would find it
     try:
         return importlib.import_module(target)
+    except SystemExit as err:
+        raise ValueError(f"--model {model_spec}: importing {target} called sys.exit({err.code!r})") from None
     except ModuleNotFoundError as err:
         raise ValueError(f"--model {model_spec}: no module {err.name!r} "
                          f"(a file needs its path, e.g. ./{target.replace('.', '/')}.py)") from None
@@ -215,6 +220,9 @@ def build_user_model(model_spec: str, model_args: Mapping[str, Any], node_in: in
         fits = True
     try:
         model = factory(node_in, edge_in, node_out, **model_args)
+    except SystemExit as err:  # would end the command with the model's exit code, nothing trained
+        raise ValueError(f"--model {model_spec}: {call} called sys.exit({err.code!r}) instead of returning a "
+                         "model") from None
     except Exception as err:
         hint = (" (it is called with the dataset's input, edge and target channel counts, "
                 "then --model-args as keywords)"

@@ -170,6 +170,13 @@ def _describe_checkpoint(path: Path) -> str:
         return f"unusable ({err}); rerun from the start."
 
 
+def peer_failure(err: Exception, where: str) -> PeerFailure:
+    """The one-line error of a collective that raised during ``where`` (``step 12``, ``sample
+    case-3``): a peer rank died or stopped responding, with the collective's own words after."""
+    return PeerFailure(f"{where} failed: a collective raised, so a peer rank probably died or stopped responding "
+                       f"({type(err).__name__}: {first_line(err)})")
+
+
 def _step_failure(err: Exception, where: str, ckpt_path: Path, user_model: Any, what: str = "forward or backward"
                   ) -> RuntimeError:
     """The one-line error for a step (or validation pass) that raised: a collective's failure (a
@@ -177,8 +184,7 @@ def _step_failure(err: Exception, where: str, ckpt_path: Path, user_model: Any, 
     whose PyG layers are not wrapped in ShardConv, and what is left to resume from."""
     first = f"{type(err).__name__}: {first_line(err)}"
     if is_peer_failure(err):
-        return PeerFailure(f"{where} failed: a collective raised, so a peer rank probably died or stopped responding "
-                           f"({first}). Last checkpoint: {_describe_checkpoint(ckpt_path)}")
+        return PeerFailure(f"{peer_failure(err, where)}. Last checkpoint: {_describe_checkpoint(ckpt_path)}")
     hint = shard_hint(user_model) if user_model is not None else ""
     return RuntimeError(f"{where} failed in the model's {what} ({first}){hint}. "
                         f"Last checkpoint: {_describe_checkpoint(ckpt_path)}")

@@ -13,6 +13,7 @@ import pytest
 
 from meshshard.cli import main
 from meshshard.partition import load_partition, read_metadata, verify_partition
+from tests._processes import hold_folder_lock
 
 from .conftest import rewrite_metadata
 
@@ -84,7 +85,8 @@ def test_a_crash_leaves_the_old_or_the_new_partition_whole(
                             *_partition(mesh_file, out, 3, "--force")],
                            capture_output=True, text=True)
     assert crash.returncode == 70, crash.stderr
-    leftovers = sorted(p.name for p in tmp_path.iterdir() if p.name != "p")
+    assert (tmp_path / ".p.meshshard-lock").is_file()  # the crashed command's lock: the next one takes it over
+    leftovers = sorted(p.name for p in tmp_path.iterdir() if p.name not in ("p", ".p.meshshard-lock"))
     assert len(leftovers) == {"staged": 1, "aside": 2, "in": 1}[step], leftovers
     whole = out if out.exists() else tmp_path / next(n for n in leftovers if "-old-" in n)
     assert verify_partition(whole) == []
@@ -399,3 +401,64 @@ def test_a_full_disk_names_the_file_and_leaves_nothing(mesh_file: Path, tmp_path
     assert re.fullmatch(r"meshshard partition: error: \S*/\.p\.meshshard-new-\d+/part-0000[01]\.npz: cannot write "
                         r"\(No space left on device\)\n", err), err
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+# one writer per folder (folder_lock) ---------------------------------------------------------
+
+def test_folder_lock_refuses_a_second_writer_naming_the_holder_and_leaves_nothing(tmp_path: Path) -> None:
+    import socket
+
+    from meshshard.partition import folder_lock
+
+    out = tmp_path / "new" / "deeper" / "run"
+    holder = hold_folder_lock(out)
+    try:
+        lock = tmp_path / "new" / "deeper" / ".run.meshshard-lock"
+        assert lock.is_file() and not out.exists()
+        for spelling in (out, tmp_path / "new" / "." / "deeper" / ".." / "deeper" / "run"):
+            with pytest.raises(ValueError, match=(
+                    rf"^{re.escape(str(spelling))}: is being written by another meshshard command \(pid {holder.pid} "
+                    rf"on {re.escape(socket.gethostname())}, started \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC: meshshard "
+                    r"train X --out Y\); wait for it to end, or pick another folder \(the lock is "
+                    r"\.run\.meshshard-lock beside it\)$")):
+                with folder_lock(spelling):
+                    pytest.fail("a second writer took the lock")
+    finally:
+        holder.communicate("")
+    assert holder.returncode == 0, holder.stderr
+    assert not (tmp_path / "new").exists()  # the lock file and the folders made for it are gone
+    with folder_lock(out) as path:  # free again; nested in one process, one lock
+        with folder_lock(out):
+            assert path.is_file()
+        assert path.is_file()
+    assert not path.exists() and not (tmp_path / "new").exists()
+
+
+def test_a_lock_left_by_a_killed_process_is_taken_over_and_counts_as_ours(tmp_path: Path, mesh_file: Path) -> None:
+    import json
+    import signal
+
+    from meshshard.partition import folder_lock, is_lock_file
+
+    out = tmp_path / "out"
+    holder = hold_folder_lock(out)
+    lock = tmp_path / ".out.meshshard-lock"
+    assert not is_lock_file(lock)  # held: its command is still writing
+    holder.send_signal(signal.SIGKILL)
+    holder.communicate()
+    assert json.loads(lock.read_text())["pid"] == holder.pid  # left behind, but no longer held
+    assert is_lock_file(lock) and not is_lock_file(tmp_path / "other.meshshard-lock")
+    with folder_lock(out, command="the next one") as path:
+        assert path == lock and json.loads(lock.read_text()) | {"started": 0} == {
+            "pid": os.getpid(), "host": __import__("socket").gethostname(), "command": "the next one", "started": 0}
+    assert not lock.exists()
+    # a stale lock inside a partition folder (of a folder that was to be made there) is ours: --force replaces it
+    parts = tmp_path / "parts"
+    assert main(_partition(mesh_file, parts, 2)) == 0
+    holder = hold_folder_lock(parts / "sub")
+    holder.send_signal(signal.SIGKILL)
+    holder.communicate()
+    assert (parts / ".sub.meshshard-lock").is_file()
+    assert verify_partition(parts) == []
+    assert main(_partition(mesh_file, parts, 3, "--force")) == 0
+    assert read_metadata(parts)["num_parts"] == 3 and not (parts / ".sub.meshshard-lock").exists()
