@@ -352,15 +352,10 @@ def run_multihop(layer: nn.Module, hops: int, x: ShardTensor, graph: ShardGraph,
 
 
 def _edge_rows(name: str, value: Tensor, graph: ShardGraph) -> Tensor:
-    rows = value.shape[0] if value.dim() else -1
-    if rows == graph.edge_index.shape[1]:
-        return value[: graph.num_owned_edges]
-    if rows == graph.num_owned_edges:
-        return value
-    raise TypeError(
-        f"Expected '{name}' to be a ShardTensor (a node input) or one row per local edge ({graph.edge_index.shape[1]}) "
-        f"or per owned edge ({graph.num_owned_edges}) (got shape {tuple(value.shape)})"
-    )
+    try:
+        return graph.owned_edge_rows(value, name, "be a ShardTensor (a node input) or ")
+    except ValueError as err:
+        raise TypeError(str(err)) from None
 
 
 def _edge_parameter(layer: nn.Module) -> str:

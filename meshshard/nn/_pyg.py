@@ -446,15 +446,7 @@ def _add_prefix(module: nn.Module, state: dict, prefix: str, *args: Any) -> None
 def _owned_edge_rows(name: str, value: Any, graph: ShardGraph) -> Any:
     if value is None or not isinstance(value, Tensor):
         return value
-    rows = value.shape[0] if value.dim() else -1
-    if rows == graph.edge_index.shape[1]:
-        return value[: graph.num_owned_edges]
-    if rows == graph.num_owned_edges:
-        return value
-    raise ValueError(
-        f"Expected '{name}' to have one row per local edge ({graph.edge_index.shape[1]}) or per owned edge "
-        f"({graph.num_owned_edges}) (got shape {tuple(value.shape)})"
-    )
+    return graph.owned_edge_rows(value, name)
 
 
 def _pairs(kwargs: dict) -> dict:
