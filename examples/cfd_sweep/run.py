@@ -203,6 +203,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--val-every", type=int, default=25, help="train --val-every (default 25)")
     p.add_argument("--latent", type=int, default=64, help="train --latent (default 64)")
     p.add_argument("--mp-steps", type=int, default=6, help="train --mp-steps (default 6)")
+    p.add_argument("--global-attention", type=int, default=0,
+                   help="train --global-attention: a physics-attention block every K message-passing steps "
+                        "(default 0: none)")
+    p.add_argument("--attention-heads", type=int, default=4, help="train --attention-heads (default 4)")
+    p.add_argument("--attention-slices", type=int, default=32, help="train --attention-slices (default 32)")
     p.add_argument("--train-args", default="", help="more meshshard train options, as one string")
     p.add_argument("--no-collapse-2d", action="store_true",
                    help="train on the one-cell-thick 3-D mesh as foamToVTK writes it (both z-planes) instead of "
@@ -232,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
              "--nproc", str(args.nproc), "--steps", str(args.steps), "--batch", str(args.batch), "--lr", str(args.lr),
              "--lr-schedule", args.lr_schedule, "--warmup", str(args.warmup), "--val-every", str(args.val_every),
              "--max-time", args.max_time, "--latent", str(args.latent), "--mp-steps", str(args.mp_steps),
+             *(["--global-attention", str(args.global_attention), "--attention-heads", str(args.attention_heads),
+                "--attention-slices", str(args.attention_slices)] if args.global_attention else []),
              *shlex.split(args.train_args), *force]
     command(train, log, "train")
     command(["predict", str(tag / "run"), "--data", str(tag / "data"), "--out", str(tag / "pred"),
