@@ -54,6 +54,8 @@ def _check_counts(args: Any) -> str | None:
         return f"Expected --lr-floor to be a fraction between 0 and 1 (got {args.lr_floor})"
     if not (np.isfinite(args.clip_grad) and args.clip_grad >= 0):
         return f"Expected --clip-grad to be 0 (off) or a positive number (got {args.clip_grad})"
+    if not (np.isfinite(args.noise_std) and args.noise_std >= 0):
+        return f"Expected --noise-std to be 0 (off) or a positive number (got {args.noise_std})"
     return None
 
 
@@ -83,7 +85,8 @@ _RUN_SETTINGS = {"steps": "steps", "latent": "latent_size", "hidden_layers": "hi
                  "precision": "precision", "seed": "seed", "data_parallel": "data_parallel", "lr": "lr",
                  "every": "checkpoint_every", "log_every": "log_every", "val_every": "val_every",
                  "checkpoint_steps": "checkpoint_steps", "max_time": "max_time", "clip_grad": "clip_grad",
-                 "batch": "batch", "lr_schedule": "lr_schedule", "warmup": "warmup", "lr_floor": "lr_floor"}
+                 "batch": "batch", "lr_schedule": "lr_schedule", "warmup": "warmup", "lr_floor": "lr_floor",
+                 "noise_std": "noise_std"}
 _DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 
 
@@ -141,7 +144,7 @@ def _run(args: Any) -> int:
         val_every=args.val_every, dtype=args.dtype, precision=args.precision,
         checkpoint_steps=args.checkpoint_steps, model=args.model or "", model_args=args.model_args or {},
         max_time=args.max_time, clip_grad=args.clip_grad, batch=args.batch, lr_schedule=args.lr_schedule,
-        warmup=args.warmup, lr_floor=args.lr_floor,
+        warmup=args.warmup, lr_floor=args.lr_floor, noise_std=args.noise_std,
     )
     def check() -> None:  # the RUN checks here too, so that a refusal is one line before any rank starts
         check_training(cfg, saved_ckpt)
@@ -221,6 +224,9 @@ def register(subparsers: Any) -> None:
                    "continues (default: none; on --resume the run's)")
     p.add_argument("--clip-grad", type=float, default=None, metavar="NORM",
                    help="clip the gradients' global norm to NORM after they are summed over the ranks (default 0: off)")
+    p.add_argument("--noise-std", type=float, default=None, metavar="SIGMA",
+                   help="trajectories: Gaussian noise of SIGMA (normalised units) on the state input of interior "
+                   "nodes at every step, the target corrected to match (default 0: off; docs/transient.md)")
     p.add_argument("--nproc", type=int, default=0, help="start this many local ranks (when not under torchrun)")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="no banner, no per-step lines (errors and notes still print)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -22,6 +23,19 @@ class Task:
 
     #: The name a run records and :func:`meshshard.tasks.get_task` takes.
     name: ClassVar[str] = ""
+    #: Whether ``meshshard predict --rollout`` can apply the task's steps (``rollout_input``,
+    #: ``rollout_update``): a task of trajectories.
+    rolls_out: ClassVar[bool] = False
+
+    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+        #: The run's settings (``asdict(TrainConfig)`` or a checkpoint's config): what a task reads
+        #: of them (the seed, ``noise_std``) it reads here.
+        self.config: dict[str, Any] = dict(config or {})
+
+    def model_sizes(self, dataset: Any) -> tuple[int, int, int]:
+        """``(node inputs, edge inputs, node outputs)`` of the model for ``dataset``: its input,
+        edge and target channels."""
+        return len(dataset.input_channels), len(dataset.edge_channels), len(dataset.target_channels)
 
     def check_dataset(self, dataset: Any) -> None:
         """Raise a one-line ``ValueError`` when the task cannot train on ``dataset`` (an open
