@@ -1,0 +1,139 @@
+"""The transient task: pairs, the interior-masked loss and the training noise, on shards equal to
+one process; training with noise on 3 ranks equal to one process and to a whole-mesh reference
+written here from the raw arrays (float64, 1e-10)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from meshshard.nn import MeshGraphNet
+from meshshard.partition import open_dataset
+from meshshard.run import TrainConfig, load_checkpoint, train
+from meshshard.tasks import PairReader, TensorNormalisation, TransientTask, get_task, step_noise
+from meshshard.run._training import step_samples
+from tests._dist import run_ranks
+from tests.meshshard.tasks import _trajectories
+
+SIGMA, SEED = 0.3, 5
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory) -> dict:
+    return _trajectories.write(tmp_path_factory.mktemp("transient"), parts=(1, 3))
+
+
+def test_the_noise_is_standard_normal_and_a_function_of_each_node() -> None:
+    ids = np.arange(100_000)
+    z = step_noise(SEED, 3, 7, ids, 2)
+    assert z.shape == (100_000, 2) and np.isfinite(z).all()
+    assert abs(z.mean()) < 0.01 and abs(z.std() - 1) < 0.01
+    assert abs(np.corrcoef(z[:, 0], z[:, 1])[0, 1]) < 0.01  # the channels are independent
+    picks = np.random.default_rng(0).permutation(ids)[:5000]  # any subset, in any order: the same numbers
+    np.testing.assert_array_equal(step_noise(SEED, 3, 7, picks, 2), z[picks])
+    for other in ((SEED + 1, 3, 7), (SEED, 4, 7), (SEED, 3, 8)):  # the seed, the step and the sample change it
+        assert np.abs(step_noise(*other, ids[:1000], 2) - z[:1000]).min() > 0
+
+
+def _noisy_rows(rank: int, world: int, data: str, parts: str) -> list[tuple]:
+    """Per pair: owned ids, the state input's noise, the target's change, the interior mask, the loss."""
+    reader = PairReader(data, parts, rank, device="cpu", dtype=torch.float64)
+    task = get_task("transient", {"noise_std": SIGMA, "seed": SEED})
+    out = []
+    for p in (0, 3, int(reader.train[-1])):
+        clean, noisy = reader.sample(p), task.batch(reader, p, step=11)
+        assert isinstance(noisy.x.to_local(), torch.Tensor) and noisy.x.shape[1] == reader.num_inputs == 2 + 1 + 2
+        loss = task.loss(noisy.x[:, :2] * 0.5, noisy)  # any prediction: the masked mean of the whole mesh
+        out.append((noisy.owned_ids, (noisy.x.to_local() - clean.x.to_local()).numpy(),
+                    (noisy.y.to_local() - clean.y.to_local()).numpy(), noisy.interior.numpy(), float(loss)))
+    return out
+
+
+@pytest.mark.slow
+def test_the_noise_on_three_ranks_is_the_noise_of_one_process_node_for_node(setup: dict) -> None:
+    ranks = run_ranks(_noisy_rows, 3, setup["data"], setup[3], timeout=60)
+    one = _noisy_rows(0, 1, setup["data"], setup[1])
+    norm = open_dataset(setup["data"]).meta["normalisation"]
+    ratio = np.asarray(norm["state"]["scale"]) / np.asarray(norm["targets"]["scale"])
+    classes = setup["whole"][0]["classes"]
+    for i, (ids, dx, dy, interior, loss) in enumerate(one):
+        assert ids.tolist() == list(range(len(classes)))
+        assert interior.tolist() == (classes == 0).tolist()
+        assert np.abs(dx[~interior]).max() == 0 and np.abs(dx[:, 2:]).max() == 0  # boundary, inputs, one-hot: none
+        assert np.abs(dx[interior, :2]).max() > 0.1
+        np.testing.assert_allclose(dy, -dx[:, :2] * ratio, rtol=1e-10, atol=1e-12)  # the target corrected
+        got = np.concatenate([r[i][1] for r in ranks])[np.argsort(np.concatenate([r[i][0] for r in ranks]))]
+        np.testing.assert_allclose(got, dx, rtol=1e-12, atol=1e-14)
+        assert all(abs(r[i][4] - loss) <= 1e-10 * abs(loss) for r in ranks)
+
+
+def _train_rank(rank: int, world: int, cfg: dict) -> list[float]:
+    return train(TrainConfig.from_dict(cfg))
+
+
+def _reference(cfg: TrainConfig, whole: list[dict], steps: int) -> tuple[list[float], dict]:
+    """Whole-mesh training from the raw arrays: features, noise, masked loss, Adam."""
+    data = open_dataset(cfg.data)
+    stats = data.meta["normalisation"]
+    (ms, ss), (mi, si), (mc, sc) = ((np.asarray(stats[w]["mean"]), np.asarray(stats[w]["scale"]))
+                                    for w in ("state", "inputs", "targets"))
+    graph = data.mesh(0).graph()
+    ei = torch.as_tensor(graph.edge_index())
+    ea = TensorNormalisation(data.normalisation, dtype=torch.float64).edge_attr(torch.as_tensor(graph.pos), ei)
+    torch.manual_seed(cfg.seed)
+    model = MeshGraphNet(5, 3, 2, latent_size=cfg.latent_size, hidden_layers=cfg.hidden_layers,
+                         message_passing_steps=cfg.message_passing_steps).to(torch.float64)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    train_pairs = [(k, t) for k in data.train for t in range(len(whole[k]["times"]) - 1)]
+    every = [(k, t) for k in range(len(whole)) for t in range(len(whole[k]["times"]) - 1)]
+    pair_ids = {kt: i for i, kt in enumerate(every)}
+    losses = []
+    for step in range(steps):
+        k, t = train_pairs[step_samples(cfg, step, 0, np.arange(len(train_pairs)))[0]]
+        w = whole[k]
+        interior = w["classes"] == 0
+        noise = cfg.noise_std * step_noise(cfg.seed, step, pair_ids[(k, t)], np.arange(len(interior)), 2)
+        now = w["states"][t] + noise * interior[:, None] * ss
+        x = np.concatenate([(now - ms) / ss, (w["inputs"] - mi) / si, np.eye(2)[w["classes"]]], axis=1)
+        y = torch.as_tensor((w["states"][t + 1] - now - mc) / sc)
+        err = (model(torch.as_tensor(x), ei, ea) - y) ** 2
+        loss = err[torch.as_tensor(interior)].mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses, model.state_dict()
+
+
+@pytest.mark.slow
+def test_training_with_noise_on_three_ranks_equals_one_process(setup: dict) -> None:
+    root = setup["root"]
+    cfg = TrainConfig(partition=setup[3], data=setup["data"], out=str(root / "run3"), steps=2, lr=1e-2, latent_size=8,
+                      hidden_layers=1, message_passing_steps=2, quiet=True, dtype="float64", noise_std=SIGMA, seed=SEED)
+    sharded = run_ranks(_train_rank, 3, asdict(cfg), timeout=120)[0]
+    one_cfg = TrainConfig(**(asdict(cfg) | {"partition": setup[1], "out": str(root / "run1")}))
+    one = train(one_cfg)
+    ref_losses, ref_state = _reference(cfg, setup["whole"], 2)
+    np.testing.assert_allclose(sharded, ref_losses, rtol=1e-10)
+    np.testing.assert_allclose(one, ref_losses, rtol=1e-10)
+    for run in ("run3", "run1"):
+        ckpt = load_checkpoint(Path(root / run) / "checkpoint.pt")
+        assert ckpt["config"]["task"] == "transient" and ckpt["config"]["noise_std"] == SIGMA
+        for name, value in ref_state.items():
+            torch.testing.assert_close(ckpt["model"][name], value, rtol=1e-10, atol=1e-12, msg=name)
+
+
+def test_the_transient_task_refuses_a_steady_dataset_and_a_bad_noise(setup: dict, tmp_path: Path) -> None:
+    from meshshard.partition import write_dataset
+    from tests.partition.conftest import grid_triangles
+
+    pts, tri = grid_triangles(3, 3)
+    write_dataset(tmp_path / "d", [np.ones((9, 1))], [np.ones((9, 1))], pos=[pts], cells=[[("triangle", tri)]])
+    with pytest.raises(ValueError, match=r"holds no trajectories \(the transient task trains on a dataset made with"):
+        TransientTask().check_dataset(open_dataset(tmp_path / "d"))
+    with pytest.raises(ValueError, match=r"Expected --noise-std to be 0 \(off\) or a positive number \(got -1\)"):
+        TransientTask({"noise_std": -1}).check_dataset(open_dataset(setup["data"]))
