@@ -13,9 +13,8 @@ import torch
 
 from meshshard.nn import MeshGraphNet
 from meshshard.partition import open_dataset
-from meshshard.run import TrainConfig, load_checkpoint, train
+from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
 from meshshard.tasks import PairReader, TensorNormalisation, TransientTask, get_task, step_noise
-from meshshard.run._training import step_samples
 from tests._dist import run_ranks
 from tests.meshshard.tasks import _trajectories
 
@@ -93,7 +92,7 @@ def _reference(cfg: TrainConfig, whole: list[dict], steps: int) -> tuple[list[fl
     pair_ids = {kt: i for i, kt in enumerate(every)}
     losses = []
     for step in range(steps):
-        k, t = train_pairs[step_samples(cfg, step, 0, np.arange(len(train_pairs)))[0]]
+        k, t = train_pairs[sample_index(cfg.seed, step, 0, 1, len(train_pairs))]
         w = whole[k]
         interior = w["classes"] == 0
         noise = cfg.noise_std * step_noise(cfg.seed, step, pair_ids[(k, t)], np.arange(len(interior)), 2)
