@@ -253,7 +253,7 @@ def _roll(cfg: PredictConfig, task: Any, trajectories: Any, k: int, count: int, 
     record: dict[str, Any] = {"steps": count, "times": times, "fields": {}}
     for (name, _), errors in zip(fields, mse.values(), strict=True):
         finite = [e for e in errors if math.isfinite(e)]
-        if any(not math.isfinite(e) for e in errors) and ctx.rank == 0 and not cfg.quiet:
+        if any(not math.isfinite(e) for e in errors) and ctx.rank == 0:  # a note, even with --quiet
             print(f"note: {name}: no truth past step {len(finite)} (or a non-finite prediction); its errors there "
                   "are null in metrics.json", file=sys.stderr, flush=True)
         rmse = [math.sqrt(e) if math.isfinite(e) else None for e in errors]

@@ -11,7 +11,7 @@ import numpy as np
 from meshshard.partition import Trajectory, partition_dataset, write_trajectories
 from tests.partition.conftest import grid_triangles
 
-NX, NY = 10, 8
+NX, NY = 11, 7  # 77 nodes: uneven shards on 2, 3 and 4 ranks
 STATE = [{"name": "u", "components": 2}]
 INPUTS = [{"name": "c", "components": 1}]
 
