@@ -1,6 +1,6 @@
 """The transient task: pairs, the interior-masked loss and the training noise, on shards equal to
 one process; training with noise on 3 ranks equal to one process and to a whole-mesh reference
-written here from the raw arrays (float64, 1e-10)."""
+written here from the raw arrays (float64, 1e-10), the validation loss included."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 
 from meshshard.nn import MeshGraphNet
 from meshshard.partition import open_dataset
-from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
+from meshshard.run import TrainConfig, load_checkpoint, read_log, sample_index, train
 from meshshard.tasks import PairReader, TensorNormalisation, TransientTask, get_task, step_noise
 from tests._dist import run_ranks
 from tests.meshshard.tasks import _trajectories
@@ -74,8 +74,9 @@ def _train_rank(rank: int, world: int, cfg: dict) -> list[float]:
     return train(TrainConfig.from_dict(cfg))
 
 
-def _reference(cfg: TrainConfig, whole: list[dict], steps: int) -> tuple[list[float], dict]:
-    """Whole-mesh training from the raw arrays: features, noise, masked loss, Adam."""
+def _reference(cfg: TrainConfig, whole: list[dict], steps: int) -> tuple[list[float], dict, list[float]]:
+    """Whole-mesh training from the raw arrays: features, noise, masked loss, Adam; and the
+    validation loss (every pair of the validation trajectory, no noise) before and after."""
     data = open_dataset(cfg.data)
     stats = data.meta["normalisation"]
     (ms, ss), (mi, si), (mc, sc) = ((np.asarray(stats[w]["mean"]), np.asarray(stats[w]["scale"]))
@@ -90,38 +91,47 @@ def _reference(cfg: TrainConfig, whole: list[dict], steps: int) -> tuple[list[fl
     train_pairs = [(k, t) for k in data.train for t in range(len(whole[k]["times"]) - 1)]
     every = [(k, t) for k in range(len(whole)) for t in range(len(whole[k]["times"]) - 1)]
     pair_ids = {kt: i for i, kt in enumerate(every)}
-    losses = []
-    for step in range(steps):
-        k, t = train_pairs[sample_index(cfg.seed, step, 0, 1, len(train_pairs))]
+    def pair_loss(k: int, t: int, noise: np.ndarray) -> torch.Tensor:
         w = whole[k]
         interior = w["classes"] == 0
-        noise = cfg.noise_std * step_noise(cfg.seed, step, pair_ids[(k, t)], np.arange(len(interior)), 2)
         now = w["states"][t] + noise * interior[:, None] * ss
         x = np.concatenate([(now - ms) / ss, (w["inputs"] - mi) / si, np.eye(2)[w["classes"]]], axis=1)
         y = torch.as_tensor((w["states"][t + 1] - now - mc) / sc)
-        err = (model(torch.as_tensor(x), ei, ea) - y) ** 2
-        loss = err[torch.as_tensor(interior)].mean()
+        return ((model(torch.as_tensor(x), ei, ea) - y) ** 2)[torch.as_tensor(interior)].mean()
+
+    def validation() -> float:
+        with torch.no_grad():
+            return float(np.mean([float(pair_loss(k, t, 0.0)) for k in data.val for t in range(len(whole[k]["times"]) - 1)]))
+
+    losses, val = [], [validation()]
+    for step in range(steps):
+        k, t = train_pairs[sample_index(cfg.seed, step, 0, 1, len(train_pairs))]
+        noise = cfg.noise_std * step_noise(cfg.seed, step, pair_ids[(k, t)], np.arange(len(whole[k]["classes"])), 2)
+        loss = pair_loss(k, t, noise)
         opt.zero_grad()
         loss.backward()
         opt.step()
         losses.append(float(loss.detach()))
-    return losses, model.state_dict()
+    return losses, model.state_dict(), [*val, validation()]
 
 
 @pytest.mark.slow
 def test_training_with_noise_on_three_ranks_equals_one_process(setup: dict) -> None:
     root = setup["root"]
     cfg = TrainConfig(partition=setup[3], data=setup["data"], out=str(root / "run3"), steps=2, lr=1e-2, latent_size=8,
-                      hidden_layers=1, message_passing_steps=2, quiet=True, dtype="float64", noise_std=SIGMA, seed=SEED)
+                      hidden_layers=1, message_passing_steps=2, quiet=True, dtype="float64", noise_std=SIGMA, seed=SEED,
+                      val_every=2)
     sharded = run_ranks(_train_rank, 3, asdict(cfg), timeout=120)[0]
     one_cfg = TrainConfig(**(asdict(cfg) | {"partition": setup[1], "out": str(root / "run1")}))
     one = train(one_cfg)
-    ref_losses, ref_state = _reference(cfg, setup["whole"], 2)
+    ref_losses, ref_state, ref_val = _reference(cfg, setup["whole"], 2)
     np.testing.assert_allclose(sharded, ref_losses, rtol=1e-10)
     np.testing.assert_allclose(one, ref_losses, rtol=1e-10)
     for run in ("run3", "run1"):
         ckpt = load_checkpoint(Path(root / run) / "checkpoint.pt")
         assert ckpt["config"]["task"] == "transient" and ckpt["config"]["noise_std"] == SIGMA
+        val = [r["val_loss"] for r in read_log(root / run / "log.jsonl") if "val_loss" in r]
+        np.testing.assert_allclose(val, ref_val, rtol=1e-10)  # the one-step loss of the validation pairs
         for name, value in ref_state.items():
             torch.testing.assert_close(ckpt["model"][name], value, rtol=1e-10, atol=1e-12, msg=name)
 
