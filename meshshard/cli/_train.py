@@ -37,7 +37,7 @@ def _check_counts(args: Any) -> str | None:
     for flag, value in (("--steps", args.steps), ("--every", args.every), ("--log-every", args.log_every),
                         ("--latent", args.latent), ("--mp-steps", args.mp_steps),
                         ("--data-parallel", args.data_parallel),
-                        ("--batch", args.batch)):
+                        ("--batch", args.batch), ("--rollout-train", args.rollout_train)):
         if value < 1:
             return f"Expected {flag} to be a positive integer (got {value})"
     if args.hidden_layers < 0:
@@ -86,7 +86,7 @@ _RUN_SETTINGS = {"steps": "steps", "latent": "latent_size", "hidden_layers": "hi
                  "every": "checkpoint_every", "log_every": "log_every", "val_every": "val_every",
                  "checkpoint_steps": "checkpoint_steps", "max_time": "max_time", "clip_grad": "clip_grad",
                  "batch": "batch", "lr_schedule": "lr_schedule", "warmup": "warmup", "lr_floor": "lr_floor",
-                 "noise_std": "noise_std"}
+                 "noise_std": "noise_std", "rollout_train": "rollout_train"}
 _DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 
 
@@ -145,6 +145,7 @@ def _run(args: Any) -> int:
         checkpoint_steps=args.checkpoint_steps, model=args.model or "", model_args=args.model_args or {},
         max_time=args.max_time, clip_grad=args.clip_grad, batch=args.batch, lr_schedule=args.lr_schedule,
         warmup=args.warmup, lr_floor=args.lr_floor, noise_std=args.noise_std,
+        rollout_train=args.rollout_train,
     )
     def check() -> None:  # the RUN checks here too, so that a refusal is one line before any rank starts
         check_training(cfg, saved_ckpt)
@@ -227,6 +228,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--noise-std", type=float, default=None, metavar="SIGMA",
                    help="trajectories: Gaussian noise of SIGMA (normalised units) on the state input of interior "
                    "nodes at every step, the target corrected to match (default 0: off; docs/transient.md)")
+    p.add_argument("--rollout-train", type=int, default=None, metavar="K",
+                   help="trajectories: apply the model K times from each training state, each prediction the next "
+                   "input, and sum the K losses (default 1: the one-step map)")
     p.add_argument("--nproc", type=int, default=0, help="start this many local ranks (when not under torchrun)")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="no banner, no per-step lines (errors and notes still print)")

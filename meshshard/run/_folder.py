@@ -79,7 +79,8 @@ RUN_FILES = (CHECKPOINT, BEST, LOG, FIRST_STEP, LOSS_PLOT)
 #: Settings that a resumed run must keep, or its steps would not repeat the uninterrupted run's.
 EXACTNESS_KEYS = ("model", "model_args", "latent_size", "hidden_layers", "message_passing_steps", "activation", "dtype",
                   "precision", "seed", "data_parallel", "clip_grad", "batch",
-                  "lr_schedule", "warmup", "lr_floor", "noise_std")
+                  "lr_schedule", "warmup", "lr_floor", "noise_std",
+                  "rollout_train")
 
 
 def _holds_a_run(out: Path) -> str:

@@ -97,6 +97,7 @@ class TrainConfig:
     model_args: dict[str, Any] = field(default_factory=dict)
     task: str = ""  # the workload (meshshard.tasks): how a sample is read, the loss; "": the dataset's
     noise_std: float = 0.0  # transient: Gaussian noise on the state input at each step, normalised units (0: off)
+    rollout_train: int = 1  # transient: model applications unrolled per training sample, their losses summed
     lr_schedule: str = "constant"  # constant, or cosine: from lr down to lr * lr_floor at the last step
     warmup: int = 0  # steps of linear warm-up from lr / warmup to lr (0: none)
     lr_floor: float = 0.01  # cosine's last learning rate, as a fraction of lr
@@ -413,7 +414,11 @@ def train(cfg: TrainConfig) -> list[float]:
                 if cfg.model and step == start:
                     check_model_output(pred, len(b.owned_ids), reader.num_targets, cfg.model, sharded=True,
                                        group=device_mesh.domain_group)
-                loss = loss + task.loss(pred, b) / len(mine)
+                def apply(x: Any, b: Any = b) -> Any:  # the model again, for a task that unrolls it
+                    with autocast():
+                        return model(x, b.graph, b.edge_attr)
+
+                loss = loss + task.loss(pred, b, apply) / len(mine)
             _maybe_fail(ctx.rank, step)
             opt.zero_grad(set_to_none=True)
             loss.backward()

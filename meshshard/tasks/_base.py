@@ -52,8 +52,10 @@ class Task:
         training noise does it here, as a function of the step and the global node ids)."""
         return reader.sample(sample)
 
-    def loss(self, pred: Any, batch: LocalSample) -> Tensor:
-        """The loss of one sample: a mean over every node of the mesh, the same on every rank."""
+    def loss(self, pred: Any, batch: LocalSample, apply: Any = None) -> Tensor:
+        """The loss of one sample: a mean over every node of the mesh, the same on every rank.
+        ``apply(x)``: the model on the sample's graph, for a task that applies it again (a rollout
+        unrolled in training); the training loop passes it, validation does not."""
         raise NotImplementedError(f"the task {self.name!r} defines no loss")
 
     def output_fields(self, dataset: Any, run_config: dict[str, Any]) -> list[dict[str, Any]]:

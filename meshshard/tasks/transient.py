@@ -127,6 +127,16 @@ class StateNormalisation(TensorNormalisation):
 
 
 @dataclass(frozen=True, eq=False)
+class RolloutRows:
+    """What a rollout keeps of trajectory ``k`` for some rows: normalised static inputs ``(n, F_in)``,
+    one-hot classes ``(n, K)``, and the boundary mask ``(n,)`` (rows prescribed, not predicted)."""
+
+    inputs: Tensor
+    one_hot: Tensor
+    boundary: Tensor
+
+
+@dataclass(frozen=True, eq=False)
 class LocalPair(LocalSample):
     """A pair ``(trajectory, step)`` on this rank, as :class:`LocalSample` (``sample`` is the pair
     id; ``x`` the model's input, ``y`` the normalised change, noisy at a training step) and:
@@ -135,22 +145,20 @@ class LocalPair(LocalSample):
         trajectory, step: the pair's trajectory and its first step ``t``.
         interior: ``(N_own,)`` bool, the nodes of interior classes (in the loss).
         num_interior: interior nodes of the whole mesh (every rank's, summed).
+        state: ``(N_own, F_state)`` the input state in physical units (with its noise).
+        later: the true states at ``t + S``, ``t + 2S``, ... ``t + U S`` (``U`` the steps unrolled
+            in training, ``--rollout-train``), each ``(N_own, F_state)``, physical units.
+        rows: the static rows (:class:`RolloutRows`); normaliser: the statistics applied.
     """
 
     trajectory: int
     step: int
     interior: Tensor
     num_interior: int
-
-
-@dataclass(frozen=True, eq=False)
-class RolloutRows:
-    """What a rollout keeps of trajectory ``k`` for some rows: normalised static inputs ``(n, F_in)``,
-    one-hot classes ``(n, K)``, and the boundary mask ``(n,)`` (rows prescribed, not predicted)."""
-
-    inputs: Tensor
-    one_hot: Tensor
-    boundary: Tensor
+    state: Tensor
+    later: tuple[Tensor, ...]
+    rows: RolloutRows
+    normaliser: StateNormalisation
 
 
 def _features(state: Tensor, inputs: Tensor, one_hot: Tensor) -> Tensor:
@@ -179,17 +187,21 @@ class PairReader(TrajectoryReader):
     :class:`TransientTask` (see the module docstring).
 
     Args: as :class:`~meshshard.tasks.TrajectoryReader`; ``normaliser`` may be a
-    :class:`StateNormalisation` (a run's), else the dataset's statistics are used.
+    :class:`StateNormalisation` (a run's), else the dataset's statistics are used. ``unroll``: the
+    steps each pair looks ahead (``--rollout-train``): the pairs are the steps ``t`` with
+    ``t + unroll * S`` inside the trajectory.
     """
 
     def __init__(self, data: str | os.PathLike[str] | Dataset, partition: str | os.PathLike[str], domain_rank: int,
-                 group: Any = None, **options: Any) -> None:
+                 group: Any = None, *, unroll: int = 1, **options: Any) -> None:
         super().__init__(data, partition, domain_rank, group, **options)
+        self.unroll = int(unroll)
         if not isinstance(self.normaliser, StateNormalisation):
             self.normaliser = StateNormalisation(self.normaliser.normalisation,
                                                  self.dataset.meta["normalisation"]["state"], self.device, self.dtype)
         tr = self.trajectories
-        pairs = np.array([tr.num_pairs(k) for k in range(tr.num_trajectories)], dtype=np.int64)
+        pairs = np.array([max(tr.num_steps(k) - self.unroll * tr.time_stride, 0) for k in range(tr.num_trajectories)],
+                         dtype=np.int64)
         #: ``(num_trajectories + 1,)`` the pair id of ``(k, 0)``; the last entry counts every pair.
         self.first = np.concatenate([[0], np.cumsum(pairs)]).astype(np.int64)
         self._interior: dict[int, int] = {}
@@ -251,18 +263,24 @@ class PairReader(TrajectoryReader):
         and taken out of their target."""
         k, t = self.locate(int(p))
         now, later, _ = self.pair(k, t)
+        ahead = [later.to_local()] + [
+            torch.from_numpy(self.trajectories.state(k, t + j * self.time_stride, now.owned_ids)).to(self.device,
+                                                                                                   self.dtype)
+            for j in range(2, self.unroll + 1)]
         interior = ~now.boundary
         state = now.state.to_local()
         if noise_std > 0:
             z = step_noise(seed, step, int(p), now.owned_ids, state.shape[1]) * float(noise_std)
             z_t = torch.from_numpy(z).to(self.device, self.dtype) * interior[:, None].to(self.dtype)
             state = state + z_t * self.normaliser.state_scale()  # physical units
-        x = _features(self.normaliser.normalise_state(state), now.inputs.to_local(),
-                      torch.nn.functional.one_hot(now.class_index, self.num_classes))
-        y = self.normalise_change(later.to_local() - state)
+        rows = RolloutRows(now.inputs.to_local(),
+                           torch.nn.functional.one_hot(now.class_index, self.num_classes).to(self.dtype), now.boundary)
+        x = _features(self.normaliser.normalise_state(state), rows.inputs, rows.one_hot)
+        y = self.normalise_change(ahead[0] - state)
         spec = now.graph.spec
         return LocalPair(int(p), now.mesh, now.graph, ShardTensor.from_local(x, spec), ShardTensor.from_local(y, spec),
-                         now.edge_attr, now.owned_ids, k, t, interior, self.num_interior(k, interior))
+                         now.edge_attr, now.owned_ids, k, t, interior, self.num_interior(k, interior), state,
+                         tuple(ahead), rows, self.normaliser)
 
 
 class TransientTask(Task):
@@ -280,6 +298,16 @@ class TransientTask(Task):
         noise = self.config.get("noise_std", 0.0)
         if not (isinstance(noise, (int, float)) and math.isfinite(noise) and noise >= 0):
             raise ValueError(f"Expected --noise-std to be 0 (off) or a positive number (got {noise!r})")
+        unroll = self.config.get("rollout_train", 1)
+        if not (isinstance(unroll, int) and unroll >= 1):
+            raise ValueError(f"Expected --rollout-train to be a positive integer (got {unroll!r})")
+        stride = int(dataset.meta.get("time_stride", 1))
+        short = [(str(dataset.meta["samples"][int(k)]["name"]), int(dataset.meta["samples"][int(k)]["num_steps"]))
+                 for k in dataset.train if int(dataset.meta["samples"][int(k)]["num_steps"]) <= unroll * stride]
+        if short:
+            raise ValueError(f"{dataset.path}: Expected training trajectories of more than {unroll * stride} steps for "
+                             f"--rollout-train {unroll} with stride {stride} (got {short[0][1]} in {short[0][0]}); "
+                             "lower --rollout-train")
 
     def model_sizes(self, dataset: Any) -> tuple[int, int, int]:
         """``(F_state + F_in + K, F_e, F_state)``."""
@@ -290,22 +318,45 @@ class TransientTask(Task):
     def reader(self, dataset: Any, partition: str | os.PathLike[str], domain_rank: int, group: Any, *,
                device: Any = None, dtype: torch.dtype = torch.float32, **options: Any) -> PairReader:
         """This rank's :class:`PairReader`."""
-        return PairReader(dataset, partition, domain_rank, group, device=device, dtype=dtype, **options)
+        return PairReader(dataset, partition, domain_rank, group, device=device, dtype=dtype,
+                          unroll=int(self.config.get("rollout_train", 1) or 1), **options)
 
     def batch(self, reader: Any, sample: int, step: int) -> LocalPair:
         """Pair ``sample`` with the noise of training ``step`` (none when ``noise_std`` is 0)."""
         return reader.pair_sample(sample, float(self.config.get("noise_std", 0.0)), int(self.config.get("seed", 0)),
                                   step)
 
-    def loss(self, pred: Any, batch: Any) -> Tensor:
+    def loss(self, pred: Any, batch: Any, apply: Any = None) -> Tensor:
         """Mean squared error of the normalised change over the interior nodes of the whole mesh and
-        every channel: the sum over every rank's interior rows, divided by the global count."""
-        err = (pred.to(batch.y.dtype) - batch.y) ** 2
-        mask = batch.interior.to(batch.y.dtype)[:, None]
+        every channel: the sum over every rank's interior rows, divided by the global count.
+
+        With ``apply`` (the training loop's model on this graph) and ``--rollout-train U`` > 1, the
+        model is applied U - 1 times more, each time from the state its previous output made (the
+        boundary rows set to the truth), and the U losses are summed: the error of each predicted
+        state against the true one, in the change's normalised units. Validation (no ``apply``)
+        takes the first only."""
+        total = self._masked(pred, batch.y, batch)
+        if apply is None or len(batch.later) < 2:
+            return total
+        norm, state, out = batch.normaliser, batch.state, pred
+        for j in range(1, len(batch.later)):
+            state = self.rollout_update(norm, state, out.to_local() if isinstance(out, ShardTensor) else out,
+                                        batch.rows, batch.later[j - 1])
+            x = self.rollout_input(norm, state, batch.rows)
+            out = apply(ShardTensor.from_local(x, batch.graph.spec) if isinstance(pred, ShardTensor) else x)
+            y = norm.normalise_targets(batch.later[j] - state)
+            total = total + self._masked(out, ShardTensor.from_local(y, out.spec) if isinstance(out, ShardTensor)
+                                         else y, batch)
+        return total
+
+    @staticmethod
+    def _masked(pred: Any, y: Any, batch: Any) -> Tensor:
+        """The mean of ``(pred - y) ** 2`` over the mesh's interior nodes and every channel."""
+        err = (pred.to(y.dtype) - y) ** 2
+        mask = batch.interior.to(y.dtype)[:, None]
         if isinstance(err, ShardTensor):
             mask = ShardTensor.from_local(mask, err.spec)
-        total = (err * mask).sum()
-        return total / (max(batch.num_interior, 1) * batch.y.shape[1])
+        return (err * mask).sum() / (max(batch.num_interior, 1) * y.shape[1])
 
     def output_fields(self, dataset: Any, run_config: dict[str, Any]) -> list[dict[str, Any]]:
         """The state fields: the dataset's, else those the run recorded."""

@@ -75,8 +75,10 @@ def _train_rank(rank: int, world: int, cfg: dict) -> list[float]:
 
 
 def _reference(cfg: TrainConfig, whole: list[dict], steps: int) -> tuple[list[float], dict, list[float]]:
-    """Whole-mesh training from the raw arrays: features, noise, masked loss, Adam; and the
-    validation loss (every pair of the validation trajectory, no noise) before and after."""
+    """Whole-mesh training from the raw arrays: features, noise, the masked loss (summed over
+    ``cfg.rollout_train`` applications, each from the state the previous one made, the boundary
+    set to the truth), Adam; and the validation loss (every validation pair, one step, no noise)
+    before and after."""
     data = open_dataset(cfg.data)
     stats = data.meta["normalisation"]
     (ms, ss), (mi, si), (mc, sc) = ((np.asarray(stats[w]["mean"]), np.asarray(stats[w]["scale"]))
@@ -88,26 +90,34 @@ def _reference(cfg: TrainConfig, whole: list[dict], steps: int) -> tuple[list[fl
     model = MeshGraphNet(5, 3, 2, latent_size=cfg.latent_size, hidden_layers=cfg.hidden_layers,
                          message_passing_steps=cfg.message_passing_steps).to(torch.float64)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    train_pairs = [(k, t) for k in data.train for t in range(len(whole[k]["times"]) - 1)]
-    every = [(k, t) for k in range(len(whole)) for t in range(len(whole[k]["times"]) - 1)]
+    unroll = cfg.rollout_train
+    every = [(k, t) for k in range(len(whole)) for t in range(len(whole[k]["times"]) - unroll)]
     pair_ids = {kt: i for i, kt in enumerate(every)}
-    def pair_loss(k: int, t: int, noise: np.ndarray) -> torch.Tensor:
+    train_pairs = [(k, t) for k, t in every if k in data.train]
+
+    def pair_loss(k: int, t: int, noise: np.ndarray, applications: int) -> torch.Tensor:
         w = whole[k]
-        interior = w["classes"] == 0
-        now = w["states"][t] + noise * interior[:, None] * ss
-        x = np.concatenate([(now - ms) / ss, (w["inputs"] - mi) / si, np.eye(2)[w["classes"]]], axis=1)
-        y = torch.as_tensor((w["states"][t + 1] - now - mc) / sc)
-        return ((model(torch.as_tensor(x), ei, ea) - y) ** 2)[torch.as_tensor(interior)].mean()
+        interior = torch.as_tensor(w["classes"] == 0)
+        state = torch.as_tensor(w["states"][t] + noise * (w["classes"] == 0)[:, None] * ss)
+        total = torch.zeros((), dtype=torch.float64)
+        for j in range(1, applications + 1):
+            x = torch.cat([(state - torch.as_tensor(ms)) / torch.as_tensor(ss),
+                           torch.as_tensor((w["inputs"] - mi) / si), torch.as_tensor(np.eye(2)[w["classes"]])], 1)
+            out = model(x, ei, ea)
+            truth = torch.as_tensor(w["states"][t + j])
+            total = total + ((out - (truth - state - torch.as_tensor(mc)) / torch.as_tensor(sc)) ** 2)[interior].mean()
+            state = torch.where(interior[:, None], state + out * torch.as_tensor(sc) + torch.as_tensor(mc), truth)
+        return total
 
     def validation() -> float:
         with torch.no_grad():
-            return float(np.mean([float(pair_loss(k, t, 0.0)) for k in data.val for t in range(len(whole[k]["times"]) - 1)]))
+            return float(np.mean([float(pair_loss(k, t, 0.0, 1)) for k, t in every if k in data.val]))
 
     losses, val = [], [validation()]
     for step in range(steps):
         k, t = train_pairs[sample_index(cfg.seed, step, 0, 1, len(train_pairs))]
         noise = cfg.noise_std * step_noise(cfg.seed, step, pair_ids[(k, t)], np.arange(len(whole[k]["classes"])), 2)
-        loss = pair_loss(k, t, noise)
+        loss = pair_loss(k, t, noise, unroll)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -116,18 +126,20 @@ def _reference(cfg: TrainConfig, whole: list[dict], steps: int) -> tuple[list[fl
 
 
 @pytest.mark.slow
-def test_training_with_noise_on_three_ranks_equals_one_process(setup: dict) -> None:
+@pytest.mark.parametrize("unroll", [1, 3])
+def test_training_with_noise_on_three_ranks_equals_one_process(setup: dict, unroll: int) -> None:
+    """Noise, and with ``--rollout-train 3`` three applications per sample, their losses summed."""
     root = setup["root"]
-    cfg = TrainConfig(partition=setup[3], data=setup["data"], out=str(root / "run3"), steps=2, lr=1e-2, latent_size=8,
-                      hidden_layers=1, message_passing_steps=2, quiet=True, dtype="float64", noise_std=SIGMA, seed=SEED,
-                      val_every=2)
+    cfg = TrainConfig(partition=setup[3], data=setup["data"], out=str(root / f"run3-{unroll}"), steps=2, lr=1e-2,
+                      latent_size=8, hidden_layers=1, message_passing_steps=2, quiet=True, dtype="float64",
+                      noise_std=SIGMA, seed=SEED, val_every=2, rollout_train=unroll)
     sharded = run_ranks(_train_rank, 3, asdict(cfg), timeout=120)[0]
-    one_cfg = TrainConfig(**(asdict(cfg) | {"partition": setup[1], "out": str(root / "run1")}))
+    one_cfg = TrainConfig(**(asdict(cfg) | {"partition": setup[1], "out": str(root / f"run1-{unroll}")}))
     one = train(one_cfg)
     ref_losses, ref_state, ref_val = _reference(cfg, setup["whole"], 2)
     np.testing.assert_allclose(sharded, ref_losses, rtol=1e-10)
     np.testing.assert_allclose(one, ref_losses, rtol=1e-10)
-    for run in ("run3", "run1"):
+    for run in (f"run3-{unroll}", f"run1-{unroll}"):
         ckpt = load_checkpoint(Path(root / run) / "checkpoint.pt")
         assert ckpt["config"]["task"] == "transient" and ckpt["config"]["noise_std"] == SIGMA
         val = [r["val_loss"] for r in read_log(root / run / "log.jsonl") if "val_loss" in r]
@@ -146,3 +158,6 @@ def test_the_transient_task_refuses_a_steady_dataset_and_a_bad_noise(setup: dict
         TransientTask().check_dataset(open_dataset(tmp_path / "d"))
     with pytest.raises(ValueError, match=r"Expected --noise-std to be 0 \(off\) or a positive number \(got -1\)"):
         TransientTask({"noise_std": -1}).check_dataset(open_dataset(setup["data"]))
+    with pytest.raises(ValueError, match=r"Expected training trajectories of more than 8 steps for --rollout-train 8 "
+                                         r"with stride 1 \(got 8 in run0\); lower --rollout-train"):
+        TransientTask({"rollout_train": 8}).check_dataset(open_dataset(setup["data"]))
