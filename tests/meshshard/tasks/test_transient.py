@@ -161,3 +161,19 @@ def test_the_transient_task_refuses_a_steady_dataset_and_a_bad_noise(setup: dict
     with pytest.raises(ValueError, match=r"Expected training trajectories of more than 8 steps for --rollout-train 8 "
                                          r"with stride 1 \(got 8 in run0\); lower --rollout-train"):
         TransientTask({"rollout_train": 8}).check_dataset(open_dataset(setup["data"]))
+
+
+def test_train_refuses_bad_transient_options_in_one_line(setup: dict, tmp_path: Path, capsys) -> None:
+    from meshshard.cli import main
+
+    base = ["train", setup[1], "--data", setup["data"], "--out", str(tmp_path / "run"), "--steps", "1", "--quiet"]
+    for extra, message in (
+        (["--noise-std", "-0.1"], "Expected --noise-std to be 0 (off) or a positive number (got -0.1)"),
+        (["--noise-std", "nan"], "Expected --noise-std to be 0 (off) or a positive number (got nan)"),
+        (["--rollout-train", "0"], "Expected --rollout-train to be a positive integer (got 0)"),
+        (["--rollout-train", "8"], "Expected training trajectories of more than 8 steps for --rollout-train 8"),
+    ):
+        assert main(base + extra) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "run").exists()
