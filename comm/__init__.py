@@ -10,6 +10,7 @@ gloo (CPU) and NCCL (GPU):
 - :func:`append_halo`: the same, fused with appending the ghost rows to the owned rows;
 - :func:`all_to_all_v`, :func:`all_gather_v`, :func:`gather_v`, :func:`scatter_v`;
 - :func:`sum_to_replicated`: a global sum held by every rank as one logical value;
+- :func:`sum_of_parts`: a global sum of partial sums that each rank uses on its own rows;
 - :func:`sum_gradients`: the gradients of replicated parameters, summed over a group;
 - :func:`count_collectives`: record what a block of code sends, forward and backward;
 - :func:`sum_across`, :func:`max_across`, :func:`gather_rows`, :func:`directory_lookup`: numpy
@@ -51,6 +52,7 @@ from ._collectives import (
     scatter_v,
     set_debug,
     sum_gradients,
+    sum_of_parts,
     sum_to_replicated,
 )
 from ._context import (
@@ -128,6 +130,7 @@ __all__ = [
     "shutdown",
     "sum_across",
     "sum_gradients",
+    "sum_of_parts",
     "sum_to_replicated",
     "Terminated",
     "torch_device_mesh",

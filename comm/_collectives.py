@@ -59,6 +59,7 @@ __all__ = [
     "release_workspace",
     "communication_device",
     "sum_to_replicated",
+    "sum_of_parts",
     "sum_gradients",
 ]
 
@@ -417,6 +418,29 @@ class _SumToReplicated(Function):
         return grad, None
 
 
+class _SumOfParts(Function):
+    """``y = sum_r x_r`` on every rank, each rank's ``y`` used on its own rows: the backward sums
+    the ranks' gradients (``dL/dx_q = sum_r dL/dy_r``), the adjoint of the forward all-reduce."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, group: Any) -> Tensor:
+        ctx.group = group
+        return _all_reduce_counted(x.clone(memory_format=torch.contiguous_format), group, "forward")
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        return _all_reduce_counted(grad.clone(memory_format=torch.contiguous_format), ctx.group, "backward"), None
+
+
+def _all_reduce_counted(x: Tensor, group: Any, phase: str) -> Tensor:
+    world = dist.get_world_size(group) if dist.is_initialized() else 1
+    nbytes = x.numel() * x.element_size() if world > 1 else 0
+    record(CollectiveCall("sum_of_parts", phase, nbytes, nbytes, world))
+    if world > 1:
+        dist.all_reduce(x, group=group)
+    return x
+
+
 def sum_gradients(parameters: Any, *, group: Any = None, scale: float = 1.0) -> None:
     """Replace each parameter's ``.grad`` by ``scale`` times its sum over the ranks of ``group``.
 
@@ -464,6 +488,28 @@ def sum_to_replicated(x: Tensor, *, group: Any = None) -> Tensor:
     """
     x = check_tensor("x", x)
     return _SumToReplicated.apply(x, group)
+
+
+def sum_of_parts(x: Tensor, *, group: Any = None) -> Tensor:
+    """The sum of every rank's partial sum ``x``, which each rank then uses on its own rows.
+
+    For a global statistic that feeds back into every rank's rows (the slice tokens of
+    :class:`meshshard.nn.PhysicsAttention`, a batch norm's mean): the gradient that reaches the
+    result on rank ``r`` is only the part from rank ``r``'s rows, so the backward sums those parts
+    over the ranks, the correct adjoint of ``y_r = sum_q x_q`` for every ``r``
+    (``dL/dx_q = sum_r dL/dy_r``). Contrast :func:`sum_to_replicated`, whose result every rank uses
+    identically (a loss) and whose backward therefore sends nothing. Not a replicated result in
+    :func:`replicated_results`' sense: parameters applied to it get each rank's part of their
+    gradient, which the domain group sums as it does for parameters used on rows.
+
+    Shapes:
+        x: any shape, the same on every rank of ``group``; result: the same shape.
+
+    Communication: one ``all_reduce`` of ``x.numel()`` values forward, one of as many backward
+    (counted as ``"sum_of_parts"``); none in a world of one.
+    """
+    x = check_tensor("x", x)
+    return _SumOfParts.apply(x, group)
 
 
 def _checked_exchange(x: Tensor, send_counts: Counts, recv_counts: Counts, dim: int,

@@ -45,6 +45,7 @@ _LAZY: dict[str, str] = {
     "PredictConfig": ".run",
     "predict": ".run",
     "ModelRecipe": ".run",
+    "check_model_exact": ".run",
     "launch_local": "meshshard.comm",
 }
 

@@ -82,6 +82,19 @@ class ShardGraph:
         """``(2, E_own)`` the edges that end at owned nodes (each global edge on exactly one rank)."""
         return self.edge_index[:, : self.num_owned_edges]
 
+    def owned_edge_rows(self, value: Tensor, name: str, alternative: str = "") -> Tensor:
+        """The owned edges' rows of a per-edge tensor given for the local edges (the owned come
+        first) or for the owned edges alone; ``ValueError`` naming ``name`` otherwise
+        (``alternative``: what else the caller takes, said first in the message)."""
+        rows = value.shape[0] if value.dim() else -1
+        if rows == self.edge_index.shape[1]:
+            return value[: self.num_owned_edges]
+        if rows == self.num_owned_edges:
+            return value
+        raise ValueError(f"Expected '{name}' to {alternative or 'have '}one row per local edge "
+                         f"({self.edge_index.shape[1]}) or per owned edge ({self.num_owned_edges}) "
+                         f"(got shape {tuple(value.shape)})")
+
     def in_degree(self) -> Tensor:
         """``(N_local,)`` int64: the global in-degree of every owned and ghost node.
 

@@ -26,6 +26,11 @@ Boundaries (:mod:`meshshard.partition._surface`): ``named_boundaries(mesh)`` (a 
 node sets, gmsh groups), ``boundary_area_vectors`` (the area each boundary node stands for, out of
 the mesh), ``surface_area_vectors`` (a surface's per-point normals times areas) and
 ``boundary_force`` (the force of a pressure and a wall shear stress on them).
+
+Point clouds (:mod:`meshshard.partition._points`): ``parse_graph_rule`` / ``GraphRule``
+(``--graph knn:K``), ``point_graph``, ``read_npz_cloud``, ``surface_fields`` (a surface's per-point
+normal, area and area vectors), ``check_radius(parts_meta, model_radius)`` (a model's ball radius
+against the halo radius a partition was made for).
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time see __getattr__ bel
     from ._io import InputData, read_input
     from ._partition import Partition
     from ._plan import build_partitions
+    from ._points import GraphRule, check_radius, parse_graph_rule, point_graph, read_npz_cloud, surface_fields
     from ._surface import boundary_area_vectors, boundary_force, named_boundaries, surface_area_vectors
     from ._trajectories import (
         Trajectories,
@@ -129,8 +135,18 @@ _LAZY: dict[str, str] = {
     "check_destination": "._safe_io",
     "check_input_folders": "._safe_io",
     "check_output_folder": "._safe_io",
+    "folder_lock": "._safe_io",
+    "is_lock_file": "._safe_io",
     "read_inside": "._safe_io",
     "read_json_inside": "._safe_io",
+    "parse_max_expansion": "._safe_io",
+    "max_expansion": "._safe_io",
+    "dumps_json": "._json_io",
+    "loads_json": "._json_io",
+    "read_json": "._json_io",
+    "write_text_file": "._json_io",
+    "WriteError": "._json_io",
+    "naming_write_errors": "._json_io",
     "Refusals": "._safe_io",
     "FOLDER_KINDS": "._kinds",
     "FolderKind": "._kinds",
@@ -145,6 +161,12 @@ _LAZY: dict[str, str] = {
     "boundary_force": "._surface",
     "named_boundaries": "._surface",
     "surface_area_vectors": "._surface",
+    "GraphRule": "._points",
+    "check_radius": "._points",
+    "parse_graph_rule": "._points",
+    "point_graph": "._points",
+    "read_npz_cloud": "._points",
+    "surface_fields": "._points",
 }
 
 #: Public names for attributes that carry another name in their module.
@@ -173,6 +195,8 @@ __all__ = [
     "Trajectories",
     "Trajectory",
     "VTK_SUFFIXES",
+    "WriteError",
+    "GraphRule",
     "assign_parts",
     "build_dataset",
     "boundary_area_vectors",
@@ -183,6 +207,7 @@ __all__ = [
     "check_apart",
     "check_destination",
     "check_expression",
+    "check_radius",
     "check_input_folders",
     "check_output_dir",
     "check_output_folder",
@@ -191,47 +216,60 @@ __all__ = [
     "dataset_partition_folder",
     "dump_dataset_metadata",
     "dump_partition_metadata",
+    "dumps_json",
     "edge_cut",
     "evaluate_columns",
     "evaluate_expression",
+    "folder_lock",
     "grid_layout",
     "held_note",
     "halo_windows",
     "imbalance",
     "is_dataset",
+    "is_lock_file",
     "is_trajectory_dataset",
     "kinds_of",
     "list_sources",
     "listed",
     "load_partition",
+    "loads_json",
+    "max_expansion",
     "named_boundaries",
+    "naming_write_errors",
     "open_dataset",
     "open_trajectories",
+    "parse_max_expansion",
     "partition_dataset",
     "partition_file",
     "partition_graph",
     "partition_grid",
     "partition_mesh",
     "partition_points",
+    "parse_graph_rule",
     "parse_target_scales",
     "plot_partition",
+    "point_graph",
     "plural",
     "print_summary",
     "read_dataset_metadata",
     "read_input",
+    "read_json",
     "read_json_inside",
     "read_parameters",
     "read_vtk",
     "read_inside",
     "read_metadata",
+    "read_npz_cloud",
     "read_partitions_metadata",
     "refine_balance",
     "save_partition",
     "surface_area_vectors",
+    "surface_fields",
     "verify_partition",
     "window_plan",
     "write_dataset",
     "write_dataset_from_pyg",
+    "write_text_file",
     "write_trajectories",
 ]
 

@@ -20,6 +20,8 @@ from ._io import InputData, check_finite, read_input
 from ._partition import Partition
 from ._plan import check_assignment, plan_partitions
 from ._progress import Steps
+from ._safe_io import folder_lock, parse_max_expansion
+from ._safe_io import max_expansion as _max_expansion
 
 __all__ = ["GRAPHS", "build_graph", "partition_file", "partition_graph", "partition_mesh",
            "partition_points"]
@@ -277,31 +279,35 @@ def partition_file(
     Returns:
         The partition folder.
     """
-    steps = steps or Steps()
-    out = Path(out)
-    check_output_dir(out, force, inputs=[input])
-    if num_parts < 1:
-        raise ValueError(f"Expected --parts >= 1 (got {num_parts})")
-    if tries is not None and tries < 1:
-        raise ValueError(f"Expected --tries >= 1 (got {tries})")
-    if tpwgts is not None:  # checked against num_parts, before num_parts sizes anything
-        target_weights(num_parts, tpwgts)
-    with steps.step("read"):
-        data = read_input(input, format=format, max_expansion=max_expansion)
-    with steps.step("graph"):
-        g = build_graph(data, graph, knn=knn, radius=radius, ncommon=ncommon)
-    source = {"kind": data.kind, "name": data.name, "sha256": data.sha256}
-    del data  # the cells go before METIS runs: the graph is all that is needed from here on
-    params: dict[str, Any] = {}
-    if g.kind == "knn":
-        params["knn"] = knn
-    if g.kind == "radius":
-        params["radius"] = radius
-    if g.kind == "dual":
-        params["ncommon"] = ncommon
-    attrs = {"graph": g.kind, "input": source, "parameters": params}
-    metadata, partitions = _run(g, num_parts, steps, method=method, halo_hops=halo_hops,
-                                imbalance=imbalance, seed=seed, recursive=recursive,
-                                tries=tries, tpwgts=tpwgts, attrs=attrs)
-    with steps.step("write", total=num_parts) as advance:  # each part built, written, let go
-        return write_partitions(metadata, partitions, out, force=force, progress=advance)
+    with folder_lock(out):  # one writer per folder (held already under meshshard partition)
+        steps = steps or Steps()
+        out = Path(out)
+        # the flag's value or, without one, the environment's: checked before anything is touched
+        max_expansion = (_max_expansion() if max_expansion is None
+                         else parse_max_expansion(max_expansion, "--max-expansion"))
+        check_output_dir(out, force, inputs=[input])
+        if num_parts < 1:
+            raise ValueError(f"Expected --parts >= 1 (got {num_parts})")
+        if tries is not None and tries < 1:
+            raise ValueError(f"Expected --tries >= 1 (got {tries})")
+        if tpwgts is not None:  # checked against num_parts, before num_parts sizes anything
+            target_weights(num_parts, tpwgts)
+        with steps.step("read"):
+            data = read_input(input, format=format, max_expansion=max_expansion)
+        with steps.step("graph"):
+            g = build_graph(data, graph, knn=knn, radius=radius, ncommon=ncommon)
+        source = {"kind": data.kind, "name": data.name, "sha256": data.sha256}
+        del data  # the cells go before METIS runs: the graph is all that is needed from here on
+        params: dict[str, Any] = {}
+        if g.kind == "knn":
+            params["knn"] = knn
+        if g.kind == "radius":
+            params["radius"] = radius
+        if g.kind == "dual":
+            params["ncommon"] = ncommon
+        attrs = {"graph": g.kind, "input": source, "parameters": params}
+        metadata, partitions = _run(g, num_parts, steps, method=method, halo_hops=halo_hops,
+                                    imbalance=imbalance, seed=seed, recursive=recursive,
+                                    tries=tries, tpwgts=tpwgts, attrs=attrs)
+        with steps.step("write", total=num_parts) as advance:  # each part built, written, let go
+            return write_partitions(metadata, partitions, out, force=force, progress=advance)

@@ -17,7 +17,9 @@ Folder layout::
     │   └── 00000/                   one folder per distinct mesh, meshes/{m:05d}/
     │       ├── points.npy           (N_m, D) float64 coordinates
     │       ├── cells-triangle.npy   (C, k) int64, one file per meshio cell type ...
-    │       └── edge_index.npy       ... or (2, E) int64 edges, for a graph given without cells
+    │       ├── edge_index.npy       ... or (2, E) int64 edges: a graph given without cells, or built
+    │       │                        from the points (the mesh's "graph" entry, see below)
+    │       └── surface-area.npy     (N_m, 3) float64 area vectors, for a surface in 3-D
     └── samples/
         ├── 00000/                   one folder per sample, samples/{s:05d}/
         │   ├── inputs.npy           (N_m, F_in) float32 (or float64: ``dtype``), unnormalised
@@ -39,14 +41,25 @@ the mesh's nodal graph (both directions of every cell edge).
 
 Optional keys, written only when used. An input field of ``meshshard dataset --wall-distance``
 (``wall_distance``, one channel) lists the boundaries it measures to: ``{"name":
-"wall_distance", "components": 1, "patches": ["lowerWall", "upperWall"]}``. ``"collapsed_2d":
+"wall_distance", "components": 1, "patches": ["lowerWall", "upperWall"]}``; one of ``--boundary-classes``
+(``node_type``, one-hot) its classes: ``{"name": "node_type", "components": 3, "classes": ["interior",
+"inlet", "wall"]}``. ``"collapsed_2d":
 true`` says the meshes are the lower planes of one-cell-thick 3-D meshes (``--collapse-2d``), so
 new cases to predict on must be read the same way. A mesh's ``"boundaries"`` (written when its
 file names boundaries: a ``.vtm``'s patches, node sets, gmsh physical groups) lists them in name
 order, ``[{"name", "num_nodes", "area"}]``; boundary ``k`` is stored as
 ``meshes/{m:05d}/boundary-{k:03d}.npy`` (sorted node ids) and ``boundary-{k:03d}-area.npy`` (the
-area vector each node stands for, :mod:`meshshard.partition._surface`). None of these changes how
-the samples are read.
+area vector each node stands for, :mod:`meshshard.partition._surface`). A mesh whose graph was built
+from its points (``meshshard dataset --graph``; a point cloud's by default, see
+:mod:`meshshard.partition._points`) records the rule, ``"graph": {"rule": "knn", "k": 8,
+"symmetric": true}`` or ``{"rule": "radius", "radius": R}``, and stores the edges as
+``edge_index.npy`` beside any cells (the cells are kept for writing predictions, the edges are the
+graph; the mesh checksum covers both), and the dataset records the rule as ``"graph": "knn:8"``.
+A surface in 3-D (faces, no 3-D cells) has ``"surface_area"`` (its total area) and
+``meshes/{m:05d}/surface-area.npy``: per point, the lumped area vector of the faces around it
+(:meth:`Dataset.surface_area`). ``"max_points": N`` (``--max-points``) asks training to draw a
+random subset of at most ``N`` points of a sample per epoch (not used by training yet). None of
+these changes how the samples are read.
 
 Inputs only. A dataset made without targets (``meshshard dataset`` without ``--targets``,
 ``write_dataset(targets=None)``) holds new cases to predict on: ``targets`` and
@@ -152,7 +165,6 @@ to this format what :mod:`meshshard.partition._trajectories` documents.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -163,7 +175,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._safe_io import Refusals, check_destination
+from ._json_io import dumps_json, naming_write_errors, read_json, write_text_file
+from ._safe_io import Refusals, check_destination, is_lock_file
 from ._text import MAX_LISTED, listed, plural  # noqa: F401 - also imported from here
 
 if TYPE_CHECKING:  # imported where used: a training rank reading samples needs no scipy
@@ -209,7 +222,7 @@ HOLD_RELATIVE = 1e-6
 
 _CELL_TYPE = re.compile(r"^[A-Za-z0-9_]+$")
 _OUR_FILE = re.compile(
-    r"^(dataset\.json|meshes/\d{5}/(points|edge_index|cells-[A-Za-z0-9_]+|boundary-\d{3}(-area)?)\.npy|"
+    r"^(dataset\.json|meshes/\d{5}/(points|edge_index|cells-[A-Za-z0-9_]+|boundary-\d{3}(-area)?|surface-area)\.npy|"
     r"samples/\d{5}/(inputs|targets|state|node_type)\.npy)$")
 _OUR_DIR = re.compile(r"^(meshes|samples)(/\d{5})?$")
 
@@ -279,20 +292,32 @@ class _Running:
             return
         x = np.asarray(x, dtype=np.float64)
         n_b = len(x) * times
-        mean_b = x.mean(axis=0)
-        m2_b = ((x - mean_b) ** 2).sum(axis=0) * times
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused by stats()
+            mean_b = x.mean(axis=0)
+            m2_b = ((x - mean_b) ** 2).sum(axis=0) * times
         self.merge(n_b, mean_b, m2_b)
 
     def merge(self, n_b: int, mean_b: np.ndarray, m2_b: np.ndarray) -> None:
+        if n_b == 0:  # nothing to merge (a mesh without edges)
+            return
         n = self.n + n_b
-        delta = mean_b - self.mean
-        self.mean = self.mean + delta * (n_b / n)
-        self.m2 = self.m2 + m2_b + delta**2 * (self.n * n_b / n)
+        with np.errstate(over="ignore", invalid="ignore"):
+            delta = mean_b - self.mean
+            self.mean = self.mean + delta * (n_b / n)
+            self.m2 = self.m2 + m2_b + delta**2 * (self.n * n_b / n)
         self.n = n
 
     def stats(self, channels: Sequence[str]) -> ChannelStats:
-        std = np.sqrt(self.m2 / self.n) if self.n else np.zeros_like(self.mean)
+        """The channels' statistics; ``ValueError`` naming a channel whose mean or std overflowed
+        float64 (values finite one by one, but spread beyond what float64 holds)."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            std = np.sqrt(self.m2 / self.n) if self.n else np.zeros_like(self.mean)
         mean = self.mean if self.n else np.zeros_like(self.mean)
+        bad = ~(np.isfinite(mean) & np.isfinite(std))
+        if bad.any():
+            j = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"Expected finite training statistics of channel {channels[j]!r} (got mean {mean[j]:g}, "
+                             f"std {std[j]:g}): its values span more than float64 can hold; rescale the field")
         return ChannelStats(tuple(channels), mean, std, int(self.n), held_channels(channels, mean, std))
 
 
@@ -427,6 +452,7 @@ class Sample:
     edge_index: np.ndarray | None = None
     source: str | None = None
     boundaries: Mapping[str, np.ndarray] | None = None
+    graph: Mapping[str, Any] | None = None  # how edge_index was made from the points (--graph), if it was
 
 
 def split_samples(names: Sequence[str], val_fraction: float | None = None,
@@ -469,12 +495,14 @@ def _is_ours(out: Path) -> str | None:
     """None when ``out`` holds a dataset and only our files; otherwise why not."""
     meta = out / METADATA_FILE
     try:
-        if json.loads(meta.read_text()).get("format") != FORMAT_NAME:
+        if read_json(meta).get("format") != FORMAT_NAME:
             return f"{METADATA_FILE} is not a {FORMAT_NAME} file"
     except (OSError, ValueError, AttributeError):
         return f"no readable {METADATA_FILE}"
     for path in out.rglob("*"):
         rel = path.relative_to(out).as_posix()
+        if is_lock_file(path):  # left by a killed command: ours
+            continue
         if path.is_symlink():
             return f"it holds a link ({rel})"
         if path.is_dir() and not _OUR_DIR.match(rel) or path.is_file() and not _OUR_FILE.match(rel):
@@ -509,7 +537,7 @@ def check_dataset_output(out: str | os.PathLike[str], force: bool,
 
 def _save_npy(path: Path, array: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as f:
+    with naming_write_errors(path), open(path, "wb") as f:
         np.lib.format.write_array(f, np.ascontiguousarray(array), allow_pickle=False)
 
 
@@ -541,8 +569,23 @@ def _check_sample(sample: Sample, index: int, in_width: int | None,
         merged.setdefault(str(cell_type), []).append(conn.astype(np.int64))
     cells = [(t, np.concatenate(c) if len(c) > 1 else c[0]) for t, c in merged.items()]
     if not cells and sample.edge_index is None:
-        raise ValueError(f"{where}: Expected cells or an edge_index (got neither)")
+        raise ValueError(f"{where}: Expected cells or an edge_index (got neither; a point cloud's: "
+                         "meshshard.partition.point_graph(pos, parse_graph_rule('knn:8')))")
     return pos, cells
+
+
+def _stored(array: np.ndarray, dtype: np.dtype, channels: Sequence[str], where: str, name: str) -> np.ndarray:
+    """``array`` (finite float64) cast to the stored ``dtype``; a value beyond its range (1e300
+    in float32), which the cast turns into an infinity, is refused naming the sample and field."""
+    with np.errstate(over="ignore"):  # refused below, naming the value
+        stored = array.astype(dtype)
+    bad = ~np.isfinite(stored)
+    if bad.any():
+        node, ch = (int(v[0]) for v in np.nonzero(bad))
+        raise ValueError(f"{where}: Expected the values of field {channels[ch]!r} of sample {name!r} to fit {dtype} "
+                         f"(got {array[node, ch]:g} at node {node}, beyond {dtype}'s largest magnitude "
+                         f"{float(np.finfo(dtype).max):.2g}; {plural(int(bad.sum()), 'such value')} in all)")
+    return stored
 
 
 def _check_finite(array: np.ndarray, channels: Sequence[str], where: str, name: str) -> None:
@@ -570,6 +613,7 @@ def write_samples(
     parameters: Mapping[str, Any] | None = None,
     target_scales: Mapping[str, str] | None = None,
     collapsed_2d: bool = False,
+    max_points: int | None = None,
 ) -> Path:
     """Write a dataset folder from ``samples``, consumed one at a time (never all in memory).
 
@@ -592,6 +636,8 @@ def write_samples(
             back (:meth:`Dataset.target_factors`).
         collapsed_2d: The meshes are the lower planes of one-cell-thick 3-D meshes
             (``--collapse-2d``): recorded as ``"collapsed_2d": true``.
+        max_points: Training's points per sample and epoch (``--max-points``): recorded as
+            ``"max_points"``.
 
     Returns:
         The dataset folder.
@@ -621,7 +667,14 @@ def write_samples(
             meta["target_scales"] = dict(target_scales)
         if collapsed_2d:
             meta["collapsed_2d"] = True
-        (tmp / METADATA_FILE).write_text(dump_metadata(meta))
+        rules = [m["graph"] for m in meta["meshes"] if "graph" in m]
+        if rules:
+            from ._points import GraphRule
+
+            meta["graph"] = str(GraphRule(rules[0]["rule"], rules[0].get("k"), rules[0].get("radius")))
+        if max_points is not None:
+            meta["max_points"] = int(max_points)
+        write_text_file(tmp / METADATA_FILE, dump_metadata(meta))
     return out
 
 
@@ -639,10 +692,7 @@ def atomic_folder(out: Path) -> Iterator[Path]:
 
 
 def _read_json(file: Path) -> Any:
-    try:
-        return json.loads(file.read_text())
-    except (ValueError, UnicodeDecodeError) as err:
-        raise ValueError(f"{file}: not valid JSON ({err})") from None
+    return read_json(file)
 
 
 def _write_all(tmp: Path, samples: Iterable[Sample], names: Sequence[str], train: set[int],
@@ -667,7 +717,9 @@ def _write_all(tmp: Path, samples: Iterable[Sample], names: Sequence[str], train
         _check_finite(inputs, in_ch, where, sample.name)
         _check_finite(targets, out_ch, where, sample.name)
         ei = None if sample.edge_index is None else np.asarray(sample.edge_index, dtype=np.int64)
-        digest = mesh_checksum(pos, cells, None if cells else ei)
+        if cells and sample.graph is None:
+            ei = None  # the cells' edges are the graph
+        digest = mesh_checksum(pos, cells, ei)
         if digest not in mesh_of:
             if meshes and meshes[0]["pos_dim"] != pos.shape[1]:
                 raise ValueError(f"{where}: Expected {meshes[0]['pos_dim']}-D points like the first sample "
@@ -675,23 +727,29 @@ def _write_all(tmp: Path, samples: Iterable[Sample], names: Sequence[str], train
             mesh_of[digest] = len(meshes)
             from ._graph import Graph, nodal_graph
 
-            graph = nodal_graph(cells, len(pos)) if cells else Graph.from_edge_index(ei, len(pos))
+            graph = Graph.from_edge_index(ei, len(pos)) if ei is not None else nodal_graph(cells, len(pos))
             folder = tmp / "meshes" / f"{len(meshes):05d}"
             _save_npy(folder / "points.npy", pos)
             for cell_type, conn in cells:
                 _save_npy(folder / f"cells-{cell_type}.npy", conn)
-            if not cells:
+            if ei is not None:
                 _save_npy(folder / "edge_index.npy", ei)
             meshes.append({"folder": f"meshes/{len(meshes):05d}", "num_nodes": len(pos),
                            "pos_dim": pos.shape[1], "num_edges": graph.num_edges,
                            "cells": {t: len(c) for t, c in cells}, "sha256": digest}
-                          | _write_boundaries(folder, sample.boundaries, pos, cells, where))
+                          | ({"graph": dict(sample.graph)} if sample.graph is not None and ei is not None else {})
+                          | _write_boundaries(folder, sample.boundaries, pos, cells, where)
+                          | _write_surface_area(folder, pos, cells))
             edge_runs.append(_edge_moments(graph, pos))
             train_uses.append(0)
         m = mesh_of[digest]
+        if meshes[m]["num_edges"] == 0:
+            who = sample.source or f"sample {i} ({sample.name!r})"
+            raise ValueError(f"{who}: Expected a mesh with edges (got {plural(len(pos), 'node')} and no edge); "
+                             "a graph network cannot learn on a mesh without edges")
         folder = tmp / "samples" / f"{i:05d}"
-        _save_npy(folder / "inputs.npy", inputs.astype(dtype))
-        _save_npy(folder / "targets.npy", targets.astype(dtype))
+        _save_npy(folder / "inputs.npy", _stored(inputs, dtype, in_ch, where, sample.name))
+        _save_npy(folder / "targets.npy", _stored(targets, dtype, out_ch, where, sample.name))
         if i in train:
             run_in.add(inputs)
             run_out.add(targets)
@@ -711,6 +769,19 @@ def _write_all(tmp: Path, samples: Iterable[Sample], names: Sequence[str], train
             "targets": run_out.stats(out_ch).to_dict(), "edges": run_edges.stats(edge_ch).to_dict()}
     return {"kind": KINDS[0] if len(meshes) == 1 else KINDS[1], "edge_channels": edge_ch,
             "normalisation": norm, "meshes": meshes, "samples": entries}
+
+
+def _write_surface_area(folder: Path, pos: np.ndarray, cells: Cells) -> dict[str, Any]:
+    """Store a surface's per-point area vectors (``surface-area.npy``, :mod:`meshshard.partition._points`);
+    the mesh's ``"surface_area"`` entry (the total area), or nothing for another mesh."""
+    from ._points import surface_faces, surface_fields
+
+    faces = surface_faces(pos, cells)
+    if not faces:
+        return {}
+    _, area, vectors = surface_fields(pos, faces)
+    _save_npy(folder / "surface-area.npy", vectors)
+    return {"surface_area": float(area.sum())}
 
 
 def _write_boundaries(folder: Path, boundaries: Mapping[str, np.ndarray] | None, pos: np.ndarray,
@@ -738,7 +809,7 @@ def _write_boundaries(folder: Path, boundaries: Mapping[str, np.ndarray] | None,
 def dump_metadata(meta: Mapping[str, Any]) -> str:
     """``dataset.json``'s text: two-space indent, one line per field, statistic, mesh and sample."""
     def block(key: str, items: Sequence[Any], indent: str = "  ") -> str:
-        lines = ",\n".join(f"{indent}  {json.dumps(v)}" for v in items)
+        lines = ",\n".join(f"{indent}  {dumps_json(v)}" for v in items)
         return f'{indent}"{key}": [\n{lines}\n{indent}]'
 
     parts = []
@@ -746,10 +817,10 @@ def dump_metadata(meta: Mapping[str, Any]) -> str:
         if key in ("meshes", "samples"):
             parts.append(block(key, value))
         elif key == "normalisation":
-            inner = ",\n".join(f'    "{k}": {json.dumps(v)}' for k, v in value.items())
+            inner = ",\n".join(f'    "{k}": {dumps_json(v)}' for k, v in value.items())
             parts.append(f'  "normalisation": {{\n{inner}\n  }}')
         else:
-            parts.append(f'  "{key}": {json.dumps(value)}')
+            parts.append(f'  "{key}": {dumps_json(value)}')
     return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
@@ -910,7 +981,7 @@ class Mesh:
         """The nodal graph training uses (edges of the cells, or the stored edge_index)."""
         from ._graph import Graph, nodal_graph
 
-        if self.cells:
+        if self.edge_index is None:
             return nodal_graph(self.cells, self.num_nodes, pos=self.points)
         return Graph.from_edge_index(self.edge_index, self.num_nodes, pos=self.points)
 
@@ -1062,6 +1133,22 @@ class Dataset:
                              f"[0, {entry['num_nodes']}) and their ({n}, {entry['pos_dim']}) area vectors)")
         return ids.astype(np.int64), area.astype(np.float64)
 
+    def surface_area(self, index: int) -> np.ndarray | None:
+        """The area vector of each point of mesh ``index`` when it is a surface in 3-D, ``(N, 3)``
+        (length: the point's lumped area; direction: its normal by the faces' winding), else None."""
+        entry = self.meta["meshes"][index]
+        if "surface_area" not in entry:
+            return None
+        file = self.mesh_folder(index) / "surface-area.npy"
+        try:
+            vectors = np.asarray(self._load(file, None))
+        except (OSError, ValueError) as err:
+            raise ValueError(f"{file}: unreadable ({err})") from None
+        if vectors.shape != (entry["num_nodes"], 3) or vectors.dtype.kind != "f":
+            raise ValueError(f"{file}: damaged (Expected a float array of shape ({entry['num_nodes']}, 3), got "
+                             f"{vectors.dtype} {vectors.shape})")
+        return vectors.astype(np.float64)
+
     def mesh(self, index: int) -> Mesh:
         """The stored mesh ``index`` (whole: for partitioning and for writing predictions)."""
         if not 0 <= index < self.num_meshes:
@@ -1073,7 +1160,7 @@ class Dataset:
         try:
             for cell_type in entry["cells"]:
                 cells.append((cell_type, self._load(folder / f"cells-{cell_type}.npy", None)))
-            edge_index = None if cells else self._load(folder / "edge_index.npy", None)
+            edge_index = self._load(folder / "edge_index.npy", None) if not cells or "graph" in entry else None
         except (OSError, ValueError) as err:
             raise ValueError(str(err) if str(err).startswith(str(folder)) else f"{folder}: a mesh file is not readable "
                              f"({err})") from None
@@ -1160,7 +1247,8 @@ def read_partitions_metadata(parts: str | os.PathLike[str]) -> dict[str, Any]:
     source = meta.get("input", {})
     return {"format": None, "num_parts": meta["num_parts"],
             "meshes": [{"mesh": 0, "folder": ".", "num_nodes": meta["num_nodes"],
-                        "sha256": source.get("sha256") if source.get("kind") == "dataset" else None}]}
+                        "sha256": source.get("sha256") if source.get("kind") == "dataset" else None}],
+            **({"halo_radius": meta["halo_radius"]} if "halo_radius" in meta else {})}
 
 
 def check_partition_matches(dataset: Dataset | str | os.PathLike[str], parts: str | os.PathLike[str],

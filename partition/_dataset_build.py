@@ -15,7 +15,6 @@ named after their folder too (``a/case-0``, ``b/case-0``).
 from __future__ import annotations
 
 import io
-import json
 import os
 import re
 import warnings
@@ -43,9 +42,19 @@ from ._dataset import (
 )
 from ._expressions import check_expression, evaluate_expression, parse_target_scales
 from ._foam import foam_folder, foam_sources, sample_stem
+from ._json_io import dumps_json, write_text_file
 from ._mesh_ops import WALL_DISTANCE, cell_data_to_points, collapse_2d, one_cell_thick_note
 from ._mesh_ops import wall_distance as nearest_wall_distance
-from ._safe_io import check_destination, read_regular
+from ._points import (
+    GraphRule,
+    add_surface_fields,
+    is_legacy_polydata,
+    parse_graph_rule,
+    read_npz_cloud,
+    sample_graph,
+    triangulate,
+)
+from ._safe_io import check_destination, folder_lock, is_lock_file, read_regular
 from ._surface import named_boundaries
 from ._vtk_io import VTK_SUFFIXES, read_vtk
 
@@ -66,7 +75,7 @@ def list_sources(sources: Sequence[str | os.PathLike[str]], notes: Callable[[str
     taken (a note says so when there are several), its other files and folders silently."""
     import meshio
 
-    known = set(meshio.extension_to_filetypes) | set(VTK_SUFFIXES)
+    known = set(meshio.extension_to_filetypes) | set(VTK_SUFFIXES) | {".npz"}
     files: list[Path] = []
     other: list[Path] = []
     subfolders: list[Path] = []
@@ -115,7 +124,9 @@ def _skipped_note(other: list[Path], subfolders: list[Path]) -> str:
 def _read(path: Path, notes: Callable[[str], None] | None = None) -> Any:
     """A mesh file as a ``meshio.Mesh``: by meshio, or by vtk for :data:`VTK_SUFFIXES`
     (``notes`` is told of a multiblock's blocks left out)."""
-    if path.suffix.lower() in VTK_SUFFIXES:
+    if path.suffix.lower() == ".npz":
+        return read_npz_cloud(path)
+    if path.suffix.lower() in VTK_SUFFIXES or (path.suffix.lower() == ".vtk" and is_legacy_polydata(path)):
         try:
             return read_vtk(path, notes)
         except ValueError:
@@ -132,9 +143,9 @@ def _read(path: Path, notes: Callable[[str], None] | None = None) -> Any:
             warnings.simplefilter("ignore")
             return meshio.read(path)
     except (Exception, SystemExit) as err:
-        said = [line.strip() for line in chatter.getvalue().splitlines() if line.strip()]
-        detail = said[0] if said else str(err).strip().split("\n")[0] or type(err).__name__
-        raise ValueError(f"{path}: meshio cannot read it ({detail})") from None
+        from ._io import meshio_failure
+
+        raise ValueError(f"{path}: {meshio_failure(err, chatter.getvalue())}") from None
 
 
 def parse_field_names(text: str | Sequence[str], what: str) -> list[str]:
@@ -269,6 +280,8 @@ class _Reading:
     cell_data_to_points: bool = False
     collapse_2d: bool = False
     wall_distance: tuple[str, ...] = ()
+    node_types: tuple[str, ...] | None = None  # the boundary classes (--boundary-classes), after "interior"
+    graph: GraphRule | None = None  # --graph (None: the cells' edges, or knn:8 for a sample without)
 
 
 def _select(names: list[str], mesh: Any, pos: np.ndarray, path: Path,
@@ -359,6 +372,9 @@ def build_dataset(
     cell_data_to_points: bool = False,
     collapse_2d: bool = False,
     wall_distance: str | Sequence[str] | None = None,
+    node_types: bool = False,
+    graph: str | None = None,
+    max_points: int | None = None,
 ) -> Path:
     """``meshshard dataset``: one sample per mesh file (see the module docstring for names).
 
@@ -395,66 +411,92 @@ def build_dataset(
             list: an input channel ``wall_distance`` after the named inputs, at every node the
             distance to the nearest node of those boundaries; its field record lists them as
             ``"patches"`` (``--wall-distance``).
+        node_types: The named boundaries of the files (a ``.vtm``'s patches, node sets, gmsh
+            physical groups) as one-hot input channels ``node_type[k]`` after the other inputs:
+            class 0 ``interior`` (on no boundary), then one per boundary of the first file, in its
+            order (a node on two takes the first); the field's record lists them as ``"classes"``
+            (``--boundary-classes``). Every file must name the same boundaries.
+        graph: How a sample's graph is made (``--graph``): ``"mesh"`` (its cells' edges),
+            ``"knn:K"`` or ``"radius:R"`` (from its points, :mod:`meshshard.partition._points`);
+            default: the cells' edges, and ``knn:8`` for a sample without cells that join points.
+            Point samples (``.npz`` with ``pos``, ``.vtu`` of vertex cells, ``.vtp``, ``.ply``, ``.stl``
+            surfaces) may differ in size; a surface's ``normal`` and ``area`` are input fields.
+        max_points: Training's points per sample and epoch (``--max-points``), recorded only:
+            training does not subsample yet.
         Others: as :func:`meshshard.partition._dataset.write_samples`.
     """
-    in_names = parse_field_names(inputs, "--inputs")
-    out_names = parse_field_names(targets, "--targets") if targets else []
-    patches = _patch_names(wall_distance) if wall_distance else ()
-    reading = _Reading(cell_data_to_points, collapse_2d, patches)
-    if not out_names and val_fraction is None and val_samples is None:
-        val_fraction = 0.0  # cases to predict on: nothing to validate against
-    check_dataset_output(out, force, sources)
-    files = list_sources(sources, notes)
-    names, renamed = sample_names(files)
-    if val_samples is not None:
-        _check_val_names(val_samples, names, files, renamed)
-    if renamed and notes is not None:
-        notes(f"{plural(len(renamed), 'file')} share a name with a file in another folder, so each sample is "
-              f"named after its folder too: {listed([names[i] for i in renamed])}")
-    table = read_parameters(params, names, notes) if params is not None else None
-    first = _sample_from(files[0], names[0], in_names, out_names, reading=reading, notes=notes)
-    _check_channels(in_names, out_names, first, notes)
-    input_fields = _records(in_names, first.inputs)
-    if patches:
-        if WALL_DISTANCE in channel_names(input_fields):
-            raise ValueError(f"Expected --inputs apart from {WALL_DISTANCE}, the channel --wall-distance adds (got "
-                             "it in both)")
-        input_fields.append({"name": WALL_DISTANCE, "components": 1, "patches": list(patches)})
-    scales = _target_scales(target_scale, table, params, out_names, names)
-    if table is not None:
-        clash = [p for p in table["names"] if p in channel_names(input_fields)]
-        if clash:
-            raise ValueError(f"{params}: Expected parameter names apart from the input fields (got {listed(clash)} "
-                             "in both)")
-        first = _with_parameters(first, table, 0, scales, _records(out_names, first.targets))
-    expect = (first, files[0])
-    mesh0 = (first.sample.pos, _merged_cells(first.sample.cells)) if same_mesh else None
+    with folder_lock(out):  # one writer per folder (held already under meshshard dataset)
+        in_names = parse_field_names(inputs, "--inputs")
+        out_names = parse_field_names(targets, "--targets") if targets else []
+        patches = _patch_names(wall_distance) if wall_distance else ()
+        reading = _Reading(cell_data_to_points, collapse_2d, patches,
+                           graph=parse_graph_rule(graph) if graph is not None else None)
+        if max_points is not None and (isinstance(max_points, bool) or not isinstance(max_points, (int, np.integer))
+                                       or max_points < 1):
+            raise ValueError(f"Expected --max-points to be an integer >= 1 (got {max_points!r})")
+        if not out_names and val_fraction is None and val_samples is None:
+            val_fraction = 0.0  # cases to predict on: nothing to validate against
+        check_dataset_output(out, force, sources)
+        files = list_sources(sources, notes)
+        names, renamed = sample_names(files)
+        if val_samples is not None:
+            _check_val_names(val_samples, names, files, renamed)
+        if renamed and notes is not None:
+            notes(f"{plural(len(renamed), 'file')} share a name with a file in another folder, so each sample is "
+                  f"named after its folder too: {listed([names[i] for i in renamed])}")
+        table = read_parameters(params, names, notes) if params is not None else None
+        if node_types:
+            reading = replace(reading, node_types=_boundary_names(files[0], reading))
+        first = _sample_from(files[0], names[0], in_names, out_names, reading=reading, notes=notes)
+        _check_channels(in_names, out_names, first, notes)
+        input_fields = _records(in_names, first.inputs)
+        if patches:
+            if WALL_DISTANCE in channel_names(input_fields):
+                raise ValueError(f"Expected --inputs apart from {WALL_DISTANCE}, the channel --wall-distance adds (got "
+                                 "it in both)")
+            input_fields.append({"name": WALL_DISTANCE, "components": 1, "patches": list(patches)})
+        if reading.node_types is not None:
+            if NODE_TYPE in channel_names(input_fields) or NODE_TYPE in in_names:
+                raise ValueError(f"Expected --inputs apart from {NODE_TYPE}, the field --boundary-classes adds "
+                                 "(got it in both)")
+            input_fields.append({"name": NODE_TYPE, "components": 1 + len(reading.node_types),
+                                 "classes": ["interior", *reading.node_types]})
+        scales = _target_scales(target_scale, table, params, out_names, names)
+        if table is not None:
+            clash = [p for p in table["names"] if p in channel_names(input_fields)]
+            if clash:
+                raise ValueError(f"{params}: Expected parameter names apart from the input fields (got {listed(clash)} "
+                                 "in both)")
+            first = _with_parameters(first, table, 0, scales, _records(out_names, first.targets))
+        expect = (first, files[0])
+        mesh0 = (first.sample.pos, _merged_cells(first.sample.cells)) if same_mesh else None
 
-    def samples() -> Iterator[Sample]:
-        nonlocal first
-        yield first.sample
-        first = None  # type: ignore[assignment]  # let the first sample's arrays go
-        for i in range(1, len(files)):
-            read = _sample_from(files[i], names[i], in_names, out_names, expect=expect, reading=reading)
-            if table is not None:
-                read = _with_parameters(read, table, i, scales, _records(out_names, read.targets))
-            if mesh0 is not None:
-                why = _mesh_difference(read.sample.pos, _merged_cells(read.sample.cells), *mesh0, files[0])
-                if why is not None:
-                    raise ValueError(f"{files[i]}: Expected the mesh of {files[0]} in every sample, as "
-                                     f"--same-mesh asks (got {why})")
-            yield read.sample
+        def samples() -> Iterator[Sample]:
+            nonlocal first
+            yield first.sample
+            first = None  # type: ignore[assignment]  # let the first sample's arrays go
+            for i in range(1, len(files)):
+                read = _sample_from(files[i], names[i], in_names, out_names, expect=expect, reading=reading)
+                if table is not None:
+                    read = _with_parameters(read, table, i, scales, _records(out_names, read.targets))
+                if mesh0 is not None:
+                    why = _mesh_difference(read.sample.pos, _merged_cells(read.sample.cells), *mesh0, files[0])
+                    if why is not None:
+                        raise ValueError(f"{files[i]}: Expected the mesh of {files[0]} in every sample, as "
+                                         f"--same-mesh asks (got {why})")
+                yield read.sample
 
-    if table is not None:
-        input_fields += [{"name": p, "components": 1, "parameter": True} for p in table["names"]]
-    written = write_samples(out, samples(), names, input_fields=input_fields,
-                            target_fields=_records(out_names, first.targets), val_fraction=val_fraction,
-                            val_samples=val_samples, dtype=dtype, force=force, sources=sources, progress=progress,
-                            parameters=table, target_scales=scales or None, collapsed_2d=collapse_2d)
-    held = held_note(read_dataset_metadata(written))
-    if held and notes is not None:
-        notes(held)
-    return written
+        if table is not None:
+            input_fields += [{"name": p, "components": 1, "parameter": True} for p in table["names"]]
+        written = write_samples(out, samples(), names, input_fields=input_fields,
+                                target_fields=_records(out_names, first.targets), val_fraction=val_fraction,
+                                val_samples=val_samples, dtype=dtype, force=force, sources=sources, progress=progress,
+                                parameters=table, target_scales=scales or None, collapsed_2d=collapse_2d,
+                                max_points=max_points)
+        held = held_note(read_dataset_metadata(written))
+        if held and notes is not None:
+            notes(held)
+        return written
 
 
 def held_note(meta: Mapping[str, Any]) -> str | None:
@@ -597,11 +639,14 @@ def _sample_from(path: Path, name: str, in_names: list[str], out_names: list[str
         thick = one_cell_thick_note(mesh, path)
         if thick is not None:
             notes(thick)
+    add_surface_fields(mesh, [*in_names, *out_names], path)
     pos = np.asarray(mesh.points, dtype=np.float64)
     x, x_sources = _select(in_names, mesh, pos, path, reading.cell_data_to_points)
     y, y_sources = _select(out_names, mesh, pos, path, reading.cell_data_to_points)
     if reading.wall_distance:
         x = np.concatenate([x, nearest_wall_distance(mesh, reading.wall_distance, path)], axis=1)
+    if reading.node_types is not None:
+        x = np.concatenate([x, _one_hot_classes(mesh, reading.node_types, path)], axis=1)
     if expect is not None:
         for field, got, want in zip([*in_names, *out_names], [*x_sources, *y_sources],
                                     [*expect[0].inputs, *expect[0].targets]):
@@ -611,8 +656,39 @@ def _sample_from(path: Path, name: str, in_names: list[str], out_names: list[str
     for t, c in cells:
         if c.dtype == object or c.ndim != 2:
             raise ValueError(f"{path}: cell type {t!r} with a varying node count is not supported")
-    return _Read(Sample(name, pos, x, y, cells=cells, source=str(path), boundaries=named_boundaries(mesh)),
-                 x_sources, y_sources)
+    cells = triangulate(cells)
+    edge_index, graph = sample_graph(pos, cells, reading.graph, path)
+    return _Read(Sample(name, pos, x, y, cells=cells, source=str(path), boundaries=named_boundaries(mesh),
+                        edge_index=edge_index, graph=graph), x_sources, y_sources)
+
+
+#: The input field ``--boundary-classes`` adds: one-hot classes from the named boundaries.
+NODE_TYPE = "node_type"
+
+
+def _boundary_names(path: Path, reading: _Reading) -> tuple[str, ...]:
+    """The named boundaries of the first file, as read (collapsed, if asked), for ``--boundary-classes``."""
+    mesh = _read(path)
+    if reading.collapse_2d:
+        mesh = collapse_2d(mesh, path)
+    names = tuple(named_boundaries(mesh))
+    if not names:
+        raise ValueError(f"{path}: Expected named boundaries for --boundary-classes (got none: a .vtm's patches, a "
+                         "file's node sets or gmsh physical groups name them)")
+    return names
+
+
+def _one_hot_classes(mesh: Any, classes: tuple[str, ...], path: Path) -> np.ndarray:
+    """``(N, 1 + len(classes))`` one-hot node classes: 0 interior, then the boundaries in order
+    (a node on two takes the first)."""
+    sets = named_boundaries(mesh)
+    if tuple(sets) != classes:
+        raise ValueError(f"{path}: Expected the named boundaries of the first file for --boundary-classes, "
+                         f"{listed(list(classes))} (got {listed(list(sets)) if sets else 'none'})")
+    ids = np.zeros(len(mesh.points), dtype=np.int64)
+    for k in range(len(classes), 0, -1):  # the first set wins: written last
+        ids[sets[classes[k - 1]]] = k
+    return np.eye(1 + len(classes))[ids]
 
 
 def _merged_cells(cells: Sequence[tuple[str, np.ndarray]]) -> list[tuple[str, np.ndarray]]:
@@ -661,49 +737,74 @@ def partition_dataset(
     halo_hops: int = 1,
     imbalance: float = 0.03,
     seed: int = 0,
+    tries: int | None = None,
     force: bool = False,
     progress: Callable[[int], None] | None = None,
+    radius: float | None = None,
 ) -> Path:
     """``meshshard partition DATA``: partition the one mesh of a dataset (PARTS is a partition
     folder), or every distinct mesh (PARTS holds one partition folder per mesh, see the format
-    docstring). Each partition records the mesh's checksum as its ``input.sha256``."""
-    from ._api import _run
-    from ._assign import check_num_parts
-    from ._format import write_partitions
-    from ._progress import Steps
+    docstring). Each partition records the mesh's checksum as its ``input.sha256``.
 
-    dataset = open_dataset(data)
-    out = Path(out)
-    _check_parts_output(out, force)
-    if num_parts < 1:
-        raise ValueError(f"Expected --parts >= 1 (got {num_parts})")
-    for entry in dataset.meta["meshes"]:
-        check_num_parts(num_parts, entry["num_nodes"])
+    ``method`` ``"metis"`` partitions each mesh's graph (a point cloud's kNN graph), ``"rcb"`` and
+    ``"morton"`` its points. ``radius`` (``--radius``): the geometric halo radius the partition is
+    made for, recorded as ``"halo_radius"`` in every partition (and ``partitions.json``) with each
+    part's exact ghost count at that radius, ``"radius_ghosts"``; a model with a larger ball
+    radius is then refused (:func:`meshshard.partition._points.check_radius`)."""
+    with folder_lock(out):  # one writer per folder (held already under meshshard partition)
+        from ._api import _run
+        from ._assign import check_num_parts
+        from ._format import write_partitions
+        from ._points import check_halo_radius, record_halo_radius
+        from ._progress import Steps
 
-    def one(m: int, folder: Path) -> None:
-        mesh = dataset.mesh(m)
-        graph = mesh.graph()
-        attrs = {"graph": graph.kind, "input": {"kind": "dataset", "name": f"{dataset.path.name}/meshes/{m:05d}",
-                                                  "sha256": mesh.sha256}, "parameters": {}}
-        metadata, partitions = _run(graph, num_parts, Steps(), method=method, halo_hops=halo_hops,
-                                    imbalance=imbalance, seed=seed, attrs=attrs)
-        write_partitions(metadata, partitions, folder)
-        if progress is not None:
-            progress(1)
+        dataset = open_dataset(data)
+        out = Path(out)
+        radius = check_halo_radius(radius)
+        _check_parts_output(out, force)
+        if num_parts < 1:
+            raise ValueError(f"Expected --parts >= 1 (got {num_parts})")
+        if tries is not None and tries < 1:
+            raise ValueError(f"Expected --tries >= 1 (got {tries})")
+        for entry in dataset.meta["meshes"]:
+            check_num_parts(num_parts, entry["num_nodes"])
 
-    with atomic_folder(out) as tmp:
-        if dataset.kind == "one-mesh":
-            one(0, tmp)
-        else:
-            meshes = []
-            for m, entry in enumerate(dataset.meta["meshes"]):
-                one(m, tmp / f"mesh-{m:05d}")
-                meshes.append({"mesh": m, "folder": f"mesh-{m:05d}", "num_nodes": entry["num_nodes"],
-                               "sha256": entry["sha256"]})
-            meta = {"format": PARTITIONS_FORMAT, "format_version": 1, "num_parts": num_parts,
-                    "dataset": dataset.path.name, "num_meshes": len(meshes), "meshes": meshes}
-            (tmp / PARTITIONS_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-    return out
+        def one(m: int, folder: Path) -> None:
+            mesh = dataset.mesh(m)
+            graph = mesh.graph()
+            rule = dataset.meta["meshes"][m].get("graph") or {}
+            source = {"kind": "dataset", "name": f"{dataset.path.name}/meshes/{m:05d}", "sha256": mesh.sha256}
+            attrs = {"graph": rule.get("rule") or graph.kind, "input": source, "parameters": {}}
+            metadata, partitions = _run(graph, num_parts, Steps(), method=method, halo_hops=halo_hops,
+                                        imbalance=imbalance, seed=seed, tries=tries, attrs=attrs)
+            owner = np.zeros(mesh.num_nodes, dtype=np.int64)
+
+            def tapped() -> Iterator[Any]:  # each part's owned ids noted as it streams past
+                for part in partitions:
+                    owner[part.owned_ids] = part.rank
+                    yield part
+
+            write_partitions(metadata, tapped(), folder)
+            if radius is not None:
+                record_halo_radius(folder, mesh.points, owner, radius)
+            if progress is not None:
+                progress(1)
+
+        with atomic_folder(out) as tmp:
+            if dataset.kind == "one-mesh":
+                one(0, tmp)
+            else:
+                meshes = []
+                for m, entry in enumerate(dataset.meta["meshes"]):
+                    one(m, tmp / f"mesh-{m:05d}")
+                    meshes.append({"mesh": m, "folder": f"mesh-{m:05d}", "num_nodes": entry["num_nodes"],
+                                   "sha256": entry["sha256"]})
+                meta = {"format": PARTITIONS_FORMAT, "format_version": 1, "num_parts": num_parts,
+                        "dataset": dataset.path.name, "num_meshes": len(meshes), "meshes": meshes}
+                if radius is not None:
+                    meta["halo_radius"] = radius
+                write_text_file(tmp / PARTITIONS_FILE, dumps_json(meta, indent=2) + "\n")
+        return out
 
 
 def _check_parts_output(out: Path, force: bool) -> None:
@@ -721,7 +822,7 @@ def _check_is_partitions(out: Path) -> None:
         check_is_partition(out)
         return
     for child in out.iterdir():
-        ours = child.name == PARTITIONS_FILE or (
+        ours = child.name == PARTITIONS_FILE or is_lock_file(child) or (
             re.fullmatch(r"mesh-\d{5}", child.name) and child.is_dir() and not child.is_symlink()
             and (child / METADATA_FILE).is_file())
         if not ours:

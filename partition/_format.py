@@ -135,7 +135,6 @@ and its two part files (``pos`` left out here)::
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import warnings
 import zipfile
@@ -147,8 +146,17 @@ from typing import Any
 import numpy as np
 
 from ._invariants import part_problems
+from ._json_io import dumps_json, naming_write_errors, write_text_file
 from ._partition import PART_ARRAYS, Partition
-from ._safe_io import check_destination, interrupted_hint, read_inside, read_json_inside, read_npz, write_folder
+from ._safe_io import (
+    check_destination,
+    interrupted_hint,
+    is_lock_file,
+    read_inside,
+    read_json_inside,
+    read_npz,
+    write_folder,
+)
 
 __all__ = [
     "FORMAT_NAME",
@@ -220,10 +228,11 @@ def make_metadata(
 def check_is_partition(folder: Path) -> None:
     """Raise unless ``folder`` holds a partition of this format and nothing else (the test
     ``--force`` applies before replacing a folder): a readable ``partition.json`` naming this
-    format, and only that file and ``part-NNNNN.npz`` files of its parts, no links or folders."""
+    format, and only that file and ``part-NNNNN.npz`` files of its parts, no links or folders (a
+    lock file a killed command left, :func:`is_lock_file`, is ours too)."""
     refuse = "refusing to replace it, even with --force"
     try:
-        meta = json.loads(read_inside(folder, METADATA_FILE, max_bytes=MAX_METADATA_BYTES))
+        meta = read_json_inside(folder, METADATA_FILE, max_bytes=MAX_METADATA_BYTES)
         num_parts = meta["num_parts"] if meta.get("format") == FORMAT_NAME else None
     except (ValueError, UnicodeDecodeError, AttributeError, KeyError):
         num_parts = None
@@ -233,7 +242,7 @@ def check_is_partition(folder: Path) -> None:
     allowed = {METADATA_FILE, *(part_file_name(r) for r in range(max(num_parts, 0)))}
     with os.scandir(folder) as entries:
         for entry in entries:
-            if entry.name not in allowed or not entry.is_file(follow_symlinks=False):
+            if (entry.name not in allowed or not entry.is_file(follow_symlinks=False)) and not is_lock_file(entry.path):
                 raise ValueError(f"{folder}: holds {entry.name!r}, which is not a file of a "
                                  f"partition; {refuse}")
 
@@ -301,7 +310,7 @@ class _HashingFile:
 def _write_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> str:
     """Write an uncompressed ``.npz`` archive whose bytes depend only on the arrays (fixed
     member order and timestamps); return its SHA-256 (taken as the bytes are written)."""
-    with open(path, "wb") as raw:
+    with naming_write_errors(path), open(path, "wb") as raw:
         file = _HashingFile(raw)
         with zipfile.ZipFile(file, "w", zipfile.ZIP_STORED) as archive:  # type: ignore[arg-type]
             for name, array in arrays.items():
@@ -391,7 +400,7 @@ def write_partitions(
             progress(min(len(digests), WRITERS))
         meta["parts"] = [{**entry, "file": part_file_name(rank), "sha256": digest}
                          for rank, (entry, digest) in enumerate(zip(meta["parts"], hashes))]
-        (folder / METADATA_FILE).write_text(dump_metadata(meta))
+        write_text_file(folder / METADATA_FILE, dump_metadata(meta))
 
     write_folder(out, fill)
     return out
@@ -401,7 +410,7 @@ def metadata_checksum(meta: Mapping[str, Any]) -> str:
     """SHA-256 of the canonical JSON of the metadata without its own checksum (sorted keys,
     no spaces, ASCII)."""
     body = {k: v for k, v in meta.items() if k != CHECKSUM_KEY}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    text = dumps_json(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -411,8 +420,8 @@ def dump_metadata(meta: Mapping[str, Any]) -> str:
     verifies, so an edited ``partition.json`` is refused."""
     meta = {k: v for k, v in meta.items() if k != CHECKSUM_KEY}
     parts = meta.get("parts", [])
-    body = json.dumps({k: v for k, v in meta.items() if k != "parts"}, indent=2)
-    lines = ",\n".join("    " + json.dumps(p) for p in parts)
+    body = dumps_json({k: v for k, v in meta.items() if k != "parts"}, indent=2)
+    lines = ",\n".join("    " + dumps_json(p) for p in parts)
     return (body[:-2] + ',\n  "parts": [\n' + lines + "\n  ],\n"
             + f'  "{CHECKSUM_KEY}": "{metadata_checksum(meta)}"\n}}\n')
 

@@ -6,8 +6,8 @@ The format is chosen from the file name, or forced with ``format=``:
 ``metis-graph``    ``.graph``, ``.mgraph``, ``.metis``, optionally ``.bz2``/``.gz``-compressed
 ``metis-mesh``     METIS's own mesh format (``mpmetis`` input); a ``.mesh`` file whose first
                    token is an integer is taken as METIS (Medit files start with a keyword)
-``points``         ``.npy`` (an ``(N, 2)`` or ``(N, 3)`` array) or ``.npz`` (its ``pos`` array,
-                   or its only array)
+``points``         ``.npy`` (an ``(N, 2)`` or ``(N, 3)`` array of real numbers) or ``.npz`` (its
+                   array named ``pos``)
 ``meshio``         any other extension meshio knows
 =================  ===========================================================================
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import io
 import re
+import struct
 import warnings
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ import scipy.sparse as sp
 from ._graph import Cells, Graph
 from ._safe_io import decompress, hash_regular, read_npy, read_npz, read_regular
 
-__all__ = ["InputData", "read_input", "read_metis_graph", "read_metis_mesh", "FORMATS"]
+__all__ = ["InputData", "read_input", "read_metis_graph", "read_metis_mesh", "meshio_failure", "FORMATS"]
 
 #: Values accepted by ``read_input(format=...)`` / ``--format``.
 FORMATS = ("auto", "meshio", "metis-graph", "metis-mesh", "points")
@@ -316,23 +317,41 @@ def read_metis_mesh(raw: bytes) -> tuple[list[tuple[str, np.ndarray]], int]:
 
 
 def _read_points(raw: bytes) -> np.ndarray:
-    """The points of a ``.npy`` file, or of a ``.npz`` archive's ``pos`` (or only) array."""
+    """The points of a ``.npy`` file, or of a ``.npz`` archive's ``pos`` array (an archive
+    without one is refused: which of its arrays are the points is not guessed)."""
     if raw[:2] == b"PK":
         arrays = read_npz(raw)
-        names = list(arrays)
-        if "pos" in arrays:
-            pos = arrays["pos"]
-        elif len(names) == 1:
-            pos = arrays[names[0]]
-        else:
-            raise ValueError(f"Expected a 'pos' array or a single array (got {names})")
+        if "pos" not in arrays:
+            raise ValueError("Expected the points as an array named 'pos' in the .npz archive "
+                             f"(got {', '.join(arrays) or 'no array'})")
+        pos = arrays["pos"]
     else:
         pos = read_npy(raw)
     if pos.ndim != 2 or pos.shape[1] not in (2, 3):
         raise ValueError(f"Expected points of shape (N, 2) or (N, 3) (got {pos.shape})")
+    if np.issubdtype(pos.dtype, np.complexfloating):  # astype(float64) would drop the imaginary part
+        raise ValueError(f"Expected real coordinates (got a {pos.dtype} array)")
     if not np.issubdtype(pos.dtype, np.number):
         raise ValueError(f"Expected numeric points (got dtype {pos.dtype})")
     return pos.astype(np.float64)
+
+
+#: What meshio's readers raise when a file ends early or its sizes disagree: bare assertions,
+#: indexing past the data, a section name cut short, unpacking too few bytes. The reason given
+#: is then the file's state.
+_TRUNCATED = (AssertionError, IndexError, KeyError, EOFError, struct.error)
+
+
+def meshio_failure(err: BaseException, said: str) -> str:
+    """The one-line reason meshio could not read a file: what it printed (``said``) or raised,
+    and for an exception that says nothing of the file (a bare ``AssertionError``, an index
+    past the data), that the file is truncated or malformed."""
+    lines = [line.strip() for line in said.splitlines() if line.strip()]
+    detail = lines[0] if lines else str(err).strip().split("\n")[0]
+    if isinstance(err, _TRUNCATED) or not detail:
+        why = f"{type(err).__name__}: {detail}" if detail else type(err).__name__
+        return f"meshio cannot read it: the file is truncated or malformed ({why})"
+    return f"meshio cannot read it ({detail})"
 
 
 def _read_meshio(path: Path) -> tuple[np.ndarray, list[tuple[str, np.ndarray]]]:
@@ -344,9 +363,7 @@ def _read_meshio(path: Path) -> tuple[np.ndarray, list[tuple[str, np.ndarray]]]:
             warnings.simplefilter("ignore")
             mesh = meshio.read(path)
     except (Exception, SystemExit) as err:  # anything from ReadError to struct.error
-        said = [line.strip() for line in chatter.getvalue().splitlines() if line.strip()]
-        detail = said[0] if said else str(err).strip().split("\n")[0] or type(err).__name__
-        raise ValueError(f"meshio cannot read it ({detail})") from None
+        raise ValueError(meshio_failure(err, chatter.getvalue())) from None
     pos = np.asarray(mesh.points, dtype=np.float64)
     if pos.ndim != 2 or pos.shape[1] not in (2, 3):
         raise ValueError(f"Expected 2-D or 3-D points (got shape {pos.shape})")

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ._format import load_partition, read_metadata
+from ._json_io import naming_write_errors
 
 __all__ = ["plot_partition"]
 
@@ -21,8 +22,11 @@ def plot_partition(path: str | os.PathLike[str], out: str | os.PathLike[str], *,
 
     3-D inputs get a 3-D view (unless flat in z). Needs coordinates in the partition.
 
+    The picture is written to a temporary file beside ``out``, then renamed over it.
+
     Raises:
-        ValueError: no coordinates. ImportError: matplotlib is missing.
+        ValueError: no coordinates. ImportError: matplotlib is missing. OSError: the picture
+        cannot be written (``out`` is then as it was).
     """
     meta = read_metadata(path)
     if not meta.get("pos_dim"):
@@ -63,5 +67,12 @@ def plot_partition(path: str | os.PathLike[str], out: str | os.PathLike[str], *,
                  + (f", {len(keep):,} of {n:,} nodes shown" if len(keep) < n else ""),
                  fontsize=9)
     out = Path(out)
-    fig.savefig(out)
+    # drawn beside --out and renamed over it: a failed write never leaves a truncated picture there
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    try:
+        with naming_write_errors(out):
+            fig.savefig(tmp, format=out.suffix[1:].lower() or "png")
+            os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
     return out

@@ -60,6 +60,10 @@ def print_summary(meta: Mapping[str, Any], seconds: Mapping[str, float] | None =
         f"load imbalance {meta.get('load_imbalance', meta['imbalance']):.4f}",
         f"halo fraction {meta['halo_fraction']:.4f} (ghosts / nodes)",
     ]
+    ghosts = meta.get("radius_ghosts")
+    if meta.get("halo_radius") and isinstance(ghosts, list) and ghosts:
+        lines.append(f"halo radius {meta['halo_radius']:g} (--radius: the largest ball radius of a model): "
+                     f"{min(ghosts):,} to {max(ghosts):,} points of other parts within it per part")
     choice = meta.get("metis")
     if choice:
         tried = ", ".join(f"{c['variant']} {c['edge_cut']:,}" for c in choice["candidates"])

@@ -16,6 +16,11 @@ numpy and the standard library only. Three concerns, one function each:
   next run renames back (:func:`recover_interrupted`).
   Staging and aside folders are siblings of ``out`` named ``.NAME.meshshard-new-PID`` and
   ``.NAME.meshshard-old-PID``; the next run removes those of dead processes and says so.
+- **One writer per folder**: :func:`folder_lock` holds an OS lock (``flock``) on
+  ``.NAME.meshshard-lock`` beside the output folder ``NAME`` for the whole command, so a second
+  command into the same folder is refused at once, naming the holder (pid, host, command, start
+  time, written into the lock file). The OS releases the lock when its process dies, so a lock
+  left by a killed process is simply taken over; the holder removes the file when it is done.
 - **Reading files named by metadata**: :func:`read_inside` reads only a regular file inside a
   folder (the name resolved and checked for containment, no absolute path, no ``..``, the file
   type checked with ``fstat`` on a descriptor opened non-blocking, so a FIFO never blocks), and
@@ -30,14 +35,21 @@ Every problem is a one-line ``ValueError``.
 from __future__ import annotations
 
 import bz2
+import contextlib
+import fcntl
 import gzip
 import hashlib
 import io
-import json
+import math
 import os
 import re
+import shlex
 import shutil
+import socket
 import stat
+import sys
+import threading
+import time
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -56,8 +68,13 @@ __all__ = [
     "check_input_folders",
     "check_output_folder",
     "decompress",
+    "folder_lock",
     "hash_regular",
     "interrupted_hint",
+    "is_lock_file",
+    "lock_path",
+    "max_expansion",
+    "parse_max_expansion",
     "read_inside",
     "read_json_inside",
     "read_npy",
@@ -77,6 +94,13 @@ _EXPANSION_FLOOR = 64 << 20
 
 _NEW, _OLD = "meshshard-new", "meshshard-old"
 _TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<tag>meshshard-new|meshshard-old)-(?P<pid>\d+)$")
+
+
+_LOCK_SUFFIX = ".meshshard-lock"
+_LOCK = re.compile(r"^\.(?P<name>.+)\.meshshard-lock$")
+#: The lock files this process holds (:func:`folder_lock`), by path, with how deeply each is nested.
+_held: dict[str, int] = {}
+_held_guard = threading.Lock()
 
 
 def _crash_point(step: str) -> None:
@@ -171,6 +195,7 @@ def check_destination(
     holds: Callable[[Path], bool] | None = None,
     ours_first: bool = False,
     refusals: Refusals | None = None,
+    current_ok: bool | None = None,
 ) -> list[str]:
     """Raise a one-line ``ValueError`` unless ``out`` may be written; the one rule of every
     command's output folder, whose kind says only what is its own (``is_ours``) and in which words.
@@ -178,8 +203,8 @@ def check_destination(
     In this order:
 
     1. ``out`` is never the current folder or one of its parents (a folder replaced whole is
-       renamed aside, see :func:`staged_folder`; not ``in_place``), nor a folder that is or
-       holds one of ``inputs``.
+       renamed aside, see :func:`staged_folder`; ``current_ok``, by default ``in_place``, allows
+       it), nor a folder that is or holds one of ``inputs``.
     2. What an interrupted replace of ``out`` left is tidied or put back
        (:func:`recover_interrupted`; not ``in_place``, where nothing is set aside).
     3. ``out`` is never a link, nor a file.
@@ -195,6 +220,7 @@ def check_destination(
             prediction), not replaced whole by :func:`write_folder`.
         holds: Whether ``out`` holds something to replace (default: any entry).
         refusals: The words of each refusal (default: a partition folder's).
+        current_ok: ``out`` may be the current folder or a parent of it (default: ``in_place``).
 
     Returns:
         The notes of :func:`recover_interrupted`, one per action (none ``in_place``).
@@ -203,7 +229,7 @@ def check_destination(
     refusals = refusals or Refusals()
     where = out.resolve()
     cwd = Path.cwd().resolve()
-    if not in_place and (where == cwd or where in cwd.parents):
+    if not (in_place if current_ok is None else current_ok) and (where == cwd or where in cwd.parents):
         raise ValueError(refusals.current.format(out=out))
     for given in inputs:
         if Path(given).resolve().is_relative_to(where):
@@ -236,14 +262,16 @@ def check_input_folders(*folders: tuple[str | os.PathLike[str], str]) -> None:
 
 def check_apart(out: str | os.PathLike[str], *folders: tuple[str | os.PathLike[str], str]) -> None:
     """Raise ``ValueError`` when the output folder ``out`` is one of the ``(PATH, WHAT)`` input
-    folders or inside one: a command's files never go among its inputs (where ``--force`` would
-    then be asked to clear them, and a later command would find files that are not its own)."""
+    folders, inside one, or holds one: a command's files never go among its inputs (where
+    ``--force`` would then be asked to clear them, and a later command would find files that are
+    not its own), nor its inputs among its files."""
     where = Path(out).resolve()
     for path, what in folders:
         inside = Path(path).resolve()
-        if where == inside or inside in where.parents:
-            raise ValueError(f"{out}: Expected an output folder apart from the {what} {path} "
-                             f"(got {'that folder' if where == inside else 'a folder inside it'})")
+        if where == inside or inside in where.parents or where in inside.parents:
+            got = ("that folder" if where == inside else "a folder inside it" if inside in where.parents
+                   else "a folder that holds it")
+            raise ValueError(f"{out}: Expected an output folder apart from the {what} {path} (got {got})")
 
 
 def check_output_folder(path: str | os.PathLike[str]) -> Path:
@@ -300,6 +328,169 @@ def write_folder(out: str | os.PathLike[str], fill: Callable[[Path], T]) -> T:
     """
     with staged_folder(out) as staging:
         return fill(staging)
+
+
+def lock_path(out: str | os.PathLike[str]) -> Path:
+    """The lock file of the output folder ``out``: ``.NAME.meshshard-lock`` in its parent (resolved,
+    so that every spelling of one folder names one lock). Beside the folder, not in it: a folder
+    replaced whole (:func:`staged_folder`) is renamed, and a missing one has nowhere to hold it."""
+    where = Path(os.path.abspath(out))
+    if not where.name:
+        raise ValueError(f"{out}: Expected a folder with a name to write (got the root of the file system)")
+    return where.parent.resolve() / f".{where.name}{_LOCK_SUFFIX}"
+
+
+def is_lock_file(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a lock file of :func:`folder_lock` that no live process holds (one a
+    killed process left): such a file counts as ours wherever a folder's own files are listed, and
+    ``--force`` may remove it with them. A lock held now is not: its command is still writing."""
+    path = Path(path)
+    if not _LOCK.match(path.name) or path.is_symlink() or not path.is_file():
+        return False
+    if str(path.parent.resolve() / path.name) in _held:
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # also lets go of the shared lock just taken
+    return True
+
+
+def _command_line() -> str:
+    """This process's command line, as a user would type it (``meshshard train ...``)."""
+    first = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
+    if first == "__main__.py":  # python -m meshshard
+        first = Path(sys.argv[0]).parent.name
+    return shlex.join([first, *sys.argv[1:]])
+
+
+def _holder(fd: int) -> str:
+    """Who holds a lock, from what the holder wrote into it."""
+    from ._json_io import loads_json  # (it imports this module)
+
+    try:
+        info = loads_json(os.pread(fd, 1 << 16, 0) or b"null", "lock")
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(info["started"])))
+        return f"pid {int(info['pid'])} on {info['host']}, started {when}: {info['command']}"
+    except (OSError, ValueError, TypeError, KeyError):
+        return "a process that has not yet written who it is"
+
+
+def _make_folders(folder: Path) -> list[Path]:
+    """Make ``folder`` and its missing parents; return those made, outermost first."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    made = []
+    for path in reversed(missing):
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        made.append(path)
+    return made
+
+
+def _remove_folders(made: Sequence[Path]) -> None:
+    """Remove the folders :func:`_make_folders` made, innermost first, where they are still empty."""
+    for path in reversed(made):
+        try:
+            path.rmdir()
+        except OSError:
+            return
+
+
+def _take(out: Path, path: Path, command: str) -> tuple[int, list[Path]]:
+    """Open and lock ``path`` (exclusive, not waiting), write who holds it; ``ValueError`` when
+    another process holds it. Returns the descriptor and the folders made for it."""
+    from ._json_io import dumps_json  # (it imports this module)
+
+    made: list[Path] = []
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        made += _make_folders(path.parent)
+        try:
+            fd = os.open(path, flags, 0o644)
+        except FileNotFoundError:  # its folder was removed meanwhile by a holder letting go: again
+            continue
+        except OSError as err:  # the file system's refusal (its parent is a file, no permission): an OSError still
+            _remove_folders(made)
+            raise OSError(f"{out}: cannot make its lock file {path} ({err.strerror})") from err
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            _remove_folders(made)
+            raise ValueError(f"{out}: is being written by another meshshard command ({holder}); wait for it to "
+                             f"end, or pick another folder (the lock is {path.name} beside it)") from None
+        try:  # a holder letting go removes the file: what we locked must still be the file at path
+            now, ours = os.stat(path, follow_symlinks=False), os.fstat(fd)
+            same = (now.st_dev, now.st_ino) == (ours.st_dev, ours.st_ino)
+        except FileNotFoundError:
+            same = False
+        if not same:
+            os.close(fd)
+            continue
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "command": command, "started": time.time()}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (dumps_json(info) + "\n").encode(), 0)
+        return fd, made
+    raise ValueError(f"{out}: could not take its lock file {path} (it kept changing)")
+
+
+@contextmanager
+def folder_lock(out: str | os.PathLike[str], *, command: str | None = None) -> Iterator[Path]:
+    """Hold the one-writer lock of the output folder ``out`` for the ``with`` block.
+
+    An exclusive ``flock`` on :func:`lock_path` (``.NAME.meshshard-lock`` beside ``out``, made
+    with its missing parent folders), taken without waiting: when another process holds it, a
+    one-line ``ValueError`` names the holder (pid, host, command and start time, which the holder
+    writes into the file); an ``OSError`` when the lock file cannot be made (its folder is a file,
+    say). The OS lets go of a dead process's lock, so a lock a killed command left
+    is taken over, its words written over. On leaving, the file and the folders made for it are
+    removed. Nested use in one process (a command, then the library function it calls) holds the
+    one lock. Processes the holder starts do not inherit it; they must not take it themselves.
+
+    Args:
+        command: What the holder is, for a refused command's message (default: this process's
+            command line).
+
+    Yields:
+        The lock file's path.
+    """
+    path = lock_path(out)
+    key = str(path)
+    with _held_guard:
+        nested = key in _held
+        if nested:
+            _held[key] += 1
+    if nested:
+        try:
+            yield path
+        finally:
+            with _held_guard:
+                _held[key] -= 1
+        return
+    fd, made = _take(Path(out), path, command if command is not None else _command_line())
+    with _held_guard:
+        _held[key] = 1
+    try:
+        yield path
+    finally:
+        with _held_guard:
+            del _held[key]
+        with contextlib.suppress(OSError):
+            os.unlink(path)  # before letting go: a process that opened it meanwhile sees it gone, and retries
+        os.close(fd)
+        _remove_folders(made)
 
 
 def _open_regular(path: Path, label: object, max_bytes: int | None, *,
@@ -376,29 +567,31 @@ def read_inside(folder: str | os.PathLike[str], name: object, *, max_bytes: int)
 
 
 def read_json_inside(folder: str | os.PathLike[str], name: str, *, max_bytes: int) -> Any:
-    """The JSON value of the file ``name`` inside ``folder`` (read as :func:`read_inside` reads);
+    """The JSON value of the file ``name`` inside ``folder`` (read as :func:`read_inside` reads,
+    parsed strictly as :func:`meshshard.partition._json_io.loads_json` parses);
     ``ValueError("FOLDER/NAME: not valid JSON (...)")`` when it does not parse."""
-    file = Path(folder) / name
+    from ._json_io import loads_json
+
+    return loads_json(read_inside(folder, name, max_bytes=max_bytes), Path(folder) / name)
+
+
+def parse_max_expansion(value: str | float, what: str) -> float:
+    """``value`` (``--max-expansion``'s text, ``MESHSHARD_MAX_EXPANSION`` or a number) as the
+    expansion cap: a positive finite number, else ``ValueError`` naming ``what``. The one check
+    of both the flag and the environment variable."""
     try:
-        return json.loads(read_inside(folder, name, max_bytes=max_bytes))
-    except (ValueError, UnicodeDecodeError) as err:
-        if str(err).startswith(str(file)):
-            raise
-        raise ValueError(f"{file}: not valid JSON ({err})") from None
+        ratio = float(value)
+    except (TypeError, ValueError):
+        ratio = math.nan
+    if not (math.isfinite(ratio) and ratio > 0):
+        raise ValueError(f"Expected {what} to be a positive finite number (got {str(value)!r})")
+    return ratio
 
 
 def max_expansion() -> float:
     """The expansion cap in force: ``MESHSHARD_MAX_EXPANSION`` or :data:`MAX_EXPANSION`."""
     text = os.environ.get("MESHSHARD_MAX_EXPANSION")
-    if text is None:
-        return MAX_EXPANSION
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise ValueError(f"Expected MESHSHARD_MAX_EXPANSION to be a positive number (got {text!r})")
-    return value
+    return MAX_EXPANSION if text is None else parse_max_expansion(text, "MESHSHARD_MAX_EXPANSION")
 
 
 def decompress(stored: bytes, suffix: str, *, expansion: float | None = None) -> bytes:
@@ -407,10 +600,12 @@ def decompress(stored: bytes, suffix: str, *, expansion: float | None = None) ->
 
     ``expansion`` defaults to :func:`max_expansion`.
     """
-    opener = {".bz2": bz2.BZ2File, ".gz": gzip.GzipFile}.get(suffix.lower())
+    openers: dict[str, Callable[[io.BytesIO], Any]] = {
+        ".bz2": bz2.BZ2File, ".gz": lambda raw: gzip.GzipFile(fileobj=raw, mode="rb")}
+    opener = openers.get(suffix.lower())
     if opener is None:
         return stored
-    ratio = max_expansion() if expansion is None else expansion
+    ratio = max_expansion() if expansion is None else parse_max_expansion(expansion, "max_expansion")
     limit = max(_EXPANSION_FLOOR, int(ratio * len(stored)))
     try:
         with opener(io.BytesIO(stored)) as file:
@@ -489,7 +684,7 @@ def read_npz(data: bytes, label: object = None, *, expansion: float | None = Non
     Each member's declared uncompressed size is capped as in :func:`decompress` (stored members
     are bounded by the archive itself), and its array's declared shape checked against it.
     """
-    ratio = max_expansion() if expansion is None else expansion
+    ratio = max_expansion() if expansion is None else parse_max_expansion(expansion, "max_expansion")
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as err:

@@ -124,6 +124,7 @@ from ._dataset import (
     _edge_moments,
     _Running,
     _save_npy,
+    _stored,
     atomic_folder,
     channel_names,
     check_dataset_output,
@@ -133,6 +134,7 @@ from ._dataset import (
     open_dataset,
     split_samples,
 )
+from ._json_io import write_text_file
 from ._surface import named_boundaries
 from ._text import listed, plural
 
@@ -257,14 +259,14 @@ def _series_times(folder: Path, files: list[Path]) -> list[float] | None:
     """The times a ``.series`` file of the folder gives these files (ParaView's file series, which
     foamToVTK writes: ``{"files": [{"name": "case_100.vtm", "time": 0.5}, ...]}``), when one names
     exactly them; None otherwise (the numbers in the names are then the times)."""
-    import json
+    from ._json_io import read_json
 
     want = {p.name for p in files}
     for series in sorted(folder.glob("*.series")):
         try:
             if not series.is_file() or series.stat().st_size > 64 << 20:
                 continue
-            entries = json.loads(series.read_text())["files"]
+            entries = read_json(series, max_bytes=64 << 20)["files"]  # strict: a deep nest is skipped, not a crash
             by_name = {str(e["name"]): float(e["time"]) for e in entries}
         except (OSError, ValueError, KeyError, TypeError):
             continue
@@ -398,10 +400,10 @@ def _store_mesh(tmp: Path, index: int, pos: np.ndarray, cells: list[tuple[str, n
     return entry, _edge_moments(graph, pos)
 
 
-def _write_states(file: Path, traj: Trajectory, stride: int, width: int, dtype: np.dtype,
+def _write_states(file: Path, traj: Trajectory, stride: int, channels: Sequence[str], dtype: np.dtype,
                   train: bool, run_state: _Running, run_change: _Running) -> None:
     """Stream the states into ``(T, N, F)`` ``file``; add the statistics of a training trajectory."""
-    n, steps = len(traj.pos), len(traj.times)
+    n, steps, width = len(traj.pos), len(traj.times), len(channels)
     where = traj.source or traj.name
     out = np.lib.format.open_memmap(file, mode="w+", dtype=dtype, shape=(steps, n, width))
     recent: list[np.ndarray] = []
@@ -415,7 +417,7 @@ def _write_states(file: Path, traj: Trajectory, stride: int, width: int, dtype: 
         if bad.any():
             node = int(np.flatnonzero(bad.any(axis=1))[0])
             raise ValueError(f"{where}: Expected finite state values (got NaN or inf at step {t}, node {node})")
-        out[t] = state
+        out[t] = _stored(state, dtype, channels, f"{where} (step {t})", traj.name)  # fits dtype, or refused
         if train:
             run_state.add(state)
             recent.append(state)
@@ -465,7 +467,7 @@ def write_trajectories(
     train, val = split_samples(names, val_fraction, val_samples)
     state_ch, in_ch = channel_names(state_fields), channel_names(input_fields)
     with atomic_folder(out) as tmp:
-        found = _write_all(tmp, trajectories, names, set(train), len(state_ch), in_ch, time_stride,
+        found = _write_all(tmp, trajectories, names, set(train), state_ch, in_ch, time_stride,
                            np.dtype(dtype), progress)
         classes = _classes(found.pop("class_counts"), found.pop("class_names"), interior_classes)
         norm = found.pop("normalisation")
@@ -483,17 +485,18 @@ def write_trajectories(
                                   "edges": norm["edges"]},
                 **found}
         meta["normalisation"]["edges"] = norm["edges"].stats(meta["edge_channels"]).to_dict()
-        (tmp / METADATA_FILE).write_text(dump_metadata(meta))
+        write_text_file(tmp / METADATA_FILE, dump_metadata(meta))
     return out
 
 
 def _write_all(tmp: Path, trajectories: Iterable[Trajectory], names: Sequence[str], train: set[int],
-               width: int, in_ch: list[str], stride: int, dtype: np.dtype,
+               state_ch: list[str], in_ch: list[str], stride: int, dtype: np.dtype,
                progress: Callable[[int], None] | None) -> dict[str, Any]:
     meshes: list[dict[str, Any]] = []
     mesh_of: dict[str, int] = {}
     edge_runs: list[_Running] = []
     uses: list[int] = []
+    width = len(state_ch)
     runs = {"inputs": _Running(len(in_ch)), "state": _Running(width), "change": _Running(width)}
     entries: list[dict[str, Any]] = []
     counts: dict[int, int] = {}
@@ -533,11 +536,14 @@ def _write_all(tmp: Path, trajectories: Iterable[Trajectory], names: Sequence[st
             edge_runs.append(edges)
             uses.append(0)
         m = mesh_of[digest]
+        if meshes[m]["num_edges"] == 0:
+            raise ValueError(f"{where}: Expected a mesh with edges (got {plural(n, 'node')} and no edge); "
+                             "a graph network cannot learn on a mesh without edges")
         folder = tmp / "samples" / f"{i:05d}"
         folder.mkdir(parents=True)
-        _save_npy(folder / "inputs.npy", inputs.astype(dtype))
+        _save_npy(folder / "inputs.npy", _stored(inputs, dtype, in_ch, where, traj.name))
         _save_npy(folder / "node_type.npy", node_type.astype(np.int64))
-        _write_states(folder / "state.npy", traj, stride, width, dtype, i in train, runs["state"], runs["change"])
+        _write_states(folder / "state.npy", traj, stride, state_ch, dtype, i in train, runs["state"], runs["change"])
         ids, k = np.unique(node_type, return_counts=True)
         for c, count in zip(ids.tolist(), k.tolist()):
             counts[c] = counts.get(c, 0) + count

@@ -2,9 +2,10 @@
 ``vtk`` package, into the mesh every other source becomes: a ``meshio.Mesh`` with its points,
 cell blocks, ``point_data``, ``cell_data`` and, from a multiblock, ``point_sets``.
 
-- ``.vtp`` (PolyData): vertices, lines, triangles and quads as they are; polygons of more than four
-  nodes (a fan from their first node) and triangle strips are split into triangles, each with
-  the cell data of the cell it came from.
+- ``.vtp`` (PolyData), and a legacy ``.vtk`` file of PolyData: vertices, lines, triangles and quads
+  as they are; poly-vertex cells (a point cloud's) become one vertex cell per point, polygons of
+  more than four nodes (a fan from their first node) and triangle strips are split into
+  triangles, each with the cell data of the cell it came from.
 - ``.pvtu`` (pieces of an unstructured grid), and a ``.vtkhdf`` or ``.vtm`` holding several pieces:
   the pieces are joined, and nodes at exactly the same coordinates (a piece's copy of its
   neighbour's boundary nodes) are merged into one, the first piece's values kept, so that the
@@ -77,7 +78,7 @@ def read_vtk(path: str | Path, notes: Callable[[str], None] | None = None) -> An
 
     path = Path(path)
     suffix = path.suffix.lower()
-    if suffix not in VTK_SUFFIXES:
+    if suffix not in (*VTK_SUFFIXES, ".vtk"):  # .vtk: legacy PolyData, which meshio does not read
         raise ValueError(f"{path}: Expected one of {', '.join(VTK_SUFFIXES)} (got {suffix or 'no extension'})")
     if not path.is_file():
         raise ValueError(f"{path}: no such file")
@@ -124,6 +125,7 @@ def _modules(path: Path) -> Any:
         import vtkmodules.vtkCommonCore as core
         import vtkmodules.vtkCommonDataModel as model
         import vtkmodules.vtkIOHDF as hdf
+        import vtkmodules.vtkIOLegacy  # noqa: F401 - vtkPolyDataReader, for legacy .vtk PolyData
         import vtkmodules.vtkIOXML as xml
         from vtkmodules.util import numpy_support
     except ImportError:
@@ -160,7 +162,8 @@ def _read_object(path: Path, suffix: str) -> tuple[Any, int]:
     """The data object vtk reads from ``path``, and the number of pieces it was written in."""
     core, _, xml, hdf, _ = _modules(path)
     reader = {".vtp": xml.vtkXMLPolyDataReader, ".vtm": xml.vtkXMLMultiBlockDataReader,
-              ".pvtu": xml.vtkXMLPUnstructuredGridReader, ".vtkhdf": hdf.vtkHDFReader}[suffix]()
+              ".pvtu": xml.vtkXMLPUnstructuredGridReader, ".vtkhdf": hdf.vtkHDFReader,
+              ".vtk": _legacy_polydata_reader}[suffix]()
     with _captured(core) as error:
         reader.SetFileName(str(path))
         ok = reader.Update()
@@ -169,6 +172,12 @@ def _read_object(path: Path, suffix: str) -> tuple[Any, int]:
         raise ValueError(f"{path}: vtk cannot read it ({problem or 'the reader failed'})")
     pieces = reader.GetNumberOfPieces() if suffix == ".pvtu" else 1
     return reader.GetOutputDataObject(0), int(pieces)
+
+
+def _legacy_polydata_reader() -> Any:
+    import vtkmodules.vtkIOLegacy as legacy
+
+    return legacy.vtkPolyDataReader()
 
 
 def _leaves(obj: Any, names: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:
@@ -275,6 +284,12 @@ def _blocks(types: np.ndarray, starts: np.ndarray, sizes: np.ndarray, conn: np.n
     dim = -1
     for t in unique[np.argsort(first)].tolist():  # cell types, not cells: a handful
         sel = np.flatnonzero(code == t)
+        if t == 2:  # poly-vertex cells (a cloud's points, often one cell): one vertex cell per point
+            nodes = conn[np.repeat(starts[sel], sizes[sel]) + _ranks(sizes[sel])]
+            found.setdefault("vertex", ([], []))[0].append(nodes[:, None])
+            found["vertex"][1].append(np.repeat(sel, sizes[sel]))
+            dim = max(dim, 0)
+            continue
         if t in (6, 7):
             for k in np.unique(sizes[sel]).tolist():  # polygon and strip sizes: a handful
                 rows = sel[sizes[sel] == k]
@@ -299,6 +314,11 @@ def _blocks(types: np.ndarray, starts: np.ndarray, sizes: np.ndarray, conn: np.n
         dim = max(dim, cell_dim)
     blocks = [(name, np.concatenate(c)) for name, (c, _) in found.items()]
     return blocks, [np.concatenate(r) for _, r in found.values()], dim
+
+
+def _ranks(sizes: np.ndarray) -> np.ndarray:
+    """``0..k-1`` for each size ``k``, concatenated: ``[2, 3]`` -> ``[0, 1, 0, 1, 2]``."""
+    return np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
 
 
 def _fan(nodes: np.ndarray) -> np.ndarray:

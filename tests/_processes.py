@@ -3,6 +3,9 @@
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for_line(proc, r"step\\s+1\\s", 120, "training did not start")
 
+:func:`hold_folder_lock` starts a process that holds an output folder's lock (what another
+meshshard command writing there holds) until its stdin closes or it is killed.
+
 The wait blocks on the child's stdout pipe (``select``), so it returns as soon as the line is
 printed, with no sleep-and-look loop. A child that exits first, or prints no such line within the
 timeout, fails the test with what it printed.
@@ -15,9 +18,11 @@ import os
 import re
 import select
 import subprocess
+import sys
 import time
+from pathlib import Path
 
-__all__ = ["wait_for_line"]
+__all__ = ["hold_folder_lock", "wait_for_line"]
 
 
 def wait_for_line(proc: subprocess.Popen, pattern: str, timeout: float, what: str) -> str:
@@ -47,3 +52,21 @@ def wait_for_line(proc: subprocess.Popen, pattern: str, timeout: float, what: st
                                  f"stdout:\n{seen.decode(errors='replace')}{out}\nstderr:\n{err}")
         seen += chunk
     return seen.decode(errors="replace")
+
+
+_HOLD = """
+import sys
+from meshshard.partition import folder_lock
+with folder_lock(sys.argv[1], command=sys.argv[2]):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def hold_folder_lock(out: str | Path, command: str = "meshshard train X --out Y") -> subprocess.Popen:
+    """A process holding ``out``'s lock (``meshshard.partition.folder_lock``, as ``command``) until
+    its stdin closes (``proc.communicate("")``) or it is killed; returns once the lock is held."""
+    proc = subprocess.Popen([sys.executable, "-c", _HOLD, str(out), command], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_line(proc, "^held$", 60, "the lock was not taken")
+    return proc

@@ -88,7 +88,7 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
     """The readable summary ``meshshard info DATA`` prints."""
     import numpy as np
 
-    from meshshard.partition import held_note
+    from meshshard.partition import held_note, plural
 
     if meta.get("task") == "transient":
         from ._trajectories import describe_trajectories
@@ -142,6 +142,20 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
         listed_named = ", ".join(f"{name} ({min(n):,} nodes" + (f" on {len(n)} meshes)" if len(n) > 1 else ")")
                                  for name, n in named.items())
         lines.append(f"  boundary {listed_named} (meshshard predict --boundary NAMES: errors and forces on them)")
+    if meta.get("graph"):
+        built = sum(1 for m in meta["meshes"] if m.get("graph"))
+        how = "symmetrised" if meta["graph"].startswith("knn") else ""
+        if built < len(meta["meshes"]):
+            how = ", ".join(filter(None, [how, f"{built} of {plural(len(meta['meshes']), 'mesh', 'meshes')}; the "
+                                          "others their cells' edges"]))
+        lines.append(f"  graph    {meta['graph']} from the points" + (f" ({how})" if how else ""))
+    surfaces = [m["surface_area"] for m in meta["meshes"] if "surface_area" in m]
+    if surfaces:
+        lines.append(f"  surface  {plural(len(surfaces), 'surface')}, area {min(surfaces):.4g} to {max(surfaces):.4g} "
+                     "(normal and area available as inputs; area vectors stored for forces)")
+    if meta.get("max_points"):
+        lines.append(f"  points   at most {meta['max_points']:,} per sample and epoch in training (--max-points; "
+                     "recorded, not used by training yet)")
     if meta.get("collapsed_2d"):
         lines.append("  2-D      each mesh the lower z-plane of a one-cell-thick 3-D mesh (--collapse-2d)")
     held = held_note(meta)
@@ -165,7 +179,9 @@ def run_info(folder: str, as_json: bool) -> int:
                 print(f"{folder}: {meta['format']} v{meta['format_version']}: {len(nodes)} partitions into "
                       f"{plural(meta['num_parts'], 'part')} (meshes of {min(nodes):,} to {max(nodes):,} nodes), one "
                       f"partition folder per mesh: mesh-00000 ... "
-                      f"(meshshard info {shlex.quote(str(Path(folder) / 'mesh-00000'))})")
+                      f"(meshshard info {shlex.quote(str(Path(folder) / 'mesh-00000'))})"
+                      + (f"; made for a ball radius up to {meta['halo_radius']:g} (--radius)"
+                         if meta.get("halo_radius") else ""))
             return 0
         meta = read_dataset_metadata(folder)
     except ValueError as err:
@@ -214,7 +230,7 @@ def run_partition_dataset(args: argparse.Namespace) -> int:
         with Steps(enabled=not args.quiet) as steps, steps.step("meshes", total=dataset.num_meshes) as advance:
             out = partition_dataset(args.input, args.out, args.parts, method=args.method,
                                     halo_hops=args.halo_hops, imbalance=args.imbalance, seed=args.seed,
-                                    force=args.force, progress=advance)
+                                    tries=args.tries, force=args.force, progress=advance, radius=args.radius)
     except (ValueError, OSError, MemoryError) as err:
         return _error("partition", err)
     if not args.quiet:
@@ -224,6 +240,16 @@ def run_partition_dataset(args: argparse.Namespace) -> int:
 
 
 def _cmd_dataset(args: argparse.Namespace) -> int:
+    from meshshard.partition import folder_lock
+
+    try:
+        with folder_lock(args.out):  # one writer per DATA, before any source is read
+            return _dataset(args)
+    except (ValueError, OSError) as err:
+        return _error("dataset", err)
+
+
+def _dataset(args: argparse.Namespace) -> int:
     from meshshard.partition import Steps, build_dataset, list_sources, read_dataset_metadata
 
     from ._trajectories import check_steady, run_trajectories
@@ -247,7 +273,8 @@ def _cmd_dataset(args: argparse.Namespace) -> int:
                                 same_mesh=args.same_mesh, force=args.force, progress=advance, notes=note,
                                 params=args.params, target_scale=args.target_scale,
                                 cell_data_to_points=args.cell_data_to_points, collapse_2d=args.collapse_2d,
-                                wall_distance=args.wall_distance)
+                                wall_distance=args.wall_distance, node_types=args.boundary_classes,
+                                graph=args.graph, max_points=args.max_points)
     except (ValueError, OSError, MemoryError) as err:
         return _error("dataset", err)
     meta = read_dataset_metadata(out)
@@ -301,6 +328,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--wall-distance", default=None, action="append", metavar="PATCH[,PATCH]",
                    help="an input channel wall_distance: at every node, the distance to the nearest node of the "
                    "named boundaries (the patches of a foamToVTK .vtm; repeat the flag to add more)")
+    p.add_argument("--boundary-classes", action="store_true",
+                   help="the named boundaries (a .vtm's patches, node sets, gmsh physical groups) as one-hot input "
+                   "channels node_type[k]: 0 interior, then one per boundary of the first file")
+    p.add_argument("--graph", default=None, metavar="mesh|knn:K|radius:R",
+                   help="a sample's graph: its cells' edges (mesh), each point joined to its K nearest (knn:K, "
+                   "symmetrised) or to the points within R (radius:R); default: the cells' edges, and knn:8 for point "
+                   "clouds (.npz with pos, vertex cells, no cells)")
+    p.add_argument("--max-points", type=int, default=None, metavar="N",
+                   help="recorded for training: a random subset of at most N points per sample and epoch (training "
+                   "does not use it yet)")
     p.add_argument("--same-mesh", action="store_true",
                    help="refuse a file whose mesh is not exactly the first file's, saying how it differs "
                    "(without it, such files make a many-meshes dataset)")

@@ -31,9 +31,16 @@ def describe_run(summary: dict[str, Any]) -> str:
         args = f" --model-args {shlex.quote(json.dumps(m['model_args']))}" if m["model_args"] else ""
         model = (f"your own, {m['spec']}{args}, {summary['parameters']:,} parameters "
                  f"(meshshard predict needs --model {shlex.quote(m['spec'])})")
+    elif m["kind"] == "Transolver":
+        from meshshard.run import TRANSOLVER_DEFAULTS
+
+        settings = ", ".join(f"{k} {v}" for k, v in {**TRANSOLVER_DEFAULTS, **m["model_args"]}.items())
+        model = f"Transolver, {settings}, {summary['parameters']:,} parameters"
     else:
+        attention = (f", a physics-attention block every {m['global_attention']} steps"
+                     if m.get("global_attention") else "")
         model = (f"MeshGraphNet, latent {m['latent_size']}, {m['hidden_layers']} hidden layers, "
-                 f"{m['message_passing_steps']} message-passing steps, {m['activation']}, "
+                 f"{m['message_passing_steps']} message-passing steps, {m['activation']}{attention}, "
                  f"{summary['parameters']:,} parameters")
     s = summary["settings"]
     loss, val = summary["loss"], summary["val_loss"]

@@ -9,12 +9,41 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from meshshard.comm import RankFailed, Terminated, fix_mmap_threshold, launch_local
+from meshshard.partition import folder_lock
 
-__all__ = ["as_rank", "run_command"]
+__all__ = ["as_rank", "run_command", "writing", "writing_command"]
+
+
+def writing_command(name: str, folder: str, body: Callable[[], int]) -> int:
+    """``body()``, the command ``meshshard NAME``, holding ``folder``'s lock (:func:`writing`); a
+    folder another command is writing is one line and exit 2, a lock file that cannot be made
+    (an ``OSError``) one line and exit 1, as :func:`run_command` reports them."""
+    try:
+        with writing(folder):
+            return body()
+    except (ValueError, OSError) as err:
+        if _debug():
+            traceback.print_exc()
+        print(f"meshshard {name}: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2 if isinstance(err, ValueError) else 1
+
+
+@contextmanager
+def writing(folder: str) -> Iterator[None]:
+    """Hold the output ``folder``'s lock (:func:`meshshard.partition.folder_lock`) for the command:
+    in this process, which starts the ranks of ``--nproc`` and waits for them (they never take it);
+    under torchrun or SLURM, where every rank runs the command, on rank 0 only. A folder another
+    command is writing raises its one-line ``ValueError``, before anything is read or started."""
+    if os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) != "0":
+        yield
+        return
+    with folder_lock(folder):
+        yield
 
 
 def as_rank(call: Callable[[Any], Any], config: Callable[[dict[str, Any]], Any], payload: dict[str, Any]) -> None:

@@ -33,8 +33,30 @@ def _weights(text: str) -> list[float]:
 
 
 def _cmd_partition(args: argparse.Namespace) -> int:
-    from meshshard.partition import Steps, check_output_dir, is_dataset, partition_file, print_summary, read_metadata
+    from meshshard.partition import folder_lock
 
+    try:
+        with folder_lock(args.out):  # one writer per output folder, before anything is read
+            return _partition(args)
+    except (ValueError, OSError) as err:
+        return _error("partition", None, err)
+
+
+def _partition(args: argparse.Namespace) -> int:
+    from meshshard.partition import (
+        Steps,
+        WriteError,
+        check_output_dir,
+        is_dataset,
+        max_expansion,
+        parse_max_expansion,
+        partition_file,
+        print_summary,
+        read_metadata,
+    )
+
+    if args.tries is not None and args.tries < 1:  # for every input, --grid too
+        return _error("partition", None, ValueError(f"Expected --tries >= 1 (got {args.tries})"))
     if args.input is not None and is_dataset(args.input):
         from ._dataset import run_partition_dataset
 
@@ -47,6 +69,9 @@ def _cmd_partition(args: argparse.Namespace) -> int:
             f"--out {shlex.quote(args.out)}"))
     out = Path(args.out)
     try:
+        # the flag, or else the environment variable, checked alike before anything is touched
+        args.max_expansion = (max_expansion() if args.max_expansion is None
+                              else parse_max_expansion(args.max_expansion, "--max-expansion"))
         notes = check_output_dir(out, args.force, inputs=[args.input] if args.input else [])
     except (ValueError, OSError) as err:
         return _error("partition", None, err)
@@ -63,8 +88,8 @@ def _cmd_partition(args: argparse.Namespace) -> int:
                 halo_hops=args.halo_hops, imbalance=args.imbalance, seed=args.seed,
                 recursive=args.recursive, tries=args.tries, tpwgts=args.tpwgts, force=args.force,
                 max_expansion=args.max_expansion, steps=steps)
-    except (ValueError, OSError, MemoryError) as err:
-        return _error("partition", args.input, err)
+    except (ValueError, OSError, MemoryError) as err:  # a failed write names its own file
+        return _error("partition", None if isinstance(err, WriteError) else args.input, err)
     if not args.quiet:
         print_summary(read_metadata(folder), steps.seconds, steps.peak_mb)
     return 0
@@ -117,7 +142,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from meshshard.partition import PARTITIONS_FILE, plot_partition, read_partitions_metadata
+    from meshshard.partition import PARTITIONS_FILE, WriteError, plot_partition, read_partitions_metadata
 
     try:
         if (Path(args.dir) / PARTITIONS_FILE).is_file():  # a dataset's partitions, found as verify finds them
@@ -127,8 +152,8 @@ def _cmd_plot(args: argparse.Namespace) -> int:
             raise ValueError(f"holds the partitions of {len(folders)} meshes ({shown}); plot one of them: "
                              f"meshshard plot {first} --out {shlex.quote(str(args.out))}")
         out = plot_partition(args.dir, args.out)
-    except (ValueError, OSError, ImportError) as err:
-        return _error("plot", args.dir, err)
+    except (ValueError, OSError, ImportError) as err:  # a failed write names the picture
+        return _error("plot", None if isinstance(err, WriteError) else args.dir, err)
     print(f"wrote {out}")
     return 0
 
@@ -176,7 +201,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--format", default="auto",
                    choices=("auto", "meshio", "metis-graph", "metis-mesh", "points"),
                    help="input format (default: from the file name)")
-    p.add_argument("--max-expansion", type=float, default=None, metavar="RATIO",
+    p.add_argument("--max-expansion", default=None, metavar="RATIO",
                    help="largest decompressed/compressed size ratio of a .bz2/.gz input "
                    "(default: MESHSHARD_MAX_EXPANSION or 100; 64 MiB is always allowed)")
     p.add_argument("--force", action="store_true",

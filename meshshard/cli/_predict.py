@@ -10,6 +10,7 @@ from dataclasses import asdict
 from typing import Any
 
 from meshshard.run import (
+    BUILTIN_MODELS,
     GATHER_MAX_NODES,
     PredictConfig,
     check_prediction_request,
@@ -19,15 +20,21 @@ from meshshard.run import (
     predict,
 )
 
-from ._launch import as_rank, run_command
+from ._launch import as_rank, run_command, writing_command
 
 __all__ = ["register"]
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace) -> int:  # one writer per PRED, before anything is read or any rank starts
+    return writing_command("predict", args.out, lambda: _predict(args))
+
+
+def _predict(args: argparse.Namespace) -> int:
     try:
         if args.model_args and not args.model:
             raise ValueError("Expected --model-args only with --model")
+        if args.model in BUILTIN_MODELS:  # a built-in model is rebuilt from the run: nothing to import
+            args.model = None
         model = normalise_spec(args.model) if args.model else None
         model_args = parse_model_args(args.model_args) if args.model_args else None
         view = parse_view(args.view) if args.view else None

@@ -1,4 +1,6 @@
-"""``meshshard selftest``: check the collectives on this machine, on R local ranks.
+"""``meshshard selftest``: check the collectives on this machine, on R local ranks; with
+``--model FILE.py:NAME``, check that your model on shards equals one process
+(:func:`meshshard.run.check_model_exact`; this module only parses and prints).
 
 Each rank owns rows whose values encode their global ids, so what arrives can be checked exactly,
 and the gradient of a known loss can be computed by hand. The check covers the halo exchange
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from typing import Any
 
@@ -131,7 +134,47 @@ def _finish() -> None:
     shutdown()
 
 
+def _print_report(report: Any, given: str) -> None:
+    width = max(len(e.name) for e in report.errors)
+    print(f"{'tensor':<{width}}  {'shape':<14} relative error (worst)")
+    for e in report.errors:
+        flag = "" if e.error <= report.tolerance else "  > tolerance"
+        print(f"{e.name:<{width}}  {str(list(e.shape)):<14} {e.error:.1e}{flag}")
+    print(f"meshshard selftest --model {given}: {report.verdict}")
+
+
+def _run_model(args: argparse.Namespace) -> int:
+    from meshshard.comm import RankFailed
+    from meshshard.run import check_model_exact
+
+    def error(message: str) -> int:
+        print(f"meshshard selftest: error: {' '.join(message.split())}", file=sys.stderr)
+        return 2
+
+    if "RANK" in os.environ or "SLURM_PROCID" in os.environ:
+        return error("--model starts its own --ranks local ranks: run it without torchrun or srun")
+    ranks = 3 if args.ranks is None else args.ranks
+
+    def starting(what: str) -> None:
+        print(f"meshshard selftest: --model {args.model} on {what} ...", flush=True)
+
+    try:
+        report = check_model_exact(args.model, args.model_args, ranks=ranks, mesh=args.mesh, dtype=args.dtype,
+                                   node_in=args.node_in, node_out=args.node_out, seed=args.seed, on_start=starting)
+    except RankFailed as err:
+        print(f"meshshard selftest: FAILED on shards: {' '.join(str(err).split())}", file=sys.stderr)
+        return 1
+    except ValueError as err:
+        return error(str(err))
+    _print_report(report, args.model)
+    return 0 if report.passed else 1
+
+
 def _run(args: argparse.Namespace) -> int:
+    if args.model is not None:
+        return _run_model(args)
+    if args.ranks is None:
+        args.ranks = 2
     if "RANK" in os.environ or "SLURM_PROCID" in os.environ:  # already launched by torchrun / srun
         summary = run_worker(args.features)
         _report(summary)
@@ -152,7 +195,22 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("selftest", help="check the collectives on R local ranks (or under torchrun)")
-    p.add_argument("--ranks", type=int, default=2, help="local ranks to start when not under torchrun (default 2)")
+    p = subparsers.add_parser(
+        "selftest", help="check the collectives on R local ranks (or under torchrun); with --model, your model",
+        description="Check the collectives on R local ranks (or under torchrun). With --model FILE.py:NAME: build "
+        "your model as meshshard train --model does, run it on R METIS parts of a small mesh and on one process "
+        "with the same weights, and compare the output and every gradient (exit 0 exact, 1 not).")
+    p.add_argument("--ranks", type=int, default=None,
+                   help="local ranks to start when not under torchrun (default 2; with --model 3)")
     p.add_argument("--features", type=int, default=16, help="feature columns per row (default 16)")
+    p.add_argument("--model", default=None, metavar="FILE.py:NAME",
+                   help="check your model: NAME(node_in, edge_in, node_out, **model_args), as meshshard train --model")
+    p.add_argument("--model-args", default=None, metavar="JSON", help="keyword arguments of --model, a JSON object")
+    p.add_argument("--mesh", default=None, metavar="FILE",
+                   help="with --model: a mesh file (default a generated 3-D mesh of 210 nodes)")
+    p.add_argument("--dtype", default="float64", choices=["float64", "float32"],
+                   help="with --model: tolerance 1e-10 in float64 (default), 1e-5 in float32")
+    p.add_argument("--node-in", type=int, default=3, help="with --model: input channels (default 3)")
+    p.add_argument("--node-out", type=int, default=2, help="with --model: output channels (default 2)")
+    p.add_argument("--seed", type=int, default=0, help="with --model: seeds weights, features and loss (default 0)")
     p.set_defaults(func=_run)

@@ -8,6 +8,7 @@ rank starts, and the launch; the training itself is the library's (:mod:`meshsha
 from __future__ import annotations
 
 import functools
+import os
 import shlex
 import sys
 from dataclasses import asdict, fields
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from meshshard.run import (
+    BUILTIN_MODELS,
     CHECKPOINT,
     TrainConfig,
     check_training,
@@ -25,9 +27,10 @@ from meshshard.run import (
     parse_model_args,
     resume_hint,
     train,
+    transolver_args,
 )
 
-from ._launch import as_rank, run_command
+from ._launch import as_rank, run_command, writing_command
 
 __all__ = ["register"]
 
@@ -42,6 +45,9 @@ def _check_counts(args: Any) -> str | None:
             return f"Expected {flag} to be a positive integer (got {value})"
     if args.hidden_layers < 0:
         return f"Expected --hidden-layers to be 0 or more (got {args.hidden_layers})"
+    if args.global_attention < 0 or args.attention_heads < 1 or args.attention_slices < 1:
+        return (f"Expected --global-attention 0 (off) or more, and positive --attention-heads and --attention-slices "
+                f"(got {args.global_attention}, {args.attention_heads}, {args.attention_slices})")
     if args.val_every < 0:
         return f"Expected --val-every to be 0 (off) or a positive integer (got {args.val_every})"
     if args.nproc < 0:
@@ -75,7 +81,9 @@ def parse_duration(text: str) -> float:
 
 #: The built-in MeshGraphNet's settings (argparse default None: given or not is known), and their defaults.
 _MESHGRAPHNET_FLAGS = {"latent": "--latent", "hidden_layers": "--hidden-layers", "mp_steps": "--mp-steps",
-                       "activation": "--activation", "checkpoint_steps": "--checkpoint-steps"}
+                       "activation": "--activation", "checkpoint_steps": "--checkpoint-steps",
+                       "global_attention": "--global-attention", "attention_heads": "--attention-heads",
+                       "attention_slices": "--attention-slices"}
 
 
 #: Settings a resumed run takes from its checkpoint when they are not on the command line (argparse
@@ -86,7 +94,9 @@ _RUN_SETTINGS = {"steps": "steps", "latent": "latent_size", "hidden_layers": "hi
                  "every": "checkpoint_every", "log_every": "log_every", "val_every": "val_every",
                  "checkpoint_steps": "checkpoint_steps", "max_time": "max_time", "clip_grad": "clip_grad",
                  "batch": "batch", "lr_schedule": "lr_schedule", "warmup": "warmup", "lr_floor": "lr_floor",
-                 "noise_std": "noise_std", "rollout_train": "rollout_train"}
+                 "global_attention": "global_attention", "attention_heads": "attention_heads",
+                 "attention_slices": "attention_slices", "noise_std": "noise_std",
+                 "rollout_train": "rollout_train"}
 _DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 
 
@@ -109,16 +119,33 @@ def _model_settings(args: Any, saved: dict[str, Any]) -> str | None:
     if saved.get("model") and not args.model:
         return (f"{args.out}: the run trained your own model ({saved['model']}); pass --model "
                 f"{shlex.quote(str(saved['model']))} to resume it (code is never imported from what a checkpoint says)")
+    # a built-in name (--model transolver) is no code: it is the run's architecture, its --model-args its settings
+    if args.model in BUILTIN_MODELS:
+        args.architecture, args.model = args.model, None
+    else:
+        args.architecture = None if args.model else str(saved.get("architecture") or "meshgraphnet")
     given = [flag for key, flag in _MESHGRAPHNET_FLAGS.items() if getattr(args, key) not in (None, False)]
+    other_model = bool(args.model) or args.architecture not in (None, "meshgraphnet")
     for key, name in _RUN_SETTINGS.items():
         default = _DEFAULTS[name]
         if getattr(args, key) is None:
-            setattr(args, key, saved.get(name, default) if not (args.model and key in _MESHGRAPHNET_FLAGS) else default)
-    if not args.model:
-        return "Expected --model-args only with --model" if args.model_args else None
-    if given:
-        return (f"{', '.join(given)} set(s) the built-in MeshGraphNet; with --model, give your model's settings "
+            keep = not (other_model and key in _MESHGRAPHNET_FLAGS)
+            setattr(args, key, saved.get(name, default) if keep else default)
+    if given and other_model:
+        what, whose = ("--model", "your") if args.model else (f"--model {args.architecture}", "the")
+        return (f"{', '.join(given)} set(s) the built-in MeshGraphNet; with {what}, give {whose} model's settings "
                 "as --model-args '{\"name\": value}'")
+    if not args.model:
+        if args.architecture == "meshgraphnet":
+            return "Expected --model-args only with --model" if args.model_args else None
+        try:  # a built-in model's settings: given, or on --resume the run's
+            same = saved.get("architecture") == args.architecture
+            args.model_args = (dict(saved.get("model_args") or {}) if args.model_args is None and same
+                               else parse_model_args(args.model_args))
+            transolver_args(args.model_args)
+        except ValueError as err:
+            return str(err)
+        return None
     try:
         args.model = normalise_spec(args.model)
         if args.model_args is None and saved.get("model") == args.model:
@@ -130,7 +157,23 @@ def _model_settings(args: Any, saved: dict[str, Any]) -> str | None:
     return None
 
 
-def _run(args: Any) -> int:
+def _selftest_hint(model: str | None, model_args: str | None, resume: bool) -> str | None:
+    """On a run's first start with --model (not on --resume; rank 0 only), the one line that
+    suggests checking the model on shards first."""
+    rank = os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))
+    if not model or model in BUILTIN_MODELS or resume or rank != "0":
+        return None
+    given = f"--model {shlex.quote(model)}" + (f" --model-args {shlex.quote(model_args)}" if model_args else "")
+    return (f"note: check that your model on shards equals one process (output and every gradient) with: "
+            f"meshshard selftest {given}")
+
+
+def _run(args: Any) -> int:  # one writer per RUN, before the checkpoint is read or any rank starts
+    return writing_command("train", args.out, lambda: _train(args))
+
+
+def _train(args: Any) -> int:
+    hint = _selftest_hint(args.model, args.model_args, args.resume)  # as typed, before --model is made absolute
     saved_ckpt = _saved_checkpoint(args)
     problem = _model_settings(args, dict(saved_ckpt.get("config") or {}) if saved_ckpt else {}) or _check_counts(args)
     if problem:
@@ -143,12 +186,16 @@ def _run(args: Any) -> int:
         resume=args.resume, force=args.force, seed=args.seed, log_every=args.log_every, quiet=args.quiet,
         val_every=args.val_every, dtype=args.dtype, precision=args.precision,
         checkpoint_steps=args.checkpoint_steps, model=args.model or "", model_args=args.model_args or {},
+        architecture=args.architecture or "meshgraphnet", global_attention=args.global_attention,
+        attention_heads=args.attention_heads, attention_slices=args.attention_slices,
         max_time=args.max_time, clip_grad=args.clip_grad, batch=args.batch, lr_schedule=args.lr_schedule,
         warmup=args.warmup, lr_floor=args.lr_floor, noise_std=args.noise_std,
         rollout_train=args.rollout_train,
     )
     def check() -> None:  # the RUN checks here too, so that a refusal is one line before any rank starts
         check_training(cfg, saved_ckpt)
+        if hint:
+            print(hint, file=sys.stderr, flush=True)
 
     worker = functools.partial(as_rank, train, TrainConfig.from_dict)
     return run_command("train", worker, args.nproc, asdict(cfg), check, stopped=lambda: resume_hint(cfg.out))
@@ -179,9 +226,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--lr", type=float, default=None,
                    help=f"learning rate (default {_DEFAULTS['lr']:g}; on --resume the run's, "
                    "and a changed one is applied)")
-    p.add_argument("--model", default=None, metavar="FILE.py:NAME",
-                   help="your own model instead of MeshGraphNet: NAME(node_in, edge_in, node_out, **model_args) in a "
-                   "Python file or module (docs/training.md)")
+    p.add_argument("--model", default=None, metavar="NAME|FILE.py:NAME",
+                   help="a built-in model: " + "; ".join(f"{k}: {v}" for k, v in BUILTIN_MODELS.items())
+                   + "; or your own: NAME(node_in, edge_in, node_out, **model_args) in a Python file or module "
+                   "(docs/training.md)")
     p.add_argument("--model-args", default=None, metavar="JSON", help="keyword arguments of --model, a JSON object")
     p.add_argument("--latent", "--latent-size", dest="latent", type=int, default=None,
                    help=f"MeshGraphNet's latent size (default {_DEFAULTS['latent_size']}; paper: 128)")
@@ -191,6 +239,13 @@ def register(subparsers: Any) -> None:
                    help=f"MeshGraphNet's message-passing steps (default {_DEFAULTS['message_passing_steps']}; "
                    "paper: 15)")
     p.add_argument("--activation", default=None, help=f"MeshGraphNet's activation (default {_DEFAULTS['activation']})")
+    p.add_argument("--global-attention", type=int, default=None, metavar="K",
+                   help="MeshGraphNet: a Transolver physics-attention block (reach over the whole mesh, exact on "
+                   "shards) after every K message-passing steps (default 0: none)")
+    p.add_argument("--attention-heads", type=int, default=None,
+                   help=f"heads of --global-attention (default {_DEFAULTS['attention_heads']})")
+    p.add_argument("--attention-slices", type=int, default=None,
+                   help=f"slices of --global-attention (default {_DEFAULTS['attention_slices']})")
     p.add_argument("--data-parallel", type=int, default=None,
                    help=f"data-parallel groups; domain size = world / this (default {_DEFAULTS['data_parallel']})")
     p.add_argument("--every", "--checkpoint-every", dest="every", type=int, default=None,

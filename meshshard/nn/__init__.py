@@ -3,6 +3,8 @@
 - :class:`MeshGraphNet` (with :class:`MLP`, :class:`ProcessorBlock`): message passing on meshes;
 - :func:`ball_query`, :class:`BallQueryPlan`, :class:`BallQueryAttention`: point-cloud attention
   over deterministic radius neighbourhoods, with geometric halos on shards;
+- :class:`Transolver` (with :class:`TransolverBlock`, :class:`PhysicsAttention`): global attention
+  over every point of a sample through learned slices, one all-reduce per layer;
 - :class:`GridConv`, :class:`GridPool`, :class:`GridUpsample`, :func:`shard_grid_layers`: the
   ``torch.nn`` convolutions, pools and upsampling on a :class:`~meshshard.GridTensor`;
 - :class:`ShardConv`, :class:`ShardNorm`: PyTorch Geometric message-passing layers and per-graph
@@ -20,7 +22,9 @@ from ._grid_layers import GridConv, GridPool, GridUpsample, shard_grid_layers
 from ._meshgraphnet import MLP, MeshGraphNet, ProcessorBlock
 from ._parallel import DomainParallel, ddp_comm_hook, fsdp_device_mesh, fully_shard_data_parallel
 from ._pyg import ShardConv, ShardNorm
+from ._transolver import PhysicsAttention, Transolver, TransolverBlock
 
 __all__ = ["MLP", "MeshGraphNet", "ProcessorBlock", "ball_query", "BallQueryResult", "BallQueryPlan",
            "BallQueryAttention", "GridConv", "GridPool", "GridUpsample", "shard_grid_layers", "ShardConv", "ShardNorm",
-           "DomainParallel", "ddp_comm_hook", "fsdp_device_mesh", "fully_shard_data_parallel"]
+           "DomainParallel", "ddp_comm_hook", "fsdp_device_mesh", "fully_shard_data_parallel",
+           "PhysicsAttention", "Transolver", "TransolverBlock"]

@@ -44,6 +44,14 @@ Communication on a shard:
 - k-hop partition (``halo_hops=k >= message_passing_steps``): one ``indexed_all_to_all_v`` of the
   encoded node features before the first step, then none: each step also updates the ghosts, and
   the region where values are exact shrinks by one hop per step (redundant compute, XAeroNet style).
+
+Global reach (``global_attention=k``, off by default): message passing sees as many hops as it has
+steps; a :class:`~meshshard.nn.TransolverBlock` without its MLP half (``h + attention(norm(h))``,
+Transolver's physics attention over every node of the mesh) after every ``k`` processor steps lets
+every node see the whole mesh. On a shard each such block adds one ``all_reduce`` of
+``heads * slices * (latent_size / heads + 1)`` values forward and one backward, and stays exact
+(the slice tokens sum the owned rows only; in k-hop mode the ghost rows read them back too).
+Without it, the model and its ``state_dict`` are unchanged.
 """
 
 from __future__ import annotations
@@ -57,8 +65,10 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from .._graph import ShardGraph, segment_lengths
+from .._spec import ShardSpec
 from .._tensor import ShardTensor
 from ._edge_mlp import Scratch, edge_mlp, edge_step, scatter_sum
+from ._transolver import TransolverBlock
 
 __all__ = ["MLP", "MeshGraphNet", "ProcessorBlock"]
 
@@ -289,6 +299,10 @@ class MeshGraphNet(nn.Module):
             decoder in the backward from their inputs instead of saving their hidden activations
             (the default; see :class:`ProcessorBlock`). Bitwise the same gradients; ``False``
             trades about ``3 E L`` values per step for a quarter less compute in the backward.
+        global_attention: ``k > 0``: a physics-attention block (:class:`~meshshard.nn.TransolverBlock`
+            with ``mlp_ratio=0``, in ``self.attention``) after every ``k`` processor steps, for
+            reach over the whole mesh (module docstring); ``0`` (the default): none.
+        attention_heads, attention_slices: those blocks' heads and slices per head.
 
     Shapes:
         See the module docstring: whole graph ``(N, node_in) -> (N, node_out)``; shard
@@ -307,10 +321,20 @@ class MeshGraphNet(nn.Module):
         activation: str = "relu",
         checkpoint_steps: bool = False,
         recompute: bool = True,
+        global_attention: int = 0,
+        attention_heads: int = 4,
+        attention_slices: int = 32,
     ) -> None:
         super().__init__()
         if message_passing_steps < 1:
             raise ValueError(f"Expected 'message_passing_steps' >= 1 (got {message_passing_steps})")
+        if isinstance(global_attention, bool) or not isinstance(global_attention, int) or not (
+            0 <= global_attention <= message_passing_steps
+        ):
+            raise ValueError(
+                f"Expected 'global_attention' to be 0 (off) or a number of steps in [1, {message_passing_steps}] "
+                f"(got {global_attention!r})"
+            )
         self.node_encoder = MLP(node_in, latent_size, latent_size, hidden_layers, activation, layer_norm=True)
         self.edge_encoder = MLP(edge_in, latent_size, latent_size, hidden_layers, activation, layer_norm=True)
         self.processor = nn.ModuleList(
@@ -319,6 +343,22 @@ class MeshGraphNet(nn.Module):
         self.decoder = MLP(latent_size, node_out, latent_size, hidden_layers, activation, layer_norm=False)
         self.checkpoint_steps = checkpoint_steps
         self.recompute = recompute
+        self.global_attention = global_attention
+        self.attention: nn.ModuleList | None = None  # (no entry in the state_dict when off)
+        if global_attention:
+            self.attention = nn.ModuleList(
+                TransolverBlock(latent_size, attention_heads, attention_slices, mlp_ratio=0)
+                for _ in range(message_passing_steps // global_attention)
+            )
+
+    def _attend(self, step: int, h: Tensor, spec: ShardSpec | None) -> Tensor:
+        """``h`` after processor step ``step`` (from 0): through an attention block after every
+        ``global_attention`` steps, unchanged otherwise. ``spec``: as
+        :meth:`~meshshard.nn.PhysicsAttention.forward_local` (``None`` on the whole graph)."""
+        k = self.global_attention
+        if self.attention is None or (step + 1) % k:
+            return h
+        return self.attention[(step + 1) // k - 1].forward_local(h, spec)
 
     def forward(self, x: Any, graph: Any, edge_attr: Tensor) -> Any:
         """Encode, process and decode: the node values at every node.
@@ -330,7 +370,8 @@ class MeshGraphNet(nn.Module):
             ``edge_attr`` ``(E_local, edge_in)`` -> a ``ShardTensor`` ``(N_own, node_out)``.
 
         Communication (shards): per processor step, one halo exchange of the node latents (1-hop
-        mode) forward and its adjoint backward; none in k-hop mode.
+        mode) forward and its adjoint backward; none in k-hop mode. With ``global_attention``, one
+        ``all_reduce`` forward and one backward per attention block.
         """
         if isinstance(graph, ShardGraph):
             return self._forward_shard(x, graph, edge_attr)
@@ -362,8 +403,9 @@ class MeshGraphNet(nn.Module):
         scratch = Scratch()
         e = self._encode_edges(edge_attr, scratch)
         lengths = segment_lengths(edge_index[1], h.shape[0])
-        for block in self.processor:
+        for step, block in enumerate(self.processor):
             h, e = block(h, e, edge_index, h.shape[0], None, self.checkpoint_steps, lengths, scratch)
+            h = self._attend(step, h, None)
         return self._mlp(self.decoder, h)
 
     def _forward_shard(self, x: ShardTensor, graph: ShardGraph, edge_attr: Tensor) -> ShardTensor:
@@ -385,8 +427,9 @@ class MeshGraphNet(nn.Module):
                 return ShardTensor(rows, spec).with_halo()
 
             lengths = graph.dst_lengths(graph.num_owned)
-            for block in self.processor:
+            for step, block in enumerate(self.processor):
                 h, e = block(h, e, graph.edge_index, graph.num_owned, halo, self.checkpoint_steps, lengths, scratch)
+                h = self._attend(step, h, spec)
             return ShardTensor(self._mlp(self.decoder, h), spec)
         if graph.halo_hops < steps:
             raise ValueError(
@@ -397,8 +440,9 @@ class MeshGraphNet(nn.Module):
         # the one exchange: every local row, owned and ghost; then every step updates them all
         h = ShardTensor(self._mlp(self.node_encoder, x.to_local()), spec).with_halo()
         lengths = graph.dst_lengths(graph.num_local)
-        for block in self.processor:
+        for step, block in enumerate(self.processor):
             h, e = block(h, e, graph.edge_index, graph.num_local, None, self.checkpoint_steps, lengths, scratch)
+            h = self._attend(step, h, spec)  # the tokens count owned rows; every local row reads them back
         return ShardTensor(self._mlp(self.decoder, h[: graph.num_owned]), spec)
 
 

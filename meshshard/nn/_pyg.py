@@ -29,12 +29,17 @@ beyond its incoming edges is supplied, exactly:
 - ``"halo"`` (PNAConv, and user layers declared ``local=True``): the layer runs on all local rows
   (owned and ghost) with the owned edges; the owned rows of its output are kept. PNAConv's degree
   histogram must be the global one: :meth:`ShardGraph.degree_histogram`.
+- ``"multihop"`` (the classes of :data:`~meshshard.nn._multihop.MULTIHOP`, and any layer declared
+  ``hops=k``): the layer runs as on a whole graph on the rank's extended subgraph, every node
+  within ``k + 1`` hops and every edge into a node within ``k`` hops (``_multihop.py``).
 
 Refused, with a one-line reason: a MessagePassing class not in :data:`SUPPORTED` (unless declared
 ``local=True``: its output at a node depends only on that node's row, its incoming edges and their
 source rows), subclasses of supported classes (they may override the message), ``flow =
 "target_to_source"``, order-dependent aggregations (LSTM, GRU, sort, set transformer),
-and ``return_attention_weights``.
+``return_attention_weights``, ``cached=True`` and ``decomposed_layers > 1``, and a supported class
+whose code in the installed torch-geometric differs from the release the adapters were verified on
+(:data:`PYG_VERIFIED`; a user who has checked the model declares it ``checked=True``).
 
 :class:`ShardNorm` does the same for PyG's per-graph normalisations (``GraphNorm``,
 ``InstanceNorm``, ``LayerNorm(mode="graph")``): statistics over every node of every rank.
@@ -48,6 +53,8 @@ local edges, ``F`` features.
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -55,9 +62,10 @@ import torch
 from torch import Tensor, nn
 
 from .._graph import ShardGraph
-from .._tensor import ShardTensor
+from .._tensor import ShardTensor, _RowsUseReplicated
+from ._multihop import MULTIHOP, MULTIHOP_VERIFIED, REFUSED, hops_of, run_multihop
 
-__all__ = ["ShardConv", "ShardNorm", "SUPPORTED"]
+__all__ = ["ShardConv", "ShardNorm", "SUPPORTED", "PYG_VERIFIED", "PYG_CHECKED_ENV", "pyg_fingerprints"]
 
 # aggregations whose result does not depend on the order of a node's incoming edges
 _ORDER_FREE = {
@@ -95,6 +103,14 @@ class ShardConv(nn.Module):
             node's row, its incoming edges and their source rows (no degrees of the sources, no
             global statistics, no second hop). It then runs on owned + ghost rows with the owned
             edges. Declaring a layer local that is not gives wrong results.
+        hops: declare a layer's output at a node a function of its ``hops``-hop neighbourhood (the
+            number of message-passing steps; degrees normalised by incoming edges are covered):
+            it then runs on the multi-hop halo (mode ``"multihop"``), whatever its class. The
+            classes of :data:`~meshshard.nn._multihop.MULTIHOP` run there without it.
+        checked: run a supported class even where the installed torch-geometric's code for it differs
+            from the release the adapter was verified on (:data:`PYG_VERIFIED`), once ``meshshard
+            selftest --model FILE.py:NAME`` shows your model exact on shards with it. The environment
+            variable ``MESHSHARD_PYG_CHECKED=1`` does the same for every layer (to run that selftest).
 
     Shapes:
         x: ``ShardTensor`` ``(N_own, F_in)`` laid out by ``graph.spec``.
@@ -107,12 +123,19 @@ class ShardConv(nn.Module):
     GCNConv and ChebConv add a degree exchange (cached for GCNConv without edge weights).
 
     Raises:
-        TypeError: at construction, for a layer that cannot be made exact, with the reason.
+        TypeError: at construction, for a layer that cannot be made exact, with the reason: among
+            them a flag the adapter cannot honour (``cached=True``), and a supported class whose
+            constructor or code in the installed torch-geometric differs from the verified release.
     """
 
-    def __init__(self, layer: nn.Module, *, local: bool = False) -> None:
+    def __init__(self, layer: nn.Module, *, local: bool = False, hops: int | None = None,
+                 checked: bool = False) -> None:
         super().__init__()
-        self.mode = _mode_of(layer, local)
+        if hops is not None and (isinstance(hops, bool) or not isinstance(hops, int) or hops < 1 or local):
+            raise ValueError(f"Expected 'hops' to be a positive int, without local=True (got {hops!r})")
+        mode = _mode_of(layer, local or hops is not None, checked)
+        self.mode = "multihop" if hops is not None else mode
+        self.hops = hops_of(layer, hops) if self.mode == "multihop" else None
         self.layer = layer
         self._register_state_dict_hook(_drop_prefix)
         self.register_load_state_dict_pre_hook(_add_prefix)
@@ -140,12 +163,15 @@ class ShardConv(nn.Module):
         kwargs = {
             k: _owned_edge_rows(k, v, graph) if k in ("edge_weight", "edge_attr") else v for k, v in kwargs.items()
         }
-        out = _HANDLERS[self.mode](self.layer, x, graph, edge_attr, kwargs)
+        if self.mode == "multihop":
+            out = run_multihop(self.layer, self.hops, x, graph, edge_attr, kwargs)
+        else:
+            out = _HANDLERS[self.mode](self.layer, x, graph, edge_attr, kwargs)
         return ShardTensor(out, graph.spec)
 
     def extra_repr(self) -> str:
         """The mode the layer runs in on shards, for ``print(module)``."""
-        return f"mode={self.mode!r}"
+        return f"mode={self.mode!r}" + (f", hops={self.hops}" if self.hops is not None else "")
 
 
 class ShardNorm(nn.Module):
@@ -210,7 +236,7 @@ class ShardNorm(nn.Module):
 # --- refusals --------------------------------------------------------------------------------------
 
 
-def _mode_of(layer: nn.Module, local: bool) -> str:
+def _mode_of(layer: nn.Module, local: bool, checked: bool = False) -> str:
     try:
         from torch_geometric.nn import MessagePassing
     except ImportError as err:  # a declared dependency, but say what is missing
@@ -226,15 +252,23 @@ def _mode_of(layer: nn.Module, local: bool) -> str:
     _check_aggregation(name, getattr(layer, "aggr_module", None))
     known = name in SUPPORTED and type(layer).__module__.startswith("torch_geometric.")
     if known:
+        _check_flags(layer)
+        if not (checked or os.environ.get(PYG_CHECKED_ENV, "") == "1"):
+            _check_pyg_code(type(layer))
         return SUPPORTED[name]
+    if name in MULTIHOP and type(layer).__module__.startswith("torch_geometric."):
+        if not (checked or os.environ.get(PYG_CHECKED_ENV, "") == "1"):
+            _check_pyg_code(type(layer))
+        return "multihop"
     if local:
         return "halo"
-    subclass = any(base.__name__ in SUPPORTED for base in type(layer).__mro__[1:])
+    subclass = any(base.__name__ in SUPPORTED or base.__name__ in MULTIHOP for base in type(layer).__mro__[1:])
     why = f"{name} subclasses a supported layer and may change its message" if subclass else (
-        f"{name} is not a layer ShardConv knows to be exact on shards")
+        REFUSED.get(name) or f"{name} is not a layer ShardConv knows to be exact on shards")
     raise TypeError(
         f"ShardConv refuses {name}: {why}; if each node's output depends only on its own row, its "
-        "incoming edges and their source rows, declare it with ShardConv(layer, local=True)"
+        "incoming edges and their source rows, declare it with ShardConv(layer, local=True); if on its "
+        "k-hop neighbourhood, ShardConv(layer, hops=k)"
     )
 
 
@@ -251,6 +285,143 @@ def _check_aggregation(name: str, aggr: Any) -> None:
         _check_aggregation(name, inner)
     if getattr(aggr, "aggr", None) is not None and isinstance(aggr.aggr, nn.Module):
         _check_aggregation(name, aggr.aggr)
+
+
+# --- the flags the adapters cannot honour, and the PyG code they were verified on ------------------
+
+# flag -> (the value the adapter needs, why), for each class that has such a flag
+_UNSUPPORTED_FLAGS: dict[str, dict[str, tuple[Any, str]]] = {
+    name: {"cached": (False, "cached=True keeps the first graph's normalisation (SGConv: its propagated "
+                      "features) in the layer, which on shards would be each rank's part; the shard graph "
+                      "caches its degrees already, so use cached=False")}
+    for name in ("GCNConv", "SGConv", "APPNP")
+}
+# MessagePassing's own, for every class
+_UNSUPPORTED_FLAGS[""] = {
+    "decomposed_layers": (1, "PyG's decomposed propagate cannot split the (source rows, destination rows) "
+                          "pair a shard passes; use decomposed_layers=1"),
+}
+
+
+def _check_flags(layer: nn.Module) -> None:
+    name = type(layer).__name__
+    flags = {**_UNSUPPORTED_FLAGS[""], **_UNSUPPORTED_FLAGS.get(name, {})}
+    for flag, (needed, why) in flags.items():
+        if getattr(layer, flag, needed) != needed:
+            raise TypeError(f"ShardConv refuses {name}({flag}={getattr(layer, flag)!r}): {why}")
+
+
+#: The torch-geometric release the adapters were derived from and the flag matrix of
+#: ``tests/meshshard/test_pyg_flags.py`` verified (every supported class over the flags that change its
+#: math, exact on 3 ranks), and per class a fingerprint of what the adapter relies on: its constructor's
+#: parameters and defaults, the source of its methods (``_METHODS``) and of the PyG helpers its mode
+#: re-derives (``_HELPERS``). A class whose fingerprint differs in the installed release is refused.
+#: Upgrading PyG: run the flag matrix on the new release; when it passes, replace the version and the
+#: fingerprints below with what ``python -c "from meshshard.nn._pyg import pyg_fingerprints as f; print(f())"``
+#: prints (``test_the_recorded_fingerprints_are_the_installed_pyg`` fails, naming the classes, until then).
+PYG_VERIFIED: tuple[str, dict[str, str]] = ("2.8.1", {
+    "GraphConv": "a075ce479d46",
+    "SAGEConv": "ef2e9831a701",
+    "GINConv": "d0e9c44ad8f2",
+    "GINEConv": "f188a4b3d0c3",
+    "GATConv": "cbf44d005fca",
+    "GATv2Conv": "71dfe4d816ea",
+    "TransformerConv": "4f4eb3cbb1a7",
+    "EdgeConv": "45f4ea633076",
+    "GENConv": "3f34e5a50ba0",
+    "ResGatedGraphConv": "7e198be587f3",
+    "LEConv": "e09f99cf3aa6",
+    "GeneralConv": "158c4a81703f",
+    "PointNetConv": "75830f6cff44",
+    "GCNConv": "c62f247062cb",
+    "ChebConv": "d4577cf9c1f5",
+    "TAGConv": "b4e1656b7f84",
+    "SGConv": "53b8a1f1099a",
+    "APPNP": "f19bf9f51619",
+    "PNAConv": "68549e1cb36d",
+})
+
+#: set to ``1``: every supported layer runs as if declared ``checked=True`` (see :class:`ShardConv`)
+PYG_CHECKED_ENV = "MESHSHARD_PYG_CHECKED"
+_METHODS = ("__init__", "forward", "message", "aggregate", "update", "message_and_aggregate", "edge_update",
+            "__norm__")
+_HELPERS = {
+    "gcn": ("torch_geometric.nn.conv.gcn_conv.gcn_norm", "torch_geometric.utils.add_remaining_self_loops"),
+    "khop": ("torch_geometric.nn.conv.gcn_conv.gcn_norm", "torch_geometric.utils.add_remaining_self_loops",
+             "torch_geometric.utils.get_laplacian"),
+    "bipartite": ("torch_geometric.utils.add_self_loops", "torch_geometric.utils.remove_self_loops",
+                  "torch_geometric.utils.softmax"),
+    "pointnet": ("torch_geometric.utils.add_self_loops", "torch_geometric.utils.remove_self_loops"),
+    "halo": (),
+}
+
+
+def pyg_fingerprints() -> str:
+    """The fingerprints of the supported classes in the installed torch-geometric, formatted as
+    :data:`PYG_VERIFIED` is written (for updating it after verifying a new release)."""
+    import torch_geometric
+    import torch_geometric.nn as pyg
+
+    lines = [f"PYG_VERIFIED: tuple[str, dict[str, str]] = ({torch_geometric.__version__!r}, {{"]
+    lines += [f"    {name!r}: {_fingerprint(getattr(pyg, name))!r}," for name in SUPPORTED]
+    return "\n".join(lines + ["})"])
+
+
+def _check_pyg_code(cls: type) -> None:
+    """Refuse a supported class whose code in the installed torch-geometric is not the verified one."""
+    import torch_geometric
+
+    name = cls.__name__
+    version, recorded = PYG_VERIFIED
+    recorded = {**recorded, **MULTIHOP_VERIFIED}
+    try:
+        found = _fingerprint(cls)
+    except (OSError, TypeError):  # no source to read (a frozen install)
+        found = "unreadable"
+    if recorded.get(name) == found:
+        return
+    installed = torch_geometric.__version__
+    code = ", ".join(["constructor"] + [m for m in _METHODS[1:] if m in cls.__dict__])
+    why = (
+        f"no fingerprint of its code is recorded (ShardConv was verified on torch-geometric {version})"
+        if name not in recorded else
+        f"the source of its code in torch-geometric {installed} cannot be read to compare it with "
+        f"torch-geometric {version}'s, which ShardConv was verified on" if found == "unreadable" else
+        f"its code in torch-geometric {installed} ({code} or the helpers ShardConv re-derives its math from) "
+        f"differs from torch-geometric {version}'s, which ShardConv was verified on, so its math may have changed"
+    )
+    raise TypeError(
+        f"ShardConv refuses {name}: {why}; check your model on shards with `{PYG_CHECKED_ENV}=1 meshshard "
+        "selftest --model FILE.py:NAME`, then declare the layer checked: ShardConv(layer, checked=True)"
+    )
+
+
+def _fingerprint(cls: type) -> str:
+    """12 hex digits of the sha256 of the class's constructor parameters, its own methods' source and
+    the source of the helpers its mode relies on (cached while those functions stay the same)."""
+    import importlib
+
+    methods = tuple(cls.__dict__.get(m) for m in _METHODS)
+    helpers = []
+    for path in _HELPERS.get(SUPPORTED.get(cls.__name__, "multihop"), ()):  # a new mode: record its helpers here
+        module, _, attr = path.rpartition(".")
+        helpers.append((path, getattr(importlib.import_module(module), attr)))
+    return _hash_code(cls, methods, tuple(helpers))
+
+
+@functools.lru_cache(maxsize=128)
+def _hash_code(cls: type, methods: tuple, helpers: tuple) -> str:
+    import hashlib
+    import inspect
+
+    # names and defaults, not annotations (whose text differs between Python versions)
+    parameters = inspect.signature(cls.__init__).parameters.values()
+    parts = [" ".join(f"{p.name}={p.default!r}" for p in parameters)]
+    for method, fn in zip(_METHODS, methods):
+        if fn is not None:
+            parts.append(f"{method}:{inspect.getsource(getattr(fn, '__func__', fn))}")
+    parts += [f"{path}:{inspect.getsource(fn)}" for path, fn in helpers]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12]
 
 
 # --- state_dict without the wrapper's prefix -------------------------------------------------------
@@ -275,15 +446,7 @@ def _add_prefix(module: nn.Module, state: dict, prefix: str, *args: Any) -> None
 def _owned_edge_rows(name: str, value: Any, graph: ShardGraph) -> Any:
     if value is None or not isinstance(value, Tensor):
         return value
-    rows = value.shape[0] if value.dim() else -1
-    if rows == graph.edge_index.shape[1]:
-        return value[: graph.num_owned_edges]
-    if rows == graph.num_owned_edges:
-        return value
-    raise ValueError(
-        f"Expected '{name}' to have one row per local edge ({graph.edge_index.shape[1]}) or per owned edge "
-        f"({graph.num_owned_edges}) (got shape {tuple(value.shape)})"
-    )
+    return graph.owned_edge_rows(value, name)
 
 
 def _pairs(kwargs: dict) -> dict:
@@ -391,7 +554,9 @@ def _gcn(layer: Any, x: ShardTensor, graph: ShardGraph, edge_attr: Tensor | None
     local = x.with_halo()
     if not layer.normalize:
         return layer(local, graph.owned_edge_index, edge_weight)[: graph.num_owned]
-    fill = 2.0 if layer.improved else 1.0
+    # PyG's gcn_norm fills the added self-loops with 2 (improved) only when there are edge weights:
+    # without them, add_remaining_self_loops returns no weights and every edge, loops included, gets 1
+    fill = 2.0 if layer.improved and edge_weight is not None else 1.0
     edge_index, weight = _gcn_norm(graph, edge_weight, layer.add_self_loops, fill, x.dtype)
     layer.normalize = False
     try:
@@ -533,7 +698,8 @@ def _cheb_norm(
 
 def _global_max(graph: ShardGraph, values: Tensor, dtype: torch.dtype) -> Tensor:
     """``values.max()`` over every rank, differentiable like torch's: the gradient is shared evenly
-    by the entries equal to the maximum (on every rank). Communication: three small ``all_reduce``."""
+    by the entries equal to the maximum (on every rank). Communication: three small ``all_reduce``
+    forward, one backward (every rank uses the maximum on its own rows: their gradients are summed)."""
     from meshshard.comm import all_reduce_max, sum_to_replicated
 
     top = (
@@ -545,7 +711,9 @@ def _global_max(graph: ShardGraph, values: Tensor, dtype: torch.dtype) -> Tensor
         all_reduce_max(top, group=graph.spec.group)
     ties = (values.detach() == top.to(values)).to(values.dtype)
     group = graph.spec.group
-    return sum_to_replicated((values * ties).sum(), group=group) / sum_to_replicated(ties.sum(), group=group)
+    top = sum_to_replicated((values * ties).sum(), group=group) / sum_to_replicated(ties.sum(), group=group)
+    # each rank scales its own rows by the maximum: the gradients reaching it are parts, summed backward
+    return _RowsUseReplicated.apply(top, group) if graph.spec.world_size > 1 else top
 
 
 _HANDLERS: dict[str, Callable[..., Tensor]] = {

@@ -8,8 +8,11 @@ as library code that the ``meshshard train / predict / info`` commands only call
   domain parallel, exact resume); the workload (:mod:`meshshard.tasks`) plugs into it;
 - :class:`PredictConfig`, :func:`predict`: the one prediction writer (ParaView files, metrics,
   pictures), on whole meshes or on shards;
-- :class:`ModelRecipe`, :data:`MESHGRAPHNET_DEFAULTS`: which model a run trains, with its
+- :class:`ModelRecipe`, :data:`BUILTIN_MODELS`, :data:`MESHGRAPHNET_DEFAULTS`, :data:`TRANSOLVER_DEFAULTS`:
+  which model a run trains, with its
   defaults stated once, built for the dataset's channel counts;
+- :func:`check_model_exact`, :class:`ExactnessReport`: your model on R ranks against one process,
+  output and every gradient (``meshshard selftest --model``);
 - :func:`load_run`, :class:`TrainedRun`: a trained run's model, weights and normalisation for
   code of your own;
 - the run folder: :data:`CHECKPOINT`, :data:`LOG`, :data:`RUN_FILES`, :func:`read_run`,
@@ -20,6 +23,7 @@ as library code that the ``meshshard train / predict / info`` commands only call
 from __future__ import annotations
 
 from ._checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from ._exactness import ExactnessReport, check_model_exact
 from ._folder import (
                       CHECKPOINT,
                       FIRST_STEP,
@@ -41,7 +45,17 @@ from ._prediction import (
                       predict,
                       prediction_summary,
 )
-from ._recipe import MESHGRAPHNET_DEFAULTS, ModelRecipe, build_model, load_factory, normalise_spec, parse_model_args
+from ._recipe import (
+    BUILTIN_MODELS,
+    MESHGRAPHNET_DEFAULTS,
+    TRANSOLVER_DEFAULTS,
+    ModelRecipe,
+    build_model,
+    load_factory,
+    normalise_spec,
+    parse_model_args,
+    transolver_args,
+)
 from ._trained_run import TrainedRun, load_run
 from ._training import TrainConfig, check_training, sample_index, train
 
@@ -51,15 +65,19 @@ __all__ = [
     "GATHER_MAX_NODES",
     "LOG",
     "LOSS_PLOT",
+    "BUILTIN_MODELS",
     "MESHGRAPHNET_DEFAULTS",
+    "TRANSOLVER_DEFAULTS",
     "METRICS_FILE",
     "RUN_FILES",
     "CheckpointError",
+    "ExactnessReport",
     "ModelRecipe",
     "PredictConfig",
     "TrainConfig",
     "TrainedRun",
     "build_model",
+    "check_model_exact",
     "check_prediction_request",
     "check_run_folder",
     "check_training",
@@ -69,6 +87,7 @@ __all__ = [
     "normalise_spec",
     "parse_model_args",
     "parse_view",
+    "transolver_args",
     "predict",
     "prediction_summary",
     "read_log",

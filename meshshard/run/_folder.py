@@ -21,7 +21,7 @@
   the dtype, the seed and the data-parallel schedule, the dataset, the partition's mesh); a changed
   learning rate is applied and logged (:func:`lr_change`).
 - :func:`resume_hint`: what to do after a stopped run.
-- :func:`read_log`: the records of ``log.jsonl``.
+- :func:`read_log`: the records of ``log.jsonl``; :func:`check_log`: its first damaged line.
 
 All checks run on every rank, from files only, before any collective, so a refusal stops every
 rank with the same one-line message.
@@ -29,14 +29,13 @@ rank with the same one-line message.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from meshshard.partition import Refusals, check_destination
+from meshshard.partition import Refusals, check_destination, loads_json, read_json
 
 from ._checkpoint import load_checkpoint, peek
 
@@ -57,6 +56,8 @@ __all__ = [
     "check_resume",
     "lr_change",
     "read_log",
+    "check_log",
+    "run_val_losses",
     "delete_run_files",
     "resume_hint",
     "run_summary",
@@ -77,7 +78,8 @@ LOSS_PLOT = "loss.png"
 #: The files ``meshshard train`` writes in RUN (and ``--force`` may delete); nothing else is touched.
 RUN_FILES = (CHECKPOINT, BEST, LOG, FIRST_STEP, LOSS_PLOT)
 #: Settings that a resumed run must keep, or its steps would not repeat the uninterrupted run's.
-EXACTNESS_KEYS = ("model", "model_args", "latent_size", "hidden_layers", "message_passing_steps", "activation", "dtype",
+EXACTNESS_KEYS = ("model", "model_args", "architecture", "latent_size", "hidden_layers", "message_passing_steps",
+                  "activation", "global_attention", "attention_heads", "attention_slices", "dtype",
                   "precision", "seed", "data_parallel", "clip_grad", "batch",
                   "lr_schedule", "warmup", "lr_floor", "noise_std",
                   "rollout_train")
@@ -92,7 +94,9 @@ def _holds_a_run(out: Path) -> str:
 
 
 #: A run folder's words for ``check_destination``'s refusals.
-_REFUSALS = Refusals(link="{out}: exists and is not a folder", not_empty=_holds_a_run)
+_REFUSALS = Refusals(current="{out}: is the current folder or one of its parents; refusing to write a run there "
+                             "(give a new folder)",
+                     link="{out}: exists and is not a folder", not_empty=_holds_a_run)
 
 
 def _holds_run_files(out: Path) -> bool:
@@ -115,20 +119,22 @@ def check_run_folder(out: str | os.PathLike[str], resume: bool, force: bool) -> 
     must delete (our files only).
 
     ``meshshard.partition.check_destination``'s rule for a folder written in place: RUN may hold
-    anything besides :data:`RUN_FILES`; files by those names must be a run's, even with ``--force``.
+    anything besides :data:`RUN_FILES`; files by those names must be a run's, even with ``--force``;
+    never the current folder or one of its parents (as a partition or a dataset).
     """
     if resume and force:
         raise ValueError("Expected --resume or --force, not both (--resume continues RUN, --force starts it over)")
     out = Path(out)
     check_destination(out, force=force or resume,  # --resume, like --force, takes a RUN that holds a run
                       is_ours=_check_is_a_run, in_place=True, holds=_holds_run_files, ours_first=True,
-                      refusals=_REFUSALS)
+                      refusals=_REFUSALS, current_ok=False)  # a run among the user's files: in a folder of its own
     if resume:
         if not (out / CHECKPOINT).is_file():
             if (out / LOG).is_file():
                 raise ValueError(f"{out}: nothing to resume (no checkpoint.pt): the run stopped before it saved one; "
                                  "pass --force instead of --resume to start it over")
             raise ValueError(f"{out}: nothing to resume (no checkpoint.pt); run without --resume to start")
+        check_log(out / LOG)
         return []
     return [out / name for name in RUN_FILES if (out / name).is_file()] if force else []
 
@@ -145,9 +151,9 @@ def why_not_a_run(out: Path) -> str | None:
         with open(log, "rb") as f:
             first = f.readline(1 << 16)
         try:
-            record = json.loads(first) if first.strip() else {"step": 0}  # empty: made, nothing logged yet
-        except ValueError:
-            record = None
+            record = loads_json(first, log) if first.strip() else {"step": 0}  # empty: made, nothing logged yet
+        except ValueError:  # beside our checkpoint, our log damaged (check_log names it on --resume)
+            record = {"step": 0} if ckpt.is_file() else None
         if not isinstance(record, dict) or "step" not in record:
             return "log.jsonl, which is not a log of meshshard train's"
     best = out / BEST
@@ -176,9 +182,10 @@ def run_identity(partition_meta: Mapping[str, Any], data_path: str | os.PathLike
         "partition_meshes": [[int(m.get("num_nodes", 0)), m.get("sha256")] for m in partition_meta.get("meshes", [])],
     }
     try:
-        meta = json.loads((Path(data_path) / "dataset.json").read_text())
+        meta = read_json(Path(data_path) / "dataset.json")
     except (OSError, ValueError):
         meta = {}
+    meta = meta if isinstance(meta, dict) else {}
     identity["dataset"] = {
         "num_samples": meta.get("num_samples"),
         "meshes": [m.get("sha256") for m in meta.get("meshes", [])],
@@ -211,22 +218,52 @@ def lr_change(saved_config: Mapping[str, Any], lr: float) -> float | None:
     return float(old) if old is not None and float(old) != float(lr) else None
 
 
-def read_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The records of a ``log.jsonl`` (an unreadable line is skipped; a link or a special file,
-    such as a FIFO that would block the reader, reads as no records)."""
-    records = []
+def _log_lines(path: str | os.PathLike[str]) -> list[str]:
+    """The lines of a ``log.jsonl`` (none for a link or a special file, such as a FIFO that
+    would block the reader)."""
     if Path(path).is_symlink() or not Path(path).is_file():
         return []
     try:
-        lines = Path(path).read_text().splitlines()
+        return Path(path).read_text(errors="replace").splitlines(keepends=True)
     except OSError:
         return []
-    for line in lines:
+
+
+def read_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The records of a ``log.jsonl`` (an unreadable line is skipped, :func:`check_log` names it;
+    a link or a special file reads as no records). Each line is parsed strictly
+    (``meshshard.partition.loads_json``: no NaN, no nesting deep enough to exhaust recursion)."""
+    records = []
+    for line in _log_lines(path):
         try:
-            records.append(json.loads(line))
+            records.append(loads_json(line, path))
         except ValueError:
             continue
     return records
+
+
+def check_log(path: str | os.PathLike[str]) -> None:
+    """Raise a one-line ``ValueError`` naming the first damaged line of a run's ``log.jsonl``
+    (not strict JSON, or not a record), before a resume rewrites it; the last line may be cut
+    short (no newline: the write a killed run did not finish)."""
+    lines = _log_lines(path)
+    for number, line in enumerate(lines, 1):
+        if not line.strip() or number == len(lines) and not line.endswith("\n"):
+            continue
+        try:
+            record = loads_json(line, f"line {number}")
+            why = None if isinstance(record, dict) else "not a record"
+        except ValueError as err:
+            why = str(err).removeprefix(f"line {number}: ")
+        if why is not None:
+            raise ValueError(f"{path}: damaged at line {number} ({why}); move it aside to resume from "
+                             f"{CHECKPOINT}, or pass --force to start over")
+
+
+def run_val_losses(records: Sequence[Mapping[str, Any]]) -> list[tuple[int, float]]:
+    """``(step, validation loss)`` of a log's records; a loss logged as null (it was NaN) is left out."""
+    return [(int(r["step"]), float(r["val_loss"])) for r in records
+            if isinstance(r.get("val_loss"), (int, float)) and not isinstance(r.get("val_loss"), bool)]
 
 
 def checkpoint_path(run: str | os.PathLike[str], checkpoint: str = "last") -> Path:
@@ -270,7 +307,7 @@ def run_summary(run: str | Path) -> dict[str, Any]:
     norm = cfg.pop("normalisation", None) or {}
     records = read_log(Path(run) / LOG)
     losses = [float(v) for v in ckpt.get("losses", [])]
-    val = [(int(r["step"]), float(r["val_loss"])) for r in records if "val_loss" in r]
+    val = run_val_losses(records)
     finite = [(i, v) for i, v in enumerate(losses) if math.isfinite(v)]
     best = min(finite, key=lambda iv: iv[1]) if finite else None
     model = cfg.get("model") or ""
@@ -283,8 +320,11 @@ def run_summary(run: str | Path) -> dict[str, Any]:
         # state dict, buffers included)
         "parameters": int(cfg.get("num_parameters") or sum(v.numel() for v in (ckpt.get("model") or {}).values())),
         "model": ({"kind": "your own", "spec": model, "model_args": cfg.get("model_args") or {}} if model else
+                  {"kind": "Transolver", "model_args": cfg.get("model_args") or {}}
+                  if cfg.get("architecture") == "transolver" else
                   {"kind": "MeshGraphNet", **{k: cfg.get(k) for k in ("latent_size", "hidden_layers",
-                                                                      "message_passing_steps", "activation")}}),
+                                                                      "message_passing_steps", "activation",
+                                                                      "global_attention")}}),
         "settings": {k: cfg.get(k) for k in ("lr", "dtype", "precision", "seed", "data_parallel", "checkpoint_every")},
         "data": cfg.get("data"),
         "partition": cfg.get("partition"),

@@ -34,7 +34,6 @@ pieces can be matched to the input mesh. The point fields are float64.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -46,16 +45,28 @@ from typing import Any
 
 import numpy as np
 
-from meshshard.comm import barrier, directory_lookup, gather_rows, init_distributed, is_peer_failure, sum_across
+from meshshard.comm import (
+    barrier,
+    directory_lookup,
+    gather_rows,
+    init_distributed,
+    is_distributed,
+    is_peer_failure,
+    sum_across,
+)
 from meshshard.partition import (
     Refusals,
     check_apart,
     check_destination,
     check_input_folders,
     check_partition_matches,
+    dumps_json,
+    is_lock_file,
     open_dataset,
     plural,
+    read_json,
     read_json_inside,
+    write_text_file,
 )
 
 from ..tasks import DatasetReader, TensorNormalisation, get_task
@@ -72,6 +83,7 @@ from ._folder import checkpoint_path, read_run
 from ._pictures import sample_picture
 from ._recipe import build_model, check_model_output, first_line, load_factory, shard_hint
 from ._report import gather_peak_memory
+from ._training import peer_failure
 from ._vtk import write_pvtu, write_vtu
 
 __all__ = ["GATHER_MAX_NODES", "METRICS_FILE", "PredictConfig", "check_prediction_request", "parse_view", "predict",
@@ -184,7 +196,7 @@ def _written_here(out: Path) -> tuple[list[str], bool] | None:
     if file.is_symlink() or not file.is_file():  # a link, a FIFO (a reader would block): not our record
         return None
     try:
-        meta = json.loads(file.read_text())
+        meta = read_json(file, max_bytes=MAX_METRICS_BYTES)
     except (OSError, ValueError):
         return None
     if not isinstance(meta, dict) or not isinstance(meta.get("samples"), list):
@@ -221,7 +233,7 @@ _REFUSALS = Refusals(link="{out}: exists and is not a folder", not_empty=_holds_
 
 def _check_is_a_prediction(out: Path) -> None:
     """Raise unless everything in PRED is what its ``metrics.json`` says predict wrote there."""
-    entries = list(out.iterdir())
+    entries = [path for path in out.iterdir() if not is_lock_file(path)]  # a killed command's lock is ours
     for path in entries:
         if path.is_symlink():
             raise ValueError(f"{out}: holds a link ({path.name}); refusing to replace it, even with --force")
@@ -255,7 +267,7 @@ def check_prediction_folder(out: Path, force: bool) -> list[Path]:
 def _write_metrics(out: Path, record: dict[str, Any]) -> None:
     """Replace ``PRED/metrics.json`` whole (written aside, then renamed), so a crash leaves the last one."""
     part = out / (METRICS_FILE + ".part")
-    part.write_text(json.dumps(record, indent=2, allow_nan=False) + "\n")
+    write_text_file(part, dumps_json(record, indent=2) + "\n")
     os.replace(part, out / METRICS_FILE)
 
 
@@ -532,13 +544,27 @@ def _partition_reader(cfg: PredictConfig, data: Any, run_cfg: dict[str, Any], ct
 
 def predict(cfg: PredictConfig) -> dict[str, Any] | None:
     """Predict, write PRED and return the metrics (on rank 0; ``None`` on the other ranks). With
-    ``cfg.rollout``, a rollout of a transient run (:func:`meshshard.run._rollout.rollout`)."""
+    ``cfg.rollout``, a rollout of a transient run (:func:`meshshard.run._rollout.rollout`).
+
+    A collective that raises (a peer rank died or stopped responding, the groups' timeout) is
+    reported as train reports it, naming the sample (:func:`meshshard.run._training.peer_failure`)."""
+    doing = ["prediction"]  # what this rank is doing, for the error of a collective that raises
+    try:
+        return _predict(cfg, doing)
+    except (RuntimeError, OSError) as err:
+        writing = isinstance(err, OSError) and getattr(err, "filename", None) is not None  # a file, not a peer
+        if writing or not is_peer_failure(err) or not is_distributed():
+            raise
+        raise peer_failure(err, doing[0]) from err
+
+
+def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
     import torch
 
     if cfg.rollout:
         from ._rollout import rollout
 
-        return rollout(cfg)
+        return rollout(cfg, doing)
 
     ctx = init_distributed()
     data = open_dataset(cfg.data)
@@ -591,6 +617,7 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
     stems = [file_stem(name) for name in names]
     val = set(int(v) for v in data.val)
     for s in picks:
+        doing[0] = f"sample {names[s]}"
         started = time.perf_counter()
         mesh, n = data.sample_mesh(s), data.num_nodes(s)
         gather = True if parts is None else (cfg.gather if cfg.gather is not None else n <= GATHER_MAX_NODES)

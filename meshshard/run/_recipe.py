@@ -41,15 +41,46 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MESHGRAPHNET_DEFAULTS", "ModelRecipe", "build_model", "normalise_spec", "model_digest", "parse_model_args",
-           "load_factory", "build_user_model", "check_model_output", "ModelOutputError", "unwrapped_pyg_layers",
-           "shard_hint", "first_line"]
+import torch
+
+from meshshard.partition import loads_json
+
+__all__ = [
+    "BUILTIN_MODELS",
+    "MESHGRAPHNET_DEFAULTS",
+    "TRANSOLVER_DEFAULTS",
+    "ModelRecipe",
+    "build_model",
+    "normalise_spec",
+    "model_digest",
+    "parse_model_args",
+    "load_factory",
+    "build_user_model",
+    "check_model_output",
+    "ModelOutputError",
+    "unwrapped_pyg_layers",
+    "shard_hint",
+    "first_line",
+    "NodeModel",
+    "transolver_args",
+]
 
 #: The built-in MeshGraphNet's settings in ``meshshard train`` (a run's config keys) and their
 #: defaults: smaller than the paper's 128 / 15 (``MeshGraphNet``'s own constructor defaults), so
 #: that a first run on a CPU takes minutes.
 MESHGRAPHNET_DEFAULTS: dict[str, Any] = {"latent_size": 64, "hidden_layers": 2, "message_passing_steps": 6,
-                                         "activation": "relu", "checkpoint_steps": False}
+                                         "activation": "relu", "checkpoint_steps": False, "global_attention": 0,
+                                         "attention_heads": 4, "attention_slices": 32}
+
+#: The built-in models ``--model NAME`` selects (nothing is imported for them), and what each is.
+BUILTIN_MODELS: dict[str, str] = {
+    "meshgraphnet": "MeshGraphNet: encoder, message passing on the mesh's edges, decoder (the default); "
+                    "--global-attention K adds a Transolver physics-attention block every K steps",
+    "transolver": "Transolver: physics attention over the whole sample, no graph (--model-args width, layers, "
+                  "heads, slices, mlp_ratio)",
+}
+#: ``--model transolver``'s settings (``--model-args``) and their defaults.
+TRANSOLVER_DEFAULTS: dict[str, Any] = {"width": 128, "layers": 4, "heads": 8, "slices": 32, "mlp_ratio": 4}
 
 _PLAIN = (str, int, float, bool, type(None))
 
@@ -97,10 +128,11 @@ def parse_model_args(text: str | None) -> dict[str, Any]:
     if not text:
         return {}
     try:
-        value = json.loads(text)
+        value = loads_json(text, "--model-args")  # strict: no NaN, no nest that exhausts recursion
     except ValueError as err:
+        shown = text if len(text) <= 200 else f"{text[:200]}..."
         raise ValueError(f"Expected --model-args to be a JSON object such as '{{\"hidden\": 64}}' "
-                         f"(got {text!r}: {err})") from None
+                         f"(got {shown!r}: {str(err).removeprefix('--model-args: ')})") from None
     if not isinstance(value, dict) or not all(isinstance(k, str) and k.isidentifier() for k in value):
         raise ValueError(f"Expected --model-args to be a JSON object of keyword arguments (got {text!r})")
     for key, v in value.items():
@@ -129,6 +161,9 @@ def _import(target: str, model_spec: str) -> Any:
         sys.modules[name] = module
         try:
             loader_spec.loader.exec_module(module)
+        except SystemExit as err:  # the file's own exit (a script's main run on import): never the command's
+            del sys.modules[name]
+            raise ValueError(f"--model {model_spec}: importing {target} called sys.exit({err.code!r})") from None
         except Exception as err:
             del sys.modules[name]
             raise ValueError(f"--model {model_spec}: importing {target} failed: "
@@ -138,6 +173,8 @@ def _import(target: str, model_spec: str) -> Any:
         sys.path.insert(0, os.getcwd())  # a module of the current folder, as python -m would find it
     try:
         return importlib.import_module(target)
+    except SystemExit as err:
+        raise ValueError(f"--model {model_spec}: importing {target} called sys.exit({err.code!r})") from None
     except ModuleNotFoundError as err:
         raise ValueError(f"--model {model_spec}: no module {err.name!r} "
                          f"(a file needs its path, e.g. ./{target.replace('.', '/')}.py)") from None
@@ -183,6 +220,9 @@ def build_user_model(model_spec: str, model_args: Mapping[str, Any], node_in: in
         fits = True
     try:
         model = factory(node_in, edge_in, node_out, **model_args)
+    except SystemExit as err:  # would end the command with the model's exit code, nothing trained
+        raise ValueError(f"--model {model_spec}: {call} called sys.exit({err.code!r}) instead of returning a "
+                         "model") from None
     except Exception as err:
         hint = (" (it is called with the dataset's input, edge and target channel counts, "
                 "then --model-args as keywords)"
@@ -264,10 +304,24 @@ def _output_problem(out: Any, rows: int, node_out: int, model_spec: str, sharded
     return None
 
 
+class NodeModel(torch.nn.Module):
+    """A model of the node rows alone (Transolver) called as the loop calls every model,
+    ``model(x, graph, edge_attr)``: the graph and the edge features are not used."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: Any, graph: Any = None, edge_attr: Any = None) -> Any:
+        """``inner(x)`` (a ``ShardTensor`` on shards, a tensor on a whole mesh)."""
+        return self.inner(x)
+
+
 @dataclass(frozen=True)
 class ModelRecipe:
-    """Which model a run trains: the built-in MeshGraphNet (``model_spec`` empty, its settings in
-    ``settings``) or your own (``model_spec`` ``FILE.py:NAME``, its keyword arguments in ``args``).
+    """Which model a run trains: a built-in one (``model_spec`` empty; ``architecture`` one of
+    :data:`BUILTIN_MODELS`: MeshGraphNet's settings in ``settings``, Transolver's in ``args``) or
+    your own (``model_spec`` ``FILE.py:NAME``, its keyword arguments in ``args``).
 
     Built from a run's config (:meth:`from_config`: the keys of ``TrainConfig``, what a checkpoint
     records), so training and every rebuild of the run make the same module.
@@ -276,30 +330,59 @@ class ModelRecipe:
     model_spec: str = ""
     args: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=lambda: dict(MESHGRAPHNET_DEFAULTS))
+    architecture: str = "meshgraphnet"
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> ModelRecipe:
-        """The recipe of a run's config; settings it leaves out take :data:`MESHGRAPHNET_DEFAULTS`."""
+        """The recipe of a run's config; settings it leaves out take :data:`MESHGRAPHNET_DEFAULTS`
+        (a run from before a setting existed trained without it: the default is its value)."""
         settings = {key: config.get(key, default) if config.get(key) is not None else default
                     for key, default in MESHGRAPHNET_DEFAULTS.items()}
-        return cls(str(config.get("model") or ""), dict(config.get("model_args") or {}), settings)
+        architecture = str(config.get("architecture") or "meshgraphnet")
+        if architecture not in BUILTIN_MODELS:
+            raise ValueError(f"Expected a built-in model, {', '.join(BUILTIN_MODELS)} (got {architecture!r})")
+        return cls(str(config.get("model") or ""), dict(config.get("model_args") or {}), settings, architecture)
 
     @property
     def name(self) -> str:
-        """``MeshGraphNet``, or the ``--model`` string."""
-        return self.model_spec or "MeshGraphNet"
+        """``MeshGraphNet``, ``Transolver``, or the ``--model`` string."""
+        return self.model_spec or {"meshgraphnet": "MeshGraphNet", "transolver": "Transolver"}[self.architecture]
 
     def build(self, node_in: int, edge_in: int, node_out: int) -> Any:
         """The module for these channel counts (input, edge, target), with fresh weights."""
         if self.model_spec:
             return build_user_model(self.model_spec, self.args, node_in, edge_in, node_out)
+        if self.architecture == "transolver":
+            from ..nn import Transolver
+
+            return NodeModel(Transolver(node_in, node_out, **transolver_args(self.args)))
         from ..nn import MeshGraphNet
 
         s = self.settings
         return MeshGraphNet(node_in, edge_in, node_out, latent_size=int(s["latent_size"]),
                             hidden_layers=int(s["hidden_layers"]),
                             message_passing_steps=int(s["message_passing_steps"]), activation=str(s["activation"]),
-                            checkpoint_steps=bool(s["checkpoint_steps"]))
+                            checkpoint_steps=bool(s["checkpoint_steps"]),
+                            global_attention=int(s["global_attention"]), attention_heads=int(s["attention_heads"]),
+                            attention_slices=int(s["attention_slices"]))
+
+
+def transolver_args(args: Mapping[str, Any]) -> dict[str, Any]:
+    """``--model transolver``'s ``--model-args`` over :data:`TRANSOLVER_DEFAULTS`; a one-line
+    ``ValueError`` for a name it does not take or a value that is not a positive integer."""
+    unknown = sorted(set(args) - set(TRANSOLVER_DEFAULTS))
+    if unknown:
+        raise ValueError(f"Expected --model-args of --model transolver among {', '.join(TRANSOLVER_DEFAULTS)} "
+                         f"(got {', '.join(unknown)})")
+    out = {**TRANSOLVER_DEFAULTS, **args}
+    for key, value in out.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "mlp_ratio" else 1):
+            raise ValueError(f"Expected --model-args {key} of --model transolver to be a positive integer "
+                             f"(got {value!r})")
+    if out["width"] % out["heads"]:
+        raise ValueError(f"Expected --model-args width ({out['width']}) of --model transolver to be a multiple of "
+                         f"heads ({out['heads']})")
+    return out
 
 
 def build_model(ckpt: dict[str, Any], sizes: tuple[int, int, int], dtype: Any, model_spec: Any,
@@ -319,8 +402,8 @@ def build_model(ckpt: dict[str, Any], sizes: tuple[int, int, int], dtype: Any, m
         model = ModelRecipe(model_spec, args).build(*sizes).to(dtype)
         given = f"--model {model_spec} with --model-args {json.dumps(args)}"
     else:
-        model, given = (ModelRecipe(settings={**recipe.settings, "checkpoint_steps": False})
-                        .build(*sizes).to(dtype), None)
+        model, given = (ModelRecipe(args=recipe.args, settings={**recipe.settings, "checkpoint_steps": False},
+                                    architecture=recipe.architecture).build(*sizes).to(dtype), None)
     try:
         model.load_state_dict(ckpt["model"])
     except RuntimeError as err:

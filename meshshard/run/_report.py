@@ -8,13 +8,14 @@
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from meshshard.partition import read_json
 
 __all__ = ["banner", "data_summary", "gather_peak_memory", "partition_counts", "peak_memory_mb", "write_loss_plot"]
 
@@ -94,7 +95,7 @@ def write_loss_plot(records: Sequence[Mapping[str, Any]], path: str | os.PathLik
         return False
     train = [(r["step"], r["loss"]) for r in records if "loss" in r]
     key = "val_loss" if any("val_loss" in r for r in records) else "eval_loss"
-    val = [(r["step"], r[key]) for r in records if key in r]
+    val = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]  # null: a NaN loss
     fig, ax = plt.subplots(figsize=(6.4, 4), dpi=110)
     if train:
         ax.plot([s for s, _ in train], [v for _, v in train], lw=0.8, alpha=0.6, label="training loss (per step)")
@@ -121,8 +122,10 @@ def write_loss_plot(records: Sequence[Mapping[str, Any]], path: str | os.PathLik
 def data_summary(data: str | os.PathLike[str]) -> str:
     """One line about a dataset folder, from its ``dataset.json``."""
     try:
-        meta = json.loads((Path(data) / "dataset.json").read_text())
+        meta = read_json(Path(data) / "dataset.json")
     except (OSError, ValueError):
+        return "no readable dataset.json"
+    if not isinstance(meta, dict):
         return "no readable dataset.json"
     split = meta.get("split") or {}
     text = f"{meta.get('num_samples', '?')} samples"

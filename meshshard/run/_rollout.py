@@ -113,9 +113,11 @@ def _plot_rmse(path: Path, title: str, times: list[float], fields: dict[str, lis
     return True
 
 
-def rollout(cfg: PredictConfig) -> dict[str, Any] | None:
+def rollout(cfg: PredictConfig, doing: list[str] | None = None) -> dict[str, Any] | None:
     """Roll a transient run out on the chosen trajectories, write PRED and return the metrics (on
-    rank 0; ``None`` on the other ranks). Refusals are one-line ``ValueError``, before any collective."""
+    rank 0; ``None`` on the other ranks). Refusals are one-line ``ValueError``, before any collective.
+    ``doing[0]`` is kept saying which trajectory is rolled out (for the error of a collective)."""
+    doing = doing if doing is not None else [""]
     import torch
 
     ctx = init_distributed()
@@ -160,6 +162,7 @@ def rollout(cfg: PredictConfig) -> dict[str, Any] | None:
     val = set(int(v) for v in data.val)
     records: list[dict[str, Any]] = []
     for k in picks:
+        doing[0] = f"the rollout of {names[k]}"
         started = time.perf_counter()
         stem = stems[k] if stems.count(stems[k]) == 1 else f"{stems[k]}-{k}"
         n = data.num_nodes(k)

@@ -75,6 +75,7 @@ class TrainedRun:
                 raise ValueError("Expected x to be a ShardTensor of this rank's owned rows with a ShardGraph "
                                  f"(got {type(x).__name__})")
             self._check_channels(x.to_local().shape)
+            self._check_pos(graph.pos.shape)
             local = norm.normalise_inputs(x.to_local().to(self.device, self.dtype))
             ea = norm.edge_attr(graph.pos.to(self.device, self.dtype), graph.edge_index)
             out = norm.denormalise_targets(self.model(ShardTensor.from_local(local, x.spec), graph, ea))
@@ -89,6 +90,12 @@ class TrainedRun:
         if edge_index.ndim != 2 or edge_index.shape[0] != 2 or pos.ndim != 2 or pos.shape[0] != x.shape[0]:
             raise ValueError(f"Expected edge_index (2, E) and pos ({x.shape[0]}, D) for x of {x.shape[0]} rows "
                              f"(got {tuple(edge_index.shape)} and {tuple(pos.shape)})")
+        self._check_pos(pos.shape)
+        if edge_index.numel():
+            low, high = int(edge_index.min()), int(edge_index.max())
+            if low < 0 or high >= x.shape[0]:
+                raise ValueError(f"Expected edge_index in 0..{x.shape[0] - 1}, node ids of x's {x.shape[0]} rows "
+                                 f"(got {low if low < 0 else high})")
         ea = norm.edge_attr(pos, edge_index)
         return self._dimensional(norm.denormalise_targets(self.model(norm.normalise_inputs(x), edge_index, ea)), x)
 
@@ -110,6 +117,12 @@ class TrainedRun:
             factors += [value] * int(target["components"])
         return out * torch.stack(factors, dim=1)
 
+    def _check_pos(self, shape: Any) -> None:
+        dims = len(self._normaliser.normalisation.edges.channels) - 1  # the edge features: dpos, then |dpos|
+        if shape[-1] != dims:
+            raise ValueError(f"Expected pos with {dims} coordinates per node, as the run was trained on "
+                             f"(got {tuple(shape)})")
+
     def _check_channels(self, shape: Any) -> None:
         if len(shape) != 2 or shape[1] != len(self.input_channels):
             raise ValueError(f"Expected inputs (N, {len(self.input_channels)}): the run's channels "
@@ -118,7 +131,7 @@ class TrainedRun:
 
 def load_run(run: str | os.PathLike[str], *, model: str | nn.Module | None = None,
              model_args: dict[str, Any] | None = None, device: Any = None,
-             dtype: torch.dtype | None = None, checkpoint: str = "best") -> TrainedRun:
+             dtype: torch.dtype | str | None = None, checkpoint: str = "best") -> TrainedRun:
     """The trained model of a run folder of ``meshshard train``, for prediction in your own code.
 
     Args:
@@ -128,15 +141,23 @@ def load_run(run: str | os.PathLike[str], *, model: str | nn.Module | None = Non
             Leave out for the built-in MeshGraphNet.
         model_args: the ``model="file.py:name"`` arguments (default: the run's).
         device: where the model runs (default: CPU).
-        dtype: its precision (default: the run's, ``float32`` or ``float64``).
+        dtype: its precision, ``torch.float32`` or ``torch.float64`` (or their names; default: the run's).
         checkpoint: ``"best"`` (``RUN/best.pt``, the lowest validation loss; ``RUN/checkpoint.pt``
             for a run trained without ``--val-every``) or ``"last"`` (``RUN/checkpoint.pt``), as
             ``meshshard predict --checkpoint``.
 
     Raises:
         ValueError: on one line: no checkpoint, a damaged one, a run of your own model without
-            ``model``, or a model whose weights are not the run's.
+            ``model``, a model whose weights are not the run's, or another ``dtype``.
+        TypeError: ``model`` neither a string nor a module.
     """
+    if model is not None and not isinstance(model, str | nn.Module):
+        raise TypeError(f"Expected model to be a 'FILE.py:NAME' string or a torch.nn.Module (got "
+                        f"{type(model).__name__} {model!r})")
+    if dtype is not None:
+        dtype = getattr(torch, dtype, dtype) if isinstance(dtype, str) and dtype in ("float32", "float64") else dtype
+        if dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"Expected dtype float32 or float64 (got {dtype!r})")
     ckpt = read_run(run, checkpoint)
     cfg = dict(ckpt.get("config") or {})
     stored = cfg.get("normalisation")

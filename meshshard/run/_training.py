@@ -26,7 +26,6 @@ error that names the step and the last checkpoint.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -40,7 +39,14 @@ import numpy as np
 import torch
 
 from meshshard.comm import all_reduce_sum, backend_name, barrier, is_peer_failure
-from meshshard.partition import check_apart, check_input_folders, check_partition_matches, open_dataset, plural
+from meshshard.partition import (
+    check_apart,
+    check_input_folders,
+    check_partition_matches,
+    dumps_json,
+    open_dataset,
+    plural,
+)
 
 from ..tasks import dataset_task, get_task
 from . import _folder, _report
@@ -91,6 +97,10 @@ class TrainConfig:
     val_every: int = 0
     quiet: bool = False
     checkpoint_steps: bool = _MGN["checkpoint_steps"]
+    global_attention: int = _MGN["global_attention"]  # MeshGraphNet: a physics-attention block every K steps (0: off)
+    attention_heads: int = _MGN["attention_heads"]
+    attention_slices: int = _MGN["attention_slices"]
+    architecture: str = "meshgraphnet"  # the built-in model (BUILTIN_MODELS) when ``model`` is ""
     dtype: str = "float32"
     precision: str = "fp32"
     model: str = ""  # "": the built-in MeshGraphNet; else FILE.py:NAME or MODULE:NAME (ModelRecipe)
@@ -162,6 +172,13 @@ def _describe_checkpoint(path: Path) -> str:
         return f"unusable ({err}); rerun from the start."
 
 
+def peer_failure(err: Exception, where: str) -> PeerFailure:
+    """The one-line error of a collective that raised during ``where`` (``step 12``, ``sample
+    case-3``): a peer rank died or stopped responding, with the collective's own words after."""
+    return PeerFailure(f"{where} failed: a collective raised, so a peer rank probably died or stopped responding "
+                       f"({type(err).__name__}: {first_line(err)})")
+
+
 def _step_failure(err: Exception, where: str, ckpt_path: Path, user_model: Any, what: str = "forward or backward"
                   ) -> RuntimeError:
     """The one-line error for a step (or validation pass) that raised: a collective's failure (a
@@ -169,8 +186,7 @@ def _step_failure(err: Exception, where: str, ckpt_path: Path, user_model: Any, 
     whose PyG layers are not wrapped in ShardConv, and what is left to resume from."""
     first = f"{type(err).__name__}: {first_line(err)}"
     if is_peer_failure(err):
-        return PeerFailure(f"{where} failed: a collective raised, so a peer rank probably died or stopped responding "
-                           f"({first}). Last checkpoint: {_describe_checkpoint(ckpt_path)}")
+        return PeerFailure(f"{peer_failure(err, where)}. Last checkpoint: {_describe_checkpoint(ckpt_path)}")
     hint = shard_hint(user_model) if user_model is not None else ""
     return RuntimeError(f"{where} failed in the model's {what} ({first}){hint}. "
                         f"Last checkpoint: {_describe_checkpoint(ckpt_path)}")
@@ -334,7 +350,8 @@ def train(cfg: TrainConfig) -> list[float]:
             print(_report.banner(world_size=ctx.world_size, data_parallel=cfg.data_parallel, device=ctx.device,
                                  backend=backend_name() or "single process",
                                  parameters=num_parameters, partition=cfg.partition,
-                                 model=f"{type(inner).__name__} from {cfg.model}" if cfg.model else "MeshGraphNet",
+                                 model=(f"{type(inner).__name__} from {cfg.model}" if cfg.model
+                                        else ModelRecipe.from_config(asdict(cfg)).name),
                                  partition_meta=meta, data=cfg.data, steps=cfg.steps, start=start), flush=True)
     log = _Logger(ctx.rank == 0, cfg, start, round(reader.mean_nodes()) * cfg.data_parallel)
     if saved is not None:
@@ -469,6 +486,15 @@ def train(cfg: TrainConfig) -> list[float]:
     return losses
 
 
+def log_line(record: dict[str, Any]) -> str:
+    """One line of log.jsonl: the record as strict JSON (``meshshard.partition.dumps_json``), a
+    value that is not finite (a NaN validation loss) written as null, since JSON has no NaN."""
+    def finite(value: Any) -> Any:
+        return None if isinstance(value, float) and not math.isfinite(value) else value
+
+    return dumps_json({key: finite(value) for key, value in record.items()}) + "\n"
+
+
 def _rewrite_log(path: Path, losses: list[float]) -> None:
     """log.jsonl as of the checkpoint: its earlier records (with memory, evaluations) where they
     agree with the checkpoint's losses, else one line per loss."""
@@ -476,7 +502,7 @@ def _rewrite_log(path: Path, losses: list[float]) -> None:
     if [r["loss"] for r in kept if "loss" in r] != losses:
         kept = [{"step": i, "loss": v} for i, v in enumerate(losses)]
     tmp = path.with_name(".log.jsonl.tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    tmp.write_text("".join(log_line(r) for r in kept))
     os.replace(tmp, path)
 
 
@@ -506,7 +532,7 @@ class _Logger:
                   **(memory or {})}
         if lr is not None:
             record["lr"] = lr
-        self.file.write(json.dumps(record) + "\n")
+        self.file.write(log_line(record))
         self.file.flush()
         if not self.enabled:
             return
@@ -517,7 +543,7 @@ class _Logger:
 
     def eval(self, step: int, loss: float) -> None:
         if self.file is not None:
-            self.file.write(json.dumps({"step": step, "val_loss": loss}) + "\n")
+            self.file.write(log_line({"step": step, "val_loss": loss}))
             self.file.flush()
         if self.enabled and self.bar is None:
             print(f"step {step:>5}  validation loss {loss:.5f}", flush=True)
@@ -525,7 +551,7 @@ class _Logger:
     def event(self, record: dict[str, Any] | None, message: str) -> None:
         """A line in log.jsonl (a learning-rate change) and, unless quiet, on the terminal."""
         if self.file is not None and record is not None:
-            self.file.write(json.dumps(record) + "\n")
+            self.file.write(log_line(record))
             self.file.flush()
         if self.enabled:
             print(message, flush=True)

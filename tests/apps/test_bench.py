@@ -81,3 +81,25 @@ def test_gpu_checks_say_when_there_is_no_gpu(tmp_path: Path) -> None:
                           timeout=120, env={**os.environ, "PYTHON": sys.executable})
     assert done.returncode == 2
     assert done.stderr.strip() == "bench/gpu.sh: torch sees no CUDA device here; these checks need one"
+
+
+@pytest.mark.slow
+def test_pyg_multihop_bench_reports_halo_rows_and_what_they_cost(tmp_path: Path) -> None:
+    result = tmp_path / "r.json"
+    features = 3
+    done = subprocess.run([sys.executable, str(BENCH / "pyg_multihop.py"), "--side", "5", "--ranks", "2",
+                           "--features", str(features), "--repeats", "1", "--json", str(result)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(result.read_text())["results"]
+    assert [(r["layer"], r["mechanism"]) for r in rows] == [
+        ("GCNConv", "adapter gcn"), ("GCNConv", "multihop, hops=1"),
+        ("ChebConv(K=3)", "adapter khop"), ("ChebConv(K=3)", "multihop, hops=3")]
+    gcn, gcn_multihop, cheb, cheb_multihop = rows
+    for adapter, multihop in ((gcn, gcn_multihop), (cheb, cheb_multihop)):
+        assert all(m > a > 0 for a, m in zip(adapter["halo_rows_per_rank"], multihop["halo_rows_per_rank"]))
+        assert multihop["exchanges"] == 2 and multihop["max_diff_vs_adapter"] < 1e-4
+    assert all(c > g for c, g in zip(cheb_multihop["halo_rows_per_rank"], gcn_multihop["halo_rows_per_rank"]))
+    # one exchange of every halo row each way: the numbers sent add up to the rows received, twice
+    for r in (gcn, gcn_multihop, cheb_multihop):
+        assert sum(r["numbers_sent_per_rank"]) == 2 * features * sum(r["halo_rows_per_rank"]), r

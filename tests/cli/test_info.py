@@ -149,3 +149,13 @@ def test_the_kinds_table_names_the_run_layers_own_files() -> None:
 
     assert FOLDER_KINDS["run"].marker == CHECKPOINT
     assert FOLDER_KINDS["prediction"].marker == METRICS_FILE
+
+
+@pytest.mark.parametrize("name", ["metrics.json", "dataset.json", "partitions.json"])
+def test_info_of_a_folder_whose_metadata_is_nested_too_deep_is_one_line(name: str, tmp_path: Path, capsys) -> None:
+    """JSON nested deep enough to exhaust Python's recursion crashed info with a RecursionError."""
+    (tmp_path / name).write_text("[" * 200000)
+    assert main(["info", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("meshshard info: error: ") and err.count("\n") == 1, err
+    assert f"{tmp_path / name}: not valid JSON (nested too deeply)" in err, err

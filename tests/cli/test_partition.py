@@ -216,3 +216,32 @@ def test_plot_of_a_datasets_partitions_names_the_mesh_folders_to_plot(tmp_path: 
     assert not (tmp_path / "x.png").exists()
     assert main(["plot", str(parts / "mesh-00001"), "--out", str(tmp_path / "x.png")]) == 0
     assert (tmp_path / "x.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_plot_that_fails_keeps_the_existing_picture(mesh_file: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+    """A failed write (a full disk) left a truncated PNG in place of --out: the picture is drawn
+    into a temporary file beside it and renamed, so the old one stays whole and nothing is left."""
+    import errno
+
+    from matplotlib.figure import Figure
+
+    out = tmp_path / "p"
+    assert main(["partition", str(mesh_file), "-k", "2", "-o", str(out), "-q"]) == 0
+    png = tmp_path / "pics" / "parts.png"
+    png.parent.mkdir()
+    png.write_bytes(b"the old picture")
+
+    def full_disk(self, fname, *args, **kwargs) -> None:
+        with open(fname, "wb") as f:
+            f.write(b"\x89PNG\r\n\x1a\n truncated")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", full_disk)
+    capsys.readouterr()
+    assert main(["plot", str(out), "--out", str(png)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "No space left on device" in err and str(png) in err, err
+    assert png.read_bytes() == b"the old picture" and sorted(p.name for p in png.parent.iterdir()) == ["parts.png"]
+    monkeypatch.undo()
+    assert main(["plot", str(out), "--out", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and sorted(p.name for p in png.parent.iterdir()) == ["parts.png"]

@@ -21,6 +21,7 @@ from meshshard.comm import (
     indexed_all_to_all_v,
     scatter_v,
     set_debug,
+    sum_of_parts,
 )
 from tests._dist import RankFailure, run_ranks
 from tests.comm._plans import make_plan, reference_indexed
@@ -220,6 +221,28 @@ def _check_zero_width_and_empty(rank: int, world: int) -> None:
     assert nothing.shape == (0, 5)
 
 
+def _check_sum_of_parts(rank: int, world: int) -> None:
+    """The sum of the ranks' parts on every rank; its backward, the sum of the ranks' gradients, is
+    the adjoint (sum over ranks <A x, y> == sum over ranks <x, A^T y>), in float64."""
+    parts = [torch.randn(3, 4, generator=torch.Generator().manual_seed(40 + r), dtype=torch.float64)
+             for r in range(world)]
+    ys = [torch.randn(3, 4, generator=torch.Generator().manual_seed(80 + r), dtype=torch.float64)
+          for r in range(world)]
+    x = parts[rank][:, ::2].clone().requires_grad_()  # any layout: a strided (3, 2) view's copy
+    with count_collectives() as log:
+        ax = sum_of_parts(x.T)  # (2, 3), not contiguous
+        (aty,) = torch.autograd.grad(ax, x, ys[rank][:2, :3])
+    assert (log.count("sum_of_parts", "forward"), log.count("sum_of_parts", "backward")) == (1, 1), log
+    assert log.bytes_sent(phase="forward") == (6 * 8 if world > 1 else 0), log.calls
+    _close(ax, sum(p[:, ::2] for p in parts).T, torch.float64, "sum_of_parts forward")
+    _close(aty, sum(y[:2, :3] for y in ys).T, torch.float64, "sum_of_parts backward")
+    sums = torch.stack([(ax * ys[rank][:2, :3]).sum(), (x * aty).sum()]).detach()
+    if dist.is_initialized():
+        dist.all_reduce(sums)
+    lhs, rhs = sums.tolist()
+    assert abs(lhs - rhs) <= 1e-12 * max(1.0, abs(lhs)), f"sum_of_parts adjoint: {lhs} != {rhs}"
+
+
 def _battery(rank: int, world: int) -> str:
     for dtype in (torch.float64, torch.float32, torch.bfloat16, torch.float16, torch.int64):
         for seed in (0, 1):
@@ -235,6 +258,7 @@ def _battery(rank: int, world: int) -> str:
     _check_half_accumulation(rank, world)
     _check_counter(rank, world)
     _check_zero_width_and_empty(rank, world)
+    _check_sum_of_parts(rank, world)
     return "ok"
 
 

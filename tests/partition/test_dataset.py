@@ -683,3 +683,70 @@ def test_a_dataset_replaced_with_force_is_never_left_half_deleted(tmp_path: Path
     assert recover_interrupted(tmp_path / "d") == [f"{tmp_path / 'd'}: restored from .d.meshshard-old-{dead.pid}, "
                                                    "left by an interrupted --force"]
     assert open_dataset(tmp_path / "d").num_samples == 3 and not list(tmp_path.glob(".d.*"))
+
+
+# values that overflow, meshes without edges, a full disk (issue 27 §4) -----------------------
+
+def test_values_beyond_float32_name_the_sample_and_field(tmp_path: Path, capsys) -> None:
+    """1e300 is finite in float64 but inf once stored as float32: refused in one line naming the
+    sample and the field, nothing written; float64 storage keeps it."""
+    pts, tri = grid_triangles(4, 3)
+    t = np.ones(len(pts))
+    _write_vtu(tmp_path / "a.vtu", pts, tri, T=t, p=t)
+    t = t.copy()
+    t[5] = -1e300
+    _write_vtu(tmp_path / "b.vtu", pts, tri, T=t, p=np.ones(len(pts)))
+    _fails([str(tmp_path / "a.vtu"), str(tmp_path / "b.vtu"), "--inputs", "p", "--targets", "T"], capsys,
+           tmp_path / "d", r"b\.vtu: Expected the values of field 'T' of sample 'b' to fit float32 \(got -1e\+300 at "
+           r"node 5, beyond float32's largest magnitude 3\.4e\+38; 1 such value in all\)$")
+
+
+def test_statistics_that_overflow_name_the_field(tmp_path: Path) -> None:
+    """Values finite in float64 whose spread overflows it: the training statistics are not stored
+    as Infinity (dataset.json stays strict JSON); the field is named."""
+    pts, tri = grid_triangles(4, 3)
+    inputs = np.ones((2, len(pts), 1))
+    targets = np.ones((2, len(pts), 2))
+    targets[0, :, 1] = 1.5e308
+    targets[0, ::2, 1] = -1.5e308
+    with pytest.raises(ValueError, match=r"^Expected finite training statistics of channel 'y\[1\]' \(got mean "
+                                         r".*, std inf\): its values span more than float64 can hold; rescale the "
+                                         r"field$"):
+        write_dataset(tmp_path / "d", inputs, targets, pos=pts, cells=[("triangle", tri)], dtype="float64",
+                      val_fraction=0.0)
+    assert not (tmp_path / "d").exists()
+
+
+def test_a_mesh_without_edges_is_refused_naming_the_sample(tmp_path: Path, capsys) -> None:
+    one = np.zeros((1, 2))
+    with pytest.raises(ValueError, match=r"^sample 0 \('00000'\): Expected a mesh with edges \(got 1 node and no "
+                                         r"edge\); a graph network cannot learn on a mesh without edges$"):
+        write_dataset(tmp_path / "d", np.ones((2, 1, 1)), np.ones((2, 1, 1)), pos=one, cells=[("vertex", [[0]])])
+    assert not (tmp_path / "d").exists()
+    for s in range(3):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            meshio.write(tmp_path / f"s{s}.vtu", meshio.Mesh(np.zeros((1, 3)) + s, [("vertex", np.array([[0]]))],
+                                                               point_data={"T": np.ones(1)}))
+    _fails([str(tmp_path / f"s{s}.vtu") for s in range(3)] + ["--inputs", "pos", "--targets", "T"], capsys,
+           tmp_path / "e", r"s0\.vtu: Expected at least \d+ points for --graph knn:\d+ \(got 1\)$")  # a point cloud
+
+
+def test_a_full_disk_names_the_file(tmp_path: Path, monkeypatch, capsys) -> None:
+    import errno
+
+    pts, tri = grid_triangles(4, 3)
+    real = np.lib.format.write_array
+    calls = []
+
+    def full(f, *args, **kwargs):
+        calls.append(f.name)
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(f, *args, **kwargs)
+
+    monkeypatch.setattr(np.lib.format, "write_array", full)
+    with pytest.raises(OSError, match=r"samples/00000/inputs\.npy: cannot write \(No space left on device\)$"):
+        write_dataset(tmp_path / "d", np.ones((2, len(pts), 1)), np.ones((2, len(pts), 1)), pos=pts,
+                      cells=[("triangle", tri)])
+    assert not (tmp_path / "d").exists() and not list(tmp_path.iterdir())

@@ -165,3 +165,36 @@ def test_info_lists_the_named_boundaries(tmp_path: Path, capsys) -> None:
     assert main(["info", str(tmp_path / "d")]) == 0
     out = capsys.readouterr().out
     assert "  boundary fixedWalls (" in out and "movingWall (" in out and "--boundary NAMES" in out
+
+
+def test_boundary_classes_are_one_hot_inputs_from_the_patches(tmp_path: Path, capsys) -> None:
+    capsys.readouterr()
+    assert main(["dataset", str(LAST), "--out", str(tmp_path / "d"), "--inputs", "pos", "--targets", "p",
+                 "--collapse-2d", "--boundary-classes", "-q"]) == 0
+    data = open_dataset(tmp_path / "d")
+    field = data.meta["inputs"][-1]
+    assert field == {"name": "node_type", "components": 3, "classes": ["interior", "movingWall", "fixedWalls"]}
+    assert data.input_channels[-3:] == ["node_type[0]", "node_type[1]", "node_type[2]"]
+    x, _ = data.rows(0, np.arange(data.num_nodes(0)))
+    onehot = x[:, -3:]
+    assert (onehot.sum(1) == 1).all()
+    lid, walls = data.boundary(0, "movingWall")[0], data.boundary(0, "fixedWalls")[0]
+    # the lid's two end nodes are on the fixed walls too: the first set in the file's order (the lid) wins
+    expected = np.zeros(len(x), dtype=np.int64)
+    expected[walls] = 2
+    expected[lid] = 1
+    assert len(np.intersect1d(lid, walls)) == 2
+    np.testing.assert_array_equal(onehot.argmax(1), expected)
+    assert main(["dataset", str(tmp_path / "d" / ".."), "--out", str(tmp_path / "e"), "--inputs", "pos",
+                 "--state", "p", "--boundary-classes"]) == 2
+    assert "--boundary-classes" in capsys.readouterr().err
+
+
+def test_boundary_classes_need_named_boundaries(tmp_path: Path, capsys) -> None:
+    internal = FOAM_CAVITY / "VTK" / "cavity_2" / "internal.vtu"
+    capsys.readouterr()
+    assert main(["dataset", str(internal), "--out", str(tmp_path / "d"), "--inputs", "pos", "--targets", "p",
+                 "--boundary-classes"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Expected named boundaries for --boundary-classes (got none" in err, err
+    assert not (tmp_path / "d").exists()

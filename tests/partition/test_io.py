@@ -7,6 +7,7 @@ Walshaw archive via NetworKit (MIT), SfePy meshes (BSD-3-Clause).
 from __future__ import annotations
 
 import bz2
+import re
 from pathlib import Path
 
 import numpy as np
@@ -171,3 +172,55 @@ def _write(path: Path, data: bytes) -> Path:
 def _save(path: Path, array: np.ndarray) -> Path:
     np.save(path, array)
     return path
+
+
+@pytest.mark.parametrize(("setup", "match"), [
+    (lambda d: _save(d / "c.npy", np.ones((5, 3)) * (1 + 2j)),
+     r"^Expected real coordinates \(got a complex128 array\)$"),
+    (lambda d: _savez(d / "two.npz", x=np.ones((5, 3)), y=np.ones((5, 3))),
+     r"^Expected the points as an array named 'pos' in the \.npz archive \(got x, y\)$"),
+    (lambda d: _savez(d / "one.npz", points=np.ones((5, 3))),
+     r"^Expected the points as an array named 'pos' in the \.npz archive \(got points\)$"),
+    (lambda d: _savez(d / "c.npz", pos=np.ones((5, 2), dtype=np.complex64)),
+     r"^Expected real coordinates \(got a complex64 array\)$"),
+])
+def test_point_clouds_that_are_not_coordinates_are_refused(tmp_path: Path, setup, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        read_input(setup(tmp_path))
+
+
+def _savez(path: Path, **arrays: np.ndarray) -> Path:
+    np.savez(path, **arrays)
+    return path
+
+
+def test_a_truncated_vtk_file_says_so(tmp_path: Path, capsys) -> None:
+    """meshio stops on a truncated binary .vtk with a bare AssertionError, IndexError or KeyError:
+    the reason given is that the file is truncated or malformed, not the exception's empty text."""
+    import warnings
+
+    import meshio
+
+    from meshshard.cli import main
+
+    from .conftest import grid_triangles
+
+    pts, tri = grid_triangles(10, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        meshio.write(tmp_path / "whole.vtk", meshio.Mesh(np.c_[pts, np.zeros(len(pts))], [("triangle", tri)]),
+                     binary=True)
+    data = (tmp_path / "whole.vtk").read_bytes()
+    reasons = {}
+    for cut in range(40, len(data) // 2, 11):
+        (tmp_path / "cut.vtk").write_bytes(data[:cut])
+        with pytest.raises(ValueError) as info:
+            read_input(tmp_path / "cut.vtk")
+        reasons[str(info.value)] = cut
+    bare = [r for r in reasons if "truncated" not in r and re.search(r"\((AssertionError|IndexError|KeyError|'\w+'|list index out of range)\)$", r)]
+    assert not bare, bare
+    truncated = [r for r in reasons if r.startswith("meshio cannot read it: the file is truncated or malformed (")]
+    assert any("(AssertionError)" in r for r in truncated), reasons
+    (tmp_path / "cut.vtk").write_bytes(data[:reasons[truncated[0]]])
+    assert main(["partition", str(tmp_path / "cut.vtk"), "-k", "2", "-o", str(tmp_path / "p"), "-q"]) == 2
+    assert capsys.readouterr().err == (f"meshshard partition: error: {tmp_path / 'cut.vtk'}: {truncated[0]}\n")

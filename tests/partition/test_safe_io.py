@@ -13,6 +13,7 @@ import pytest
 
 from meshshard.cli import main
 from meshshard.partition import load_partition, read_metadata, verify_partition
+from tests._processes import hold_folder_lock
 
 from .conftest import rewrite_metadata
 
@@ -84,7 +85,8 @@ def test_a_crash_leaves_the_old_or_the_new_partition_whole(
                             *_partition(mesh_file, out, 3, "--force")],
                            capture_output=True, text=True)
     assert crash.returncode == 70, crash.stderr
-    leftovers = sorted(p.name for p in tmp_path.iterdir() if p.name != "p")
+    assert (tmp_path / ".p.meshshard-lock").is_file()  # the crashed command's lock: the next one takes it over
+    leftovers = sorted(p.name for p in tmp_path.iterdir() if p.name not in ("p", ".p.meshshard-lock"))
     assert len(leftovers) == {"staged": 1, "aside": 2, "in": 1}[step], leftovers
     whole = out if out.exists() else tmp_path / next(n for n in leftovers if "-old-" in n)
     assert verify_partition(whole) == []
@@ -296,3 +298,167 @@ def test_a_datasets_output_is_checked_after_an_interrupted_replace_is_put_back(t
     monkeypatch.chdir(tmp_path / "p")
     with pytest.raises(ValueError, match="is the current folder or one of its parents"):
         _check_parts_output(Path("."), True)
+
+
+# compressed inputs, damaged metadata, the expansion cap (issue 27 §4) ------------------------
+
+def _metis_graph_text(n: int) -> bytes:
+    """A ring of ``n`` vertices in METIS's graph format."""
+    lines = [f"{n} {n}"] + [f"{(i - 1) % n + 1} {(i + 1) % n + 1}" for i in range(n)]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def test_a_gz_input_is_read_end_to_end_and_a_truncated_one_is_one_line(tmp_path: Path, capsys) -> None:
+    import gzip
+
+    text = _metis_graph_text(40)
+    (tmp_path / "ring.graph").write_bytes(text)
+    (tmp_path / "ring.graph.gz").write_bytes(gzip.compress(text))
+    assert main(["partition", str(tmp_path / "ring.graph.gz"), "-k", "3", "-o", str(tmp_path / "gz"), "-q"]) == 0
+    assert main(["partition", str(tmp_path / "ring.graph"), "-k", "3", "-o", str(tmp_path / "plain"), "-q"]) == 0
+    assert main(["verify", str(tmp_path / "gz")]) == 0
+    for rank in range(3):
+        a, b = load_partition(tmp_path / "gz", rank), load_partition(tmp_path / "plain", rank)
+        np.testing.assert_array_equal(a.owned_ids, b.owned_ids)
+        np.testing.assert_array_equal(a.edge_index, b.edge_index)
+    capsys.readouterr()
+    (tmp_path / "cut.graph.gz").write_bytes(gzip.compress(text)[:-12])
+    assert main(["partition", str(tmp_path / "cut.graph.gz"), "-k", "3", "-o", str(tmp_path / "cut"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"meshshard partition: error: {tmp_path / 'cut.graph.gz'}: cannot decompress (")
+    assert err.count("\n") == 1 and not (tmp_path / "cut").exists()
+
+
+@pytest.mark.parametrize("text", ["[" * 200000, '{"format": NaN}', "[1, Infinity]"])
+def test_damaged_partition_json_is_one_line_in_every_command(text: str, two, capsys) -> None:
+    """Nesting deep enough to exhaust Python's recursion, or a NaN/Infinity constant (not JSON):
+    verify, info, plot and partition --force print one line naming the file and exit 2."""
+    a, _ = two
+    (a / "partition.json").write_text(text)
+    for argv in (["verify", str(a)], ["info", str(a)], ["info", str(a), "--json"],
+                 ["plot", str(a), "--out", str(a.parent / "x.png")]):
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{a / 'partition.json'}: not valid JSON (" in err, (argv, err)
+    with pytest.raises(ValueError, match="partition.json: not valid JSON"):
+        read_metadata(a)
+
+
+def test_partition_force_over_a_damaged_partition_json_is_one_line(mesh_file: Path, tmp_path: Path,
+                                                                   capsys) -> None:
+    out = tmp_path / "p"
+    assert main(_partition(mesh_file, out, 2)) == 0
+    (out / "partition.json").write_text("[" * 200000)
+    capsys.readouterr()
+    assert main(_partition(mesh_file, out, 2, "--force")) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not a partition folder" in err, err
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-1", "0", "-inf", "lots", "1e400"])
+def test_the_expansion_cap_is_checked_alike_from_the_flag_and_the_environment(
+        value: str, mesh_file: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+    out = tmp_path / "p"
+    assert main(_partition(mesh_file, out, 2, f"--max-expansion={value}")) == 2
+    flag = capsys.readouterr().err
+    assert flag == ("meshshard partition: error: Expected --max-expansion to be a positive finite number "
+                    f"(got {value!r})\n"), flag
+    monkeypatch.setenv("MESHSHARD_MAX_EXPANSION", value)
+    assert main(_partition(mesh_file, out, 2)) == 2
+    env = capsys.readouterr().err
+    assert env == ("meshshard partition: error: Expected MESHSHARD_MAX_EXPANSION to be a positive finite number "
+                   f"(got {value!r})\n"), env
+    assert not out.exists()
+
+
+def test_a_valid_expansion_cap_is_taken(mesh_file: Path, tmp_path: Path, monkeypatch) -> None:
+    from meshshard.partition._safe_io import max_expansion, parse_max_expansion
+
+    assert parse_max_expansion("250", "--max-expansion") == 250.0
+    monkeypatch.setenv("MESHSHARD_MAX_EXPANSION", "1e6")
+    assert max_expansion() == 1e6
+    assert main(_partition(mesh_file, tmp_path / "p", 2, "--max-expansion", "3.5")) == 0
+
+
+def test_a_full_disk_names_the_file_and_leaves_nothing(mesh_file: Path, tmp_path: Path, monkeypatch,
+                                                      capsys) -> None:
+    import errno
+
+    real = np.lib.format.write_array_header_1_0
+    calls = []
+
+    def full(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(np.lib.format, "write_array_header_1_0", full)
+    out = tmp_path / "p"
+    assert main(_partition(mesh_file, out, 2)) == 2
+    err = capsys.readouterr().err
+    assert re.fullmatch(r"meshshard partition: error: \S*/\.p\.meshshard-new-\d+/part-0000[01]\.npz: cannot write "
+                        r"\(No space left on device\)\n", err), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+# one writer per folder (folder_lock) ---------------------------------------------------------
+
+def test_folder_lock_refuses_a_second_writer_naming_the_holder_and_leaves_nothing(tmp_path: Path) -> None:
+    import socket
+
+    from meshshard.partition import folder_lock
+
+    out = tmp_path / "new" / "deeper" / "run"
+    holder = hold_folder_lock(out)
+    try:
+        lock = tmp_path / "new" / "deeper" / ".run.meshshard-lock"
+        assert lock.is_file() and not out.exists()
+        for spelling in (out, tmp_path / "new" / "." / "deeper" / ".." / "deeper" / "run"):
+            with pytest.raises(ValueError, match=(
+                    rf"^{re.escape(str(spelling))}: is being written by another meshshard command \(pid {holder.pid} "
+                    rf"on {re.escape(socket.gethostname())}, started \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC: meshshard "
+                    r"train X --out Y\); wait for it to end, or pick another folder \(the lock is "
+                    r"\.run\.meshshard-lock beside it\)$")):
+                with folder_lock(spelling):
+                    pytest.fail("a second writer took the lock")
+    finally:
+        holder.communicate("")
+    assert holder.returncode == 0, holder.stderr
+    assert not (tmp_path / "new").exists()  # the lock file and the folders made for it are gone
+    with folder_lock(out) as path:  # free again; nested in one process, one lock
+        with folder_lock(out):
+            assert path.is_file()
+        assert path.is_file()
+    assert not path.exists() and not (tmp_path / "new").exists()
+
+
+def test_a_lock_left_by_a_killed_process_is_taken_over_and_counts_as_ours(tmp_path: Path, mesh_file: Path) -> None:
+    import json
+    import signal
+
+    from meshshard.partition import folder_lock, is_lock_file
+
+    out = tmp_path / "out"
+    holder = hold_folder_lock(out)
+    lock = tmp_path / ".out.meshshard-lock"
+    assert not is_lock_file(lock)  # held: its command is still writing
+    holder.send_signal(signal.SIGKILL)
+    holder.communicate()
+    assert json.loads(lock.read_text())["pid"] == holder.pid  # left behind, but no longer held
+    assert is_lock_file(lock) and not is_lock_file(tmp_path / "other.meshshard-lock")
+    with folder_lock(out, command="the next one") as path:
+        assert path == lock and json.loads(lock.read_text()) | {"started": 0} == {
+            "pid": os.getpid(), "host": __import__("socket").gethostname(), "command": "the next one", "started": 0}
+    assert not lock.exists()
+    # a stale lock inside a partition folder (of a folder that was to be made there) is ours: --force replaces it
+    parts = tmp_path / "parts"
+    assert main(_partition(mesh_file, parts, 2)) == 0
+    holder = hold_folder_lock(parts / "sub")
+    holder.send_signal(signal.SIGKILL)
+    holder.communicate()
+    assert (parts / ".sub.meshshard-lock").is_file()
+    assert verify_partition(parts) == []
+    assert main(_partition(mesh_file, parts, 3, "--force")) == 0
+    assert read_metadata(parts)["num_parts"] == 3 and not (parts / ".sub.meshshard-lock").exists()

@@ -373,3 +373,27 @@ def test_bad_node_types_and_options(small, capsys) -> None:
     _refused(capsys, [str(folder), "--targets", "p"], r"Expected --inputs NAMES \(or --state NAMES for trajectories\)",
              small["out"])
     shutil.rmtree(folder)
+
+
+def test_states_beyond_float32_and_meshes_without_edges_are_named(tmp_path: Path) -> None:
+    """As for a steady dataset (issue 27 §4): a state finite in float64 but inf in float32 is refused
+    naming the trajectory, step and field, not written as inf with Infinity in dataset.json; a
+    one-node mesh (no edges) is refused naming the trajectory."""
+    pts, tri = grid_triangles(4, 3)
+
+    def traj(name: str, big: float, points=pts, cells=(("triangle", tri),)) -> Trajectory:
+        states = [np.ones((len(points), 1)) * t for t in range(3)]
+        states[2][-1, 0] = big
+        return Trajectory(name, points, list(cells), [0.0, 1.0, 2.0], states, np.ones((len(points), 1)),
+                          np.zeros(len(points), dtype=int))
+
+    fields = {"state_fields": [{"name": "T", "components": 1}], "input_fields": [{"name": "c", "components": 1}]}
+    with pytest.raises(ValueError, match=r"^b \(step 2\): Expected the values of field 'T' of sample 'b' to fit "
+                                         r"float32 \(got 1e\+300 at node 11, .*\)$"):
+        write_trajectories(tmp_path / "d", [traj("a", 1.0), traj("b", 1e300)], ["a", "b"], **fields)
+    assert not (tmp_path / "d").exists()
+    one = [traj(name, 1.0, points=np.zeros((1, 2)), cells=[("vertex", np.array([[0]]))]) for name in ("a", "b")]
+    with pytest.raises(ValueError, match=r"^a: Expected a mesh with edges \(got 1 node and no edge\); a graph "
+                                         r"network cannot learn on a mesh without edges$"):
+        write_trajectories(tmp_path / "e", one, ["a", "b"], **fields)
+    assert not (tmp_path / "e").exists()

@@ -254,3 +254,46 @@ def test_a_log_that_is_a_fifo_or_a_link_reads_as_no_records(tmp_path: Path) -> N
     (tmp_path / "real.jsonl").write_text('{"step": 0, "loss": 1.0}\n')
     (tmp_path / "link.jsonl").symlink_to(tmp_path / "real.jsonl")
     assert _runlog.read_log(tmp_path / "link.jsonl") == [] and _runlog.read_log(tmp_path / "real.jsonl") == [{"step": 0, "loss": 1.0}]
+
+
+_DEEP = "[" * 200000  # nesting that exhausts Python's recursion in json's decoder
+
+
+def test_a_damaged_log_is_named_on_resume_not_answered_with_resume(tmp_path: Path) -> None:
+    """A line of log.jsonl nested deep enough to exhaust recursion (or holding NaN) made --resume
+    crash with a RecursionError, then advise --resume: it is refused as damaged, in one line."""
+    run = tmp_path / "run"
+    run.mkdir()
+    torch.save({"format": "meshshard-checkpoint", "step": 3}, run / "checkpoint.pt")
+    good = '{"step": 0, "loss": 1.0}\n{"step": 1, "loss": 0.5}\n'
+    for damage, line in ((_DEEP, 2), ('{"step": 1, "loss": NaN}', 2)):
+        (run / "log.jsonl").write_text(good.splitlines()[0] + "\n" + damage + "\n")
+        with pytest.raises(ValueError, match=rf"^{run / 'log.jsonl'}: damaged at line {line} \(not valid JSON \(.*\)\); "
+                                             r"move it aside to resume from checkpoint.pt, or pass --force to start "
+                                             r"over$") as info:
+            _runlog.check_run_folder(run, resume=True, force=False)
+        assert "--resume" not in str(info.value)
+        assert _runlog.read_log(run / "log.jsonl") == [{"step": 0, "loss": 1.0}]  # info RUN still reads the rest
+    (run / "log.jsonl").write_text(_DEEP + "\n")  # the first line: still the log of the run beside it
+    with pytest.raises(ValueError, match=rf"^{run / 'log.jsonl'}: damaged at line 1 \(not valid JSON \(nested too "
+                                         r"deeply\)\); move it aside"):
+        _runlog.check_run_folder(run, resume=True, force=False)
+    assert sorted(p.name for p in _runlog.check_run_folder(run, resume=False, force=True)) == ["checkpoint.pt",
+                                                                                              "log.jsonl"]
+    (run / "checkpoint.pt").unlink()
+    with pytest.raises(ValueError, match=r"holds log.jsonl, which is not a log of meshshard train's"):
+        _runlog.check_run_folder(run, resume=False, force=True)
+    torch.save({"format": "meshshard-checkpoint", "step": 3}, run / "checkpoint.pt")
+    (run / "log.jsonl").write_text(good + '{"step": 2, "lo')  # a line cut short by a kill: not damage
+    assert _runlog.check_run_folder(run, resume=True, force=False) == []
+
+
+def test_log_records_are_strict_json() -> None:
+    """A validation loss that is NaN is logged as null: log.jsonl stays strict JSON."""
+    from meshshard.partition import loads_json
+    from meshshard.run._training import log_line
+
+    line = log_line({"step": 3, "val_loss": float("nan"), "loss": float("inf"), "lr": 1e-3})
+    assert line.endswith("\n") and loads_json(line, "line") == {"step": 3, "val_loss": None, "loss": None, "lr": 1e-3}
+    records = [{"step": 0, "loss": 1.0}, {"step": 1, "val_loss": None}, {"step": 1, "val_loss": 0.5}]
+    assert _runlog.run_val_losses(records) == [(1, 0.5)]

@@ -331,7 +331,8 @@ def test_an_error_in_your_model_is_reported_as_such_not_as_a_dead_peer(case: dic
                     "--steps", "1", "--model", "bad.py:build", "--model-args", json.dumps({"bug": bug}), *extra,
                     cwd=tmp_path)
         assert done.returncode != 0
-        lines = done.stderr.strip().splitlines()
+        # the one line of the failure, after train's first-start note suggesting meshshard selftest --model
+        lines = [line for line in done.stderr.strip().splitlines() if not line.startswith("note: check that your model")]
         assert len(lines) == 1 and expected in lines[0], done.stderr
         assert "peer rank probably died" not in done.stderr
         assert (bug == "noshardconv") == ("PyG layer(s) conv are not wrapped in meshshard.nn.ShardConv" in done.stderr)
@@ -345,9 +346,13 @@ def test_resuming_notes_a_changed_model_file(case: dict, tmp_path: Path) -> None
     mine.write_text(EXAMPLE.read_text())
     run = ["train", str(case["root"] / "parts1"), "--data", case["data"], "--out", "run", "--model", "mine.py:build",
            "--model-args", json.dumps(ARGS)]
-    assert _cli(*run, "--steps", "1", cwd=tmp_path).returncode == 0
+    first = _cli(*run, "--steps", "1", cwd=tmp_path)
+    assert first.returncode == 0
+    hint = f"meshshard selftest --model mine.py:build --model-args '{json.dumps(ARGS)}'"  # as typed: it runs as shown
+    assert first.stderr.count(hint) == 1 and f"(output and every gradient) with: {hint}\n" in first.stderr
     same = _cli(*run, "--steps", "2", "--resume", cwd=tmp_path)
     assert same.returncode == 0 and "resuming from step 1" in same.stdout and "changed since" not in same.stdout
+    assert "selftest" not in same.stderr  # a resumed run does not suggest it again
     mine.write_text(EXAMPLE.read_text() + "\n# edited\n")
     edited = _cli(*run, "--steps", "3", "--resume", cwd=tmp_path)
     assert edited.returncode == 0
@@ -376,3 +381,10 @@ def test_a_model_with_an_unused_parameter_trains_on_one_process(case: dict, tmp_
     train(cfg)
     first = torch.load(tmp_path / "run" / "first_step.pt", weights_only=True)
     assert first["grads"].shape == (2 * 1 + 1 + 2 * 7 + 7,) and not first["grads"][3:].any() and first["grads"][:3].any()
+
+
+@pytest.mark.parametrize("text", ["[" * 200000, '{"lr": NaN}'])
+def test_model_args_nested_too_deep_or_holding_nan_are_one_line(text: str) -> None:
+    with pytest.raises(ValueError, match=r"^Expected --model-args to be a JSON object such as .* \(got '.{0,210}: "
+                                         r"not valid JSON \(.*\)\)$"):
+        parse_model_args(text)
