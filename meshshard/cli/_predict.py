@@ -45,7 +45,7 @@ def _predict(args: argparse.Namespace) -> int:
                         gather=True if args.gather else (False if args.pieces else None), dtype=args.dtype,
                         force=args.force, plots=not args.no_plots, quiet=args.quiet, model=model, model_args=model_args,
                         checkpoint=args.checkpoint, boundary=args.boundary, pressure=args.pressure, shear=args.shear,
-                        force_reference=args.force_reference, view=view)
+                        force_reference=args.force_reference, view=view, rollout=args.rollout, steps=args.steps)
     def check() -> None:  # one line before any rank starts
         check_prediction_request(cfg)
 
@@ -92,6 +92,12 @@ def register(subparsers: Any) -> None:
                    "(e.g. '0.5*speed**2*0.0254')")
     p.add_argument("--view", default=None, metavar="XMIN,XMAX,YMIN,YMAX",
                    help="frame the pictures on this region (default: the --boundary nodes with a margin, else all)")
+    p.add_argument("--rollout", action="store_true",
+                   help="a run trained on trajectories: from each trajectory's first state, apply the model step "
+                   "after step; PRED/<trajectory>.pvd, one .vtu per step, rollout.rmse in metrics.json "
+                   "(docs/transient.md)")
+    p.add_argument("--steps", type=int, default=None, metavar="N",
+                   help="with --rollout: model applications (default: as many strides as the trajectory holds)")
     p.add_argument("--dtype", default=None, choices=["float32", "float64"], help="default: the run's")
     p.add_argument("--no-plots", action="store_true", help="no PNG pictures")
     p.add_argument("--force", action="store_true",

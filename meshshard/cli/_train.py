@@ -40,7 +40,7 @@ def _check_counts(args: Any) -> str | None:
     for flag, value in (("--steps", args.steps), ("--every", args.every), ("--log-every", args.log_every),
                         ("--latent", args.latent), ("--mp-steps", args.mp_steps),
                         ("--data-parallel", args.data_parallel),
-                        ("--batch", args.batch)):
+                        ("--batch", args.batch), ("--rollout-train", args.rollout_train)):
         if value < 1:
             return f"Expected {flag} to be a positive integer (got {value})"
     if args.hidden_layers < 0:
@@ -60,6 +60,8 @@ def _check_counts(args: Any) -> str | None:
         return f"Expected --lr-floor to be a fraction between 0 and 1 (got {args.lr_floor})"
     if not (np.isfinite(args.clip_grad) and args.clip_grad >= 0):
         return f"Expected --clip-grad to be 0 (off) or a positive number (got {args.clip_grad})"
+    if not (np.isfinite(args.noise_std) and args.noise_std >= 0):
+        return f"Expected --noise-std to be 0 (off) or a positive number (got {args.noise_std})"
     return None
 
 
@@ -93,7 +95,8 @@ _RUN_SETTINGS = {"steps": "steps", "latent": "latent_size", "hidden_layers": "hi
                  "checkpoint_steps": "checkpoint_steps", "max_time": "max_time", "clip_grad": "clip_grad",
                  "batch": "batch", "lr_schedule": "lr_schedule", "warmup": "warmup", "lr_floor": "lr_floor",
                  "global_attention": "global_attention", "attention_heads": "attention_heads",
-                 "attention_slices": "attention_slices"}
+                 "attention_slices": "attention_slices", "noise_std": "noise_std",
+                 "rollout_train": "rollout_train"}
 _DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 
 
@@ -186,7 +189,8 @@ def _train(args: Any) -> int:
         architecture=args.architecture or "meshgraphnet", global_attention=args.global_attention,
         attention_heads=args.attention_heads, attention_slices=args.attention_slices,
         max_time=args.max_time, clip_grad=args.clip_grad, batch=args.batch, lr_schedule=args.lr_schedule,
-        warmup=args.warmup, lr_floor=args.lr_floor,
+        warmup=args.warmup, lr_floor=args.lr_floor, noise_std=args.noise_std,
+        rollout_train=args.rollout_train,
     )
     def check() -> None:  # the RUN checks here too, so that a refusal is one line before any rank starts
         check_training(cfg, saved_ckpt)
@@ -276,6 +280,12 @@ def register(subparsers: Any) -> None:
                    "continues (default: none; on --resume the run's)")
     p.add_argument("--clip-grad", type=float, default=None, metavar="NORM",
                    help="clip the gradients' global norm to NORM after they are summed over the ranks (default 0: off)")
+    p.add_argument("--noise-std", type=float, default=None, metavar="SIGMA",
+                   help="trajectories: Gaussian noise of SIGMA (normalised units) on the state input of interior "
+                   "nodes at every step, the target corrected to match (default 0: off; docs/transient.md)")
+    p.add_argument("--rollout-train", type=int, default=None, metavar="K",
+                   help="trajectories: apply the model K times from each training state, each prediction the next "
+                   "input, and sum the K losses (default 1: the one-step map)")
     p.add_argument("--nproc", type=int, default=0, help="start this many local ranks (when not under torchrun)")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="no banner, no per-step lines (errors and notes still print)")

@@ -81,7 +81,8 @@ RUN_FILES = (CHECKPOINT, BEST, LOG, FIRST_STEP, LOSS_PLOT)
 EXACTNESS_KEYS = ("model", "model_args", "architecture", "latent_size", "hidden_layers", "message_passing_steps",
                   "activation", "global_attention", "attention_heads", "attention_slices", "dtype",
                   "precision", "seed", "data_parallel", "clip_grad", "batch",
-                  "lr_schedule", "warmup", "lr_floor")
+                  "lr_schedule", "warmup", "lr_floor", "noise_std",
+                  "rollout_train")
 
 
 def _holds_a_run(out: Path) -> str:

@@ -96,9 +96,10 @@ GATHER_MAX_NODES = 200_000
 METRICS_FILE = "metrics.json"
 _METRICS_FORMAT = "meshshard-predictions"
 _STEM = r"[A-Za-z0-9_+=@-][A-Za-z0-9._+=@-]*"  # what file_stem gives: a plain name, never "." or ".."
-_OUR_FILE = re.compile(rf"^{_STEM}\.(vtu|pvtu|png)$")
+_OUR_FILE = re.compile(rf"^{_STEM}\.(vtu|pvtu|png|pvd)$")
 _OUR_FOLDER = re.compile(rf"^{_STEM}$")
 _PIECE = re.compile(r"^part-\d{5}\.vtu$")
+_STEP = re.compile(r"^step-\d{5}(\.vtu|\.pvtu)?$")  # a rollout's folder: its steps' files and piece folders
 
 
 @dataclass
@@ -123,6 +124,8 @@ class PredictConfig:
     shear: str | None = None  # --shear FIELD: a wall shear stress target, added to the force
     force_reference: str | None = None  # --force-reference EXPR: force coefficients = force / EXPR
     view: tuple[float, float, float, float] | None = None  # --view: the pictures' x and y ranges
+    rollout: bool = False  # --rollout: a transient run applied step after step from each trajectory's first state
+    steps: int | None = None  # --steps N: model applications of a rollout (default: the trajectory's, T - 1 strides)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> PredictConfig:
@@ -247,8 +250,7 @@ def _check_is_a_prediction(out: Path) -> None:
         if path.name not in ours:
             raise ValueError(f"{out}: holds {path.name}, which meshshard predict did not write "
                              f"(its {METRICS_FILE} does not list it); refusing to replace it, even with --force")
-        if path.is_dir() and not all(p.is_file() and not p.is_symlink() and _PIECE.match(p.name)
-                                     for p in path.iterdir()):
+        if path.is_dir() and not _ours_inside(path):
             raise ValueError(f"{out}: holds {path.name}/ with files meshshard predict did not write; "
                              "refusing to replace it, even with --force")
 
@@ -272,11 +274,25 @@ def _write_metrics(out: Path, record: dict[str, Any]) -> None:
 def _delete(paths: list[Path]) -> None:
     for path in paths:
         if path.is_dir():
-            for piece in path.iterdir():
-                piece.unlink()
+            _delete(list(path.iterdir()))  # piece folders, and a rollout's folder of steps (checked: ours)
             path.rmdir()
         else:
             path.unlink()
+
+
+def _ours_inside(path: Path) -> bool:
+    """A folder predict writes: one piece per rank (``part-00000.vtu``), or a rollout's steps
+    (``step-00000.vtu`` / ``.pvtu``, and ``step-00000/`` folders of pieces)."""
+    for p in path.iterdir():
+        if p.is_symlink():
+            return False
+        if p.is_file() and (_PIECE.match(p.name) or _STEP.match(p.name) and p.suffix):
+            continue
+        if p.is_dir() and _STEP.match(p.name) and not p.suffix and all(
+                q.is_file() and not q.is_symlink() and _PIECE.match(q.name) for q in p.iterdir()):
+            continue
+        return False
+    return True
 
 
 # ------------------------------------------------------------------------------------------------
@@ -467,8 +483,9 @@ def _point_data(data: Any, targets: list[tuple[str, slice]], x: np.ndarray, y: n
 
 
 def _write_gathered(path: Path, data: Any, targets: list[tuple[str, slice]], s: int, layout: _MeshOnRank,
-                    pred: np.ndarray, ctx: Any) -> tuple[Any, ...] | None:
-    """Rank 0 writes the whole mesh; returns (pos, truth, pred, triangles) on rank 0."""
+                    pred: np.ndarray, ctx: Any, rows_of: Any = None) -> tuple[Any, ...] | None:
+    """Rank 0 writes the whole mesh; returns (pos, truth, pred, triangles) on rank 0. ``rows_of(ids)``:
+    the inputs and truth (or None) of those nodes (default: sample ``s``'s, :func:`physical_rows`)."""
     rows = gather_rows(np.concatenate([layout.owned_ids[:, None].astype(np.float64), pred], axis=1), None, ctx.device)
     if rows is None:
         return None
@@ -476,7 +493,7 @@ def _write_gathered(path: Path, data: Any, targets: list[tuple[str, slice]], s: 
     full[rows[:, 0].astype(np.int64)] = rows[:, 1:]
     whole = data.mesh(layout.mesh)
     ids = np.arange(layout.num_nodes, dtype=np.int64)
-    x, y = physical_rows(data, s, ids)
+    x, y = physical_rows(data, s, ids) if rows_of is None else rows_of(ids)
     cells = [(t, np.asarray(c, dtype=np.int64)) for t, c in whole.cells]
     write_vtu(path, np.asarray(whole.points), cells, _point_data(data, targets, x, y, full, ids))
     tri = next((c for t, c in cells if t == "triangle"), None)
@@ -484,8 +501,8 @@ def _write_gathered(path: Path, data: Any, targets: list[tuple[str, slice]], s: 
 
 
 def _write_pieces(folder: Path, index: Path, data: Any, targets: list[tuple[str, slice]], s: int, layout: _MeshOnRank,
-                  pred: np.ndarray, ctx: Any) -> None:
-    """Each rank writes its piece; rank 0 the ``.pvtu`` index."""
+                  pred: np.ndarray, ctx: Any, rows_of: Any = None) -> None:
+    """Each rank writes its piece; rank 0 the ``.pvtu`` index (``rows_of``: as :func:`_write_gathered`)."""
     assert layout.piece_ids is not None and layout.piece_cells is not None
     ids = layout.piece_ids
     at = np.minimum(np.searchsorted(layout.owned_ids, ids), max(len(layout.owned_ids) - 1, 0))
@@ -494,7 +511,7 @@ def _write_pieces(folder: Path, index: Path, data: Any, targets: list[tuple[str,
     values[owned] = pred[at[owned]]
     values[~owned] = directory_lookup(layout.owned_ids, pred, ids[~owned], layout.num_nodes, None, ctx.device)
     points = data.mesh_points(layout.mesh)
-    x, y = physical_rows(data, s, ids)
+    x, y = physical_rows(data, s, ids) if rows_of is None else rows_of(ids)
     fields = _point_data(data, targets, x, y, values, ids)
     folder.mkdir(parents=True, exist_ok=True)
     write_vtu(folder / f"part-{ctx.rank:05d}.vtu", np.asarray(points[ids]), layout.piece_cells, fields)
@@ -503,8 +520,31 @@ def _write_pieces(folder: Path, index: Path, data: Any, targets: list[tuple[str,
         write_pvtu(index, [f"{folder.name}/part-{r:05d}.vtu" for r in range(ctx.world_size)], kinds)
 
 
+def _partition_reader(cfg: PredictConfig, data: Any, run_cfg: dict[str, Any], ctx: Any, dtype: Any,
+                      normaliser: Any) -> tuple[Path | None, DatasetReader | None]:
+    """On R ranks: the partition into R parts (``--partition``, else the run's) and this rank's
+    reader of it; on one process ``(None, None)``, the model runs on whole meshes."""
+    if ctx.world_size == 1:
+        return None, None
+    parts = Path(cfg.partition or run_cfg.get("partition") or "")
+    if not cfg.partition and not parts.is_dir():
+        raise ValueError(f"{parts}: the run's partition folder is gone; pass --partition PARTS")
+    whose = "the run's own partition, which the run needs" if not cfg.partition else "not for these meshes"
+    meta = check_partition_matches(data, parts, hint=(
+        f"it is {whose}: make one of {cfg.data} in a new folder and pass it: meshshard partition {cfg.data} "
+        f"--parts {ctx.world_size} --out NEW_PARTS, then --partition NEW_PARTS"))
+    if meta["num_parts"] != ctx.world_size:
+        raise ValueError(f"Expected a partition into {plural(ctx.world_size, 'part')}, one per rank "
+                         f"(got {meta['num_parts']} in {parts}); make one with meshshard partition {cfg.data} "
+                         f"--parts {ctx.world_size} and pass --partition")
+    reader = DatasetReader(data, parts, ctx.rank, None, device=ctx.device, dtype=dtype, normaliser=normaliser,
+                           parts_meta=meta)  # the run's statistics, for the edge features too
+    return parts, reader
+
+
 def predict(cfg: PredictConfig) -> dict[str, Any] | None:
-    """Predict, write PRED and return the metrics (on rank 0; ``None`` on the other ranks).
+    """Predict, write PRED and return the metrics (on rank 0; ``None`` on the other ranks). With
+    ``cfg.rollout``, a rollout of a transient run (:func:`meshshard.run._rollout.rollout`).
 
     A collective that raises (a peer rank died or stopped responding, the groups' timeout) is
     reported as train reports it, naming the sample (:func:`meshshard.run._training.peer_failure`)."""
@@ -521,6 +561,10 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
 def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
     import torch
 
+    if cfg.rollout:
+        from ._rollout import rollout
+
+        return rollout(cfg, doing)
 
     ctx = init_distributed()
     data = open_dataset(cfg.data)
@@ -535,7 +579,8 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
     check_model_request(ckpt, cfg.run, cfg.model)
     # the run's target fields: DATA's when it has targets (checked equal above), else recorded by train
     truth = bool(data.target_channels)
-    target_meta = get_task(str(run_cfg.get("task") or "steady")).output_fields(data, run_cfg)
+    check_rollout_request(cfg, run_cfg)
+    target_meta = get_task(str(run_cfg.get("task") or "steady"), run_cfg).output_fields(data, run_cfg)
     scales = dict(run_cfg.get("target_scales") or {})  # the run's non-dimensional targets, if any
     if scales and not data.meta.get("parameters"):
         raise ValueError(f"{data.path}: Expected parameters (meshshard dataset --params): the run predicts "
@@ -546,21 +591,7 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
     model = build_model(ckpt, sizes, dtype, cfg.model, cfg.model_args, str(data.path)).to(ctx.device)
     names = [str(e["name"]) for e in data.meta["samples"]]
     picks = select_samples(cfg.samples, names, [int(v) for v in data.val])
-    parts, reader = None, None
-    if ctx.world_size > 1:
-        parts = Path(cfg.partition or run_cfg.get("partition") or "")
-        if not cfg.partition and not parts.is_dir():
-            raise ValueError(f"{parts}: the run's partition folder is gone; pass --partition PARTS")
-        whose = "the run's own partition, which the run needs" if not cfg.partition else "not for these meshes"
-        meta = check_partition_matches(data, parts, hint=(
-            f"it is {whose}: make one of {cfg.data} in a new folder and pass it: meshshard partition {cfg.data} "
-            f"--parts {ctx.world_size} --out NEW_PARTS, then --partition NEW_PARTS"))
-        if meta["num_parts"] != ctx.world_size:
-            raise ValueError(f"Expected a partition into {plural(ctx.world_size, 'part')}, one per rank "
-                             f"(got {meta['num_parts']} in {parts}); make one with meshshard partition {cfg.data} "
-                             f"--parts {ctx.world_size} and pass --partition")
-        reader = DatasetReader(data, parts, ctx.rank, None, device=ctx.device, dtype=dtype, normaliser=normaliser,
-                               parts_meta=meta)  # the run's statistics, for the edge features too
+    parts, reader = _partition_reader(cfg, data, run_cfg, ctx, dtype, normaliser)
     target_fields = field_slices(target_meta)
     scoring = check_boundary_request(data, target_fields, cfg.boundary, cfg.pressure, cfg.shear,
                                      cfg.force_reference, picks)  # on every rank, before any collective
@@ -755,6 +786,20 @@ def prediction_summary(pred: str | Path) -> dict[str, Any]:
     }
 
 
+def check_rollout_request(cfg: PredictConfig, run_cfg: dict[str, Any]) -> None:
+    """A run of a task of trajectories predicts rollouts (``--rollout``), any other run does not;
+    ``--steps`` is a positive count, with ``--rollout`` only. One line, before any collective."""
+    task = get_task(str(run_cfg.get("task") or "steady"), run_cfg)
+    if cfg.steps is not None and (not cfg.rollout or int(cfg.steps) < 1):
+        raise ValueError(f"Expected --steps to be a positive number of steps, with --rollout (got {cfg.steps}"
+                         + ("" if cfg.rollout else " without --rollout") + ")")
+    if task.rolls_out and not cfg.rollout:
+        raise ValueError(f"{cfg.run}: trained the {task.name} task, whose predictions are rollouts: pass --rollout")
+    if cfg.rollout and not task.rolls_out:
+        raise ValueError(f"{cfg.run}: trained the {task.name} task, which does not roll out (a run trained on a "
+                         "trajectory dataset does); leave out --rollout")
+
+
 def check_prediction_request(cfg: PredictConfig) -> None:
     """Every refusal of :func:`predict` that files alone decide, as a one-line ``ValueError``,
     before any rank starts: the folders, where PRED goes, and the model (a run of your own model
@@ -770,8 +815,9 @@ def check_prediction_request(cfg: PredictConfig) -> None:
     # checkpoint that does not load so is read whole, for the one-line reason); the ranks check it whole
     path = checkpoint_path(cfg.run, cfg.checkpoint)
     seen = peek(path) if not path.is_symlink() else None
-    check_model_request(seen if isinstance((seen or {}).get("config"), dict) else read_run(cfg.run, cfg.checkpoint),
-                        cfg.run, cfg.model)
+    ckpt = seen if isinstance((seen or {}).get("config"), dict) else read_run(cfg.run, cfg.checkpoint)
+    check_model_request(ckpt, cfg.run, cfg.model)
+    check_rollout_request(cfg, ckpt.get("config", {}))
     if cfg.model:
         load_factory(cfg.model)
     if cfg.boundary or cfg.pressure or cfg.shear or cfg.force_reference:  # what DATA alone decides

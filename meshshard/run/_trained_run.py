@@ -26,7 +26,7 @@ from torch import nn
 
 from meshshard.partition import Normalisation
 
-from ..tasks import TensorNormalisation
+from ..tasks import TensorNormalisation, get_task
 from ._folder import read_run
 from ._recipe import build_model
 
@@ -164,6 +164,9 @@ def load_run(run: str | os.PathLike[str], *, model: str | nn.Module | None = Non
     if stored is None:
         raise ValueError(f"{run}: its checkpoint does not hold the statistics it was trained with (a run of an "
                          "older version); predict it with meshshard predict RUN --data DATA")
+    if get_task(str(cfg.get("task") or "steady"), cfg).rolls_out:
+        raise ValueError(f"{run}: trained the {cfg.get('task')} task, whose model steps a state on; load_run does not "
+                         "cover it yet: roll it out with meshshard predict RUN --data DATA --out PRED --rollout")
     norm = Normalisation.from_dict(stored)
     dtype = dtype or getattr(torch, str(cfg.get("dtype", "float32")))
     device = torch.device(device or "cpu")

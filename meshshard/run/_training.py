@@ -31,7 +31,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,7 @@ from meshshard.partition import (
     plural,
 )
 
-from ..tasks import get_task
+from ..tasks import dataset_task, get_task
 from . import _folder, _report
 from ._checkpoint import atomic_save as _atomic_save
 from ._checkpoint import load_checkpoint, save_checkpoint
@@ -105,7 +105,9 @@ class TrainConfig:
     precision: str = "fp32"
     model: str = ""  # "": the built-in MeshGraphNet; else FILE.py:NAME or MODULE:NAME (ModelRecipe)
     model_args: dict[str, Any] = field(default_factory=dict)
-    task: str = "steady"  # the workload (meshshard.tasks): how a sample is read, the loss, what is predicted
+    task: str = ""  # the workload (meshshard.tasks): how a sample is read, the loss; "": the dataset's
+    noise_std: float = 0.0  # transient: Gaussian noise on the state input at each step, normalised units (0: off)
+    rollout_train: int = 1  # transient: model applications unrolled per training sample, their losses summed
     lr_schedule: str = "constant"  # constant, or cosine: from lr down to lr * lr_floor at the last step
     warmup: int = 0  # steps of linear warm-up from lr / warmup to lr (0: none)
     lr_floor: float = 0.01  # cosine's last learning rate, as a fraction of lr
@@ -273,7 +275,6 @@ def train(cfg: TrainConfig) -> list[float]:
     from ..nn import DomainParallel
 
     ctx = init_distributed()
-    task = get_task(cfg.task)
     if cfg.data_parallel < 1 or ctx.world_size % cfg.data_parallel:
         raise ValueError(f"Expected --data-parallel to divide the world size {ctx.world_size} "
                          f"(got {cfg.data_parallel})")
@@ -282,6 +283,8 @@ def train(cfg: TrainConfig) -> list[float]:
     lr_at(cfg, 0)  # refuses an unknown schedule, before any collective
     domain = ctx.world_size // cfg.data_parallel
     dataset = open_dataset(cfg.data)  # once: the checks and the reader share it
+    cfg = replace(cfg, task=cfg.task or dataset_task(dataset))  # recorded: predict finds the task again
+    task = get_task(cfg.task, asdict(cfg))
     meta = check_partition_matches(dataset, cfg.partition)
     task.check_dataset(dataset)
     if meta["num_parts"] != domain:
@@ -309,9 +312,9 @@ def train(cfg: TrainConfig) -> list[float]:
     if saved is not None:
         _folder.check_resume(saved.get("config", {}), saved.get("identity"), asdict(cfg), identity)
     device_mesh = init_device_mesh_2d(domain)  # the ranks: data x domain
-    names = [str(x["name"]) for x in dataset.meta["samples"]]  # to name a sample in an error
     reader = task.reader(dataset, cfg.partition, device_mesh.domain_rank, device_mesh.domain_group, device=ctx.device,
                          dtype=dtype, parts_meta=meta)
+    names = reader.sample_names  # to name a sample in an error
 
     torch.manual_seed(cfg.seed)
     digest = model_digest(cfg.model) if cfg.model else None  # the model file as it is now, before it is run
@@ -428,7 +431,11 @@ def train(cfg: TrainConfig) -> list[float]:
                 if cfg.model and step == start:
                     check_model_output(pred, len(b.owned_ids), reader.num_targets, cfg.model, sharded=True,
                                        group=device_mesh.domain_group)
-                loss = loss + task.loss(pred, b) / len(mine)
+                def apply(x: Any, b: Any = b) -> Any:  # the model again, for a task that unrolls it
+                    with autocast():
+                        return model(x, b.graph, b.edge_attr)
+
+                loss = loss + task.loss(pred, b, apply) / len(mine)
             _maybe_fail(ctx.rank, step)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -589,12 +596,11 @@ def check_training(cfg: TrainConfig, saved: dict[str, Any] | None = None) -> Non
     check_input_folders(*folders)
     check_apart(cfg.out, *folders)
     data = open_dataset(cfg.data)
-    task = get_task(cfg.task)
+    task = get_task(cfg.task or dataset_task(data), asdict(cfg))
     task.check_dataset(data)
     _folder.check_run_folder(cfg.out, cfg.resume, cfg.force)
     if cfg.model:
-        ModelRecipe.from_config(asdict(cfg)).build(len(data.input_channels), len(data.edge_channels),
-                                                   len(data.target_channels))
+        ModelRecipe.from_config(asdict(cfg)).build(*task.model_sizes(data))
     if cfg.resume:
         saved = saved if saved is not None else load_checkpoint(Path(cfg.out) / CHECKPOINT)
         _check_steps_left(int(saved["step"]), cfg)  # its note is printed by rank 0

@@ -14,8 +14,13 @@ Tasks here:
 - ``steady`` (:class:`SteadyFields`, :mod:`meshshard.tasks.steady`): one mesh and its fields per
   sample; inputs to targets (a steady CFD solution, a FEM load case).
 
-Trajectory datasets (``meshshard dataset --state``) are read one step at a time by
-:class:`TrajectoryReader` (:mod:`meshshard.tasks._trajectory_reader`), for the transient task to come.
+- ``transient`` (:class:`TransientTask`, :mod:`meshshard.tasks.transient`): trajectories
+  (``meshshard dataset --state``); the one-step map from the state at ``t`` to its change over the
+  stride, with training noise, and the rollout's steps. Read one step at a time by
+  :class:`TrajectoryReader` (:mod:`meshshard.tasks._trajectory_reader`).
+
+A run records its task; a run made with ``TrainConfig.task`` left empty takes its dataset's
+(:func:`dataset_task`: ``dataset.json``'s ``"task"``, else ``steady``).
 
 A new workload (trajectories, point clouds) is a new module beside ``steady.py`` with a
 :class:`Task` subclass, registered in :data:`TASKS`. Tasks import the containers, the layers and
@@ -24,20 +29,32 @@ the lower layers (``partition``, ``comm``), never :mod:`meshshard.run` nor the c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from ._base import Task
 from ._reader import DatasetReader, LocalSample, Normaliser, TensorNormalisation, whole_sample
 from ._trajectory_reader import LocalStep, TrajectoryReader
 from .steady import SteadyFields
+from .transient import LocalPair, PairReader, TransientTask, step_noise
 
-__all__ = ["TASKS", "DatasetReader", "LocalSample", "LocalStep", "Normaliser", "SteadyFields", "Task",
-           "TensorNormalisation", "TrajectoryReader", "get_task", "whole_sample"]
+__all__ = ["TASKS", "DatasetReader", "LocalPair", "LocalSample", "LocalStep", "Normaliser", "PairReader",
+           "SteadyFields", "Task", "TensorNormalisation", "TrajectoryReader", "TransientTask", "dataset_task",
+           "get_task", "step_noise", "whole_sample"]
 
 #: Every task, by the name a run records (``TrainConfig.task``).
-TASKS: dict[str, type[Task]] = {SteadyFields.name: SteadyFields}
+TASKS: dict[str, type[Task]] = {SteadyFields.name: SteadyFields, TransientTask.name: TransientTask}
 
 
-def get_task(name: str) -> Task:
-    """The task called ``name`` (one-line ``ValueError`` naming the tasks there are)."""
+def dataset_task(dataset: Any) -> str:
+    """The task a dataset is made for: its ``dataset.json``'s ``"task"`` (``transient`` for
+    trajectories), else ``steady``."""
+    return str(dataset.meta.get("task") or SteadyFields.name)
+
+
+def get_task(name: str, config: Mapping[str, Any] | None = None) -> Task:
+    """The task called ``name``, configured by the run's settings ``config`` (one-line
+    ``ValueError`` naming the tasks there are)."""
     if name not in TASKS:
         raise ValueError(f"Expected a task among {', '.join(sorted(TASKS))} (got {name!r})")
-    return TASKS[name]()
+    return TASKS[name](config)

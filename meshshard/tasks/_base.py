@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -22,6 +23,19 @@ class Task:
 
     #: The name a run records and :func:`meshshard.tasks.get_task` takes.
     name: ClassVar[str] = ""
+    #: Whether ``meshshard predict --rollout`` can apply the task's steps (``rollout_input``,
+    #: ``rollout_update``): a task of trajectories.
+    rolls_out: ClassVar[bool] = False
+
+    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+        #: The run's settings (``asdict(TrainConfig)`` or a checkpoint's config): what a task reads
+        #: of them (the seed, ``noise_std``) it reads here.
+        self.config: dict[str, Any] = dict(config or {})
+
+    def model_sizes(self, dataset: Any) -> tuple[int, int, int]:
+        """``(node inputs, edge inputs, node outputs)`` of the model for ``dataset``: its input,
+        edge and target channels."""
+        return len(dataset.input_channels), len(dataset.edge_channels), len(dataset.target_channels)
 
     def check_dataset(self, dataset: Any) -> None:
         """Raise a one-line ``ValueError`` when the task cannot train on ``dataset`` (an open
@@ -38,8 +52,10 @@ class Task:
         training noise does it here, as a function of the step and the global node ids)."""
         return reader.sample(sample)
 
-    def loss(self, pred: Any, batch: LocalSample) -> Tensor:
-        """The loss of one sample: a mean over every node of the mesh, the same on every rank."""
+    def loss(self, pred: Any, batch: LocalSample, apply: Any = None) -> Tensor:
+        """The loss of one sample: a mean over every node of the mesh, the same on every rank.
+        ``apply(x)``: the model on the sample's graph, for a task that applies it again (a rollout
+        unrolled in training); the training loop passes it, validation does not."""
         raise NotImplementedError(f"the task {self.name!r} defines no loss")
 
     def output_fields(self, dataset: Any, run_config: dict[str, Any]) -> list[dict[str, Any]]:

@@ -174,6 +174,11 @@ class DatasetReader:
         return self.dataset.val
 
     @property
+    def sample_names(self) -> list[str]:
+        """The name of every sample id the training loop draws (to name one in an error)."""
+        return [str(x["name"]) for x in self.dataset.meta["samples"]]
+
+    @property
     def num_inputs(self) -> int:
         return len(self.dataset.input_channels)
 

@@ -33,7 +33,7 @@ class SteadyFields(Task):
             raise ValueError(f"{dataset.path}: has no targets (made without --targets), so there is nothing to train "
                              "on; it holds cases for meshshard predict. Train on a dataset made with --targets")
 
-    def loss(self, pred: Any, batch: LocalSample) -> Tensor:
+    def loss(self, pred: Any, batch: LocalSample, apply: Any = None) -> Tensor:
         """Mean squared error over every node and target channel (``pred`` in the targets' dtype)."""
         return ((pred.to(batch.y.dtype) - batch.y) ** 2).mean()
 

@@ -1,0 +1,281 @@
+"""``meshshard predict RUN --data DATA --out PRED --rollout [--steps N]``: a transient run applied
+step after step, from each chosen trajectory's first state.
+
+Each chosen trajectory (``--samples``; default: the validation trajectories) starts from its state
+at step 0 and the model is applied ``N`` times (default: as many strides as the trajectory holds,
+``(T - 1) // S``); each application moves the state ``S`` steps (the dataset's stride). Nodes of
+boundary classes are prescribed from the trajectory's state where it is known, else held at their
+previous value. The task says how a state becomes the model's input and how the output updates
+the state (:meth:`meshshard.tasks.TransientTask.rollout_input`, ``rollout_update``): both work on
+each rank's owned rows, so the state never leaves its shard, and on R ranks every step equals the
+one-process rollout on the whole mesh (1e-10 in float64). Writes::
+
+    PRED/
+      metrics.json            per trajectory and state field: rollout.rmse, a list (the RMSE after
+                              1, 2, ... N applications, over the interior nodes, physical units;
+                              null where the truth is unknown), rmse_1, rmse_10, rmse_50, rmse_all
+                              (those that exist); their means over the trajectories in "mean";
+                              "files": everything written (what --force may delete)
+      <trajectory>.pvd        the ParaView collection of the steps, with their real times
+      <trajectory>/step-00000.vtu   the state at each step: <field>_pred, <field> (truth), <field>_error
+                              (step 0 is the initial state); or step-00000.pvtu and a folder of
+                              pieces, one per rank, for a large mesh, as predict writes a sample
+      <trajectory>_error.png  the RMSE of each field against time
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from meshshard.comm import barrier, init_distributed, sum_across
+from meshshard.partition import open_dataset, open_trajectories
+
+from ..tasks import get_task
+from ._folder import read_run
+from ._prediction import (
+    _METRICS_FORMAT,
+    GATHER_MAX_NODES,
+    PredictConfig,
+    _delete,
+    _partition_reader,
+    _shard_layout,
+    _whole_layout,
+    _write_gathered,
+    _write_metrics,
+    _write_pieces,
+    check_model_request,
+    check_prediction_folder,
+    check_rollout_request,
+    field_slices,
+    file_stem,
+    normalisation_of,
+    select_samples,
+)
+from ._recipe import build_model
+
+__all__ = ["ROLLOUT_MARKS", "rollout", "write_pvd"]
+
+#: The steps whose RMSE the metrics single out (those a rollout reaches), besides ``rmse_all``.
+ROLLOUT_MARKS = (1, 10, 50)
+
+
+def write_pvd(path: Path, entries: list[tuple[float, str]]) -> None:
+    """A ParaView collection (``.pvd``) of ``(time, file)`` entries, files relative to ``path``'s folder."""
+    lines = "\n".join(f'    <DataSet timestep="{t!r}" group="" part="0" file="{name}"/>' for t, name in entries)
+    path.write_text('<?xml version="1.0"?>\n<VTKFile type="Collection" version="0.1" byte_order="LittleEndian">\n'
+                    f"  <Collection>\n{lines}\n  </Collection>\n</VTKFile>\n")
+
+
+def _step_times(times: np.ndarray, stride: int, count: int) -> list[float]:
+    """The time of rollout steps ``0..count`` (``stride`` trajectory steps each): the trajectory's
+    own, then on past its end at its last time step."""
+    last = len(times) - 1
+    dt = float(times[-1] - times[-2])
+    return [float(times[n * stride]) if n * stride <= last else float(times[-1] + (n * stride - last) * dt)
+            for n in range(count + 1)]
+
+
+def _summary_of(rmse: list[float | None], sse: float, count: float) -> dict[str, Any]:
+    """``rmse_1``, ``rmse_10``, ... of the steps reached, and ``rmse_all`` over every known step."""
+    out: dict[str, Any] = {f"rmse_{m}": rmse[m - 1] for m in ROLLOUT_MARKS if m <= len(rmse)}
+    out["rmse_all"] = math.sqrt(sse / count) if count > 0 and math.isfinite(sse) else None
+    return out
+
+
+def _plot_rmse(path: Path, title: str, times: list[float], fields: dict[str, list[float | None]]) -> bool:
+    """RMSE against time, one line per field (False without matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=110)
+    try:
+        for name, values in fields.items():
+            ax.plot(times, [np.nan if v is None else v for v in values], marker=".", label=name)
+        ax.set_xlabel("time")
+        ax.set_ylabel("RMSE (interior nodes)")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+    return True
+
+
+def rollout(cfg: PredictConfig, doing: list[str] | None = None) -> dict[str, Any] | None:
+    """Roll a transient run out on the chosen trajectories, write PRED and return the metrics (on
+    rank 0; ``None`` on the other ranks). Refusals are one-line ``ValueError``, before any collective.
+    ``doing[0]`` is kept saying which trajectory is rolled out (for the error of a collective)."""
+    doing = doing if doing is not None else [""]
+    import torch
+
+    ctx = init_distributed()
+    data = open_dataset(cfg.data)
+    ckpt = read_run(cfg.run, cfg.checkpoint)
+    run_cfg = ckpt.get("config", {})
+    check_model_request(ckpt, cfg.run, cfg.model)
+    check_rollout_request(cfg, run_cfg)
+    task = get_task(str(run_cfg.get("task")), run_cfg)
+    task.check_dataset(data)
+    dtype_name = cfg.dtype or run_cfg.get("dtype", "float32")
+    if dtype_name not in ("float32", "float64"):
+        raise ValueError(f"Expected --dtype float32 or float64 (got {dtype_name!r})")
+    dtype = getattr(torch, dtype_name)
+    normalisation_of(ckpt, data)  # the run's channels and dimension, checked against DATA's
+    normaliser = task.prediction_normaliser(run_cfg, ctx.device, dtype)
+    sizes = task.model_sizes(data)
+    model = build_model(ckpt, sizes, dtype, cfg.model, cfg.model_args, str(data.path)).to(ctx.device)
+    trajectories = open_trajectories(data)
+    names, stride = trajectories.names, trajectories.time_stride
+    picks = select_samples(cfg.samples, names, [int(v) for v in data.val])
+    parts, reader = _partition_reader(cfg, data, run_cfg, ctx, dtype, normaliser)
+    fields = field_slices(task.output_fields(data, run_cfg))
+    out = Path(cfg.out)
+    stale = check_prediction_folder(out, cfg.force)  # on every rank, so a refusal stops them all
+    head = {"format": _METRICS_FORMAT, "format_version": 1, "complete": False, "kind": "rollout",
+            "run": str(cfg.run), "data": str(cfg.data), "step": ckpt.get("step"), "checkpoint": cfg.checkpoint,
+            "world_size": ctx.world_size, "units": "physical (de-normalised)", "targets_known": True,
+            "time_stride": stride, "files": []}
+    barrier()
+    if ctx.rank == 0:
+        _delete(stale)
+        out.mkdir(parents=True, exist_ok=True)
+        _write_metrics(out, head | {"samples": []})
+    barrier()
+    main = ctx.rank == 0 and not cfg.quiet
+    if main:
+        where = "one process, whole meshes" if parts is None else f"{ctx.world_size} ranks, partition {parts}"
+        print(f"meshshard predict --rollout: {len(picks)} trajectory(ies) of {cfg.data} with {cfg.run} "
+              f"(step {ckpt.get('step')}); {where}", flush=True)
+    stems = [file_stem(name) for name in names]
+    val = set(int(v) for v in data.val)
+    records: list[dict[str, Any]] = []
+    for k in picks:
+        doing[0] = f"the rollout of {names[k]}"
+        started = time.perf_counter()
+        stem = stems[k] if stems.count(stems[k]) == 1 else f"{stems[k]}-{k}"
+        n = data.num_nodes(k)
+        gather = True if parts is None else (cfg.gather if cfg.gather is not None else n <= GATHER_MAX_NODES)
+        count = int(cfg.steps) if cfg.steps is not None else (trajectories.num_steps(k) - 1) // stride
+        if ctx.rank == 0:  # listed before any rank writes them
+            head["files"] += [f"{stem}.pvd", stem] + ([f"{stem}_error.png"] if cfg.plots else [])
+            _write_metrics(out, head | {"samples": records})
+            (out / stem).mkdir(exist_ok=True)
+        barrier()
+        mesh = data.sample_mesh(k)
+        layout = (_whole_layout(data, mesh, model, normaliser, dtype, ctx.device, cfg.model, sizes[2])
+                  if reader is None else
+                  _shard_layout(data, reader, mesh, model, ctx, pieces=not gather, model_spec=cfg.model,
+                                num_targets=sizes[2]))
+        record = {"trajectory": k, "name": names[k], "split": "val" if k in val else "train", "num_nodes": n,
+                  "file": f"{stem}.pvd", "folder": stem}
+        record |= _roll(cfg, task, trajectories, k, count, layout, normaliser, fields, out, stem, gather, ctx, dtype)
+        record["seconds"] = round(time.perf_counter() - started, 4)
+        if ctx.rank == 0 and cfg.plots:
+            shown = _plot_rmse(out / f"{stem}_error.png", f"{names[k]}: rollout error", record["times"][1:],
+                               {name: record["fields"][name]["rollout"]["rmse"] for name, _ in fields})
+            record["picture"] = f"{stem}_error.png" if shown else None
+        records.append(record)
+        if ctx.rank == 0:
+            _write_metrics(out, head | {"samples": records})
+        if main:
+            print(f"  [{len(records)}/{len(picks)}] {names[k]}: {n:,} nodes, {count} steps, "
+                  f"{record['seconds']:.1f} s -> {stem}.pvd", flush=True)
+    barrier()
+    if ctx.rank != 0:
+        return None
+    keys = [*[f"rmse_{m}" for m in ROLLOUT_MARKS], "rmse_all"]
+    mean = {name: {"rmse": _mean([r["fields"][name]["rmse"] for r in records]), "rel_l2": None,
+                   "rollout": {key: _mean([r["fields"][name]["rollout"].get(key) for r in records]) for key in keys}}
+            for name, _ in fields}
+    summary = head | {"complete": True, "samples": records, "mean": mean}
+    _write_metrics(out, summary)
+    if main:
+        _print_table(records, [name for name, _ in fields])
+        print(f"wrote {out}/: {len(records)} rollout(s) (.pvd and one file per step), metrics.json"
+              + (", error pictures" if cfg.plots else ""), flush=True)
+    return summary
+
+
+def _roll(cfg: PredictConfig, task: Any, trajectories: Any, k: int, count: int, layout: Any, normaliser: Any,
+          fields: list[tuple[str, slice]], out: Path, stem: str, gather: bool, ctx: Any, dtype: Any) -> dict[str, Any]:
+    """Trajectory ``k`` rolled out ``count`` steps on this rank's rows; each step's file written.
+    Returns its record (``times``, ``fields``: per field the RMSE of every step)."""
+    import torch
+
+    data = trajectories.dataset
+    ids = layout.owned_ids
+    known = trajectories.num_steps(k)
+    stride = trajectories.time_stride
+    rows = task.rollout_rows(trajectories, k, ids, normaliser, ctx.device, dtype)
+    interior = (~rows.boundary).cpu().numpy()
+    state = torch.from_numpy(trajectories.state(k, 0, ids)).to(ctx.device, dtype)
+    times = _step_times(trajectories.times(k), stride, count)
+    mse = {name: [] for name, _ in fields}  # per step: the mean square over interior nodes
+    counts = sum_across(np.array([float(interior.sum())]), None, ctx.device)[0]
+    entries = []
+    for n in range(count + 1):
+        t = n * stride
+        truth = trajectories.state(k, t, ids) if t < known else None
+        if n > 0:
+            with torch.no_grad():
+                prediction = layout.forward(task.rollout_input(normaliser, state, rows))
+                state = task.rollout_update(normaliser, state, prediction, rows,
+                                            None if truth is None else torch.from_numpy(truth).to(ctx.device, dtype))
+        pred = state.detach().to(torch.float64).cpu().numpy()
+        if n > 0:
+            local = [float(((pred[:, sl] - truth[:, sl])[interior] ** 2).sum()) if truth is not None else math.nan
+                     for _, sl in fields]
+            for (name, sl), v in zip(fields, sum_across(np.array(local), None, ctx.device), strict=True):
+                mse[name].append(float(v) / max(counts * (sl.stop - sl.start), 1.0))
+
+        def rows_of(at: np.ndarray, t: int = t) -> tuple[np.ndarray, np.ndarray | None]:
+            return trajectories.inputs(k, at), trajectories.state(k, t, at) if t < known else None
+
+        name = f"step-{n:05d}"
+        if gather:
+            _write_gathered(out / stem / f"{name}.vtu", data, fields, k, layout, pred, ctx, rows_of=rows_of)
+            entries.append((times[n], f"{stem}/{name}.vtu"))
+        else:
+            _write_pieces(out / stem / name, out / stem / f"{name}.pvtu", data, fields, k, layout, pred, ctx,
+                          rows_of=rows_of)
+            entries.append((times[n], f"{stem}/{name}.pvtu"))
+    if ctx.rank == 0:
+        write_pvd(out / f"{stem}.pvd", entries)
+    record: dict[str, Any] = {"steps": count, "times": times, "fields": {}}
+    for (name, _), errors in zip(fields, mse.values(), strict=True):
+        finite = [e for e in errors if math.isfinite(e)]
+        if any(not math.isfinite(e) for e in errors) and ctx.rank == 0:  # a note, even with --quiet
+            print(f"note: {name}: no truth past step {len(finite)} (or a non-finite prediction); its errors there "
+                  "are null in metrics.json", file=sys.stderr, flush=True)
+        rmse = [math.sqrt(e) if math.isfinite(e) else None for e in errors]
+        summary = _summary_of(rmse, sum(finite), float(len(finite)))
+        record["fields"][name] = {"rmse": summary["rmse_all"], "rel_l2": None, "rollout": {"rmse": rmse, **summary}}
+    return record
+
+
+def _mean(values: list[Any]) -> float | None:
+    known = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    return float(np.mean(known)) if known else None
+
+
+def _print_table(records: list[dict[str, Any]], fields: list[str]) -> None:
+    """Per trajectory and field: the RMSE after 1, 10 and 50 steps and over every step."""
+    marks = [f"rmse_{m}" for m in ROLLOUT_MARKS] + ["rmse_all"]
+    print(f"{'trajectory':<24} {'field':<10}" + "".join(f" {m.replace('rmse_', 'RMSE-'):>12}" for m in marks))
+    for r in records:
+        for f in fields:
+            values = r["fields"][f]["rollout"]
+            print(f"{r['name'][:24]:<24} {f[:10]:<10}"
+                  + "".join(f" {'-' if values.get(m) is None else format(values[m], '.4g'):>12}" for m in marks))

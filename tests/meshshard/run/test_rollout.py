@@ -1,0 +1,130 @@
+"""``meshshard predict --rollout``: a rollout of 20 steps on 2, 3 and 4 ranks (uneven METIS shards;
+3 ranks written as pieces) equals the one-process rollout on the whole mesh at every step
+(float64, 1e-10); the files, times and metrics it writes; its refusals, in one line."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from dataclasses import asdict
+from pathlib import Path
+
+import meshio
+import numpy as np
+import pytest
+
+from meshshard.cli import main
+from meshshard.partition import load_partition
+from meshshard.run import PredictConfig, TrainConfig, predict, train
+from meshshard.run._vtk import read_pvtu
+from tests._dist import run_ranks
+from tests.meshshard.tasks import _trajectories
+
+STEPS = 20
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("rollout")
+    out = _trajectories.write(root, parts=(1, 2, 3, 4), steps=STEPS + 1)
+    cfg = TrainConfig(partition=out[1], data=out["data"], out=str(root / "run"), steps=3, lr=1e-2, latent_size=8,
+                      hidden_layers=1, message_passing_steps=2, quiet=True, dtype="float64", noise_std=0.05)
+    train(cfg)
+    out["run"] = cfg.out
+    return out
+
+
+def _predict_rank(rank: int, world: int, cfg: dict) -> None:
+    predict(PredictConfig.from_dict(cfg))
+
+
+def _steps(folder: Path, stem: str) -> list[tuple[float, np.ndarray, np.ndarray]]:
+    """(time, u_pred, u) by global id of every step the .pvd lists, gathered or in pieces."""
+    root = ET.parse(folder / f"{stem}.pvd").getroot()
+    out = []
+    for entry in root.iter("DataSet"):
+        path = folder / entry.attrib["file"]
+        meshes = read_pvtu(path) if path.suffix == ".pvtu" else [meshio.read(path)]
+        ids = np.concatenate([m.point_data["global_id"] for m in meshes])
+        first = np.unique(ids, return_index=True)[1]  # a piece repeats the nodes of its cells it does not own
+        pred = np.concatenate([m.point_data["u_pred"] for m in meshes])[first]
+        truth = np.concatenate([m.point_data["u"] for m in meshes])[first]
+        assert len(first) == _trajectories.NX * _trajectories.NY
+        out.append((float(entry.attrib["timestep"]), pred, truth))
+    return out
+
+
+@pytest.mark.slow
+def test_a_rollout_on_2_3_and_4_ranks_equals_one_process_at_every_step(setup: dict) -> None:
+    root = setup["root"]
+    base = PredictConfig(run=setup["run"], data=setup["data"], out=str(root / "pred1"), rollout=True, quiet=True)
+    one = predict(base)
+    ref = _steps(root / "pred1", "run2")
+    whole = setup["whole"][2]
+    assert len(ref) == STEPS + 1 and [t for t, _, _ in ref] == pytest.approx(list(whole["times"]), abs=0)
+    np.testing.assert_array_equal(ref[0][1], whole["states"][0])  # step 0: the initial state
+    boundary = whole["classes"] == 1
+    for n, (_, pred, truth) in enumerate(ref):
+        np.testing.assert_array_equal(truth, whole["states"][n])
+        np.testing.assert_array_equal(pred[boundary], whole["states"][n][boundary])  # prescribed from the truth
+    assert np.abs(ref[-1][1] - ref[-1][2]).max() > 1e-3  # the interior is predicted, not copied
+    rmse = one["samples"][0]["fields"]["u"]["rollout"]["rmse"]
+    assert len(rmse) == STEPS
+    want = [np.sqrt(((pred - truth)[~boundary] ** 2).mean()) for _, pred, truth in ref[1:]]
+    np.testing.assert_allclose(rmse, want, rtol=1e-10)
+    for r in (2, 3, 4):
+        sizes = [len(load_partition(setup[r], p).owned_ids) for p in range(r)]  # one mesh: one partition folder
+        assert len(set(sizes)) > 1, sizes  # uneven shards
+        cfg = asdict(base) | {"out": str(root / f"pred{r}"), "partition": setup[r], "gather": False if r == 3 else None}
+        run_ranks(_predict_rank, r, cfg, timeout=180)
+        got = _steps(root / f"pred{r}", "run2")
+        assert len(got) == STEPS + 1
+        for n, ((t, pred, truth), (t_ref, pred_ref, _)) in enumerate(zip(got, ref, strict=True)):
+            assert t == t_ref
+            np.testing.assert_allclose(pred, pred_ref, rtol=1e-10, atol=1e-12, err_msg=f"{r} ranks, step {n}")
+        metrics = json.loads((root / f"pred{r}" / "metrics.json").read_text())
+        np.testing.assert_allclose(metrics["samples"][0]["fields"]["u"]["rollout"]["rmse"], rmse, rtol=1e-10)
+        assert metrics["world_size"] == r and metrics["complete"]
+    assert (root / "pred3" / "run2" / "step-00004.pvtu").is_file() and (root / "pred3" / "run2" / "step-00004").is_dir()
+
+
+def test_the_metrics_the_files_and_force(setup: dict, capsys) -> None:
+    root = setup["root"]
+    out = root / "short"
+    args = ["predict", setup["run"], "--data", setup["data"], "--out", str(out), "--rollout", "--samples", "run0,run2",
+            "--quiet"]
+    assert main([*args, "--steps", "12"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["files"] == ["run0.pvd", "run0", "run0_error.png", "run2.pvd", "run2", "run2_error.png"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(metrics["files"] + ["metrics.json"])
+    assert sorted(p.name for p in (out / "run0").iterdir()) == [f"step-{n:05d}.vtu" for n in range(13)]
+    first = metrics["samples"][0]["fields"]["u"]["rollout"]
+    assert set(first) == {"rmse", "rmse_1", "rmse_10", "rmse_all"} and len(first["rmse"]) == 12
+    assert first["rmse_1"] == first["rmse"][0] and first["rmse_10"] == first["rmse"][9]
+    assert first["rmse_all"] == pytest.approx(np.sqrt(np.mean(np.square(first["rmse"]))), rel=1e-12)
+    mean = metrics["mean"]["u"]["rollout"]
+    both = [r["fields"]["u"]["rollout"]["rmse_10"] for r in metrics["samples"]]
+    assert mean["rmse_10"] == pytest.approx(np.mean(both), rel=1e-12) and mean["rmse_50"] is None
+    assert (out / "run0_error.png").stat().st_size > 0
+    # past the trajectory's end: the state goes on (boundary held), its errors are null, its times extrapolated
+    assert main([*args, "--steps", "23", "--force", "--samples", "run2"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    record = metrics["samples"][0]
+    assert record["fields"]["u"]["rollout"]["rmse"][STEPS:] == [None] * 3 and record["times"][-1] == pytest.approx(2.3)
+    assert not (out / "run0").exists() and (out / "run2" / "step-00023.vtu").is_file()  # --force replaced it all
+    last = meshio.read(out / "run2" / "step-00023.vtu")
+    assert "u" not in last.point_data and "u_pred" in last.point_data
+    assert "no truth past step 20" in capsys.readouterr().err
+
+
+def test_rollout_refusals_are_one_line(setup: dict, tmp_path: Path, capsys) -> None:
+    base = ["predict", setup["run"], "--data", setup["data"], "--out", str(tmp_path / "p")]
+    for extra, message in (
+        ([], "trained the transient task, whose predictions are rollouts: pass --rollout"),
+        (["--rollout", "--steps", "0"], "Expected --steps to be a positive number of steps, with --rollout (got 0)"),
+        (["--steps", "3"], "(got 3 without --rollout)"),
+    ):
+        assert main(base + extra) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "p").exists()
