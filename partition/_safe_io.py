@@ -370,16 +370,36 @@ def _command_line() -> str:
     return shlex.join([first, *sys.argv[1:]])
 
 
-def _holder(fd: int) -> str:
-    """Who holds a lock, from what the holder wrote into it."""
+def _holder(fd: int, wait: float = 2.0) -> str:
+    """Who holds a lock, from what the holder wrote into it. A holder writes just after it takes
+    the lock, and the file may still hold a killed holder's words: so what names a process that
+    is gone from this host, or nothing readable, is read again for up to ``wait`` seconds."""
     from ._json_io import loads_json  # (it imports this module)
 
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            info = loads_json(os.pread(fd, 1 << 16, 0) or b"null", "lock")
+            when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(info["started"])))
+            said = f"pid {int(info['pid'])} on {info['host']}, started {when}: {info['command']}"
+            if info["host"] != socket.gethostname() or _alive(int(info["pid"])):
+                return said
+        except (OSError, ValueError, TypeError, KeyError):
+            pass
+        if time.monotonic() > deadline:  # nothing readable, or the words of a process that is gone
+            return "a process that has not yet written who it is"
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host."""
     try:
-        info = loads_json(os.pread(fd, 1 << 16, 0) or b"null", "lock")
-        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(info["started"])))
-        return f"pid {int(info['pid'])} on {info['host']}, started {when}: {info['command']}"
-    except (OSError, ValueError, TypeError, KeyError):
-        return "a process that has not yet written who it is"
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _make_folders(folder: Path) -> list[Path]:
