@@ -54,6 +54,10 @@ def describe_run(summary: dict[str, Any]) -> str:
         f"  data       {summary['data']} (inputs {', '.join(summary['inputs'])} -> targets {fields})",
         f"  partition  {summary['partition']}",
     ]
+    task = summary.get("task") or {}
+    if task.get("name") == "transient":  # what a transient run learnt: the one-step map, and how
+        lines.append(f"  task       transient: the one-step map, training noise {task['noise_std']:g} (normalised), "
+                     f"{task['rollout_train']} step(s) unrolled per sample (meshshard predict --rollout)")
     if loss["last"] is not None:
         lines.append(f"  loss       first {loss['first']:.5g}, last {loss['last']:.5g}, "
                      f"best {loss['best']:.5g} at step {loss['best_step']}")

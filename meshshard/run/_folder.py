@@ -326,6 +326,8 @@ def run_summary(run: str | Path) -> dict[str, Any]:
                                                                       "message_passing_steps", "activation",
                                                                       "global_attention")}}),
         "settings": {k: cfg.get(k) for k in ("lr", "dtype", "precision", "seed", "data_parallel", "checkpoint_every")},
+        "task": {"name": str(cfg.get("task") or "steady"), "noise_std": cfg.get("noise_std") or 0,
+                 "rollout_train": cfg.get("rollout_train") or 1},
         "data": cfg.get("data"),
         "partition": cfg.get("partition"),
         "inputs": list(norm.get("input_channels", [])),

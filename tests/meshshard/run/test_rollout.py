@@ -128,3 +128,13 @@ def test_rollout_refusals_are_one_line(setup: dict, tmp_path: Path, capsys) -> N
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "p").exists()
+
+
+def test_info_says_what_a_transient_run_learnt(setup: dict, capsys) -> None:
+    from meshshard.cli import main
+
+    capsys.readouterr()
+    assert main(["info", setup["run"]]) == 0
+    out = capsys.readouterr().out
+    assert ("  task       transient: the one-step map, training noise 0.05 (normalised), 1 step(s) unrolled per "
+            "sample (meshshard predict --rollout)") in out, out
