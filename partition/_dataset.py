@@ -220,6 +220,8 @@ NORMALISATION_RULE = "(value - mean) / scale, scale = std or 1 where std == 0"
 #: A channel whose std is at most this fraction of its field's magnitude is held as a constant.
 HOLD_RELATIVE = 1e-6
 
+#: The boundary name of a surface sample's every point (``predict --boundary surface``).
+SURFACE = "surface"
 _CELL_TYPE = re.compile(r"^[A-Za-z0-9_]+$")
 _OUR_FILE = re.compile(
     r"^(dataset\.json|meshes/\d{5}/(points|edge_index|cells-[A-Za-z0-9_]+|boundary-\d{3}(-area)?|surface-area)\.npy|"
@@ -1106,8 +1108,36 @@ class Dataset:
         return self._load(self.mesh_folder(index) / f"cells-{cell_type}.npy", "r")
 
     def boundary_names(self, index: int) -> list[str]:
-        """The named boundaries stored with mesh ``index`` (patches, node sets, gmsh groups)."""
-        return [str(b["name"]) for b in self.meta["meshes"][index].get("boundaries", [])]
+        """The named boundaries stored with mesh ``index`` (patches, node sets, gmsh groups), and
+        ``"surface"`` for a surface in 3-D (every point, :meth:`boundary_rows`)."""
+        entry = self.meta["meshes"][index]
+        names = [str(b["name"]) for b in entry.get("boundaries", [])]
+        return names + ([SURFACE] if "surface_area" in entry and SURFACE not in names else [])
+
+    def boundary_rows(self, index: int, name: str, node_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Of the nodes ``node_ids`` (sorted global ids, a rank's own), which lie on boundary
+        ``name`` (their positions in ``node_ids``) and the area vector of each, out of the fluid.
+        ``"surface"`` is every point of a surface sample, its area vector the faces' (wound out of
+        the body, into the fluid) turned around; only the rows asked for are read.
+
+        Shapes:
+            node_ids ``(n,)`` -> ``(m,)`` int64 positions, ``(m, D)``.
+        """
+        ids = np.asarray(node_ids, dtype=np.int64)
+        entry = self.meta["meshes"][index]
+        stored = [str(b["name"]) for b in entry.get("boundaries", [])]
+        if name == SURFACE and name not in stored and "surface_area" in entry:
+            file = self.mesh_folder(index) / "surface-area.npy"
+            vectors = self._load(file, "r")
+            if vectors.shape != (entry["num_nodes"], 3):
+                raise ValueError(f"{file}: damaged (Expected ({entry['num_nodes']}, 3), got {vectors.shape})")
+            return np.arange(len(ids), dtype=np.int64), -np.asarray(vectors[ids], dtype=np.float64)
+        on, area = self.boundary(index, name)
+        if not len(on) or not len(ids):
+            return np.zeros(0, dtype=np.int64), np.zeros((0, entry["pos_dim"]))
+        at = np.minimum(np.searchsorted(on, ids), len(on) - 1)
+        hit = on[at] == ids
+        return np.flatnonzero(hit), area[at[hit]]
 
     def boundary(self, index: int, name: str) -> tuple[np.ndarray, np.ndarray]:
         """Boundary ``name`` of mesh ``index``: its sorted node ids ``(n,)`` and the area vector

@@ -123,12 +123,9 @@ def boundary_sums(data: Any, mesh: int, owned_ids: np.ndarray, truth: np.ndarray
     owned = np.asarray(owned_ids, dtype=np.int64)
     out = np.zeros((len(scoring.names), scoring.width))
     for b, name in enumerate(scoring.names):
-        ids, area = data.boundary(mesh, name)
-        if not len(ids) or not len(owned):
+        rows, area = data.boundary_rows(mesh, name, owned)
+        if not len(rows):
             continue
-        at = np.minimum(np.searchsorted(ids, owned), len(ids) - 1)
-        hit = ids[at] == owned
-        rows, area = np.flatnonzero(hit), area[at[hit]]
         p_rows = pred[rows]
         t_rows = truth[rows] if truth is not None else None
         col = 0

@@ -706,6 +706,9 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
 def _boundary_view(data: Any, mesh: int, scoring: BoundaryScoring) -> tuple[float, float, float, float] | None:
     """The pictures' frame by default with ``--boundary``: the boundaries' nodes, with a margin of
     a quarter of their extent (at least a twentieth of the mesh's) on each side."""
+    if "surface" in scoring.names and "surface" not in [str(b["name"]) for b in
+                                                        data.meta["meshes"][mesh].get("boundaries", [])]:
+        return None  # a whole surface: the picture's own framing
     points = data.mesh_points(mesh)
     ids = np.unique(np.concatenate([data.boundary(mesh, name)[0] for name in scoring.names]))
     if not len(ids):

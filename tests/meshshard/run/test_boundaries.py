@@ -119,3 +119,52 @@ def test_coefficients_and_r2_over_cases() -> None:
     r2_x = 1 - ((cx_pred - cx_true) ** 2).sum() / ((cx_true - cx_true.mean()) ** 2).sum()
     assert summary["force"]["r2_of"] == "coefficient"
     assert summary["force"]["r2"][0] == pytest.approx(r2_x)
+
+
+def _box_surface(root) -> str:
+    """The outer quads of a 4 x 4 x 4 box of hexahedra (1 x 2 x 3), wound outward, as a .ply with
+    ``p = x`` at its points."""
+    from meshshard.partition._surface import _boundary_facets
+    from tests.partition.test_surface import _box_3d
+
+    pts, cells = _box_3d(4, tets=False)
+    [(quads, owner)] = _boundary_facets(pts, cells)
+    p = pts[quads]
+    raw = np.cross(p[:, 2] - p[:, 0], p[:, 3] - p[:, 1])
+    inward = np.einsum("fd,fd->f", raw, p.mean(1) - owner) < 0
+    quads[inward] = quads[inward][:, ::-1]
+    used, quads = np.unique(quads, return_inverse=True)
+    surface = pts[used]
+    path = root / "box.ply"
+    meshio.write(path, meshio.Mesh(surface, [("quad", quads.reshape(-1, 4))],
+                                   point_data={"p": surface[:, 0], "q": np.sin(surface[:, 1])}))
+    return str(path)
+
+
+@pytest.mark.slow
+def test_the_force_on_a_whole_surface_equals_the_divergence_theorem_on_shards_and_one_process(tmp_path) -> None:
+    from meshshard.partition import build_dataset
+
+    data = str(build_dataset([_box_surface(tmp_path)], tmp_path / "data", inputs="pos,normal", targets="p,q",
+                             val_fraction=0, dtype="float64"))
+    assert open_dataset_names(data) == ["surface"]
+    partition_dataset(data, tmp_path / "parts1", 1)
+    partition_dataset(data, tmp_path / "parts3", 3)
+    train(TrainConfig(partition=str(tmp_path / "parts1"), data=data, out=str(tmp_path / "run"), steps=1,
+                      latent_size=8, hidden_layers=1, message_passing_steps=1, quiet=True, dtype="float64"))
+    common = {"run": str(tmp_path / "run"), "data": data, "samples": "all", "boundary": "surface", "quiet": True}
+    one = predict(PredictConfig(out=str(tmp_path / "p1"), **common))
+    three = run_ranks(_predict_rank, 3, {"out": str(tmp_path / "p3"), "partition": str(tmp_path / "parts3"),
+                                         **common}, timeout=120)[0]
+    a, b = one["samples"][0]["boundaries"]["surface"], three["samples"][0]["boundaries"]["surface"]
+    # p = x on a closed surface: the force sum p a = -(integral of x n dA) = -volume e_x, exactly for faces
+    # on which x is bilinear; the box is 1 x 2 x 3
+    np.testing.assert_allclose(a["force"]["true"], [-6.0, 0.0, 0.0], atol=1e-9)
+    np.testing.assert_allclose(b["force"]["pred"], a["force"]["pred"], rtol=1e-10, atol=1e-12)
+    assert b["fields"]["q"]["rel_l2"] == pytest.approx(a["fields"]["q"]["rel_l2"], rel=1e-10)
+
+
+def open_dataset_names(data: str) -> list[str]:
+    from meshshard.partition import open_dataset
+
+    return open_dataset(data).boundary_names(0)
