@@ -391,17 +391,6 @@ def _holder(fd: int, wait: float = 2.0) -> str:
         time.sleep(0.05)
 
 
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this host."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _make_folders(folder: Path) -> list[Path]:
     """Make ``folder`` and its missing parents; return those made, outermost first."""
     missing = []

@@ -32,9 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from meshshard.partition import plural
+from meshshard.partition import boundary_force, check_expression, evaluate_expression, plural
 
-__all__ = ["BoundaryScoring", "boundary_record", "boundary_summary", "boundary_sums", "check_boundary_names",
+__all__ = ["BoundaryScoring", "boundary_record", "boundary_rows", "boundary_summary", "boundary_sums",
+           "check_boundary_names",
            "check_boundary_request"]
 
 
@@ -74,8 +75,6 @@ def check_boundary_names(data: Any, boundaries: str | Sequence[str] | None, refe
             raise ValueError(f"{data.path}: Expected --boundary to name boundaries of the meshes (got "
                              f"{', '.join(missing)}; mesh {mesh} has {', '.join(have) if have else 'none'})")
     if reference is not None:
-        from meshshard.partition import check_expression
-
         check_expression(reference, list((data.meta.get("parameters") or {}).get("names", [])))
     return names
 
@@ -116,14 +115,21 @@ def check_boundary_request(data: Any, fields: list[tuple[str, slice]], boundarie
     return BoundaryScoring(names, tuple(fields), p, tau, reference, dim)
 
 
-def boundary_sums(data: Any, mesh: int, owned_ids: np.ndarray, truth: np.ndarray | None, pred: np.ndarray,
-                  scoring: BoundaryScoring) -> np.ndarray:
-    """This rank's sums over the boundary nodes it owns, ``(len(names), width)`` (add them over
-    the ranks). Without the truth (``truth`` None) only the predicted force is non-zero."""
+def boundary_rows(data: Any, mesh: int, owned_ids: np.ndarray,
+                  scoring: BoundaryScoring) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per boundary, the rows of this rank's owned nodes on it and their area vectors: read once
+    per mesh (every sample of the mesh reuses them)."""
     owned = np.asarray(owned_ids, dtype=np.int64)
+    return [data.boundary_rows(mesh, name, owned) for name in scoring.names]
+
+
+def boundary_sums(on_rank: list[tuple[np.ndarray, np.ndarray]], truth: np.ndarray | None, pred: np.ndarray,
+                  scoring: BoundaryScoring) -> np.ndarray:
+    """This rank's sums over the boundary nodes it owns (``on_rank``: :func:`boundary_rows`),
+    ``(len(names), width)`` (add them over the ranks). Without the truth (``truth`` None) only the
+    predicted force is non-zero."""
     out = np.zeros((len(scoring.names), scoring.width))
-    for b, name in enumerate(scoring.names):
-        rows, area = data.boundary_rows(mesh, name, owned)
+    for b, (rows, area) in enumerate(on_rank):
         if not len(rows):
             continue
         p_rows = pred[rows]
@@ -135,8 +141,6 @@ def boundary_sums(data: Any, mesh: int, owned_ids: np.ndarray, truth: np.ndarray
                 out[b, col + 1] = float((t_rows[:, sl] ** 2).sum())
             col += 2
         if scoring.pressure is not None:
-            from meshshard.partition import boundary_force
-
             d = scoring.dim
             for k, values in enumerate((t_rows, p_rows)):
                 if values is None:
@@ -169,8 +173,6 @@ def boundary_record(sums: np.ndarray, scoring: BoundaryScoring, parameters: dict
                               "rel_error": _finite(float(np.linalg.norm(pred_f - true_f)) / size)
                               if truth and size > 0 else None}
             if scoring.reference is not None:
-                from meshshard.partition import evaluate_expression
-
                 ref = float(evaluate_expression(scoring.reference, parameters))
                 if not math.isfinite(ref) or ref == 0.0:
                     raise ValueError(f"Expected --force-reference {scoring.reference!r} to be a finite non-zero "

@@ -73,6 +73,7 @@ from ..tasks import DatasetReader, TensorNormalisation, get_task
 from ._boundaries import (
     BoundaryScoring,
     boundary_record,
+    boundary_rows,
     boundary_summary,
     boundary_sums,
     check_boundary_names,
@@ -613,6 +614,8 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
               f"(step {ckpt.get('step')}); {where}"
               + ("" if truth else f"; {cfg.data} has no targets: predictions only, no errors"), flush=True)
     layouts: dict[tuple[int, bool], _MeshOnRank] = {}
+    walls: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}  # --boundary: this rank's rows on them, per mesh
+    views: dict[int, tuple[float, float, float, float] | None] = {}  # the pictures' frame, per mesh
     records = []
     stems = [file_stem(name) for name in names]
     val = set(int(v) for v in data.val)
@@ -655,9 +658,13 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
             full = None
         boundaries = None
         if scoring is not None:
-            on_walls = sum_across(boundary_sums(data, mesh, layout.owned_ids, y, pred, scoring), None, ctx.device)
+            if mesh not in walls:  # read once per mesh, for every sample on it
+                walls[mesh] = boundary_rows(data, mesh, layout.owned_ids, scoring)
+            on_walls = sum_across(boundary_sums(walls[mesh], y, pred, scoring), None, ctx.device)
             boundaries = boundary_record(on_walls, scoring, data.parameters(s), truth)
-        view = cfg.view or (_boundary_view(data, mesh, scoring) if scoring is not None else None)
+        if cfg.plots and cfg.view is None and scoring is not None and mesh not in views:
+            views[mesh] = _boundary_view(data, mesh, scoring)
+        view = cfg.view or views.get(mesh)
         picture = (sample_picture(out / f"{stem}.png", names[s], layout, y, pred, gather, full, target_fields, ctx,
                                   view=view)
                    if cfg.plots else None)
@@ -827,5 +834,5 @@ def check_prediction_request(cfg: PredictConfig) -> None:
         if not cfg.boundary:
             raise ValueError("Expected --boundary NAMES with --pressure, --shear or --force-reference (they say "
                              "how the force on those boundaries is made)")
-        check_boundary_names(open_dataset(cfg.data), cfg.boundary, cfg.force_reference,
-                             range(open_dataset(cfg.data).num_samples))
+        data = open_dataset(cfg.data)
+        check_boundary_names(data, cfg.boundary, cfg.force_reference, range(data.num_samples))
