@@ -55,7 +55,7 @@ from ._points import (
     triangulate,
 )
 from ._safe_io import check_destination, folder_lock, is_lock_file, read_regular
-from ._surface import named_boundaries
+from ._surface import boundary_classes, named_boundaries
 from ._vtk_io import VTK_SUFFIXES, read_vtk
 
 __all__ = ["list_sources", "sample_names", "build_dataset", "partition_dataset", "parse_field_names", "held_note",
@@ -685,9 +685,7 @@ def _one_hot_classes(mesh: Any, classes: tuple[str, ...], path: Path) -> np.ndar
     if tuple(sets) != classes:
         raise ValueError(f"{path}: Expected the named boundaries of the first file for --boundary-classes, "
                          f"{listed(list(classes))} (got {listed(list(sets)) if sets else 'none'})")
-    ids = np.zeros(len(mesh.points), dtype=np.int64)
-    for k in range(len(classes), 0, -1):  # the first set wins: written last
-        ids[sets[classes[k - 1]]] = k
+    ids = boundary_classes(mesh, {name: k + 1 for k, name in enumerate(classes)})
     return np.eye(1 + len(classes))[ids]
 
 

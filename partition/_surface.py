@@ -79,6 +79,19 @@ def named_boundaries(mesh: Any) -> dict[str, np.ndarray]:
     return out
 
 
+def boundary_classes(mesh: Any, registry: dict[str, int]) -> np.ndarray:
+    """``(N,)`` int64 node classes from the named boundaries: 0 on none, else the id of the first
+    set in the mesh's order that holds the node (ids from ``registry`` by name; a name it lacks is
+    added, numbered on)."""
+    sets = named_boundaries(mesh)
+    for name in sets:
+        registry.setdefault(name, len(registry) + 1)
+    ids = np.zeros(len(mesh.points), dtype=np.int64)
+    for name, nodes in reversed(list(sets.items())):  # the first set wins: written last
+        ids[nodes] = registry[name]
+    return ids
+
+
 def _gmsh_sets(mesh: Any, dims: list[int]) -> dict[str, list[np.ndarray]]:
     """The physical groups of a gmsh 2.2 file as cell sets (meshio gives them for gmsh 4.1 only):
     the cells of each block whose ``gmsh:physical`` tag and dimension are the name's in

@@ -135,7 +135,7 @@ from ._dataset import (
     split_samples,
 )
 from ._json_io import write_text_file
-from ._surface import named_boundaries
+from ._surface import boundary_classes
 from ._text import listed, plural
 
 __all__ = ["TASK", "Trajectory", "Trajectories", "build_trajectories", "write_trajectories", "open_trajectories",
@@ -343,22 +343,9 @@ def _field_classes(mesh: Any, name: str, path: Path) -> np.ndarray:
     return v.astype(np.int64)
 
 
-def _boundary_sets(mesh: Any) -> list[tuple[str, np.ndarray]]:
-    """``(name, node ids)`` of the named boundary sets of a mesh, in its order
-    (:func:`meshshard.partition._surface.named_boundaries`)."""
-    return list(named_boundaries(mesh).items())
-
-
 def _tag_classes(mesh: Any, registry: dict[str, int]) -> np.ndarray:
-    """``(N,)`` int64 classes from the boundary sets: 0 on none, else the id of the first set (ids
-    given in ``registry``, by name, new names numbered on)."""
-    sets = _boundary_sets(mesh)
-    ids = np.zeros(len(mesh.points), dtype=np.int64)
-    for name, _ in sets:
-        registry.setdefault(name, len(registry) + 1)
-    for name, nodes in reversed(sets):
-        ids[nodes] = registry[name]
-    return ids
+    """``(N,)`` int64 classes from the boundary sets (:func:`meshshard.partition._surface.boundary_classes`)."""
+    return boundary_classes(mesh, registry)
 
 
 # ---------------------------------------------------------------------------------------------
