@@ -21,13 +21,13 @@ from meshshard.run import (
     BUILTIN_MODELS,
     CHECKPOINT,
     TrainConfig,
+    builtin_args,
     check_training,
     load_checkpoint,
     normalise_spec,
     parse_model_args,
     resume_hint,
     train,
-    transolver_args,
 )
 
 from ._launch import as_rank, run_command, writing_command
@@ -142,7 +142,7 @@ def _model_settings(args: Any, saved: dict[str, Any]) -> str | None:
             same = saved.get("architecture") == args.architecture
             args.model_args = (dict(saved.get("model_args") or {}) if args.model_args is None and same
                                else parse_model_args(args.model_args))
-            transolver_args(args.model_args)
+            builtin_args(args.architecture, args.model_args)
         except ValueError as err:
             return str(err)
         return None

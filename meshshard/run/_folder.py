@@ -320,8 +320,9 @@ def run_summary(run: str | Path) -> dict[str, Any]:
         # state dict, buffers included)
         "parameters": int(cfg.get("num_parameters") or sum(v.numel() for v in (ckpt.get("model") or {}).values())),
         "model": ({"kind": "your own", "spec": model, "model_args": cfg.get("model_args") or {}} if model else
-                  {"kind": "Transolver", "model_args": cfg.get("model_args") or {}}
-                  if cfg.get("architecture") == "transolver" else
+                  {"kind": {"transolver": "Transolver", "ball-attention": "BallAttentionNet"}[cfg["architecture"]],
+                   "model_args": cfg.get("model_args") or {}}
+                  if cfg.get("architecture") in ("transolver", "ball-attention") else
                   {"kind": "MeshGraphNet", **{k: cfg.get(k) for k in ("latent_size", "hidden_layers",
                                                                       "message_passing_steps", "activation",
                                                                       "global_attention")}}),

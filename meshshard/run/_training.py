@@ -58,6 +58,7 @@ from ._recipe import (
     ModelOutputError,
     ModelRecipe,
     check_model_output,
+    check_model_radius,
     first_line,
     model_digest,
     shard_hint,
@@ -601,6 +602,7 @@ def check_training(cfg: TrainConfig, saved: dict[str, Any] | None = None) -> Non
     _folder.check_run_folder(cfg.out, cfg.resume, cfg.force)
     if cfg.model:
         ModelRecipe.from_config(asdict(cfg)).build(*task.model_sizes(data))
+    check_model_radius(asdict(cfg), cfg.partition)
     if cfg.resume:
         saved = saved if saved is not None else load_checkpoint(Path(cfg.out) / CHECKPOINT)
         _check_steps_left(int(saved["step"]), cfg)  # its note is printed by rank 0
