@@ -60,8 +60,9 @@ from ._recipe import (
                       parse_model_args,
                       transolver_args,
 )
+from ._subsample import POINT_MODELS, keep_points
 from ._trained_run import TrainedRun, load_run
-from ._training import TrainConfig, check_training, sample_index, train
+from ._training import TrainConfig, check_max_points, check_training, sample_index, train
 
 __all__ = [
     "CHECKPOINT",
@@ -103,6 +104,9 @@ __all__ = [
     "resume_hint",
     "run_summary",
     "sample_index",
+    "POINT_MODELS",
+    "keep_points",
+    "check_max_points",
     "save_checkpoint",
     "train",
 ]

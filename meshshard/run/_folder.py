@@ -82,7 +82,7 @@ EXACTNESS_KEYS = ("model", "model_args", "architecture", "latent_size", "hidden_
                   "activation", "global_attention", "attention_heads", "attention_slices", "dtype",
                   "precision", "seed", "data_parallel", "clip_grad", "batch",
                   "lr_schedule", "warmup", "lr_floor", "noise_std",
-                  "rollout_train")
+                  "rollout_train", "max_points")
 
 
 def _holds_a_run(out: Path) -> str:
