@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from meshshard.cli import main
 from meshshard.partition import build_dataset, partition_dataset
