@@ -164,7 +164,7 @@ def _max_points(args: Any, saved: dict[str, Any]) -> str | None:
     passing needs every edge), with a note when the dataset asks for a subset."""
     if args.max_points is not None:
         return None if args.max_points >= 0 else f"Expected --max-points to be 0 or more (got {args.max_points})"
-    if "max_points" in saved:
+    if saved:  # --resume: the run's (a run from before --max-points trained on every point)
         args.max_points = int(saved.get("max_points") or 0)
         return None
     try:

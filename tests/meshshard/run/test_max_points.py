@@ -21,7 +21,9 @@ from meshshard.run._subsample import sample_epoch
 from tests._dist import run_ranks
 
 ARGS = {"ball-attention": {"width": 8, "layers": 2, "heads": 2, "radius": 0.3, "max_neighbors": 8},
-        "transolver": {"width": 8, "layers": 2, "heads": 2, "slices": 4, "mlp_ratio": 2}}
+        "ball-attention-checkpoint": {"width": 8, "layers": 3, "heads": 2, "radius": [0.2, 0.3], "max_neighbors": 8,
+                                      "checkpoint": True},
+        "transolver": {"width": 8, "layers": 2, "heads": 2, "slices": 4, "mlp_ratio": 2, "checkpoint": True}}
 
 
 @pytest.fixture(scope="module")
@@ -43,14 +45,15 @@ def _train_rank(rank: int, world: int, cfg: dict) -> list[float]:
     return train(TrainConfig.from_dict(cfg))
 
 
-def _cfg(root: Path, parts: int, name: str, arch: str, max_points: int) -> dict:
+def _cfg(root: Path, parts: int, name: str, case: str, max_points: int) -> dict:
     return asdict(TrainConfig(partition=str(root / f"parts{parts}"), data=str(root / "data"), out=str(root / name),
-                              steps=4, lr=1e-2, quiet=True, dtype="float64", architecture=arch,
-                              model_args=ARGS[arch], max_points=max_points))
+                              steps=4, lr=1e-2, quiet=True, dtype="float64",
+                              architecture=case.removesuffix("-checkpoint"), model_args=ARGS[case],
+                              max_points=max_points))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("arch", ["ball-attention", "transolver"])
+@pytest.mark.parametrize("arch", sorted(ARGS))
 def test_training_on_a_subset_is_the_same_on_two_ranks(clouds: Path, arch: str) -> None:
     one = run_ranks(_train_rank, 1, _cfg(clouds, 1, f"{arch}-1", arch, 50), timeout=120)[0]
     two = run_ranks(_train_rank, 2, _cfg(clouds, 2, f"{arch}-2", arch, 50), timeout=120)
