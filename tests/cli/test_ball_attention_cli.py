@@ -77,6 +77,43 @@ def test_ball_attention_trains_on_ranks_and_predicts_alike_whole_and_sharded(clo
         np.testing.assert_allclose(out.numpy()[:, 0], one[name].reshape(-1), rtol=1e-10, atol=1e-12, err_msg=name)
 
 
+MINE = """
+from torch import nn
+
+from meshshard.nn import BallAttentionNet
+
+
+class Mine(nn.Module):
+    needs_pos = True  # predict on one process hands the coordinates as pos=
+
+    def __init__(self, node_in, edge_in, node_out, radius=0.25):
+        super().__init__()
+        self.net = BallAttentionNet(node_in, node_out, width=8, layers=1, heads=2, radius=radius, max_neighbors=8)
+
+    def forward(self, x, graph, edge_attr, pos=None):
+        if pos is None:  # on shards: the ShardGraph's owned rows
+            pos = graph.pos[: graph.num_owned]
+        return self.net(x, pos)
+"""
+
+
+@pytest.mark.slow
+def test_your_own_point_model_gets_pos(clouds: Path) -> None:
+    root = clouds
+    (root / "mine.py").write_text(MINE)
+    model = ["--model", f"{root / 'mine.py'}:Mine"]
+    run = root / "mine-run"
+    assert main(["train", str(root / "parts"), "--data", str(root / "data"), "--out", str(run), "--steps", "2",
+                 *model, "--dtype", "float64", "--nproc", "2", "-q"]) == 0
+    common = ["--data", str(root / "data"), "--no-plots", "-q", "--gather", *model]
+    assert main(["predict", str(run), *common, "--out", str(root / "mine1")]) == 0
+    assert main(["predict", str(run), *common, "--out", str(root / "mine2"), "--partition", str(root / "parts"),
+                 "--nproc", "2"]) == 0
+    one, two = _pred(root / "mine1"), _pred(root / "mine2")
+    for name in one:
+        np.testing.assert_allclose(two[name], one[name], rtol=1e-10, atol=1e-12, err_msg=name)
+
+
 def test_a_radius_beyond_the_partitions_halo_is_refused(clouds: Path, capsys) -> None:
     root = clouds
     big = json.dumps({**ARGS, "radius": [0.2, 0.5]})
