@@ -579,6 +579,8 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
     norm = normalisation_of(ckpt, data)
     normaliser = TensorNormalisation(norm, ctx.device, dtype)
     check_model_request(ckpt, cfg.run, cfg.model)
+    if cfg.partition:
+        check_model_radius(run_cfg, cfg.partition)
     # the run's target fields: DATA's when it has targets (checked equal above), else recorded by train
     truth = bool(data.target_channels)
     check_rollout_request(cfg, run_cfg)

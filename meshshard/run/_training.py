@@ -308,6 +308,7 @@ def train(cfg: TrainConfig) -> list[float]:
     cfg = replace(cfg, task=cfg.task or dataset_task(dataset))  # recorded: predict finds the task again
     task = get_task(cfg.task, asdict(cfg))
     meta = check_partition_matches(dataset, cfg.partition)
+    check_model_radius(asdict(cfg), cfg.partition)  # ball-attention: not beyond the partition's halo radius
     task.check_dataset(dataset)
     if meta["num_parts"] != domain:
         raise ValueError(
