@@ -57,8 +57,8 @@ from its points (``meshshard dataset --graph``; a point cloud's by default, see
 graph; the mesh checksum covers both), and the dataset records the rule as ``"graph": "knn:8"``.
 A surface in 3-D (faces, no 3-D cells) has ``"surface_area"`` (its total area) and
 ``meshes/{m:05d}/surface-area.npy``: per point, the lumped area vector of the faces around it
-(:meth:`Dataset.surface_area`). ``"max_points": N`` (``--max-points``) asks training to draw a
-random subset of at most ``N`` points of a sample per epoch (not used by training yet). None of
+(:meth:`Dataset.surface_area`). ``"max_points": N`` (``--max-points``) asks training of a point model to draw a
+random subset of about ``N`` points of a sample per epoch (``train --max-points`` overrides it). None of
 these changes how the samples are read.
 
 Inputs only. A dataset made without targets (``meshshard dataset`` without ``--targets``,

@@ -421,8 +421,8 @@ def build_dataset(
             default: the cells' edges, and ``knn:8`` for a sample without cells that join points.
             Point samples (``.npz`` with ``pos``, ``.vtu`` of vertex cells, ``.vtp``, ``.ply``, ``.stl``
             surfaces) may differ in size; a surface's ``normal`` and ``area`` are input fields.
-        max_points: Training's points per sample and epoch (``--max-points``), recorded only:
-            training does not subsample yet.
+        max_points: Training's points per sample and epoch (``--max-points``), recorded: training
+            of a point model draws about this many at random (``train --max-points`` overrides it).
         Others: as :func:`meshshard.partition._dataset.write_samples`.
     """
     with folder_lock(out):  # one writer per folder (held already under meshshard dataset)

@@ -154,8 +154,8 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
         lines.append(f"  surface  {plural(len(surfaces), 'surface')}, area {min(surfaces):.4g} to {max(surfaces):.4g} "
                      "(normal and area available as inputs; area vectors stored for forces)")
     if meta.get("max_points"):
-        lines.append(f"  points   at most {meta['max_points']:,} per sample and epoch in training (--max-points; "
-                     "recorded, not used by training yet)")
+        lines.append(f"  points   about {meta['max_points']:,} per sample and epoch in training (--max-points; "
+                     "point models: train --model ball-attention or transolver)")
     if meta.get("collapsed_2d"):
         lines.append("  2-D      each mesh the lower z-plane of a one-cell-thick 3-D mesh (--collapse-2d)")
     held = held_note(meta)
@@ -336,8 +336,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "symmetrised) or to the points within R (radius:R); default: the cells' edges, and knn:8 for point "
                    "clouds (.npz with pos, vertex cells, no cells)")
     p.add_argument("--max-points", type=int, default=None, metavar="N",
-                   help="recorded for training: a random subset of at most N points per sample and epoch (training "
-                   "does not use it yet)")
+                   help="recorded for training: point models (train --model ball-attention, transolver) train "
+                   "each sample on a random subset of about N points, another each epoch (train --max-points "
+                   "overrides it)")
     p.add_argument("--same-mesh", action="store_true",
                    help="refuse a file whose mesh is not exactly the first file's, saying how it differs "
                    "(without it, such files make a many-meshes dataset)")

@@ -31,11 +31,12 @@ def describe_run(summary: dict[str, Any]) -> str:
         args = f" --model-args {shlex.quote(json.dumps(m['model_args']))}" if m["model_args"] else ""
         model = (f"your own, {m['spec']}{args}, {summary['parameters']:,} parameters "
                  f"(meshshard predict needs --model {shlex.quote(m['spec'])})")
-    elif m["kind"] == "Transolver":
-        from meshshard.run import TRANSOLVER_DEFAULTS
+    elif m["kind"] in ("Transolver", "BallAttentionNet"):
+        from meshshard.run import BALL_ATTENTION_DEFAULTS, TRANSOLVER_DEFAULTS
 
-        settings = ", ".join(f"{k} {v}" for k, v in {**TRANSOLVER_DEFAULTS, **m["model_args"]}.items())
-        model = f"Transolver, {settings}, {summary['parameters']:,} parameters"
+        defaults = TRANSOLVER_DEFAULTS if m["kind"] == "Transolver" else BALL_ATTENTION_DEFAULTS
+        settings = ", ".join(f"{k} {v}" for k, v in {**defaults, **m["model_args"]}.items())
+        model = f"{m['kind']}, {settings}, {summary['parameters']:,} parameters"
     else:
         attention = (f", a physics-attention block every {m['global_attention']} steps"
                      if m.get("global_attention") else "")

@@ -20,14 +20,15 @@ import numpy as np
 from meshshard.run import (
     BUILTIN_MODELS,
     CHECKPOINT,
+    POINT_MODELS,
     TrainConfig,
+    builtin_args,
     check_training,
     load_checkpoint,
     normalise_spec,
     parse_model_args,
     resume_hint,
     train,
-    transolver_args,
 )
 
 from ._launch import as_rank, run_command, writing_command
@@ -142,7 +143,7 @@ def _model_settings(args: Any, saved: dict[str, Any]) -> str | None:
             same = saved.get("architecture") == args.architecture
             args.model_args = (dict(saved.get("model_args") or {}) if args.model_args is None and same
                                else parse_model_args(args.model_args))
-            transolver_args(args.model_args)
+            builtin_args(args.architecture, args.model_args)
         except ValueError as err:
             return str(err)
         return None
@@ -154,6 +155,29 @@ def _model_settings(args: Any, saved: dict[str, Any]) -> str | None:
             args.model_args = parse_model_args(args.model_args)
     except ValueError as err:
         return str(err)
+    return None
+
+
+def _max_points(args: Any, saved: dict[str, Any]) -> str | None:
+    """Fill ``--max-points`` when it is left out: on --resume the run's; else, for a point model, the
+    dataset's (``meshshard dataset --max-points``), for a graph model 0 (every node: its message
+    passing needs every edge), with a note when the dataset asks for a subset."""
+    if args.max_points is not None:
+        return None if args.max_points >= 0 else f"Expected --max-points to be 0 or more (got {args.max_points})"
+    if saved:  # --resume: the run's (a run from before --max-points trained on every point)
+        args.max_points = int(saved.get("max_points") or 0)
+        return None
+    try:
+        from meshshard.partition import open_dataset
+
+        recorded = int(open_dataset(args.data).meta.get("max_points") or 0)
+    except (ValueError, OSError, TypeError):
+        recorded = 0  # the dataset's own refusal comes from check_training, in one line
+    point_model = not args.model and args.architecture in POINT_MODELS
+    args.max_points = recorded if point_model else 0
+    if recorded and not point_model and not args.quiet and os.environ.get("RANK", "0") == "0":
+        print(f"note: {args.data} asks for --max-points {recorded}; only point models (--model ball-attention or "
+              "transolver) train on a subset, this model trains on every node", file=sys.stderr)
     return None
 
 
@@ -175,7 +199,8 @@ def _run(args: Any) -> int:  # one writer per RUN, before the checkpoint is read
 def _train(args: Any) -> int:
     hint = _selftest_hint(args.model, args.model_args, args.resume)  # as typed, before --model is made absolute
     saved_ckpt = _saved_checkpoint(args)
-    problem = _model_settings(args, dict(saved_ckpt.get("config") or {}) if saved_ckpt else {}) or _check_counts(args)
+    saved_cfg = dict(saved_ckpt.get("config") or {}) if saved_ckpt else {}
+    problem = _model_settings(args, saved_cfg) or _check_counts(args) or _max_points(args, saved_cfg)
     if problem:
         print(f"meshshard train: error: {problem}", file=sys.stderr)
         return 2
@@ -188,7 +213,8 @@ def _train(args: Any) -> int:
         checkpoint_steps=args.checkpoint_steps, model=args.model or "", model_args=args.model_args or {},
         architecture=args.architecture or "meshgraphnet", global_attention=args.global_attention,
         attention_heads=args.attention_heads, attention_slices=args.attention_slices,
-        max_time=args.max_time, clip_grad=args.clip_grad, batch=args.batch, lr_schedule=args.lr_schedule,
+        max_time=args.max_time, clip_grad=args.clip_grad, max_points=args.max_points, batch=args.batch,
+        lr_schedule=args.lr_schedule,
         warmup=args.warmup, lr_floor=args.lr_floor, noise_std=args.noise_std,
         rollout_train=args.rollout_train,
     )
@@ -278,6 +304,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-time", type=_duration, default=None, metavar="DURATION",
                    help="stop at this wall-time budget (900, 90s, 15m, 1.5h, 1h30m) with a checkpoint, which --resume "
                    "continues (default: none; on --resume the run's)")
+    p.add_argument("--max-points", type=int, default=None, metavar="N",
+                   help="point models (--model ball-attention, transolver): train each sample on about N of its "
+                   "points, a new random subset each epoch, the same on any number of ranks; prediction uses every "
+                   "point (default: the dataset's meshshard dataset --max-points, else every point; 0: every point)")
     p.add_argument("--clip-grad", type=float, default=None, metavar="NORM",
                    help="clip the gradients' global norm to NORM after they are summed over the ranks (default 0: off)")
     p.add_argument("--noise-std", type=float, default=None, metavar="SIGMA",

@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from meshshard.comm import sum_of_parts
 
@@ -238,6 +239,9 @@ class Transolver(nn.Module):
         heads, slices: per block, as :class:`PhysicsAttention` (paper: 8 heads, 32 to 64 slices).
         mlp_ratio: each block's MLP hidden width over ``width``.
         temperature, learn_temperature: the slice weights' temperature (see :class:`PhysicsAttention`).
+        checkpoint: recompute each block in the backward instead of keeping its activations
+            (activation checkpointing: the same result and gradients, less memory; the block's
+            all-reduce runs again in the recomputation, on every rank alike).
 
     Shapes:
         whole sample: ``(N, in_channels) -> (N, out_channels)``; shard:
@@ -261,8 +265,10 @@ class Transolver(nn.Module):
         mlp_ratio: int = 4,
         temperature: float = 0.5,
         learn_temperature: bool = True,
+        checkpoint: bool = False,
     ) -> None:
         super().__init__()
+        self.checkpoint = bool(checkpoint)
         in_channels = _positive_int("in_channels", in_channels)
         out_channels = _positive_int("out_channels", out_channels)
         width, layers = _positive_int("width", width), _positive_int("layers", layers)
@@ -287,5 +293,8 @@ class Transolver(nn.Module):
         _check_rows(x, self.in_channels, spec, type(self).__name__)
         h = self.encoder(x)
         for block in self.blocks:
-            h = block.forward_local(h, spec)
+            if self.checkpoint and torch.is_grad_enabled():
+                h = checkpoint(block.forward_local, h, spec, use_reentrant=False)
+            else:
+                h = block.forward_local(h, spec)
         return self.decoder(h)

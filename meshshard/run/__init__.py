@@ -46,18 +46,23 @@ from ._prediction import (
                       prediction_summary,
 )
 from ._recipe import (
-    BUILTIN_MODELS,
-    MESHGRAPHNET_DEFAULTS,
-    TRANSOLVER_DEFAULTS,
-    ModelRecipe,
-    build_model,
-    load_factory,
-    normalise_spec,
-    parse_model_args,
-    transolver_args,
+                      BALL_ATTENTION_DEFAULTS,
+                      BUILTIN_MODELS,
+                      MESHGRAPHNET_DEFAULTS,
+                      TRANSOLVER_DEFAULTS,
+                      ModelRecipe,
+                      build_model,
+                      builtin_args,
+                      check_model_radius,
+                      load_factory,
+                      model_radii,
+                      normalise_spec,
+                      parse_model_args,
+                      transolver_args,
 )
+from ._subsample import POINT_MODELS, keep_points
 from ._trained_run import TrainedRun, load_run
-from ._training import TrainConfig, check_training, sample_index, train
+from ._training import TrainConfig, check_max_points, check_training, sample_index, train
 
 __all__ = [
     "CHECKPOINT",
@@ -68,6 +73,10 @@ __all__ = [
     "BUILTIN_MODELS",
     "MESHGRAPHNET_DEFAULTS",
     "TRANSOLVER_DEFAULTS",
+    "BALL_ATTENTION_DEFAULTS",
+    "builtin_args",
+    "model_radii",
+    "check_model_radius",
     "METRICS_FILE",
     "RUN_FILES",
     "CheckpointError",
@@ -95,6 +104,9 @@ __all__ = [
     "resume_hint",
     "run_summary",
     "sample_index",
+    "POINT_MODELS",
+    "keep_points",
+    "check_max_points",
     "save_checkpoint",
     "train",
 ]

@@ -82,7 +82,7 @@ EXACTNESS_KEYS = ("model", "model_args", "architecture", "latent_size", "hidden_
                   "activation", "global_attention", "attention_heads", "attention_slices", "dtype",
                   "precision", "seed", "data_parallel", "clip_grad", "batch",
                   "lr_schedule", "warmup", "lr_floor", "noise_std",
-                  "rollout_train")
+                  "rollout_train", "max_points")
 
 
 def _holds_a_run(out: Path) -> str:
@@ -320,8 +320,9 @@ def run_summary(run: str | Path) -> dict[str, Any]:
         # state dict, buffers included)
         "parameters": int(cfg.get("num_parameters") or sum(v.numel() for v in (ckpt.get("model") or {}).values())),
         "model": ({"kind": "your own", "spec": model, "model_args": cfg.get("model_args") or {}} if model else
-                  {"kind": "Transolver", "model_args": cfg.get("model_args") or {}}
-                  if cfg.get("architecture") == "transolver" else
+                  {"kind": {"transolver": "Transolver", "ball-attention": "BallAttentionNet"}[cfg["architecture"]],
+                   "model_args": cfg.get("model_args") or {}}
+                  if cfg.get("architecture") in ("transolver", "ball-attention") else
                   {"kind": "MeshGraphNet", **{k: cfg.get(k) for k in ("latent_size", "hidden_layers",
                                                                       "message_passing_steps", "activation",
                                                                       "global_attention")}}),

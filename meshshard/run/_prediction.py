@@ -82,7 +82,7 @@ from ._boundaries import (
 from ._checkpoint import peek
 from ._folder import checkpoint_path, read_run
 from ._pictures import sample_picture
-from ._recipe import build_model, check_model_output, first_line, load_factory, shard_hint
+from ._recipe import build_model, check_model_output, check_model_radius, first_line, load_factory, shard_hint
 from ._report import gather_peak_memory
 from ._training import peer_failure
 from ._vtk import write_pvtu, write_vtu
@@ -387,9 +387,10 @@ def _whole_layout(data: Any, mesh: int, model: Any, normaliser: Any, dtype: Any,
     pos = torch.as_tensor(np.asarray(whole.points), device=device).to(dtype)
     ea = normaliser.edge_attr(pos, edge_index)
     ids = np.arange(whole.num_nodes, dtype=np.int64)
+    extra = {"pos": pos} if getattr(model, "needs_pos", False) else {}  # a point model (ball-attention)
 
     def forward(x: Any) -> Any:
-        out = model(x, edge_index, ea)
+        out = model(x, edge_index, ea, **extra)
         if model_spec:
             check_model_output(out, whole.num_nodes, num_targets, model_spec, sharded=False)
         return out
@@ -578,6 +579,8 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
     norm = normalisation_of(ckpt, data)
     normaliser = TensorNormalisation(norm, ctx.device, dtype)
     check_model_request(ckpt, cfg.run, cfg.model)
+    if cfg.partition:
+        check_model_radius(run_cfg, cfg.partition)
     # the run's target fields: DATA's when it has targets (checked equal above), else recorded by train
     truth = bool(data.target_channels)
     check_rollout_request(cfg, run_cfg)
@@ -828,6 +831,8 @@ def check_prediction_request(cfg: PredictConfig) -> None:
     ckpt = seen if isinstance((seen or {}).get("config"), dict) else read_run(cfg.run, cfg.checkpoint)
     check_model_request(ckpt, cfg.run, cfg.model)
     check_rollout_request(cfg, ckpt.get("config", {}))
+    if cfg.partition:
+        check_model_radius(ckpt.get("config", {}), cfg.partition)
     if cfg.model:
         load_factory(cfg.model)
     if cfg.boundary or cfg.pressure or cfg.shear or cfg.force_reference:  # what DATA alone decides

@@ -63,6 +63,12 @@ __all__ = [
     "first_line",
     "NodeModel",
     "transolver_args",
+    "BALL_ATTENTION_DEFAULTS",
+    "ball_attention_args",
+    "builtin_args",
+    "PointModel",
+    "model_radii",
+    "check_model_radius",
 ]
 
 #: The built-in MeshGraphNet's settings in ``meshshard train`` (a run's config keys) and their
@@ -77,10 +83,19 @@ BUILTIN_MODELS: dict[str, str] = {
     "meshgraphnet": "MeshGraphNet: encoder, message passing on the mesh's edges, decoder (the default); "
                     "--global-attention K adds a Transolver physics-attention block every K steps",
     "transolver": "Transolver: physics attention over the whole sample, no graph (--model-args width, layers, "
-                  "heads, slices, mlp_ratio)",
+                  "heads, slices, mlp_ratio, checkpoint)",
+    "ball-attention": "BallAttentionNet: encoder, ball-query attention blocks over the points within a radius, "
+                      "decoder; no graph (--model-args width, layers, heads, radius, max_neighbors, mlp_ratio, "
+                      "checkpoint)",
 }
 #: ``--model transolver``'s settings (``--model-args``) and their defaults.
-TRANSOLVER_DEFAULTS: dict[str, Any] = {"width": 128, "layers": 4, "heads": 8, "slices": 32, "mlp_ratio": 4}
+TRANSOLVER_DEFAULTS: dict[str, Any] = {"width": 128, "layers": 4, "heads": 8, "slices": 32, "mlp_ratio": 4,
+                                       "checkpoint": False}
+#: ``--model ball-attention``'s settings (``--model-args``) and their defaults. ``radius`` is in the
+#: dataset's coordinate units (a number, or a list of radii the blocks take in turn): set it to
+#: the spacing of a few points of your clouds.
+BALL_ATTENTION_DEFAULTS: dict[str, Any] = {"width": 64, "layers": 4, "heads": 4, "radius": 0.1,
+                                           "max_neighbors": 32, "mlp_ratio": 2, "checkpoint": False}
 
 _PLAIN = (str, int, float, bool, type(None))
 
@@ -304,6 +319,34 @@ def _output_problem(out: Any, rows: int, node_out: int, model_spec: str, sharded
     return None
 
 
+class PointModel(torch.nn.Module):
+    """A model of the node rows and their coordinates (``BallAttentionNet``) called as the loop
+    calls every model, ``model(x, graph, edge_attr)``; the edge features are not used.
+
+    ``needs_pos`` tells a caller with a whole mesh to pass the coordinates: ``model(x, edge_index,
+    edge_attr, pos=pos)`` (``(N, D)``). On shards the coordinates are the owned rows of the
+    ``ShardGraph``'s ``pos`` (its first ``num_owned`` rows), and ``pos`` is not needed.
+    """
+
+    needs_pos = True
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: Any, graph: Any = None, edge_attr: Any = None, *, pos: Any = None) -> Any:
+        """``inner(x, pos)`` (a ``ShardTensor`` on shards, a tensor on a whole mesh)."""
+        from .._graph import ShardGraph
+
+        if pos is None and isinstance(graph, ShardGraph):
+            if graph.pos is None:
+                raise ValueError("Expected a ShardGraph with coordinates (pos) for a point model")
+            pos = graph.pos[: graph.num_owned]
+        if pos is None:
+            raise ValueError("Expected pos=, the (N, D) coordinates of the points, for a point model on a whole mesh")
+        return self.inner(x, pos)
+
+
 class NodeModel(torch.nn.Module):
     """A model of the node rows alone (Transolver) called as the loop calls every model,
     ``model(x, graph, edge_attr)``: the graph and the edge features are not used."""
@@ -346,7 +389,8 @@ class ModelRecipe:
     @property
     def name(self) -> str:
         """``MeshGraphNet``, ``Transolver``, or the ``--model`` string."""
-        return self.model_spec or {"meshgraphnet": "MeshGraphNet", "transolver": "Transolver"}[self.architecture]
+        return self.model_spec or {"meshgraphnet": "MeshGraphNet", "transolver": "Transolver",
+                                   "ball-attention": "BallAttentionNet"}[self.architecture]
 
     def build(self, node_in: int, edge_in: int, node_out: int) -> Any:
         """The module for these channel counts (input, edge, target), with fresh weights."""
@@ -356,6 +400,11 @@ class ModelRecipe:
             from ..nn import Transolver
 
             return NodeModel(Transolver(node_in, node_out, **transolver_args(self.args)))
+        if self.architecture == "ball-attention":
+            from ..nn import BallAttentionNet
+
+            a = ball_attention_args(self.args)
+            return PointModel(BallAttentionNet(node_in, node_out, pos_dim=max(edge_in - 1, 1), **a))
         from ..nn import MeshGraphNet
 
         s = self.settings
@@ -375,7 +424,12 @@ def transolver_args(args: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(f"Expected --model-args of --model transolver among {', '.join(TRANSOLVER_DEFAULTS)} "
                          f"(got {', '.join(unknown)})")
     out = {**TRANSOLVER_DEFAULTS, **args}
+    if not isinstance(out["checkpoint"], bool):
+        raise ValueError(f"Expected --model-args checkpoint of --model transolver to be true or false "
+                         f"(got {out['checkpoint']!r})")
     for key, value in out.items():
+        if key == "checkpoint":
+            continue
         if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "mlp_ratio" else 1):
             raise ValueError(f"Expected --model-args {key} of --model transolver to be a positive integer "
                              f"(got {value!r})")
@@ -383,6 +437,69 @@ def transolver_args(args: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(f"Expected --model-args width ({out['width']}) of --model transolver to be a multiple of "
                          f"heads ({out['heads']})")
     return out
+
+
+def ball_attention_args(args: Mapping[str, Any]) -> dict[str, Any]:
+    """``--model ball-attention``'s ``--model-args`` over :data:`BALL_ATTENTION_DEFAULTS`; a one-line
+    ``ValueError`` for a name it does not take or a value out of range."""
+    unknown = sorted(set(args) - set(BALL_ATTENTION_DEFAULTS))
+    if unknown:
+        raise ValueError(f"Expected --model-args of --model ball-attention among {', '.join(BALL_ATTENTION_DEFAULTS)} "
+                         f"(got {', '.join(unknown)})")
+    out = {**BALL_ATTENTION_DEFAULTS, **args}
+    for key, value in out.items():
+        if key == "checkpoint":
+            if not isinstance(value, bool):
+                raise ValueError(f"Expected --model-args checkpoint of --model ball-attention to be true or false "
+                                 f"(got {value!r})")
+        elif key == "radius":
+            radii = value if isinstance(value, list) else [value]
+            if not radii or not all(isinstance(r, (int, float)) and not isinstance(r, bool) and 0 < r < float("inf")
+                                    for r in radii):
+                raise ValueError(f"Expected --model-args radius of --model ball-attention to be a positive number or "
+                                 f"a list of them (got {value!r})")
+        elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"Expected --model-args {key} of --model ball-attention to be a positive integer "
+                             f"(got {value!r})")
+    if out["width"] % out["heads"]:
+        raise ValueError(f"Expected --model-args width ({out['width']}) of --model ball-attention to be a multiple "
+                         f"of heads ({out['heads']})")
+    return out
+
+
+def builtin_args(architecture: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    """A built-in model's ``--model-args`` checked and over its defaults (MeshGraphNet: none taken)."""
+    if architecture == "transolver":
+        return transolver_args(args)
+    if architecture == "ball-attention":
+        return ball_attention_args(args)
+    if args:
+        raise ValueError("Expected --model-args only with --model")
+    return {}
+
+
+def model_radii(config: Mapping[str, Any]) -> list[float]:
+    """The ball radii of a run's model (``--model ball-attention``); none for other models."""
+    if config.get("model") or config.get("architecture") != "ball-attention":
+        return []
+    radius = ball_attention_args(dict(config.get("model_args") or {}))["radius"]
+    return [float(r) for r in (radius if isinstance(radius, list) else [radius])]
+
+
+def check_model_radius(config: Mapping[str, Any], partition: Any) -> None:
+    """Raise a one-line ``ValueError`` (naming the partition folder) when the run's model has a ball
+    radius larger than the halo radius ``partition`` was made for (``meshshard partition DATA
+    --radius R``). A partition that records no radius is accepted: the geometric halo is built at
+    run time for the model's radius, so the model is exact on any partition."""
+    radii = model_radii(config)
+    if not radii:
+        return
+    from meshshard.partition import check_radius, read_partitions_metadata
+
+    try:
+        check_radius(read_partitions_metadata(partition), max(radii))
+    except ValueError as err:
+        raise ValueError(f"{partition}: {err}") from None
 
 
 def build_model(ckpt: dict[str, Any], sizes: tuple[int, int, int], dtype: Any, model_spec: Any,

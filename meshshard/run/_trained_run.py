@@ -97,7 +97,9 @@ class TrainedRun:
                 raise ValueError(f"Expected edge_index in 0..{x.shape[0] - 1}, node ids of x's {x.shape[0]} rows "
                                  f"(got {low if low < 0 else high})")
         ea = norm.edge_attr(pos, edge_index)
-        return self._dimensional(norm.denormalise_targets(self.model(norm.normalise_inputs(x), edge_index, ea)), x)
+        extra = {"pos": pos} if getattr(self.model, "needs_pos", False) else {}  # a point model (ball-attention)
+        out = self.model(norm.normalise_inputs(x), edge_index, ea, **extra)
+        return self._dimensional(norm.denormalise_targets(out), x)
 
     def _dimensional(self, out: Any, x: Any) -> Any:
         """``out`` ``(n, F_out)`` in physical units: for a run of non-dimensional targets

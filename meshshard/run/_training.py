@@ -58,13 +58,15 @@ from ._recipe import (
     ModelOutputError,
     ModelRecipe,
     check_model_output,
+    check_model_radius,
     first_line,
     model_digest,
     shard_hint,
 )
+from ._subsample import POINT_MODELS, keep_points, sample_epoch, subsample_sample
 
-__all__ = ["TrainConfig", "train", "check_training", "load_checkpoint", "sample_index", "step_samples", "lr_at",
-           "LR_SCHEDULES"]
+__all__ = ["TrainConfig", "train", "check_training", "check_max_points", "load_checkpoint", "sample_index",
+           "step_samples", "lr_at", "LR_SCHEDULES"]
 
 _MGN = MESHGRAPHNET_DEFAULTS
 
@@ -114,6 +116,7 @@ class TrainConfig:
     batch: int = 1  # samples per step for each data-parallel group (their mean loss; one backward)
     max_time: float = 0.0  # seconds of wall time for this process's training (0: no budget); then checkpoint, stop
     clip_grad: float = 0.0  # clip the gradients' global norm to this (0: off), after they are summed over the ranks
+    max_points: int = 0  # point models: about this many random points per sample and epoch in training (0: all)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
@@ -147,6 +150,24 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
         done = min(1.0, step / max(cfg.steps - 1, 1))
         rate *= cfg.lr_floor + (1.0 - cfg.lr_floor) * 0.5 * (1.0 + math.cos(math.pi * done))
     return rate
+
+
+def check_max_points(cfg: TrainConfig) -> None:
+    """Raise a one-line ``ValueError`` unless ``cfg.max_points`` is 0 (every point) or a positive
+    number of points for a built-in point model (``ball-attention``, ``transolver``) of a steady task:
+    a graph model's message passing needs edges that a subset of the points does not have."""
+    n = cfg.max_points
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"Expected --max-points to be 0 (every point) or a positive integer (got {n!r})")
+    if not n:
+        return
+    if cfg.model or cfg.architecture not in POINT_MODELS:
+        model = f"--model {cfg.model}" if cfg.model else f"the built-in {cfg.architecture}"
+        raise ValueError(f"Expected --max-points only with a point model, --model {' or --model '.join(POINT_MODELS)} "
+                         f"(got {model}, whose message passing needs the edges of every point); leave it out, or "
+                         "--max-points 0")
+    if cfg.task not in ("", "steady"):
+        raise ValueError(f"Expected --max-points only with the steady task (got --task {cfg.task})")
 
 
 def step_samples(cfg: TrainConfig, step: int, data_rank: int, train_ids: Any) -> list[int]:
@@ -281,11 +302,13 @@ def train(cfg: TrainConfig) -> list[float]:
     if cfg.batch < 1:
         raise ValueError(f"Expected --batch to be a positive integer (got {cfg.batch})")
     lr_at(cfg, 0)  # refuses an unknown schedule, before any collective
+    check_max_points(cfg)
     domain = ctx.world_size // cfg.data_parallel
     dataset = open_dataset(cfg.data)  # once: the checks and the reader share it
     cfg = replace(cfg, task=cfg.task or dataset_task(dataset))  # recorded: predict finds the task again
     task = get_task(cfg.task, asdict(cfg))
     meta = check_partition_matches(dataset, cfg.partition)
+    check_model_radius(asdict(cfg), cfg.partition)  # ball-attention: not beyond the partition's halo radius
     task.check_dataset(dataset)
     if meta["num_parts"] != domain:
         raise ValueError(
@@ -421,11 +444,16 @@ def train(cfg: TrainConfig) -> list[float]:
         bad_row = None
         try:
             loss = torch.zeros((), dtype=dtype, device=ctx.device)
-            for k in mine:  # one graph for the step's samples: a single backward, exact as for one sample
+            for j, k in enumerate(mine):  # one graph for the step's samples: a single backward, exact as for one sample
                 b = task.batch(reader, k, step)
                 if k not in checked:  # the data do not change: each sample is checked the first time it is read
                     checked[k] = _non_finite_row(b.x.to_local(), b.y.to_local(), b.owned_ids, k)
                 bad_row = bad_row or checked[k]
+                if cfg.max_points:  # a point model on about max_points of the sample's points (_subsample)
+                    epoch = sample_epoch(step, j, cfg.batch, cfg.data_parallel, device_mesh.data_rank,
+                                         len(reader.train))
+                    b = subsample_sample(b, keep_points(cfg.seed, epoch, k, b.owned_ids, b.graph.spec.num_nodes,
+                                                        cfg.max_points))
                 with autocast():
                     pred = model(b.x, b.graph, b.edge_attr)
                 if cfg.model and step == start:
@@ -601,6 +629,8 @@ def check_training(cfg: TrainConfig, saved: dict[str, Any] | None = None) -> Non
     _folder.check_run_folder(cfg.out, cfg.resume, cfg.force)
     if cfg.model:
         ModelRecipe.from_config(asdict(cfg)).build(*task.model_sizes(data))
+    check_model_radius(asdict(cfg), cfg.partition)
+    check_max_points(cfg)
     if cfg.resume:
         saved = saved if saved is not None else load_checkpoint(Path(cfg.out) / CHECKPOINT)
         _check_steps_left(int(saved["step"]), cfg)  # its note is printed by rank 0

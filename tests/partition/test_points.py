@@ -374,7 +374,7 @@ def test_info_describes_a_surface_dataset(tmp_path: Path, capsys: pytest.Capture
     text = capsys.readouterr().out
     assert "graph    knn:3 from the points (symmetrised)" in text
     assert "surface  1 surface, area 6 to 6 (normal and area available as inputs" in text
-    assert "at most 4 per sample and epoch in training" in text
+    assert "about 4 per sample and epoch in training" in text
     mesh = open_dataset(data).mesh(0)
     assert [t for t, _ in mesh.cells] == ["quad"] and mesh.graph().num_edges == mesh.edge_index.shape[1]
     np.testing.assert_array_equal(mesh.edge_index, point_graph(CUBE, parse_graph_rule("knn:3")))
