@@ -23,8 +23,8 @@ record; see docs/transient.md):
   without writing (read + compute). Peak RSS per rank (``ru_maxrss``, MiB, as
   bench/train_memory.py and bench/predict.py: the whole command's peak). Writing share: seconds in
   writing the series over the loop's seconds, per rank (the largest shown).
-- the flatness check: ``--flat-steps`` (default 100) steps on ``--flat-ranks`` ranks (default 2)
-  of the ``--flat-side`` mesh: each rank's peak RSS and current RSS after step 10 and after the
+- the flatness check: ``--flat-steps`` (default 100) steps of the validation trajectory on
+  ``--flat-ranks`` ranks (default 2) of the ``--flat-side`` mesh: each rank's peak RSS and current RSS after step 10 and after the
   last step, and their ratios (1.00: flat).
 
     python bench/rollout.py [--side 1000] [--steps 10] [--ranks 1,2,4] [--flat-side 300]
@@ -87,12 +87,12 @@ def ensure_wave_dataset(cache: Path, side: int, states: int, speeds: tuple[float
     return out, time.perf_counter() - start
 
 
-def roll(run: Path, data: Path, cache: Path, ranks: int, steps: int, work: Path) -> dict[str, Any]:
-    """``meshshard predict --rollout`` of every trajectory of ``data`` on ``ranks`` ranks; the figures
-    of its first trajectory from ``metrics.json``."""
+def roll(run: Path, data: Path, cache: Path, ranks: int, steps: int, work: Path, samples: str) -> dict[str, Any]:
+    """``meshshard predict --rollout`` of one trajectory of ``data`` (``samples``: ``all`` of a dataset
+    of one, or ``val``) on ``ranks`` ranks; its figures from ``metrics.json``."""
     out = work / f"pred-{data.name}-{ranks}"
     cmd = [*MS, "predict", str(run), "--data", str(data), "--out", str(out), "--rollout", "--steps", str(steps),
-           "--samples", "all", "--no-plots", "--force", "--quiet"]
+           "--samples", samples, "--no-plots", "--force", "--quiet"]
     partition_s = 0.0
     if ranks > 1:
         parts = cache / f"{data.name}-parts-{ranks}"
@@ -102,7 +102,7 @@ def roll(run: Path, data: Path, cache: Path, ranks: int, steps: int, work: Path)
     subprocess.run(cmd, check=True)
     command_s = time.perf_counter() - start
     metrics = json.loads((out / "metrics.json").read_text())
-    record = metrics["samples"][0]
+    (record,) = metrics["samples"]
     pieces = (out / record["folder"] / "step-00000.pvtu").is_file()
     shutil.rmtree(out, ignore_errors=True)
     timing = record["timing"]
@@ -196,8 +196,9 @@ def main() -> int:
                     "--steps", str(args.train_steps), "--latent", str(args.latent), "--mp-steps", str(args.mp_steps),
                     "--force", "--quiet"], check=True)
     train_s = time.perf_counter() - start
-    rows = [roll(run, big, args.cache, r, args.steps, work) for r in ranks]
-    flat = flatness(roll(run, small, args.cache, args.flat_ranks, args.flat_steps, work)) if args.flat_side else None
+    rows = [roll(run, big, args.cache, r, args.steps, work, "all") for r in ranks]
+    flat = (flatness(roll(run, small, args.cache, args.flat_ranks, args.flat_steps, work, "val"))
+            if args.flat_side else None)
     title = (f"meshshard predict --rollout: {rows[0]['num_nodes']:,}-node triangle mesh, {args.steps} steps, "
              f"MeshGraphNet latent {args.latent}, {args.mp_steps} message-passing steps, float32, "
              f"{os.cpu_count()} CPU cores")
