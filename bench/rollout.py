@@ -121,7 +121,8 @@ def roll(run: Path, data: Path, cache: Path, ranks: int, steps: int, work: Path,
 
 
 def flatness(row: dict[str, Any], early: int = 10) -> dict[str, Any]:
-    """Each rank's peak and current RSS after step ``early`` and after the last step, and their ratios."""
+    """Each rank's peak and current RSS after step ``early`` and after the last step, and their ratios
+    (``memory``: every step the rollout recorded, 0, 1, 10, 100, ... and the last)."""
     at = {m["step"]: m for m in row["memory"]}
     first, last = at[early], at[row["steps"]]
     def ratio(key: str) -> list[float | None]:
@@ -129,7 +130,8 @@ def flatness(row: dict[str, Any], early: int = 10) -> dict[str, Any]:
     return {"ranks": row["ranks"], "num_nodes": row["num_nodes"], "steps": row["steps"], "early_step": early,
             "peak_rss_mb_early": first["peak_rss_mb"], "peak_rss_mb_last": last["peak_rss_mb"],
             "peak_ratio": ratio("peak_rss_mb"), "rss_mb_early": first["rss_mb"], "rss_mb_last": last["rss_mb"],
-            "rss_ratio": ratio("rss_mb"), "steps_per_s": row["steps_per_s"], "write_share": row["write_share"]}
+            "rss_ratio": ratio("rss_mb"), "steps_per_s": row["steps_per_s"], "write_share": row["write_share"],
+            "memory": row["memory"]}
 
 
 def print_tables(rows: list[dict[str, Any]], flat: dict[str, Any] | None, title: str) -> None:
