@@ -180,7 +180,10 @@ def main() -> int:
                         help="folder for the datasets, partitions and the run (reused)")
     parser.add_argument("--json", type=Path, default=None, help="also write the JSON result to this file")
     args = parser.parse_args()
-    ranks = sorted({int(r) for r in args.ranks.split(",")})
+    try:
+        ranks = sorted({int(r) for r in args.ranks.split(",")})
+    except ValueError:
+        parser.error(f"Expected --ranks as comma-separated numbers such as 1,2,4 (got {args.ranks!r})")
     flat_side = args.flat_side or min(args.side, 300)  # the run is trained on this grid even without the check
     if (args.side < 2 or flat_side < 2 or args.steps < 1 or args.flat_steps < 10 or args.flat_ranks < 1
             or args.train_steps < 1 or min(ranks) < 1):
