@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(PY) bench/partition.py
 	$(PY) bench/train_memory.py
 	$(PY) bench/predict.py
+	$(PY) bench/rollout.py
 	bash bench/setup_peers.sh
 	$(PY) bench/meshgraphnet_peers.py
 

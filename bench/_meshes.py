@@ -1,10 +1,10 @@
-"""Synthetic meshes for the benchmarks (no download): a jittered tetrahedral lattice."""
+"""Synthetic meshes for the benchmarks (no download): a jittered tetrahedral lattice, a jittered triangle grid."""
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["make_box_mesh"]
+__all__ = ["make_box_mesh", "make_square_mesh"]
 
 
 def make_box_mesh(side: int, seed: int = 0, dtype: type = np.int64) -> tuple[np.ndarray, np.ndarray]:
@@ -34,3 +34,24 @@ def make_box_mesh(side: int, seed: int = 0, dtype: type = np.int64) -> tuple[np.
         tets[:, t, 2] = tets[:, t, 1] + step[p[1]]
         tets[:, t, 3] = base + step.sum()
     return points, tets.reshape(-1, 4)
+
+
+def make_square_mesh(side: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A jittered ``side^2`` grid on the unit square, every square cut into 2 triangles.
+
+    Node ``i * side + j`` lies near ``(i, j) / (side - 1)``; the first and last rows (``i = 0`` and
+    ``i = side - 1``) are not jittered across, so they stay on ``x = 0`` and ``x = 1``.
+
+    Shapes:
+        Returns points ``(side^2, 2)`` and triangles ``(2 (side - 1)^2, 3)``.
+    """
+    rng = np.random.default_rng(seed)
+    h = 1.0 / (side - 1)
+    grid = np.arange(side, dtype=np.float64) * h
+    points = np.stack([np.repeat(grid, side), np.tile(grid, side)], 1)
+    points += rng.uniform(-0.2 * h, 0.2 * h, points.shape)
+    points[:side, 0], points[-side:, 0] = 0.0, 1.0
+    c = np.arange(side - 1, dtype=np.int64)
+    a = (c[:, None] * side + c[None, :]).ravel()
+    triangles = np.concatenate([np.stack([a, a + side, a + side + 1], 1), np.stack([a, a + side + 1, a + 1], 1)])
+    return points, triangles

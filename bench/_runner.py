@@ -2,7 +2,8 @@
 
 A script runs its own ``--worker`` mode in a child: one process, or R local ranks under torchrun
 (``python -m torch.distributed.run`` on a free loopback port). The worker writes its figures as JSON
-to a file the script names; peak memory is ``ru_maxrss`` (Linux: KiB), reported in MiB.
+to a file the script names; peak memory is ``ru_maxrss`` (Linux: KiB), reported in MiB. Scripts
+that run the commands themselves share :func:`ensure_partition` (a cached ``meshshard partition``).
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ import json
 import resource
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["peak_rss_mb", "worker_command", "run_workers", "read_json"]
+__all__ = ["peak_rss_mb", "worker_command", "run_workers", "read_json", "emit", "ensure_partition"]
 
 
 def peak_rss_mb(children: bool = False) -> float:
@@ -59,3 +61,19 @@ def emit(result: Any, path: str | Path | None) -> None:
     print(json.dumps(result))
     if path:
         Path(path).write_text(json.dumps(result, indent=2) + "\n")
+
+
+def ensure_partition(data: Path, parts: Path, num_parts: int) -> float:
+    """``meshshard partition DATA --parts P`` into PARTS unless a partition of this dataset is there."""
+    from meshshard.partition import check_partition_matches
+
+    if (parts / "partition.json").is_file():
+        try:
+            check_partition_matches(data, parts)
+            return 0.0
+        except ValueError:
+            pass
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "meshshard", "partition", str(data), "--parts", str(num_parts),
+                    "--out", str(parts), "--force", "--quiet"], check=True)
+    return time.perf_counter() - start

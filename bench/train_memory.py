@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _runner import emit
+from _runner import emit, ensure_partition
 
 MS = [sys.executable, "-m", "meshshard"]
 
@@ -67,22 +67,6 @@ def ensure_dataset(cache: Path, side: int, samples: int) -> tuple[Path, float]:
     subprocess.run([*MS, "dataset", str(src), "--out", str(out), "--inputs", "a,b", "--targets", "c", "--quiet"],
                    check=True)
     return out, time.perf_counter() - start
-
-
-def ensure_partition(data: Path, parts: Path, num_parts: int) -> float:
-    """``meshshard partition DATA --parts P`` into PARTS unless a partition of this dataset is there."""
-    from meshshard.partition import check_partition_matches
-
-    if (parts / "partition.json").is_file():
-        try:
-            check_partition_matches(data, parts)
-            return 0.0
-        except ValueError:
-            pass
-    start = time.perf_counter()
-    subprocess.run([*MS, "partition", str(data), "--parts", str(num_parts), "--out", str(parts), "--force", "--quiet"],
-                   check=True)
-    return time.perf_counter() - start
 
 
 def _idle_worker(report: str) -> None:

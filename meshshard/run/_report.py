@@ -2,7 +2,8 @@
 
 - :func:`banner`: printed by rank 0 before the first step (from metadata files: no communication).
 - :func:`peak_memory_mb`: this rank's peak resident memory (and CUDA allocation), gathered to
-  every rank by :func:`gather_peak_memory` for ``log.jsonl`` and ``metrics.json``.
+  every rank by :func:`gather_peak_memory` for ``log.jsonl`` and ``metrics.json``;
+  :func:`resident_memory_mb`: what it holds now (a rollout's memory along its steps).
 - :func:`write_loss_plot`: ``RUN/loss.png`` (training and validation loss), replaced atomically.
 """
 
@@ -17,7 +18,8 @@ from typing import Any
 
 from meshshard.partition import read_json
 
-__all__ = ["banner", "data_summary", "gather_peak_memory", "partition_counts", "peak_memory_mb", "write_loss_plot"]
+__all__ = ["banner", "data_summary", "gather_peak_memory", "partition_counts", "peak_memory_mb", "resident_memory_mb",
+           "write_loss_plot"]
 
 
 def partition_counts(parts: str | os.PathLike[str],
@@ -64,6 +66,15 @@ def peak_memory_mb(device: Any = None) -> dict[str, float]:
 
         out["cuda"] = torch.cuda.max_memory_allocated(device) / 2**20
     return out
+
+
+def resident_memory_mb() -> float | None:
+    """This process's resident memory now, in MB (Linux ``/proc/self/statm``; ``None`` where there is none)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def gather_peak_memory(device: Any = None) -> dict[str, list[float]]:

@@ -21,6 +21,11 @@ one-process rollout on the whole mesh (1e-10 in float64). Writes::
                               (step 0 is the initial state); or step-00000.pvtu and a folder of
                               pieces, one per rank, for a large mesh, as predict writes a sample
       <trajectory>_error.png  the RMSE of each field against time
+
+Each trajectory's record also says where its time and memory went (``"timing"``, per rank in rank
+order): seconds reading the truth, computing the steps (the model, the update, the errors), writing
+the series (the gather or the pieces, the files, the ``.pvd``) and in all, and every rank's peak and
+current resident memory after steps 0, 1, 10, 100, ... and the last (:func:`memory_steps`).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from meshshard.comm import barrier, init_distributed, sum_across
+from meshshard.comm import barrier, gather_rows, init_distributed, sum_across
 from meshshard.partition import open_dataset, open_trajectories
 
 from ..tasks import get_task
@@ -58,11 +63,22 @@ from ._prediction import (
     select_samples,
 )
 from ._recipe import build_model
+from ._report import gather_peak_memory, peak_memory_mb, resident_memory_mb
 
-__all__ = ["ROLLOUT_MARKS", "rollout", "write_pvd"]
+__all__ = ["ROLLOUT_MARKS", "memory_steps", "rollout", "write_pvd"]
 
 #: The steps whose RMSE the metrics single out (those a rollout reaches), besides ``rmse_all``.
 ROLLOUT_MARKS = (1, 10, 50)
+
+
+def memory_steps(count: int) -> list[int]:
+    """The steps of a ``count``-step rollout after which each rank's memory is recorded: 0, 1, 10,
+    100, ... (those reached) and ``count``."""
+    marks, m = [0], 1
+    while m <= count:
+        marks.append(m)
+        m *= 10
+    return marks if marks[-1] == count else [*marks, count]
 
 
 def write_pvd(path: Path, entries: list[tuple[float, str]]) -> None:
@@ -192,14 +208,14 @@ def rollout(cfg: PredictConfig, doing: list[str] | None = None) -> dict[str, Any
         if main:
             print(f"  [{len(records)}/{len(picks)}] {names[k]}: {n:,} nodes, {count} steps, "
                   f"{record['seconds']:.1f} s -> {stem}.pvd", flush=True)
-    barrier()
+    memory = gather_peak_memory(ctx.device)  # every rank's peak, in rank order (a collective)
     if ctx.rank != 0:
         return None
     keys = [*[f"rmse_{m}" for m in ROLLOUT_MARKS], "rmse_all"]
     mean = {name: {"rmse": _mean([r["fields"][name]["rmse"] for r in records]), "rel_l2": None,
                    "rollout": {key: _mean([r["fields"][name]["rollout"].get(key) for r in records]) for key in keys}}
             for name, _ in fields}
-    summary = head | {"complete": True, "samples": records, "mean": mean}
+    summary = head | {"complete": True, **memory, "samples": records, "mean": mean}
     _write_metrics(out, summary)
     if main:
         _print_table(records, [name for name, _ in fields])
@@ -211,8 +227,13 @@ def rollout(cfg: PredictConfig, doing: list[str] | None = None) -> dict[str, Any
 def _roll(cfg: PredictConfig, task: Any, trajectories: Any, k: int, count: int, layout: Any, normaliser: Any,
           fields: list[tuple[str, slice]], out: Path, stem: str, gather: bool, ctx: Any, dtype: Any) -> dict[str, Any]:
     """Trajectory ``k`` rolled out ``count`` steps on this rank's rows; each step's file written.
-    Returns its record (``times``, ``fields``: per field the RMSE of every step)."""
+    Returns its record (``times``, ``fields``: per field the RMSE of every step; ``timing`` on rank 0)."""
     import torch
+
+    started = time.perf_counter()
+    spent = {"read": 0.0, "compute": 0.0, "write": 0.0}
+    marks = memory_steps(count)
+    memory: list[tuple[float, float]] = []  # (peak, now) in MB after each of marks
 
     data = trajectories.dataset
     ids = layout.owned_ids
@@ -227,7 +248,10 @@ def _roll(cfg: PredictConfig, task: Any, trajectories: Any, k: int, count: int, 
     entries = []
     for n in range(count + 1):
         t = n * stride
+        clock = time.perf_counter()
         truth = trajectories.state(k, t, ids) if t < known else None
+        spent["read"] += time.perf_counter() - clock
+        clock = time.perf_counter()
         if n > 0:
             with torch.no_grad():
                 prediction = layout.forward(task.rollout_input(normaliser, state, rows))
@@ -239,6 +263,8 @@ def _roll(cfg: PredictConfig, task: Any, trajectories: Any, k: int, count: int, 
                      for _, sl in fields]
             for (name, sl), v in zip(fields, sum_across(np.array(local), None, ctx.device), strict=True):
                 mse[name].append(float(v) / max(counts * (sl.stop - sl.start), 1.0))
+        spent["compute"] += time.perf_counter() - clock
+        clock = time.perf_counter()
 
         def rows_of(at: np.ndarray, t: int = t) -> tuple[np.ndarray, np.ndarray | None]:
             return trajectories.inputs(k, at), trajectories.state(k, t, at) if t < known else None
@@ -251,9 +277,19 @@ def _roll(cfg: PredictConfig, task: Any, trajectories: Any, k: int, count: int, 
             _write_pieces(out / stem / name, out / stem / f"{name}.pvtu", data, fields, k, layout, pred, ctx,
                           rows_of=rows_of)
             entries.append((times[n], f"{stem}/{name}.pvtu"))
+        spent["write"] += time.perf_counter() - clock
+        if n == marks[len(memory)]:
+            now = resident_memory_mb()
+            memory.append((peak_memory_mb()["rss"], math.nan if now is None else now))
+    clock = time.perf_counter()
     if ctx.rank == 0:
         write_pvd(out / f"{stem}.pvd", entries)
+    spent["write"] += time.perf_counter() - clock
+    mine = [spent["read"], spent["compute"], spent["write"], time.perf_counter() - started, *np.ravel(memory)]
+    ranks = gather_rows(np.array([mine]), None, ctx.device)  # (world, 4 + 2 marks) on rank 0 (a collective)
     record: dict[str, Any] = {"steps": count, "times": times, "fields": {}}
+    if ranks is not None:
+        record["timing"] = _timing_record(ranks, marks)
     for (name, _), errors in zip(fields, mse.values(), strict=True):
         finite = [e for e in errors if math.isfinite(e)]
         if any(not math.isfinite(e) for e in errors) and ctx.rank == 0:  # a note, even with --quiet
@@ -263,6 +299,20 @@ def _roll(cfg: PredictConfig, task: Any, trajectories: Any, k: int, count: int, 
         summary = _summary_of(rmse, sum(finite), float(len(finite)))
         record["fields"][name] = {"rmse": summary["rmse_all"], "rel_l2": None, "rollout": {"rmse": rmse, **summary}}
     return record
+
+
+def _timing_record(ranks: np.ndarray, marks: list[int]) -> dict[str, Any]:
+    """The ``timing`` of a trajectory's record from every rank's row of :func:`_roll`'s figures:
+    seconds (read, compute, write, total), then (peak, current) resident MB after each mark."""
+    def mb(values: np.ndarray) -> list[float | None]:
+        return [round(float(v), 1) if math.isfinite(v) else None for v in values]
+
+    out: dict[str, Any] = {f"{key}_s": [round(float(v), 4) for v in ranks[:, i]]
+                           for i, key in enumerate(("read", "compute", "write", "total"))}
+    memory = ranks[:, 4:].reshape(len(ranks), len(marks), 2)
+    out["memory"] = [{"step": m, "peak_rss_mb": mb(memory[:, i, 0]), "rss_mb": mb(memory[:, i, 1])}
+                     for i, m in enumerate(marks)]
+    return out
 
 
 def _mean(values: list[Any]) -> float | None:

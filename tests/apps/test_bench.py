@@ -103,3 +103,32 @@ def test_pyg_multihop_bench_reports_halo_rows_and_what_they_cost(tmp_path: Path)
     # one exchange of every halo row each way: the numbers sent add up to the rows received, twice
     for r in (gcn, gcn_multihop, cheb_multihop):
         assert sum(r["numbers_sent_per_rank"]) == 2 * features * sum(r["halo_rows_per_rank"]), r
+
+
+@pytest.mark.slow
+def test_rollout_bench_reports_throughput_memory_writing_and_flatness(tmp_path: Path) -> None:
+    result = tmp_path / "r.json"
+    side, steps, flat_side, flat_steps = 12, 2, 8, 12
+    done = subprocess.run([sys.executable, str(BENCH / "rollout.py"), "--side", str(side), "--steps", str(steps),
+                           "--ranks", "1,2", "--flat-side", str(flat_side), "--flat-steps", str(flat_steps),
+                           "--flat-ranks", "2", "--latent", "4", "--mp-steps", "1", "--cache", str(tmp_path),
+                           "--json", str(result)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(result.read_text())
+    assert [r["ranks"] for r in out["rows"]] == [1, 2]
+    for r in out["rows"]:
+        p = r["ranks"]
+        assert r["num_nodes"] == side**2 and r["steps"] == steps and r["files"] == "gathered .vtu"
+        assert abs(r["node_steps_per_s"] - r["num_nodes"] * r["steps_per_s"]) <= r["num_nodes"] * 1e-4 + 1
+        assert r["steps_per_s_without_writing"] > r["steps_per_s"] > 0  # writing takes some of the loop
+        assert len(r["peak_rss_mb"]) == len(r["write_share"]) == len(r["write_s"]) == p
+        assert all(0 < share < 1 for share in r["write_share"]) and all(m > 0 for m in r["peak_rss_mb"])
+        for k in range(p):  # the rollout's parts, timed one after another, within its loop
+            assert r["read_s"][k] + r["compute_s"][k] + r["write_s"][k] <= r["loop_s"] + 0.01
+        assert [m["step"] for m in r["memory"]] == [0, 1, steps]
+    flat = out["flat"]
+    assert flat["ranks"] == 2 and flat["num_nodes"] == flat_side**2 and flat["steps"] == flat_steps
+    for k in range(2):
+        assert flat["peak_rss_mb_last"][k] >= flat["peak_rss_mb_early"][k] > 0  # a peak never falls
+        assert flat["peak_ratio"][k] == round(flat["peak_rss_mb_last"][k] / flat["peak_rss_mb_early"][k], 3)
+    assert "memory over 12 steps" in done.stdout

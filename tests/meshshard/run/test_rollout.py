@@ -85,6 +85,10 @@ def test_a_rollout_on_2_3_and_4_ranks_equals_one_process_at_every_step(setup: di
         metrics = json.loads((root / f"pred{r}" / "metrics.json").read_text())
         np.testing.assert_allclose(metrics["samples"][0]["fields"]["u"]["rollout"]["rmse"], rmse, rtol=1e-10)
         assert metrics["world_size"] == r and metrics["complete"]
+        timing = metrics["samples"][0]["timing"]  # every rank's figures, in rank order
+        assert len(metrics["peak_rss_mb"]) == r and all(len(v) == r for k, v in timing.items() if k != "memory")
+        assert [m["step"] for m in timing["memory"]] == [0, 1, 10, STEPS]
+        assert all(len(m["peak_rss_mb"]) == len(m["rss_mb"]) == r for m in timing["memory"])
     assert (root / "pred3" / "run2" / "step-00004.pvtu").is_file() and (root / "pred3" / "run2" / "step-00004").is_dir()
 
 
@@ -106,6 +110,14 @@ def test_the_metrics_the_files_and_force(setup: dict, capsys) -> None:
     both = [r["fields"]["u"]["rollout"]["rmse_10"] for r in metrics["samples"]]
     assert mean["rmse_10"] == pytest.approx(np.mean(both), rel=1e-12) and mean["rmse_50"] is None
     assert (out / "run0_error.png").stat().st_size > 0
+    assert len(metrics["peak_rss_mb"]) == 1 and metrics["peak_rss_mb"][0] > 0
+    timing = metrics["samples"][0]["timing"]
+    parts = [timing[f"{key}_s"][0] for key in ("read", "compute", "write")]
+    assert all(v > 0 for v in parts) and sum(parts) <= timing["total_s"][0]  # timed one after another
+    assert [m["step"] for m in timing["memory"]] == [0, 1, 10, 12]
+    peaks = [m["peak_rss_mb"][0] for m in timing["memory"]]
+    assert peaks == sorted(peaks) and peaks[-1] <= metrics["peak_rss_mb"][0]  # a peak never falls
+    assert all(0 < m["rss_mb"][0] <= m["peak_rss_mb"][0] + 1 for m in timing["memory"])
     # past the trajectory's end: the state goes on (boundary held), its errors are null, its times extrapolated
     assert main([*args, "--steps", "23", "--force", "--samples", "run2"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
@@ -138,3 +150,10 @@ def test_info_says_what_a_transient_run_learnt(setup: dict, capsys) -> None:
     out = capsys.readouterr().out
     assert ("  task       transient: the one-step map, training noise 0.05 (normalised), 1 step(s) unrolled per "
             "sample (meshshard predict --rollout)") in out, out
+
+
+def test_memory_is_recorded_after_steps_0_1_10_100_and_the_last() -> None:
+    from meshshard.run._rollout import memory_steps
+
+    assert memory_steps(0) == [0] and memory_steps(1) == [0, 1] and memory_steps(9) == [0, 1, 9]
+    assert memory_steps(10) == [0, 1, 10] and memory_steps(250) == [0, 1, 10, 100, 250]
