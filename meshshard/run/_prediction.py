@@ -85,7 +85,7 @@ from ._pictures import sample_picture
 from ._recipe import build_model, check_model_output, first_line, load_factory, shard_hint
 from ._report import gather_peak_memory
 from ._training import peer_failure
-from ._vtk import write_pvtu, write_vtu
+from ._vtk import DUPLICATE_POINT, write_pvtp, write_pvtu, write_vtp, write_vtu
 
 __all__ = ["GATHER_MAX_NODES", "METRICS_FILE", "PredictConfig", "check_prediction_request", "parse_view", "predict",
            "prediction_summary"]
@@ -97,9 +97,9 @@ GATHER_MAX_NODES = 200_000
 METRICS_FILE = "metrics.json"
 _METRICS_FORMAT = "meshshard-predictions"
 _STEM = r"[A-Za-z0-9_+=@-][A-Za-z0-9._+=@-]*"  # what file_stem gives: a plain name, never "." or ".."
-_OUR_FILE = re.compile(rf"^{_STEM}\.(vtu|pvtu|png|pvd)$")
+_OUR_FILE = re.compile(rf"^{_STEM}\.(vtu|pvtu|vtp|pvtp|png|pvd)$")
 _OUR_FOLDER = re.compile(rf"^{_STEM}$")
-_PIECE = re.compile(r"^part-\d{5}\.vtu$")
+_PIECE = re.compile(r"^part-\d{5}\.(vtu|vtp)$")
 _STEP = re.compile(r"^step-\d{5}(\.vtu|\.pvtu)?$")  # a rollout's folder: its steps' files and piece folders
 
 
@@ -340,6 +340,23 @@ def normalisation_of(ckpt: dict[str, Any], data: Any) -> Any:
 # ------------------------------------------------------------------------------------------------
 # One mesh's layout on this rank
 
+#: Cell types that are not volume cells in 3-D (faces, lines, vertices) and in 2-D (lines, vertices).
+_SURFACE_TYPES = frozenset({"vertex", "line", "line3", "triangle", "triangle6", "quad", "quad8", "quad9", "polygon"})
+_POINT_TYPES = frozenset({"vertex", "line", "line3"})
+
+
+def is_point_cloud(entry: dict[str, Any]) -> bool:
+    """Whether a dataset mesh (its ``meshes[m]`` entry) is a point cloud: no volume cells, that
+    is a surface in 3-D (faces only), or bare points (vertex cells, or no cells and a graph built
+    from the points). Its predictions are written as PolyData (``.vtp`` / ``.pvtp``)."""
+    types = set(entry.get("cells") or {})
+    if "surface_area" in entry:
+        return True
+    if not types:
+        return "graph" in entry  # a graph given as edges, without cells, stays an unstructured grid
+    return types <= (_SURFACE_TYPES if int(entry.get("pos_dim", 0)) == 3 else _POINT_TYPES)
+
+
 
 @dataclass
 class _MeshOnRank:
@@ -496,14 +513,18 @@ def _write_gathered(path: Path, data: Any, targets: list[tuple[str, slice]], s: 
     ids = np.arange(layout.num_nodes, dtype=np.int64)
     x, y = physical_rows(data, s, ids) if rows_of is None else rows_of(ids)
     cells = [(t, np.asarray(c, dtype=np.int64)) for t, c in whole.cells]
-    write_vtu(path, np.asarray(whole.points), cells, _point_data(data, targets, x, y, full, ids))
+    writer = write_vtp if path.suffix == ".vtp" else write_vtu
+    writer(path, np.asarray(whole.points), cells, _point_data(data, targets, x, y, full, ids))
     tri = next((c for t, c in cells if t == "triangle"), None)
     return np.asarray(whole.points), y, full, tri
 
 
 def _write_pieces(folder: Path, index: Path, data: Any, targets: list[tuple[str, slice]], s: int, layout: _MeshOnRank,
                   pred: np.ndarray, ctx: Any, rows_of: Any = None) -> None:
-    """Each rank writes its piece; rank 0 the ``.pvtu`` index (``rows_of``: as :func:`_write_gathered`)."""
+    """Each rank writes its piece; rank 0 the ``.pvtu`` index (``rows_of``: as :func:`_write_gathered`).
+    An index ``.pvtp`` (a point cloud): ``.vtp`` pieces whose points not owned by the rank (the
+    other corners of the faces it writes) carry ``vtkGhostType`` 1, so that the points without it
+    are every point of the cloud exactly once."""
     assert layout.piece_ids is not None and layout.piece_cells is not None
     ids = layout.piece_ids
     at = np.minimum(np.searchsorted(layout.owned_ids, ids), max(len(layout.owned_ids) - 1, 0))
@@ -515,10 +536,16 @@ def _write_pieces(folder: Path, index: Path, data: Any, targets: list[tuple[str,
     x, y = physical_rows(data, s, ids) if rows_of is None else rows_of(ids)
     fields = _point_data(data, targets, x, y, values, ids)
     folder.mkdir(parents=True, exist_ok=True)
-    write_vtu(folder / f"part-{ctx.rank:05d}.vtu", np.asarray(points[ids]), layout.piece_cells, fields)
+    poly = index.suffix == ".pvtp"
+    if poly:
+        fields["vtkGhostType"] = np.where(owned, 0, DUPLICATE_POINT).astype(np.uint8)
+    suffix = ".vtp" if poly else ".vtu"
+    (write_vtp if poly else write_vtu)(folder / f"part-{ctx.rank:05d}{suffix}", np.asarray(points[ids]),
+                                       layout.piece_cells, fields)
     if ctx.rank == 0:
         kinds = {name: (a.dtype, 1 if a.ndim == 1 else a.shape[1]) for name, a in fields.items()}
-        write_pvtu(index, [f"{folder.name}/part-{r:05d}.vtu" for r in range(ctx.world_size)], kinds)
+        (write_pvtp if poly else write_pvtu)(index, [f"{folder.name}/part-{r:05d}{suffix}"
+                                                     for r in range(ctx.world_size)], kinds)
 
 
 def _partition_reader(cfg: PredictConfig, data: Any, run_cfg: dict[str, Any], ctx: Any, dtype: Any,
@@ -625,8 +652,10 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
         mesh, n = data.sample_mesh(s), data.num_nodes(s)
         gather = True if parts is None else (cfg.gather if cfg.gather is not None else n <= GATHER_MAX_NODES)
         stem = stems[s] if stems.count(stems[s]) == 1 else f"{stems[s]}-{s}"
+        cloud = is_point_cloud(data.meta["meshes"][mesh])
+        vt = "vtp" if cloud else "vtu"
         if ctx.rank == 0:  # listed before any rank writes them (the ranks meet in the forward below first)
-            head["files"] += (([f"{stem}.vtu"] if gather else [f"{stem}.pvtu", stem])
+            head["files"] += (([f"{stem}.{vt}"] if gather else [f"{stem}.p{vt}", stem])
                               + ([f"{stem}.png"] if cfg.plots else []))
             _write_metrics(out, head | {"samples": records})
         key = (mesh, gather)
@@ -650,10 +679,10 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
         else:
             y, sums = None, [(math.nan, math.nan)] * len(target_fields)
         if gather:
-            path = out / f"{stem}.vtu"
+            path = out / f"{stem}.{vt}"
             full = _write_gathered(path, data, target_fields, s, layout, pred, ctx)
         else:
-            path = out / f"{stem}.pvtu"
+            path = out / f"{stem}.p{vt}"
             _write_pieces(out / stem, path, data, target_fields, s, layout, pred, ctx)
             full = None
         boundaries = None

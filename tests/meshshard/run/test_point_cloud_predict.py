@@ -1,0 +1,137 @@
+"""``meshshard predict`` on point clouds and surfaces: ``.vtp`` files (faces kept) or ``.pvtp``
+pieces that hold every point once, the pictures, area-weighted errors and force coefficients,
+the same on 1 and 3 ranks."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import meshio
+import numpy as np
+import pytest
+
+from meshshard.partition import build_dataset, partition_dataset
+from meshshard.run import PredictConfig, TrainConfig, predict, train
+from meshshard.run._vtk import read_vtp
+from tests._dist import run_ranks
+
+
+def _sphere(n_lat: int = 10, n_lon: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    """A unit UV sphere of triangles wound outward."""
+    th = np.linspace(0, np.pi, n_lat + 1)[1:-1]
+    ph = np.linspace(0, 2 * np.pi, n_lon, endpoint=False)
+    t, p = np.meshgrid(th, ph, indexing="ij")
+    ring = np.stack([np.sin(t) * np.cos(p), np.sin(t) * np.sin(p), np.cos(t)], -1).reshape(-1, 3)
+    pts = np.concatenate([[[0, 0, 1]], ring, [[0, 0, -1]]])
+    idx = 1 + np.arange(len(ring)).reshape(n_lat - 1, n_lon)
+    nxt = np.roll(idx, -1, axis=1)
+    tris = [np.stack([np.zeros(n_lon, int), idx[0], nxt[0]], 1),
+            np.stack([np.full(n_lon, len(pts) - 1), nxt[-1], idx[-1]], 1)]
+    a, b, c, d = idx[:-1].ravel(), nxt[:-1].ravel(), nxt[1:].ravel(), idx[1:].ravel()
+    tris += [np.stack([a, d, c], 1), np.stack([a, c, b], 1)]
+    tris = np.concatenate(tris)
+    v = pts[tris]
+    outward = np.einsum("fd,fd->f", np.cross(v[:, 1] - v[:, 0], v[:, 2] - v[:, 0]), v.mean(1)) > 0
+    tris[~outward] = tris[~outward][:, ::-1]
+    return pts, tris
+
+
+def _surface_files(root, count: int = 3) -> list[str]:
+    """Spheres squashed differently, with p = x (+ a wave) and a shear tau, as .ply/.vtu surfaces."""
+    pts, tris = _sphere()
+    files = []
+    for k in range(count):
+        q = pts * np.array([1.0 + 0.2 * k, 1.0, 0.8])
+        p = q[:, 0] + 0.3 * k * np.sin(2 * q[:, 2])
+        tau = np.stack([0.1 * q[:, 2], 0.05 * k * q[:, 0], 0 * q[:, 0]], 1)
+        path = root / f"body-{k}.vtu"
+        meshio.write(path, meshio.Mesh(q, [("triangle", tris)], point_data={"p": p, "tau": tau}))
+        files.append(str(path))
+    return files
+
+
+@pytest.fixture(scope="module")
+def surface(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("surface")
+    data = str(build_dataset(_surface_files(root), root / "data", inputs="pos,normal", targets="p,tau",
+                             val_fraction=0, dtype="float64"))
+    partition_dataset(data, root / "parts1", 1)
+    partition_dataset(data, root / "parts3", 3)
+    train(TrainConfig(partition=str(root / "parts1"), data=data, out=str(root / "run"), steps=2, lr=1e-2,
+                      latent_size=8, hidden_layers=1, message_passing_steps=1, quiet=True, dtype="float64"))
+    return {"root": root, "data": data, "run": str(root / "run")}
+
+
+def _predict_rank(rank: int, world: int, cfg: dict) -> dict | None:
+    return predict(PredictConfig(**cfg))
+
+
+def _pieces(index) -> list[dict]:
+    root = ET.parse(index).getroot()
+    assert root.attrib["type"] == "PPolyData"
+    return [read_vtp(index.parent / p.attrib["Source"]) for p in root.iter("Piece")]
+
+
+def test_a_surface_is_written_as_vtp_with_its_faces_and_as_pvtp_pieces_holding_every_point_once(surface) -> None:
+    root = surface["root"]
+    common = {"run": surface["run"], "data": surface["data"], "samples": "all", "quiet": True, "plots": False}
+    one = predict(PredictConfig(out=str(root / "p1"), **common))
+    three = run_ranks(_predict_rank, 3, {"out": str(root / "p3"), "partition": str(root / "parts3"), "gather": False,
+                                         **common}, timeout=120)[0]
+    source = meshio.read(root / "body-1.vtu")
+    whole = read_vtp(root / "p1" / "body-1.vtp")
+    assert one["samples"][1]["file"] == "body-1.vtp" and three["samples"][1]["file"] == "body-1.pvtp"
+    assert "body-1.vtp" in one["files"] and {"body-1.pvtp", "body-1"} <= set(three["files"])
+    np.testing.assert_array_equal(whole["point_data"]["global_id"], np.arange(len(source.points)))
+    np.testing.assert_allclose(whole["points"], source.points)
+    # the faces as the source had them (same point numbering: the surface's points are the mesh's)
+    np.testing.assert_array_equal(np.array(whole["polys"]), source.cells_dict["triangle"])
+    pd = whole["point_data"]
+    np.testing.assert_allclose(pd["p"], source.point_data["p"])
+    np.testing.assert_allclose(pd["p_error"], pd["p_pred"] - pd["p"], atol=1e-12)
+    np.testing.assert_allclose(pd["tau"], source.point_data["tau"])
+    assert pd["tau_pred"].shape == (len(source.points), 3) and "normal" in pd
+    # pieces: the points without the ghost mark are every point exactly once, with the one-process values
+    pieces = _pieces(root / "p3" / "body-1.pvtp")
+    assert len(pieces) == 3
+    owned = [(m["point_data"]["global_id"][m["point_data"]["vtkGhostType"] == 0], m) for m in pieces]
+    ids = np.concatenate([i for i, _ in owned])
+    np.testing.assert_array_equal(np.sort(ids), np.arange(len(source.points)))
+    for m in pieces:
+        g = m["point_data"]["global_id"]
+        np.testing.assert_allclose(m["point_data"]["p_pred"], pd["p_pred"][g], rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(m["points"], source.points[g])
+    # every face once over the pieces, in global numbering
+    faces = np.concatenate([m["point_data"]["global_id"][np.array(m["polys"])] for m in pieces if len(m["polys"])])
+    np.testing.assert_array_equal(np.sort(np.sort(faces, 1), 0),
+                                  np.sort(np.sort(source.cells_dict["triangle"], 1), 0))
+    assert json.loads((root / "p3" / "metrics.json").read_text())["complete"] is True
+
+
+def test_a_cloud_without_faces_is_written_with_vertex_cells(tmp_path) -> None:
+    rng = np.random.default_rng(3)
+    for k in range(3):
+        pos = rng.random((60, 3))
+        np.savez(tmp_path / f"c{k}.npz", pos=pos, a=np.sin(3 * pos[:, 0] + k), b=pos[:, 1] * k)
+    data = str(build_dataset([str(tmp_path / f"c{k}.npz") for k in range(3)], tmp_path / "data", inputs="a",
+                             targets="b", val_fraction=0, dtype="float64"))
+    partition_dataset(data, tmp_path / "parts1", 1)
+    partition_dataset(data, tmp_path / "parts2", 2)
+    train(TrainConfig(partition=str(tmp_path / "parts1"), data=data, out=str(tmp_path / "run"), steps=1,
+                      latent_size=8, hidden_layers=1, message_passing_steps=1, quiet=True, dtype="float64"))
+    common = {"run": str(tmp_path / "run"), "data": data, "samples": "all", "quiet": True}
+    predict(PredictConfig(out=str(tmp_path / "p1"), **common))
+    two = run_ranks(_predict_rank, 2, {"out": str(tmp_path / "p2"), "partition": str(tmp_path / "parts2"),
+                                       "gather": False, **common}, timeout=120)[0]
+    whole = read_vtp(tmp_path / "p1" / "c2.vtp")
+    assert [len(v) for v in whole["verts"]] == [1] * 60 and not whole["polys"]
+    np.testing.assert_array_equal(np.concatenate(whole["verts"]), np.arange(60))
+    pieces = _pieces(tmp_path / "p2" / "c2.pvtp")
+    ids = np.concatenate([m["point_data"]["global_id"] for m in pieces])
+    np.testing.assert_array_equal(np.sort(ids), np.arange(60))  # no faces: no point in two pieces
+    for m in pieces:
+        assert not m["point_data"]["vtkGhostType"].any()
+        np.testing.assert_allclose(m["point_data"]["b_pred"], whole["point_data"]["b_pred"][m["point_data"]["global_id"]],
+                                   rtol=1e-10, atol=1e-12)
+    assert two["samples"][0]["picture"] == "c0.png"
