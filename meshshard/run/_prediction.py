@@ -695,7 +695,7 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
             views[mesh] = _boundary_view(data, mesh, scoring)
         view = cfg.view or views.get(mesh)
         picture = (sample_picture(out / f"{stem}.png", names[s], layout, y, pred, gather, full, target_fields, ctx,
-                                  view=view)
+                                  view=view, cloud=cloud)
                    if cfg.plots else None)
         record = {"sample": s, "name": names[s], "split": ("val" if s in val else "train") if truth else None,
                   "num_nodes": n, "file": path.name, "picture": picture, "fields": {},

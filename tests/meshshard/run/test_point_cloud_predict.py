@@ -76,7 +76,8 @@ def _pieces(index) -> list[dict]:
 def test_a_surface_is_written_as_vtp_with_its_faces_and_as_pvtp_pieces_holding_every_point_once(surface) -> None:
     root = surface["root"]
     common = {"run": surface["run"], "data": surface["data"], "samples": "all", "quiet": True, "plots": False}
-    one = predict(PredictConfig(out=str(root / "p1"), **common))
+    one = predict(PredictConfig(out=str(root / "p1"), **(common | {"plots": True})))
+    assert one["samples"][1]["picture"] == "body-1.png" and (root / "p1" / "body-1.png").stat().st_size > 0
     three = run_ranks(_predict_rank, 3, {"out": str(root / "p3"), "partition": str(root / "parts3"), "gather": False,
                                          **common}, timeout=120)[0]
     source = meshio.read(root / "body-1.vtu")
