@@ -456,9 +456,12 @@ def field_slices(fields: list[dict[str, Any]]) -> list[tuple[str, slice]]:
 
 
 def _print_table(rows: list[dict[str, Any]], fields: list[str]) -> None:
-    """Per sample its split, nodes and the errors of each target field."""
+    """Per sample its split, nodes and the errors of each target field (and the area-weighted
+    relative L2 when some sample is a surface)."""
+    weighted = any("rel_l2_area" in r["fields"][f] for r in rows for f in fields)
     head = (f"{'sample':<24} {'split':<5} {'nodes':>9}"
-            + "".join(f" {f + ' RMSE':>14} {f + ' rel L2':>12}" for f in fields))
+            + "".join(f" {f + ' RMSE':>14} {f + ' rel L2':>12}" + (f" {f + ' area L2':>13}" if weighted else "")
+                      for f in fields))
     print(head)
     for r in rows:
         line = f"{r['name'][:24]:<24} {r['split']:<5} {r['num_nodes']:>9,}"
@@ -466,6 +469,9 @@ def _print_table(rows: list[dict[str, Any]], fields: list[str]) -> None:
             rmse, rel = r["fields"][f]["rmse"], r["fields"][f]["rel_l2"]
             line += (f" {'-' if rmse is None else format(rmse, '.4g'):>14}"
                      f" {'-' if rel is None else format(rel, '.3%'):>12}")
+            if weighted:
+                area = r["fields"][f].get("rel_l2_area")
+                line += f" {'-' if area is None else format(area, '.3%'):>13}"
         print(line)
 
 
@@ -641,6 +647,7 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
               f"(step {ckpt.get('step')}); {where}"
               + ("" if truth else f"; {cfg.data} has no targets: predictions only, no errors"), flush=True)
     layouts: dict[tuple[int, bool], _MeshOnRank] = {}
+    point_areas: dict[int, np.ndarray | None] = {}  # a surface's area per owned point, per mesh
     walls: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}  # --boundary: this rank's rows on them, per mesh
     views: dict[int, tuple[float, float, float, float] | None] = {}  # the pictures' frame, per mesh
     records = []
@@ -672,12 +679,17 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
         if scales:  # non-dimensional targets (--target-scale): back to physical units
             pred = pred * data.target_factors(s, scales, target_meta)
         forward_s = time.perf_counter() - started
-        if truth:
+        if mesh not in point_areas:  # a surface's point areas (|area vector|), for area-weighted errors
+            point_areas[mesh] = _surface_weights(data, mesh, layout.owned_ids)
+        areas = point_areas[mesh]
+        if truth:  # per field: sum e^2, sum y^2, sum a e^2, sum a y^2 over this rank's rows; one sum over ranks
             err = pred - y
-            sums = sum_across(np.array([[float((err[:, sl] ** 2).sum()), float((y[:, sl] ** 2).sum())]
+            w = areas if areas is not None else np.zeros(len(y))
+            sums = sum_across(np.array([[float((err[:, sl] ** 2).sum()), float((y[:, sl] ** 2).sum()),
+                                         float(w @ (err[:, sl] ** 2).sum(1)), float(w @ (y[:, sl] ** 2).sum(1))]
                                         for _, sl in target_fields]), None, ctx.device)
         else:
-            y, sums = None, [(math.nan, math.nan)] * len(target_fields)
+            y, sums = None, [(math.nan,) * 4] * len(target_fields)
         if gather:
             path = out / f"{stem}.{vt}"
             full = _write_gathered(path, data, target_fields, s, layout, pred, ctx)
@@ -701,7 +713,7 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
                   "num_nodes": n, "file": path.name, "picture": picture, "fields": {},
                   "seconds": {"read_and_forward": round(forward_s, 4),
                               "total": round(time.perf_counter() - started, 4)}}
-        for (name, sl), (sse, sst) in zip(target_fields, sums):
+        for (name, sl), (sse, sst, a_sse, a_sst) in zip(target_fields, sums):
             k = sl.stop - sl.start
             if truth and not math.isfinite(sse):  # JSON has no NaN: the figure is null, and said once here
                 if main:
@@ -711,6 +723,9 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
             record["fields"][name] = ({"rmse": math.sqrt(sse / (n * k)),
                                        "rel_l2": math.sqrt(sse / sst) if sst > 0 else None}
                                       if truth and sse is not None else {"rmse": None, "rel_l2": None})
+            if areas is not None:  # a surface: sqrt(sum a_i |e_i|^2 / sum a_i |y_i|^2)
+                record["fields"][name]["rel_l2_area"] = (math.sqrt(a_sse / a_sst) if truth and sse is not None
+                                                         and a_sst > 0 else None)
         if boundaries is not None:
             record["boundaries"] = boundaries
         records.append(record)
@@ -723,8 +738,9 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
     if ctx.rank != 0:
         return None
     summary = head | {"complete": True, **memory, "samples": records,
-                      "mean": {name: {key: _mean([r["fields"][name][key] for r in records])
-                                      for key in ("rmse", "rel_l2")}
+                      "mean": {name: {key: _mean([r["fields"][name].get(key) for r in records])
+                                      for key in ("rmse", "rel_l2", "rel_l2_area")
+                                      if any(key in r["fields"][name] for r in records)}
                                for name, _ in target_fields}}
     if scoring is not None:
         summary["boundaries"] = boundary_summary(records, scoring)
@@ -737,6 +753,39 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
         print(f"wrote {out}/: {len(records)} sample file(s), metrics.json" + (", pictures" if cfg.plots else ""),
               flush=True)
     return summary
+
+
+def _surface_weights(data: Any, mesh: int, owned_ids: np.ndarray, chunk: int = 1 << 20) -> np.ndarray | None:
+    """The area each owned point of a surface stands for: its share of the faces around it (each
+    face's area split equally among its corners, the ``area`` field of
+    :mod:`meshshard.partition._points`), from the faces read in chunks; None when mesh ``mesh`` is
+    not a surface."""
+    entry = data.meta["meshes"][mesh]
+    if "surface_area" not in entry:
+        return None
+    points = data.mesh_points(mesh)
+    owned = np.asarray(owned_ids, dtype=np.int64)
+    weights = np.zeros(len(owned))
+    for cell_type in entry.get("cells", {}):
+        if cell_type not in ("triangle", "quad"):
+            continue
+        conn = data.mesh_cells(mesh, cell_type)
+        for lo in range(0, len(conn), chunk):
+            block = np.asarray(conn[lo:lo + chunk], dtype=np.int64)
+            if block.size and (block.min() < 0 or block.max() >= entry["num_nodes"]):
+                raise ValueError(f"{data.mesh_folder(mesh) / f'cells-{cell_type}.npy'}: Expected node ids in "
+                                 f"[0, {entry['num_nodes']})")
+            used, local = np.unique(block, return_inverse=True)
+            v = np.asarray(points[used], dtype=np.float64)[local.reshape(block.shape)]
+            if block.shape[1] == 3:
+                area = 0.5 * np.linalg.norm(np.cross(v[:, 1] - v[:, 0], v[:, 2] - v[:, 0]), axis=1)
+            else:  # a quad: half the cross product of its diagonals, as the dataset's ``area`` field
+                area = 0.5 * np.linalg.norm(np.cross(v[:, 2] - v[:, 0], v[:, 3] - v[:, 1]), axis=1)
+            corners = block.reshape(-1)
+            at = np.minimum(np.searchsorted(owned, corners), max(len(owned) - 1, 0))
+            mine = owned[at] == corners if len(owned) else np.zeros(len(corners), bool)
+            np.add.at(weights, at[mine], np.repeat(area / block.shape[1], block.shape[1])[mine])
+    return weights
 
 
 def _boundary_view(data: Any, mesh: int, scoring: BoundaryScoring) -> tuple[float, float, float, float] | None:

@@ -136,3 +136,30 @@ def test_a_cloud_without_faces_is_written_with_vertex_cells(tmp_path) -> None:
         np.testing.assert_allclose(m["point_data"]["b_pred"], whole["point_data"]["b_pred"][m["point_data"]["global_id"]],
                                    rtol=1e-10, atol=1e-12)
     assert two["samples"][0]["picture"] == "c0.png"
+
+
+def _point_areas(points: np.ndarray, tris: np.ndarray) -> np.ndarray:
+    """Each point's third of the area of the triangles around it (computed here, independently)."""
+    v = points[tris]
+    area = 0.5 * np.linalg.norm(np.cross(v[:, 1] - v[:, 0], v[:, 2] - v[:, 0]), axis=1)
+    return np.bincount(tris.ravel(), np.repeat(area / 3, 3), minlength=len(points))
+
+
+def test_area_weighted_errors_equal_the_files_and_are_the_same_on_three_ranks(surface) -> None:
+    root = surface["root"]
+    common = {"run": surface["run"], "data": surface["data"], "samples": "all", "quiet": True, "plots": False}
+    one = predict(PredictConfig(out=str(root / "m1"), **common))
+    three = run_ranks(_predict_rank, 3, {"out": str(root / "m3"), "partition": str(root / "parts3"), **common},
+                      timeout=120)[0]
+    for k, (a, b) in enumerate(zip(one["samples"], three["samples"])):
+        source = meshio.read(root / f"body-{k}.vtu")
+        w = _point_areas(source.points, source.cells_dict["triangle"])
+        pd = read_vtp(root / "m1" / f"body-{k}.vtp")["point_data"]
+        for field in ("p", "tau"):
+            e2 = (pd[f"{field}_error"].reshape(len(w), -1) ** 2).sum(1)
+            y2 = (pd[field].reshape(len(w), -1) ** 2).sum(1)
+            assert a["fields"][field]["rel_l2_area"] == pytest.approx(np.sqrt(w @ e2 / (w @ y2)), rel=1e-9)
+            assert a["fields"][field]["rel_l2_area"] != pytest.approx(a["fields"][field]["rel_l2"], rel=1e-6)  # weighted
+            assert b["fields"][field]["rel_l2_area"] == pytest.approx(a["fields"][field]["rel_l2_area"], rel=1e-10)
+    assert one["mean"]["p"]["rel_l2_area"] == pytest.approx(
+        np.mean([r["fields"]["p"]["rel_l2_area"] for r in one["samples"]]))
