@@ -121,9 +121,12 @@ class PredictConfig:
     model_args: dict[str, Any] | None = None  # --model-args; None: those the run trained with
     checkpoint: str = "best"  # --checkpoint: best (lowest validation loss; the last without one) or last
     boundary: str | None = None  # --boundary NAMES: errors and forces on these named boundaries (_boundaries.py)
-    pressure: str | None = None  # --pressure FIELD: the force's pressure (default: a scalar target "p")
-    shear: str | None = None  # --shear FIELD: a wall shear stress target, added to the force
-    force_reference: str | None = None  # --force-reference EXPR: force coefficients = force / EXPR
+    pressure: str | None = None  # --force-field (--pressure) FIELD: the force's pressure (default: a scalar target "p")
+    shear: str | None = None  # --shear-field (--shear) FIELD: a wall shear stress target, added to the force
+    force_reference: str | None = None  # --force-reference EXPR: the reference dynamic pressure q (default 1)
+    reference_area: float | None = None  # --reference-area A: coefficients = force / (q A) (default 1)
+    direction: tuple[float, ...] | None = None  # --direction X,Y,Z: the drag coefficient along it
+    lift_direction: tuple[float, ...] | None = None  # --lift-direction X,Y,Z: the lift coefficient along it
     view: tuple[float, float, float, float] | None = None  # --view: the pictures' x and y ranges
     rollout: bool = False  # --rollout: a transient run applied step after step from each trajectory's first state
     steps: int | None = None  # --steps N: model applications of a rollout (default: the trajectory's, T - 1 strides)
@@ -132,8 +135,9 @@ class PredictConfig:
     def from_dict(cls, values: dict[str, Any]) -> PredictConfig:
         """From ``asdict(config)`` (what a command hands its ranks)."""
         values = dict(values)
-        if values.get("view") is not None:
-            values["view"] = tuple(values["view"])
+        for key in ("view", "direction", "lift_direction"):
+            if values.get(key) is not None:
+                values[key] = tuple(values[key])
         return cls(**values)
 
 
@@ -627,8 +631,9 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
     picks = select_samples(cfg.samples, names, [int(v) for v in data.val])
     parts, reader = _partition_reader(cfg, data, run_cfg, ctx, dtype, normaliser)
     target_fields = field_slices(target_meta)
-    scoring = check_boundary_request(data, target_fields, cfg.boundary, cfg.pressure, cfg.shear,
-                                     cfg.force_reference, picks)  # on every rank, before any collective
+    scoring = check_boundary_request(data, target_fields, cfg.boundary, cfg.pressure, cfg.shear, cfg.force_reference,
+                                     picks, cfg.reference_area, cfg.direction,
+                                     cfg.lift_direction)  # on every rank, before any collective
     out = Path(cfg.out)
     stale = check_prediction_folder(out, cfg.force)  # on every rank, so a refusal stops them all before any collective
     head = {"format": _METRICS_FORMAT, "format_version": 1, "complete": False, "run": str(cfg.run),
@@ -749,7 +754,7 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
         if truth:
             _print_table(records, [name for name, _ in target_fields])
             if scoring is not None:
-                _print_boundaries(summary["boundaries"], scoring)
+                _print_boundaries(summary["boundaries"], scoring, records)
         print(f"wrote {out}/: {len(records)} sample file(s), metrics.json" + (", pictures" if cfg.plots else ""),
               flush=True)
     return summary
@@ -805,9 +810,25 @@ def _boundary_view(data: Any, mesh: int, scoring: BoundaryScoring) -> tuple[floa
     return float(low[0] - margin[0]), float(high[0] + margin[0]), float(low[1] - margin[1]), float(high[1] + margin[1])
 
 
-def _print_boundaries(summary: dict[str, Any], scoring: BoundaryScoring) -> None:
-    """One line per boundary: its mean errors and the force's R² over the samples."""
+def _print_boundaries(summary: dict[str, Any], scoring: BoundaryScoring, records: list[dict[str, Any]]) -> None:
+    """One line per boundary: its mean errors and the force's R² over the samples; with
+    ``--direction``, a table of the drag (and lift) coefficients per sample and a line of their
+    mean absolute error and R²."""
     for name, entry in summary.items():
+        if "coefficients" in entry:
+            coefficients = list(entry["coefficients"])
+            print(f"force coefficients on {name}:")
+            print(f"{'sample':<24}" + "".join(f" {c + ' true':>12} {c + ' pred':>12} {c + ' error':>12}"
+                                              for c in coefficients))
+            for r in records:
+                got = r.get("boundaries", {}).get(name, {}).get("coefficients", {})
+                print(f"{r['name'][:24]:<24}" + "".join(
+                    "".join(f" {'-' if got.get(c, {}).get(k) is None else format(got[c][k], '.5g'):>12}"
+                            for k in ("true", "pred", "abs_error")) for c in coefficients))
+            print(f"{name} over {plural(len(records), 'sample')}: " + "; ".join(
+                f"{c} MAE {'-' if v['mae'] is None else format(v['mae'], '.4g')}, "
+                f"R² {'-' if v['r2'] is None else format(v['r2'], '.4f')}" for c, v in entry["coefficients"].items()),
+                flush=True)
         parts = [f"{field} rel L2 {_percent(v['rel_l2'])}" for field, v in entry["fields"].items()]
         if "force" in entry:
             r2 = ", ".join("-" if v is None else f"{v:.4f}" for v in entry["force"]["r2"])
@@ -908,9 +929,18 @@ def check_prediction_request(cfg: PredictConfig) -> None:
     check_rollout_request(cfg, ckpt.get("config", {}))
     if cfg.model:
         load_factory(cfg.model)
-    if cfg.boundary or cfg.pressure or cfg.shear or cfg.force_reference:  # what DATA alone decides
-        if not cfg.boundary:
-            raise ValueError("Expected --boundary NAMES with --pressure, --shear or --force-reference (they say "
-                             "how the force on those boundaries is made)")
+    if (cfg.boundary or cfg.pressure or cfg.shear or cfg.force_reference or cfg.reference_area is not None
+            or cfg.direction is not None or cfg.lift_direction is not None):  # what DATA and the run decide
         data = open_dataset(cfg.data)
-        check_boundary_names(data, cfg.boundary, cfg.force_reference, range(data.num_samples))
+        run_cfg = ckpt.get("config", {})
+        try:
+            fields = field_slices(get_task(str(run_cfg.get("task") or "steady"), run_cfg).output_fields(data, run_cfg))
+        except (KeyError, TypeError, ValueError):  # the ranks refuse it, from the whole checkpoint
+            fields = None
+        names = [str(e["name"]) for e in data.meta["samples"]]
+        picks = select_samples(cfg.samples, names, [int(v) for v in data.val])
+        if fields is None:
+            check_boundary_names(data, cfg.boundary, cfg.force_reference, picks)
+        else:
+            check_boundary_request(data, fields, cfg.boundary, cfg.pressure, cfg.shear, cfg.force_reference, picks,
+                                   cfg.reference_area, cfg.direction, cfg.lift_direction)

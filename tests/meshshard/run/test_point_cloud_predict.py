@@ -163,3 +163,88 @@ def test_area_weighted_errors_equal_the_files_and_are_the_same_on_three_ranks(su
             assert b["fields"][field]["rel_l2_area"] == pytest.approx(a["fields"][field]["rel_l2_area"], rel=1e-10)
     assert one["mean"]["p"]["rel_l2_area"] == pytest.approx(
         np.mean([r["fields"]["p"]["rel_l2_area"] for r in one["samples"]]))
+
+
+def _volume(points: np.ndarray, tris: np.ndarray) -> float:
+    """The volume a closed outward-wound triangle surface encloses (independently of the code under test)."""
+    v = points[tris]
+    return float(np.einsum("fd,fd->f", v[:, 0], np.cross(v[:, 1], v[:, 2])).sum() / 6)
+
+
+FORCE = {"pressure": "p", "reference_area": 2.0, "force_reference": "0.5*4", "direction": (2.0, 0.0, 0.0),
+         "lift_direction": (0.0, 0.0, 1.0)}
+
+
+def test_force_coefficients_on_a_surface_match_the_divergence_theorem_and_three_ranks(surface) -> None:
+    root = surface["root"]
+    common = {"run": surface["run"], "data": surface["data"], "samples": "all", "quiet": True, "plots": False,
+              **FORCE}  # no --boundary: a dataset of surfaces takes "surface"
+    one = predict(PredictConfig(out=str(root / "f1"), **common))
+    three = run_ranks(_predict_rank, 3, {"out": str(root / "f3"), "partition": str(root / "parts3"), **common},
+                      timeout=120)[0]
+    pairs = []
+    for k, (a, b) in enumerate(zip(one["samples"], three["samples"])):
+        source = meshio.read(root / f"body-{k}.vtu")
+        tris = source.cells_dict["triangle"]
+        ca, cb = a["boundaries"]["surface"]["coefficients"], b["boundaries"]["surface"]["coefficients"]
+        if k == 0:  # p = x: the force is -(volume) e_x, exact on flat faces; q A = 2 * 2
+            volume = _volume(source.points, tris)
+            assert ca["drag"]["true"] == pytest.approx(-volume / 4, rel=1e-10)
+            assert volume == pytest.approx(4 / 3 * np.pi * 0.8, rel=0.1)  # the ellipsoid, within discretisation
+            assert abs(ca["lift"]["true"]) < 1e-12
+        for c in ("drag", "lift"):
+            assert cb[c]["pred"] == pytest.approx(ca[c]["pred"], rel=1e-10, abs=1e-13)
+            assert cb[c]["true"] == pytest.approx(ca[c]["true"], rel=1e-10, abs=1e-13)
+            assert ca[c]["abs_error"] == pytest.approx(abs(ca[c]["pred"] - ca[c]["true"]))
+        force = np.array(a["boundaries"]["surface"]["force"]["pred"])
+        assert ca["drag"]["pred"] == pytest.approx(force[0] / 4) and ca["lift"]["pred"] == pytest.approx(force[2] / 4)
+        pairs.append((ca["drag"]["true"], ca["drag"]["pred"]))
+    t, p = np.array(pairs).T
+    drag = one["boundaries"]["surface"]["coefficients"]["drag"]
+    assert drag["mae"] == pytest.approx(np.abs(p - t).mean())
+    assert drag["r2"] == pytest.approx(1 - ((p - t) ** 2).sum() / ((t - t.mean()) ** 2).sum())
+    assert three["boundaries"]["surface"]["coefficients"]["drag"]["r2"] == pytest.approx(drag["r2"], rel=1e-9)
+    one_sample = predict(PredictConfig(out=str(root / "f0"), **(common | {"samples": "body-0"})))
+    assert one_sample["boundaries"]["surface"]["coefficients"]["drag"]["r2"] is None  # R² needs two samples
+
+
+def test_a_uniform_pressure_on_a_closed_surface_gives_no_force(surface) -> None:
+    from meshshard.partition import open_dataset
+    from meshshard.run._boundaries import boundary_record, boundary_sums, check_boundary_request
+
+    data = open_dataset(surface["data"])
+    fields = [("p", slice(0, 1)), ("tau", slice(1, 4))]
+    scoring = check_boundary_request(data, fields, None, "p", None, None, [0, 1, 2], 1.5, (1, 0, 0), (0, 1, 0))
+    assert scoring.names == ("surface",)
+    for s in range(3):
+        n = data.num_nodes(s)
+        rows = [data.boundary_rows(data.sample_mesh(s), "surface", np.arange(n))]
+        values = np.full((n, 4), 7.0)
+        record = boundary_record(boundary_sums(rows, values, values, scoring), scoring, {}, True)["surface"]
+        for c in ("drag", "lift"):
+            assert abs(record["coefficients"][c]["true"]) < 1e-12 and abs(record["coefficients"][c]["pred"]) < 1e-12
+        assert np.abs(record["force"]["true"]).max() < 1e-12
+
+
+def test_bad_force_options_are_refused_in_one_line_before_any_rank_starts(surface, capsys, tmp_path) -> None:
+    from meshshard.cli import main
+
+    base = ["predict", surface["run"], "--data", surface["data"], "--out", str(tmp_path / "p"), "--no-plots",
+            "--nproc", "3", "--partition", str(surface["root"] / "parts3")]
+    for extra, message in (
+        (["--force-field", "nope"], "Expected --force-field (--pressure) to name a target field of 1 component"),
+        (["--pressure", "tau"], "Expected --force-field (--pressure) to name a target field of 1 component"),
+        (["--shear-field", "p"], "Expected --shear-field (--shear) to name a target field of 3 components"),
+        (["--direction", "0,0,0"], "Expected --direction X,Y,Z, a non-zero vector of finite numbers (got '0,0,0')"),
+        (["--direction", "1,0,nan"], "Expected --direction X,Y,Z, a non-zero vector"),
+        (["--direction", "1,0"], "Expected --direction to have 3 components"),
+        (["--lift-direction", "0,0,1"], "Expected --direction (the drag direction) with --lift-direction"),
+        (["--reference-area", "-1"], "Expected --reference-area to be a positive number (got -1.0)"),
+        (["--reference-area", "0", "--direction", "1,0,0"], "Expected --reference-area to be a positive number"),
+        (["--boundary", "wing"], "Expected --boundary to name boundaries of the meshes (got wing"),
+    ):
+        capsys.readouterr()
+        assert main(base + extra) == 2, extra
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, (extra, err)
+    assert not (tmp_path / "p").exists()
