@@ -267,11 +267,15 @@ def boundary_record(sums: np.ndarray, scoring: BoundaryScoring, parameters: dict
 
 
 def _r2(true: np.ndarray, pred: np.ndarray) -> list[float | None]:
-    """Per column: the R² of ``pred`` against ``true`` over the rows (the cases)."""
+    """Per column: the R² of ``pred`` against ``true`` over the rows (the cases); None for a
+    column that does not vary beyond round-off of the largest true value (the side force of a
+    symmetric body, 1e-17 against 1)."""
     out: list[float | None] = []
+    size = float(np.abs(true).max()) if true.size else 0.0
     for t, p in zip(true.T, pred.T):
         spread = float(((t - t.mean()) ** 2).sum())
-        out.append(_finite(1.0 - float(((p - t) ** 2).sum()) / spread) if len(t) > 1 and spread > 0 else None)
+        varies = len(t) > 1 and spread > len(t) * (1e-12 * size) ** 2
+        out.append(_finite(1.0 - float(((p - t) ** 2).sum()) / spread) if varies and spread > 0 else None)
     return out
 
 

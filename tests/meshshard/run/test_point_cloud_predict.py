@@ -73,6 +73,7 @@ def _pieces(index) -> list[dict]:
     return [read_vtp(index.parent / p.attrib["Source"]) for p in root.iter("Piece")]
 
 
+@pytest.mark.slow
 def test_a_surface_is_written_as_vtp_with_its_faces_and_as_pvtp_pieces_holding_every_point_once(surface) -> None:
     root = surface["root"]
     common = {"run": surface["run"], "data": surface["data"], "samples": "all", "quiet": True, "plots": False}
@@ -110,6 +111,7 @@ def test_a_surface_is_written_as_vtp_with_its_faces_and_as_pvtp_pieces_holding_e
     assert json.loads((root / "p3" / "metrics.json").read_text())["complete"] is True
 
 
+@pytest.mark.slow
 def test_a_cloud_without_faces_is_written_with_vertex_cells(tmp_path) -> None:
     rng = np.random.default_rng(3)
     for k in range(3):
@@ -145,6 +147,7 @@ def _point_areas(points: np.ndarray, tris: np.ndarray) -> np.ndarray:
     return np.bincount(tris.ravel(), np.repeat(area / 3, 3), minlength=len(points))
 
 
+@pytest.mark.slow
 def test_area_weighted_errors_equal_the_files_and_are_the_same_on_three_ranks(surface) -> None:
     root = surface["root"]
     common = {"run": surface["run"], "data": surface["data"], "samples": "all", "quiet": True, "plots": False}
@@ -175,6 +178,7 @@ FORCE = {"pressure": "p", "reference_area": 2.0, "force_reference": "0.5*4", "di
          "lift_direction": (0.0, 0.0, 1.0)}
 
 
+@pytest.mark.slow
 def test_force_coefficients_on_a_surface_match_the_divergence_theorem_and_three_ranks(surface) -> None:
     root = surface["root"]
     common = {"run": surface["run"], "data": surface["data"], "samples": "all", "quiet": True, "plots": False,
