@@ -252,3 +252,30 @@ def test_bad_force_options_are_refused_in_one_line_before_any_rank_starts(surfac
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err, (extra, err)
     assert not (tmp_path / "p").exists()
+
+
+def test_which_meshes_are_point_clouds() -> None:
+    from meshshard.run._prediction import is_point_cloud
+
+    assert is_point_cloud({"pos_dim": 3, "cells": {"triangle": 8, "quad": 2}})  # a surface
+    assert is_point_cloud({"pos_dim": 3, "cells": {"triangle": 8}, "surface_area": 1.0})
+    assert is_point_cloud({"pos_dim": 2, "cells": {"vertex": 5}})
+    assert is_point_cloud({"pos_dim": 3, "cells": {}, "graph": {"rule": "knn", "k": 8}})  # a .npz cloud
+    assert not is_point_cloud({"pos_dim": 2, "cells": {"triangle": 8}})  # a 2-D mesh
+    assert not is_point_cloud({"pos_dim": 3, "cells": {"tetra": 8, "triangle": 2}})
+    assert not is_point_cloud({"pos_dim": 3, "cells": {}})  # a graph given as edges
+
+
+def test_cloud_pictures_have_three_views_in_3d_and_one_in_2d(tmp_path) -> None:
+    import matplotlib.image
+
+    from meshshard.run._pictures import plot_cloud
+
+    rng = np.random.default_rng(0)
+    fields = [("p", slice(0, 1)), ("u", slice(1, 3))]
+    heights = {}
+    for dim in (2, 3):
+        pos, truth = rng.random((300, dim)), rng.random((300, 3))
+        assert plot_cloud(tmp_path / f"{dim}.png", "t", pos, truth, truth + 0.1, fields, "note")
+        heights[dim] = matplotlib.image.imread(tmp_path / f"{dim}.png").shape[0]
+    assert heights[3] > 2.5 * heights[2]  # two fields: six rows of views against two rows
