@@ -77,13 +77,13 @@ def _pieces(index) -> list[dict]:
 def test_a_surface_is_written_as_vtp_with_its_faces_and_as_pvtp_pieces_holding_every_point_once(surface) -> None:
     root = surface["root"]
     common = {"run": surface["run"], "data": surface["data"], "samples": "all", "quiet": True, "plots": False}
-    one = predict(PredictConfig(out=str(root / "p1"), **(common | {"plots": True})))
-    assert one["samples"][1]["picture"] == "body-1.png" and (root / "p1" / "body-1.png").stat().st_size > 0
+    one = predict(PredictConfig(out=str(root / "p1"), **(common | {"plots": True, "samples": "body-1"})))
+    assert one["samples"][0]["picture"] == "body-1.png" and (root / "p1" / "body-1.png").stat().st_size > 0
     three = run_ranks(_predict_rank, 3, {"out": str(root / "p3"), "partition": str(root / "parts3"), "gather": False,
                                          **common}, timeout=120)[0]
     source = meshio.read(root / "body-1.vtu")
     whole = read_vtp(root / "p1" / "body-1.vtp")
-    assert one["samples"][1]["file"] == "body-1.vtp" and three["samples"][1]["file"] == "body-1.pvtp"
+    assert one["samples"][0]["file"] == "body-1.vtp" and three["samples"][1]["file"] == "body-1.pvtp"
     assert "body-1.vtp" in one["files"] and {"body-1.pvtp", "body-1"} <= set(three["files"])
     np.testing.assert_array_equal(whole["point_data"]["global_id"], np.arange(len(source.points)))
     np.testing.assert_allclose(whole["points"], source.points)
@@ -124,7 +124,7 @@ def test_a_cloud_without_faces_is_written_with_vertex_cells(tmp_path) -> None:
     train(TrainConfig(partition=str(tmp_path / "parts1"), data=data, out=str(tmp_path / "run"), steps=1,
                       latent_size=8, hidden_layers=1, message_passing_steps=1, quiet=True, dtype="float64"))
     common = {"run": str(tmp_path / "run"), "data": data, "samples": "all", "quiet": True}
-    predict(PredictConfig(out=str(tmp_path / "p1"), **common))
+    predict(PredictConfig(out=str(tmp_path / "p1"), plots=False, **common))
     two = run_ranks(_predict_rank, 2, {"out": str(tmp_path / "p2"), "partition": str(tmp_path / "parts2"),
                                        "gather": False, **common}, timeout=120)[0]
     whole = read_vtp(tmp_path / "p1" / "c2.vtp")
