@@ -871,17 +871,24 @@ def prediction_summary(pred: str | Path) -> dict[str, Any]:
                          "(not a metrics.json of meshshard predict)")
     complete = meta.get("complete") is not False  # one from before "complete" was recorded was written at the end
     keys = ("rmse", "rel_l2")
+    weighted = {name for r in samples for name, e in r["fields"].items()  # surfaces: area-weighted too
+                if isinstance(e, dict) and "rel_l2_area" in e}
+
+    def keys_of(name: str) -> tuple[str, ...]:
+        return keys + (("rel_l2_area",) if name in weighted else ())
+
     errors = [{name: {key: _error_figure((e if isinstance(e, dict) else {}).get(key),
-                                         f"{file}: samples[{i}].fields.{name}.{key}") for key in keys}
+                                         f"{file}: samples[{i}].fields.{name}.{key}") for key in keys_of(name)}
                for name, e in r["fields"].items()} for i, r in enumerate(samples)]
     recorded = meta.get("mean")
     if complete and isinstance(recorded, dict):
         mean = {str(name): {key: _error_figure((e if isinstance(e, dict) else {}).get(key),
                                                f"{file}: mean.{name}.{key}")
-                            for key in keys} for name, e in recorded.items()}
+                            for key in keys_of(str(name))} for name, e in recorded.items()}
     else:  # a prediction that stopped part-way: the mean over the samples it finished
         fields = list(dict.fromkeys(name for e in errors for name in e))
-        mean = {name: {key: _mean([e[name][key] for e in errors if name in e]) for key in keys} for name in fields}
+        mean = {name: {key: _mean([e[name].get(key) for e in errors if name in e]) for key in keys_of(name)}
+                for name in fields}
     return {
         "prediction": str(pred),
         "run": meta.get("run"),

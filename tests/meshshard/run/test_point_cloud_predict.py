@@ -166,6 +166,9 @@ def test_area_weighted_errors_equal_the_files_and_are_the_same_on_three_ranks(su
             assert b["fields"][field]["rel_l2_area"] == pytest.approx(a["fields"][field]["rel_l2_area"], rel=1e-10)
     assert one["mean"]["p"]["rel_l2_area"] == pytest.approx(
         np.mean([r["fields"]["p"]["rel_l2_area"] for r in one["samples"]]))
+    from meshshard.run import prediction_summary
+
+    assert prediction_summary(root / "m1")["mean"] == one["mean"]  # what meshshard info PRED prints
 
 
 def _volume(points: np.ndarray, tris: np.ndarray) -> float:
