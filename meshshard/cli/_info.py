@@ -92,7 +92,9 @@ def describe_prediction(summary: dict[str, Any]) -> str:
         for i, (name, e) in enumerate(summary["mean"].items()):
             rmse = "-" if e["rmse"] is None else format(e["rmse"], ".4g")
             rel = "-" if e["rel_l2"] is None else format(e["rel_l2"], ".3%")
-            lines.append(f"  {'mean' if i == 0 else '':<10} {name}: RMSE {rmse}, rel L2 {rel}"
+            area = ("" if "rel_l2_area" not in e else
+                    f", area-weighted rel L2 {'-' if e['rel_l2_area'] is None else format(e['rel_l2_area'], '.3%')}")
+            lines.append(f"  {'mean' if i == 0 else '':<10} {name}: RMSE {rmse}, rel L2 {rel}{area}"
                          + (f" (over {over})" if i == 0 else ""))
     return "\n".join(lines)
 

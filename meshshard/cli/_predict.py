@@ -15,6 +15,7 @@ from meshshard.run import (
     PredictConfig,
     check_prediction_request,
     normalise_spec,
+    parse_direction,
     parse_model_args,
     parse_view,
     predict,
@@ -38,6 +39,8 @@ def _predict(args: argparse.Namespace) -> int:
         model = normalise_spec(args.model) if args.model else None
         model_args = parse_model_args(args.model_args) if args.model_args else None
         view = parse_view(args.view) if args.view else None
+        direction = parse_direction(args.direction, "--direction") if args.direction else None
+        lift = parse_direction(args.lift_direction, "--lift-direction") if args.lift_direction else None
     except ValueError as err:
         print(f"meshshard predict: error: {err}", file=sys.stderr)
         return 2
@@ -45,7 +48,8 @@ def _predict(args: argparse.Namespace) -> int:
                         gather=True if args.gather else (False if args.pieces else None), dtype=args.dtype,
                         force=args.force, plots=not args.no_plots, quiet=args.quiet, model=model, model_args=model_args,
                         checkpoint=args.checkpoint, boundary=args.boundary, pressure=args.pressure, shear=args.shear,
-                        force_reference=args.force_reference, view=view, rollout=args.rollout, steps=args.steps)
+                        force_reference=args.force_reference, reference_area=args.reference_area,
+                        direction=direction, lift_direction=lift, view=view, rollout=args.rollout, steps=args.steps)
     def check() -> None:  # one line before any rank starts
         check_prediction_request(cfg)
 
@@ -83,13 +87,21 @@ def register(subparsers: Any) -> None:
                    help="named boundaries of the dataset (patches, node sets, gmsh groups; meshshard info DATA lists "
                    "them), comma-separated: the errors on their nodes and the force on them, predicted against "
                    "true, in metrics.json; the pictures are framed on them")
-    p.add_argument("--pressure", default=None, metavar="FIELD",
-                   help="the target field the force integrates (default: p, when it is a scalar target)")
-    p.add_argument("--shear", default=None, metavar="FIELD",
+    p.add_argument("--force-field", "--pressure", dest="pressure", default=None, metavar="FIELD",
+                   help="the pressure target field the force integrates, (-p n + tau) dA (default: p, when it is a "
+                   "scalar target); on a dataset of surfaces it takes --boundary surface unless --boundary is given")
+    p.add_argument("--shear-field", "--shear", dest="shear", default=None, metavar="FIELD",
                    help="a wall shear stress target field (the traction on the wall), added to the force")
     p.add_argument("--force-reference", default=None, metavar="EXPR",
-                   help="force coefficients = force / EXPR, arithmetic of the sample's parameters "
-                   "(e.g. '0.5*speed**2*0.0254')")
+                   help="the reference dynamic pressure q of the coefficients force / (q A), a number or arithmetic "
+                   "of the sample's parameters (e.g. '0.5*speed**2'; default 1)")
+    p.add_argument("--reference-area", default=None, type=float, metavar="A",
+                   help="the reference area A of the coefficients force / (q A) (default 1)")
+    p.add_argument("--direction", default=None, metavar="X,Y,Z",
+                   help="the drag direction: the drag coefficient F . d / (q A), predicted and true, its MAE and R² "
+                   "over the samples")
+    p.add_argument("--lift-direction", default=None, metavar="X,Y,Z",
+                   help="the lift direction (with --direction): the lift coefficient likewise")
     p.add_argument("--view", default=None, metavar="XMIN,XMAX,YMIN,YMAX",
                    help="frame the pictures on this region (default: the --boundary nodes with a margin, else all)")
     p.add_argument("--rollout", action="store_true",

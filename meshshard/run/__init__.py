@@ -22,6 +22,7 @@ as library code that the ``meshshard train / predict / info`` commands only call
 
 from __future__ import annotations
 
+from ._boundaries import parse_direction
 from ._checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from ._exactness import ExactnessReport, check_model_exact
 from ._folder import (
@@ -96,6 +97,7 @@ __all__ = [
     "normalise_spec",
     "parse_model_args",
     "parse_view",
+    "parse_direction",
     "transolver_args",
     "predict",
     "prediction_summary",

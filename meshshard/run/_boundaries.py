@@ -11,12 +11,23 @@ physical group; ``meshshard info DATA`` lists them) and each sample:
   (``--shear``), with the area vectors ``a_i`` the dataset stores with the boundary
   (:mod:`meshshard.partition._surface`): ``true``, ``pred`` and ``rel_error`` ``|pred - true| /
   |true|``;
-- with ``--force-reference EXPR`` (arithmetic of the sample's parameters, e.g. ``0.5*speed**2*0.025``):
-  the force coefficients ``force / EXPR``.
+- with ``--force-reference EXPR`` (the reference dynamic pressure ``q``, arithmetic of the sample's
+  parameters, e.g. ``0.5*speed**2``) or ``--reference-area A``: the force coefficients ``force / (q A)``
+  (``q`` and ``A`` default to 1);
+- with ``--direction X,Y,Z`` (the drag direction) and optionally ``--lift-direction X,Y,Z``: the
+  drag and lift coefficients ``C = F . d / (q A)`` (``d`` made a unit vector), predicted and true,
+  and their absolute and relative errors.
+
+The force is ``integral of (-p n + tau) dA``, ``n`` the normal out of the body into the fluid: the
+area vectors point out of the fluid, ``a_i = -n_i A_i``. ``--force-field`` (alias ``--pressure``)
+names the pressure, ``--shear-field`` (alias ``--shear``) the wall shear stress; on a dataset of
+surfaces, any of the force options without ``--boundary`` takes the boundary ``surface`` (every
+point).
 
 Over the samples, ``boundaries[name]`` of the summary holds the mean errors and, per component,
 the R² of the force (or coefficient) over the cases: ``1 - sum (pred - true)^2 / sum (true -
-mean true)^2``, null with fewer than two cases or none that differ.
+mean true)^2``, null with fewer than two cases or none that differ; for the drag and lift
+coefficients, their mean absolute error and R².
 
 On shards each rank sums over the boundary nodes it owns; one ``all_reduce`` per sample adds the
 sums (the boundary's ids and area vectors are read whole on each rank: a boundary is a small part
@@ -35,8 +46,10 @@ import numpy as np
 from meshshard.partition import boundary_force, check_expression, evaluate_expression, plural
 
 __all__ = ["BoundaryScoring", "boundary_record", "boundary_rows", "boundary_summary", "boundary_sums",
-           "check_boundary_names",
-           "check_boundary_request"]
+           "check_boundary_names", "check_boundary_request", "check_force_options", "parse_direction"]
+
+#: The force options, as the command line names them (for the refusals).
+_FORCE_FLAGS = "--force-field, --shear-field, --force-reference, --reference-area or --direction"
 
 
 @dataclass(frozen=True)
@@ -49,6 +62,19 @@ class BoundaryScoring:
     shear: slice | None
     reference: str | None
     dim: int
+    area: float = 1.0  # --reference-area
+    drag: tuple[float, ...] | None = None  # --direction, a unit vector
+    lift: tuple[float, ...] | None = None  # --lift-direction, a unit vector
+
+    @property
+    def has_coefficients(self) -> bool:
+        """Whether coefficients are asked for: a reference, a reference area or a direction."""
+        return self.reference is not None or self.area != 1.0 or self.drag is not None
+
+    @property
+    def directions(self) -> list[tuple[str, tuple[float, ...]]]:
+        """The named coefficients: ``[("drag", d), ("lift", l)]`` as given."""
+        return [(name, d) for name, d in (("drag", self.drag), ("lift", self.lift)) if d is not None]
 
     @property
     def width(self) -> int:
@@ -61,6 +87,47 @@ def _split(text: str | Sequence[str] | None) -> tuple[str, ...]:
         return ()
     items = text.split(",") if isinstance(text, str) else list(text)
     return tuple(dict.fromkeys(s.strip() for s in items if s.strip()))
+
+
+def parse_direction(text: str | Sequence[float], flag: str = "--direction") -> tuple[float, ...]:
+    """``X,Y,Z`` (or ``X,Y`` in 2-D) as a tuple of finite numbers, not all zero; a one-line
+    ``ValueError`` naming ``flag`` otherwise."""
+    try:
+        values = tuple(float(v) for v in (text.split(",") if isinstance(text, str) else text))
+    except (TypeError, ValueError):
+        values = ()
+    if len(values) not in (2, 3) or not all(math.isfinite(v) for v in values) or not any(values):
+        raise ValueError(f"Expected {flag} X,Y,Z, a non-zero vector of finite numbers (got {text!r})")
+    return values
+
+
+def check_force_options(area: float | None, drag: Sequence[float] | None, lift: Sequence[float] | None,
+                        dim: int | None = None) -> tuple[float, tuple[float, ...] | None, tuple[float, ...] | None]:
+    """The reference area (default 1) and the unit drag and lift directions; a one-line
+    ``ValueError`` for an area that is not a positive finite number, a zero direction, one with
+    as many components as the meshes have not (``dim``), or a lift without a drag direction."""
+    if area is not None and not (isinstance(area, (int, float)) and math.isfinite(area) and area > 0):
+        raise ValueError(f"Expected --reference-area to be a positive number (got {area})")
+    if lift is not None and drag is None:
+        raise ValueError("Expected --direction (the drag direction) with --lift-direction")
+    units = []
+    for vector, flag in ((drag, "--direction"), (lift, "--lift-direction")):
+        if vector is None:
+            units.append(None)
+            continue
+        v = np.array(parse_direction(vector, flag))
+        if dim is not None and len(v) != dim:
+            raise ValueError(f"Expected {flag} to have {dim} components, as the meshes have dimensions "
+                             f"(got {','.join(f'{x:g}' for x in v)})")
+        units.append(tuple(float(x) for x in v / np.linalg.norm(v)))
+    return float(area) if area is not None else 1.0, units[0], units[1]
+
+
+def _all_surfaces(data: Any, samples: Sequence[int]) -> bool:
+    return bool(samples) and all(SURFACE in data.boundary_names(m) for m in {data.sample_mesh(s) for s in samples})
+
+
+SURFACE = "surface"
 
 
 def check_boundary_names(data: Any, boundaries: str | Sequence[str] | None, reference: str | None,
@@ -81,18 +148,25 @@ def check_boundary_names(data: Any, boundaries: str | Sequence[str] | None, refe
 
 def check_boundary_request(data: Any, fields: list[tuple[str, slice]], boundaries: str | Sequence[str] | None,
                            pressure: str | None, shear: str | None, reference: str | None,
-                           samples: Sequence[int]) -> BoundaryScoring | None:
-    """The scoring predict does, or None without ``--boundary``; a one-line ``ValueError`` for a
-    boundary a sample's mesh lacks, a pressure or shear that is not a target of the right width, or
-    a reference that is not arithmetic of the parameters. Raised on every rank before any collective."""
+                           samples: Sequence[int], area: float | None = None, drag: Sequence[float] | None = None,
+                           lift: Sequence[float] | None = None) -> BoundaryScoring | None:
+    """The scoring predict does, or None without ``--boundary`` or force options; a one-line
+    ``ValueError`` for a boundary a sample's mesh lacks, force options without ``--boundary`` on
+    a dataset that is not of surfaces, a pressure or shear that is not a target of the right
+    width, a reference that is not arithmetic of the parameters, a reference area or direction
+    :func:`check_force_options` refuses. Raised on every rank before any collective."""
+    asked = bool(pressure or shear or reference or area is not None or drag is not None or lift is not None)
     if not _split(boundaries):
-        if pressure or shear or reference:
-            raise ValueError("Expected --boundary NAMES with --pressure, --shear or --force-reference (they say "
-                             "how the force on those boundaries is made)")
-        return None
+        if not asked:
+            return None
+        if not _all_surfaces(data, samples):
+            raise ValueError(f"Expected --boundary NAMES with {_FORCE_FLAGS} (they say how the force on those "
+                             f"boundaries is made; on a dataset of surfaces they take the boundary {SURFACE!r})")
+        boundaries = SURFACE
     names = check_boundary_names(data, boundaries, reference, samples)
     by_name = dict(fields)
     dim = int(data.meta["meshes"][0]["pos_dim"])
+    ref_area, drag_unit, lift_unit = check_force_options(area, drag, lift, dim)
 
     def channel(name: str | None, width: int, what: str, flag: str) -> slice | None:
         if name is None:
@@ -106,13 +180,12 @@ def check_boundary_request(data: Any, fields: list[tuple[str, slice]], boundarie
 
     p_name = pressure if pressure is not None else ("p" if (sl := by_name.get("p")) and sl.stop - sl.start == 1
                                                     else None)
-    p = channel(p_name, 1, "pressure", "--pressure")
-    tau = channel(shear, dim, "wall shear stress", "--shear")
-    if tau is not None and p is None:
-        raise ValueError("Expected a pressure field for the force (--pressure) with --shear")
-    if reference is not None and p is None:
-        raise ValueError("Expected a pressure field for the force (--pressure) with --force-reference")
-    return BoundaryScoring(names, tuple(fields), p, tau, reference, dim)
+    p = channel(p_name, 1, "pressure", "--force-field (--pressure)")
+    tau = channel(shear, dim, "wall shear stress", "--shear-field (--shear)")
+    if p is None and (tau is not None or reference is not None or area is not None or drag is not None):
+        raise ValueError(f"Expected a pressure field for the force (--force-field, a scalar target; there is no "
+                         f"target p) with {_FORCE_FLAGS}")
+    return BoundaryScoring(names, tuple(fields), p, tau, reference, dim, ref_area, drag_unit, lift_unit)
 
 
 def boundary_rows(data: Any, mesh: int, owned_ids: np.ndarray,
@@ -172,24 +245,37 @@ def boundary_record(sums: np.ndarray, scoring: BoundaryScoring, parameters: dict
                               "pred": [_finite(v) for v in pred_f],
                               "rel_error": _finite(float(np.linalg.norm(pred_f - true_f)) / size)
                               if truth and size > 0 else None}
-            if scoring.reference is not None:
-                ref = float(evaluate_expression(scoring.reference, parameters))
+            if scoring.has_coefficients:
+                ref = float(evaluate_expression(scoring.reference, parameters)) if scoring.reference else 1.0
                 if not math.isfinite(ref) or ref == 0.0:
                     raise ValueError(f"Expected --force-reference {scoring.reference!r} to be a finite non-zero "
                                      f"number for every sample (got {ref} for {parameters})")
-                entry["coefficient"] = {"reference": ref,
-                                        "true": [_finite(v / ref) for v in true_f] if truth else None,
-                                        "pred": [_finite(v / ref) for v in pred_f]}
+                scale = ref * scoring.area  # q A
+                entry["coefficient"] = {"reference": ref, "reference_area": scoring.area,
+                                        "true": [_finite(v / scale) for v in true_f] if truth else None,
+                                        "pred": [_finite(v / scale) for v in pred_f]}
+                if scoring.directions:
+                    entry["coefficients"] = {}
+                for coefficient, d in scoring.directions:
+                    t, p = float(true_f @ np.array(d)) / scale, float(pred_f @ np.array(d)) / scale
+                    entry["coefficients"][coefficient] = {
+                        "direction": list(d), "true": _finite(t) if truth else None, "pred": _finite(p),
+                        "abs_error": _finite(abs(p - t)) if truth else None,
+                        "rel_error": _finite(abs(p - t) / abs(t)) if truth and t != 0 else None}
         record[name] = entry
     return record
 
 
 def _r2(true: np.ndarray, pred: np.ndarray) -> list[float | None]:
-    """Per column: the R² of ``pred`` against ``true`` over the rows (the cases)."""
+    """Per column: the R² of ``pred`` against ``true`` over the rows (the cases); None for a
+    column that does not vary beyond round-off of the largest true value (the side force of a
+    symmetric body, 1e-17 against 1)."""
     out: list[float | None] = []
+    size = float(np.abs(true).max()) if true.size else 0.0
     for t, p in zip(true.T, pred.T):
         spread = float(((t - t.mean()) ** 2).sum())
-        out.append(_finite(1.0 - float(((p - t) ** 2).sum()) / spread) if len(t) > 1 and spread > 0 else None)
+        varies = len(t) > 1 and spread > len(t) * (1e-12 * size) ** 2
+        out.append(_finite(1.0 - float(((p - t) ** 2).sum()) / spread) if varies and spread > 0 else None)
     return out
 
 
@@ -203,7 +289,7 @@ def boundary_summary(records: list[dict[str, Any]], scoring: BoundaryScoring) ->
             known = [e["fields"][field]["rel_l2"] for e in entries if e["fields"][field]["rel_l2"] is not None]
             summary["fields"][field] = {"rel_l2": float(np.mean(known)) if known else None}
         if scoring.pressure is not None:
-            key = "coefficient" if scoring.reference is not None else "force"
+            key = "coefficient" if scoring.has_coefficients else "force"
             pairs = [(e[key]["true"], e[key]["pred"]) for e in entries
                      if e[key]["true"] is not None and None not in e[key]["true"] + e[key]["pred"]]
             errors = [e["force"]["rel_error"] for e in entries if e["force"]["rel_error"] is not None]
@@ -211,5 +297,16 @@ def boundary_summary(records: list[dict[str, Any]], scoring: BoundaryScoring) ->
                                 "r2_of": key,
                                 "r2": _r2(np.array([t for t, _ in pairs]), np.array([p for _, p in pairs]))
                                 if pairs else [None] * scoring.dim}
+            if scoring.directions:
+                summary["coefficients"] = {}
+            for coefficient, _ in scoring.directions:
+                got = [e["coefficients"][coefficient] for e in entries if "coefficients" in e]
+                pairs = np.array([(c["true"], c["pred"]) for c in got
+                                  if c["true"] is not None and c["pred"] is not None]).reshape(-1, 2)
+                rel = [c["rel_error"] for c in got if c["rel_error"] is not None]
+                summary["coefficients"][coefficient] = {
+                    "mae": float(np.abs(pairs[:, 1] - pairs[:, 0]).mean()) if len(pairs) else None,
+                    "r2": _r2(pairs[:, :1], pairs[:, 1:])[0] if len(pairs) else None,
+                    "mean_rel_error": float(np.mean(rel)) if rel else None, "samples": len(pairs)}
         out[name] = summary
     return out

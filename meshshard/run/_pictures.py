@@ -1,6 +1,10 @@
 """``PRED/<sample>.png``: truth, prediction and error side by side, drawn on rank 0 from rows that
 every rank contributes (a strided subsample of at most :data:`PLOT_MAX_NODES`; a slab through
-the middle plane of a 3-D mesh). A picture that cannot be drawn never fails the prediction.
+the middle plane of a 3-D mesh). A point cloud or surface (:func:`plot_cloud`) is drawn as
+points coloured by the field: a 3-D one seen from three sides (side along y, top along z, front
+along x), the nearer points drawn over the farther; a 2-D one as one scatter; of at most
+:data:`CLOUD_PLOT_MAX_POINTS` points (those whose global id is a multiple of a stride, so the
+same points on any number of ranks). A picture that cannot be drawn never fails the prediction.
 """
 
 from __future__ import annotations
@@ -14,11 +18,16 @@ import numpy as np
 
 from meshshard.comm import gather_rows, max_across, sum_across
 
-__all__ = ["PLOT_MAX_NODES", "plot_rows", "plot_sample", "sample_picture"]
+__all__ = ["CLOUD_PLOT_MAX_POINTS", "PLOT_MAX_NODES", "cloud_rows", "plot_cloud", "plot_rows", "plot_sample",
+           "sample_picture"]
 
 
 #: Nodes drawn in one picture at most (a strided subsample beyond that).
 PLOT_MAX_NODES = 200_000
+#: Points of a point cloud drawn at most (every panel draws them all).
+CLOUD_PLOT_MAX_POINTS = 40_000
+#: The three views of a 3-D cloud: (name, horizontal axis, vertical axis, depth axis, viewer on the + side).
+_VIEWS = (("side (along y)", 0, 2, 1, False), ("top (along z)", 0, 1, 2, True), ("front (along x)", 1, 2, 0, False))
 
 
 def _triangulation(pos: np.ndarray, triangles: np.ndarray | None) -> Any:
@@ -101,6 +110,65 @@ def plot_sample(path: Path, title: str, pos: np.ndarray, truth: np.ndarray | Non
     return True
 
 
+def cloud_rows(owned_ids: np.ndarray, num_points: int) -> np.ndarray:
+    """The owned rows of a point cloud to draw: those whose global id is a multiple of
+    ``ceil(N / CLOUD_PLOT_MAX_POINTS)`` (no communication; the same points on any number of ranks)."""
+    stride = max(1, math.ceil(num_points / CLOUD_PLOT_MAX_POINTS))
+    return np.flatnonzero(np.asarray(owned_ids) % stride == 0)
+
+
+def _scalar(values: np.ndarray, name: str) -> tuple[np.ndarray, str]:
+    return (np.linalg.norm(values, axis=1), f"|{name}|") if values.shape[1] > 1 else (values[:, 0], name)
+
+
+def plot_cloud(path: Path, title: str, pos: np.ndarray, truth: np.ndarray | None, pred: np.ndarray,
+               fields: list[tuple[str, slice]], note: str) -> bool:
+    """Truth, prediction and error (columns; the prediction alone when ``truth`` is None) at the
+    points of a cloud, per target field one row (2-D) or three (3-D: side, top and front views,
+    equal aspect, the points nearest the viewer drawn last). False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    views = _VIEWS if pos.shape[1] == 3 else (("", 0, 1, None, False),)
+    cols = 1 if truth is None else 3
+    rows = len(fields) * len(views)
+    size = max(0.2, min(6.0, 4000 / max(len(pos), 1)))
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows + 0.6), dpi=90, squeeze=False)
+    fig.subplots_adjust(left=0.06, right=0.97, bottom=0.04, top=1 - 0.9 / (3.4 * rows + 0.6), wspace=0.35,
+                        hspace=0.45)  # no layout engine: it costs more than the drawing
+    try:
+        for f, (name, sl) in enumerate(fields):
+            p, label = _scalar(pred[:, sl], name)
+            t = p if truth is None else _scalar(truth[:, sl], name)[0]
+            err = p - t
+            lo, hi = float(min(t.min(), p.min())), float(max(t.max(), p.max()))
+            lim = max(float(np.abs(err).max()), 1e-30)
+            panels = ((t, "truth", {"vmin": lo, "vmax": hi, "cmap": "viridis"}),
+                      (p, "prediction", {"vmin": lo, "vmax": hi, "cmap": "viridis"}),
+                      (err, "error (prediction - truth)", {"vmin": -lim, "vmax": lim, "cmap": "RdBu_r"}))
+            for v, (view, h, w, depth, plus) in enumerate(views):
+                order = np.arange(len(pos)) if depth is None else np.argsort(pos[:, depth] * (1 if plus else -1),
+                                                                              kind="stable")
+                for col, (values, what, kw) in enumerate(panels[1:2] if truth is None else panels):
+                    ax = axes[f * len(views) + v, col]
+                    art = ax.scatter(pos[order, h], pos[order, w], c=values[order], s=size, linewidths=0, **kw)
+                    ax.set_aspect("equal")
+                    ax.set_title(f"{label}: {what}" + (f", {view}" if view else ""), fontsize=9)
+                    ax.set_xlabel("xyz"[h], fontsize=8)
+                    ax.set_ylabel("xyz"[w], fontsize=8)
+                    ax.tick_params(labelsize=7)
+                    fig.colorbar(art, ax=ax, shrink=0.8)
+        fig.suptitle(f"{title}\n{note}", fontsize=10)
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+    return True
+
+
 def plot_rows(pos: np.ndarray, num_nodes: int, group: Any, device: Any) -> np.ndarray:
     """Which owned rows go into the picture, strided so that at most ``PLOT_MAX_NODES`` in all:
     all of them (2-D), or (3-D) those of a slab ``(zmax - zmin) / max(8, N^(1/3) / 2)`` thick
@@ -133,13 +201,35 @@ def plot_rows(pos: np.ndarray, num_nodes: int, group: Any, device: Any) -> np.nd
 
 def sample_picture(path: Path, name: str, layout: Any, y: np.ndarray | None, pred: np.ndarray, gathered: bool,
                    full: tuple[Any, ...] | None, fields: list[tuple[str, slice]], ctx: Any,
-                   view: tuple[float, float, float, float] | None = None) -> str | None:
+                   view: tuple[float, float, float, float] | None = None, cloud: bool = False) -> str | None:
     """``PRED/<sample>.png`` on rank 0; every rank takes part in gathering the drawn nodes, and the
     branch taken depends only on what all ranks know (``gathered``, the mesh's size and dimension).
-    ``y`` None: no known targets, the prediction alone is drawn."""
+    ``y`` None: no known targets, the prediction alone is drawn. ``cloud``: a point cloud or
+    surface, drawn by :func:`plot_cloud` (``view`` does not apply)."""
     dim = layout.pos_owned.shape[1]
     if y is None:
         y = np.zeros((len(pred), 0))
+    if cloud:
+        take = cloud_rows(layout.owned_ids, layout.num_nodes)
+        rows = gather_rows(np.concatenate([layout.pos_owned[take], y[take], pred[take]], axis=1), None, ctx.device)
+        if rows is None:
+            return None
+        pos, truth, values = rows[:, :dim], rows[:, dim:dim + y.shape[1]], rows[:, dim + y.shape[1]:]
+        known = truth.shape[1] > 0
+        note = (f"{len(rows):,} of {layout.num_nodes:,} points" + (", seen from three sides" if dim == 3 else ""))
+        try:  # only rank 0 is here: no collective
+            if not len(pos):
+                raise ValueError("no point to draw")
+            ok = plot_cloud(path, f"{name}: {'truth, prediction, error' if known else 'prediction'}", pos,
+                            truth if known else None, values, fields, note)
+        except Exception as err:  # noqa: BLE001 - anything matplotlib raises
+            print(f"meshshard predict: note: no picture of {name} ({type(err).__name__}: {err}); the files and "
+                  "metrics are written", file=sys.stderr, flush=True)
+            return None
+        if not ok:
+            print("meshshard predict: note: matplotlib is not installed, so no pictures (pip install matplotlib)",
+                  flush=True)
+        return path.name if ok else None
     if gathered and dim == 2 and layout.num_nodes <= PLOT_MAX_NODES:
         if full is None:
             return None

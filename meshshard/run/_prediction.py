@@ -85,7 +85,7 @@ from ._pictures import sample_picture
 from ._recipe import build_model, check_model_output, check_model_radius, first_line, load_factory, shard_hint
 from ._report import gather_peak_memory
 from ._training import peer_failure
-from ._vtk import write_pvtu, write_vtu
+from ._vtk import DUPLICATE_POINT, write_pvtp, write_pvtu, write_vtp, write_vtu
 
 __all__ = ["GATHER_MAX_NODES", "METRICS_FILE", "PredictConfig", "check_prediction_request", "parse_view", "predict",
            "prediction_summary"]
@@ -97,9 +97,9 @@ GATHER_MAX_NODES = 200_000
 METRICS_FILE = "metrics.json"
 _METRICS_FORMAT = "meshshard-predictions"
 _STEM = r"[A-Za-z0-9_+=@-][A-Za-z0-9._+=@-]*"  # what file_stem gives: a plain name, never "." or ".."
-_OUR_FILE = re.compile(rf"^{_STEM}\.(vtu|pvtu|png|pvd)$")
+_OUR_FILE = re.compile(rf"^{_STEM}\.(vtu|pvtu|vtp|pvtp|png|pvd)$")
 _OUR_FOLDER = re.compile(rf"^{_STEM}$")
-_PIECE = re.compile(r"^part-\d{5}\.vtu$")
+_PIECE = re.compile(r"^part-\d{5}\.(vtu|vtp)$")
 _STEP = re.compile(r"^step-\d{5}(\.vtu|\.pvtu)?$")  # a rollout's folder: its steps' files and piece folders
 
 
@@ -121,9 +121,12 @@ class PredictConfig:
     model_args: dict[str, Any] | None = None  # --model-args; None: those the run trained with
     checkpoint: str = "best"  # --checkpoint: best (lowest validation loss; the last without one) or last
     boundary: str | None = None  # --boundary NAMES: errors and forces on these named boundaries (_boundaries.py)
-    pressure: str | None = None  # --pressure FIELD: the force's pressure (default: a scalar target "p")
-    shear: str | None = None  # --shear FIELD: a wall shear stress target, added to the force
-    force_reference: str | None = None  # --force-reference EXPR: force coefficients = force / EXPR
+    pressure: str | None = None  # --force-field (--pressure) FIELD: the force's pressure (default: a scalar target "p")
+    shear: str | None = None  # --shear-field (--shear) FIELD: a wall shear stress target, added to the force
+    force_reference: str | None = None  # --force-reference EXPR: the reference dynamic pressure q (default 1)
+    reference_area: float | None = None  # --reference-area A: coefficients = force / (q A) (default 1)
+    direction: tuple[float, ...] | None = None  # --direction X,Y,Z: the drag coefficient along it
+    lift_direction: tuple[float, ...] | None = None  # --lift-direction X,Y,Z: the lift coefficient along it
     view: tuple[float, float, float, float] | None = None  # --view: the pictures' x and y ranges
     rollout: bool = False  # --rollout: a transient run applied step after step from each trajectory's first state
     steps: int | None = None  # --steps N: model applications of a rollout (default: the trajectory's, T - 1 strides)
@@ -132,8 +135,9 @@ class PredictConfig:
     def from_dict(cls, values: dict[str, Any]) -> PredictConfig:
         """From ``asdict(config)`` (what a command hands its ranks)."""
         values = dict(values)
-        if values.get("view") is not None:
-            values["view"] = tuple(values["view"])
+        for key in ("view", "direction", "lift_direction"):
+            if values.get(key) is not None:
+                values[key] = tuple(values[key])
         return cls(**values)
 
 
@@ -340,6 +344,23 @@ def normalisation_of(ckpt: dict[str, Any], data: Any) -> Any:
 # ------------------------------------------------------------------------------------------------
 # One mesh's layout on this rank
 
+#: Cell types that are not volume cells in 3-D (faces, lines, vertices) and in 2-D (lines, vertices).
+_SURFACE_TYPES = frozenset({"vertex", "line", "line3", "triangle", "triangle6", "quad", "quad8", "quad9", "polygon"})
+_POINT_TYPES = frozenset({"vertex", "line", "line3"})
+
+
+def is_point_cloud(entry: dict[str, Any]) -> bool:
+    """Whether a dataset mesh (its ``meshes[m]`` entry) is a point cloud: no volume cells, that
+    is a surface in 3-D (faces only), or bare points (vertex cells, or no cells and a graph built
+    from the points). Its predictions are written as PolyData (``.vtp`` / ``.pvtp``)."""
+    types = set(entry.get("cells") or {})
+    if "surface_area" in entry:
+        return True
+    if not types:
+        return "graph" in entry  # a graph given as edges, without cells, stays an unstructured grid
+    return types <= (_SURFACE_TYPES if int(entry.get("pos_dim", 0)) == 3 else _POINT_TYPES)
+
+
 
 @dataclass
 class _MeshOnRank:
@@ -440,9 +461,12 @@ def field_slices(fields: list[dict[str, Any]]) -> list[tuple[str, slice]]:
 
 
 def _print_table(rows: list[dict[str, Any]], fields: list[str]) -> None:
-    """Per sample its split, nodes and the errors of each target field."""
+    """Per sample its split, nodes and the errors of each target field (and the area-weighted
+    relative L2 when some sample is a surface)."""
+    weighted = any("rel_l2_area" in r["fields"][f] for r in rows for f in fields)
     head = (f"{'sample':<24} {'split':<5} {'nodes':>9}"
-            + "".join(f" {f + ' RMSE':>14} {f + ' rel L2':>12}" for f in fields))
+            + "".join(f" {f + ' RMSE':>14} {f + ' rel L2':>12}" + (f" {f + ' area L2':>13}" if weighted else "")
+                      for f in fields))
     print(head)
     for r in rows:
         line = f"{r['name'][:24]:<24} {r['split']:<5} {r['num_nodes']:>9,}"
@@ -450,6 +474,9 @@ def _print_table(rows: list[dict[str, Any]], fields: list[str]) -> None:
             rmse, rel = r["fields"][f]["rmse"], r["fields"][f]["rel_l2"]
             line += (f" {'-' if rmse is None else format(rmse, '.4g'):>14}"
                      f" {'-' if rel is None else format(rel, '.3%'):>12}")
+            if weighted:
+                area = r["fields"][f].get("rel_l2_area")
+                line += f" {'-' if area is None else format(area, '.3%'):>13}"
         print(line)
 
 
@@ -497,14 +524,18 @@ def _write_gathered(path: Path, data: Any, targets: list[tuple[str, slice]], s: 
     ids = np.arange(layout.num_nodes, dtype=np.int64)
     x, y = physical_rows(data, s, ids) if rows_of is None else rows_of(ids)
     cells = [(t, np.asarray(c, dtype=np.int64)) for t, c in whole.cells]
-    write_vtu(path, np.asarray(whole.points), cells, _point_data(data, targets, x, y, full, ids))
+    writer = write_vtp if path.suffix == ".vtp" else write_vtu
+    writer(path, np.asarray(whole.points), cells, _point_data(data, targets, x, y, full, ids))
     tri = next((c for t, c in cells if t == "triangle"), None)
     return np.asarray(whole.points), y, full, tri
 
 
 def _write_pieces(folder: Path, index: Path, data: Any, targets: list[tuple[str, slice]], s: int, layout: _MeshOnRank,
                   pred: np.ndarray, ctx: Any, rows_of: Any = None) -> None:
-    """Each rank writes its piece; rank 0 the ``.pvtu`` index (``rows_of``: as :func:`_write_gathered`)."""
+    """Each rank writes its piece; rank 0 the ``.pvtu`` index (``rows_of``: as :func:`_write_gathered`).
+    An index ``.pvtp`` (a point cloud): ``.vtp`` pieces whose points not owned by the rank (the
+    other corners of the faces it writes) carry ``vtkGhostType`` 1, so that the points without it
+    are every point of the cloud exactly once."""
     assert layout.piece_ids is not None and layout.piece_cells is not None
     ids = layout.piece_ids
     at = np.minimum(np.searchsorted(layout.owned_ids, ids), max(len(layout.owned_ids) - 1, 0))
@@ -516,10 +547,16 @@ def _write_pieces(folder: Path, index: Path, data: Any, targets: list[tuple[str,
     x, y = physical_rows(data, s, ids) if rows_of is None else rows_of(ids)
     fields = _point_data(data, targets, x, y, values, ids)
     folder.mkdir(parents=True, exist_ok=True)
-    write_vtu(folder / f"part-{ctx.rank:05d}.vtu", np.asarray(points[ids]), layout.piece_cells, fields)
+    poly = index.suffix == ".pvtp"
+    if poly:
+        fields["vtkGhostType"] = np.where(owned, 0, DUPLICATE_POINT).astype(np.uint8)
+    suffix = ".vtp" if poly else ".vtu"
+    (write_vtp if poly else write_vtu)(folder / f"part-{ctx.rank:05d}{suffix}", np.asarray(points[ids]),
+                                       layout.piece_cells, fields)
     if ctx.rank == 0:
         kinds = {name: (a.dtype, 1 if a.ndim == 1 else a.shape[1]) for name, a in fields.items()}
-        write_pvtu(index, [f"{folder.name}/part-{r:05d}.vtu" for r in range(ctx.world_size)], kinds)
+        (write_pvtp if poly else write_pvtu)(index, [f"{folder.name}/part-{r:05d}{suffix}"
+                                                     for r in range(ctx.world_size)], kinds)
 
 
 def _partition_reader(cfg: PredictConfig, data: Any, run_cfg: dict[str, Any], ctx: Any, dtype: Any,
@@ -597,8 +634,9 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
     picks = select_samples(cfg.samples, names, [int(v) for v in data.val])
     parts, reader = _partition_reader(cfg, data, run_cfg, ctx, dtype, normaliser)
     target_fields = field_slices(target_meta)
-    scoring = check_boundary_request(data, target_fields, cfg.boundary, cfg.pressure, cfg.shear,
-                                     cfg.force_reference, picks)  # on every rank, before any collective
+    scoring = check_boundary_request(data, target_fields, cfg.boundary, cfg.pressure, cfg.shear, cfg.force_reference,
+                                     picks, cfg.reference_area, cfg.direction,
+                                     cfg.lift_direction)  # on every rank, before any collective
     out = Path(cfg.out)
     stale = check_prediction_folder(out, cfg.force)  # on every rank, so a refusal stops them all before any collective
     head = {"format": _METRICS_FORMAT, "format_version": 1, "complete": False, "run": str(cfg.run),
@@ -617,6 +655,7 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
               f"(step {ckpt.get('step')}); {where}"
               + ("" if truth else f"; {cfg.data} has no targets: predictions only, no errors"), flush=True)
     layouts: dict[tuple[int, bool], _MeshOnRank] = {}
+    point_areas: dict[int, np.ndarray | None] = {}  # a surface's area per owned point, per mesh
     walls: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}  # --boundary: this rank's rows on them, per mesh
     views: dict[int, tuple[float, float, float, float] | None] = {}  # the pictures' frame, per mesh
     records = []
@@ -628,8 +667,10 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
         mesh, n = data.sample_mesh(s), data.num_nodes(s)
         gather = True if parts is None else (cfg.gather if cfg.gather is not None else n <= GATHER_MAX_NODES)
         stem = stems[s] if stems.count(stems[s]) == 1 else f"{stems[s]}-{s}"
+        cloud = is_point_cloud(data.meta["meshes"][mesh])
+        vt = "vtp" if cloud else "vtu"
         if ctx.rank == 0:  # listed before any rank writes them (the ranks meet in the forward below first)
-            head["files"] += (([f"{stem}.vtu"] if gather else [f"{stem}.pvtu", stem])
+            head["files"] += (([f"{stem}.{vt}"] if gather else [f"{stem}.p{vt}", stem])
                               + ([f"{stem}.png"] if cfg.plots else []))
             _write_metrics(out, head | {"samples": records})
         key = (mesh, gather)
@@ -646,17 +687,22 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
         if scales:  # non-dimensional targets (--target-scale): back to physical units
             pred = pred * data.target_factors(s, scales, target_meta)
         forward_s = time.perf_counter() - started
-        if truth:
+        if mesh not in point_areas:  # a surface's point areas (|area vector|), for area-weighted errors
+            point_areas[mesh] = _surface_weights(data, mesh, layout.owned_ids)
+        areas = point_areas[mesh]
+        if truth:  # per field: sum e^2, sum y^2, sum a e^2, sum a y^2 over this rank's rows; one sum over ranks
             err = pred - y
-            sums = sum_across(np.array([[float((err[:, sl] ** 2).sum()), float((y[:, sl] ** 2).sum())]
+            w = areas if areas is not None else np.zeros(len(y))
+            sums = sum_across(np.array([[float((err[:, sl] ** 2).sum()), float((y[:, sl] ** 2).sum()),
+                                         float(w @ (err[:, sl] ** 2).sum(1)), float(w @ (y[:, sl] ** 2).sum(1))]
                                         for _, sl in target_fields]), None, ctx.device)
         else:
-            y, sums = None, [(math.nan, math.nan)] * len(target_fields)
+            y, sums = None, [(math.nan,) * 4] * len(target_fields)
         if gather:
-            path = out / f"{stem}.vtu"
+            path = out / f"{stem}.{vt}"
             full = _write_gathered(path, data, target_fields, s, layout, pred, ctx)
         else:
-            path = out / f"{stem}.pvtu"
+            path = out / f"{stem}.p{vt}"
             _write_pieces(out / stem, path, data, target_fields, s, layout, pred, ctx)
             full = None
         boundaries = None
@@ -669,13 +715,13 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
             views[mesh] = _boundary_view(data, mesh, scoring)
         view = cfg.view or views.get(mesh)
         picture = (sample_picture(out / f"{stem}.png", names[s], layout, y, pred, gather, full, target_fields, ctx,
-                                  view=view)
+                                  view=view, cloud=cloud)
                    if cfg.plots else None)
         record = {"sample": s, "name": names[s], "split": ("val" if s in val else "train") if truth else None,
                   "num_nodes": n, "file": path.name, "picture": picture, "fields": {},
                   "seconds": {"read_and_forward": round(forward_s, 4),
                               "total": round(time.perf_counter() - started, 4)}}
-        for (name, sl), (sse, sst) in zip(target_fields, sums):
+        for (name, sl), (sse, sst, a_sse, a_sst) in zip(target_fields, sums):
             k = sl.stop - sl.start
             if truth and not math.isfinite(sse):  # JSON has no NaN: the figure is null, and said once here
                 if main:
@@ -685,6 +731,9 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
             record["fields"][name] = ({"rmse": math.sqrt(sse / (n * k)),
                                        "rel_l2": math.sqrt(sse / sst) if sst > 0 else None}
                                       if truth and sse is not None else {"rmse": None, "rel_l2": None})
+            if areas is not None:  # a surface: sqrt(sum a_i |e_i|^2 / sum a_i |y_i|^2)
+                record["fields"][name]["rel_l2_area"] = (math.sqrt(a_sse / a_sst) if truth and sse is not None
+                                                         and a_sst > 0 else None)
         if boundaries is not None:
             record["boundaries"] = boundaries
         records.append(record)
@@ -697,8 +746,9 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
     if ctx.rank != 0:
         return None
     summary = head | {"complete": True, **memory, "samples": records,
-                      "mean": {name: {key: _mean([r["fields"][name][key] for r in records])
-                                      for key in ("rmse", "rel_l2")}
+                      "mean": {name: {key: _mean([r["fields"][name].get(key) for r in records])
+                                      for key in ("rmse", "rel_l2", "rel_l2_area")
+                                      if any(key in r["fields"][name] for r in records)}
                                for name, _ in target_fields}}
     if scoring is not None:
         summary["boundaries"] = boundary_summary(records, scoring)
@@ -707,10 +757,43 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
         if truth:
             _print_table(records, [name for name, _ in target_fields])
             if scoring is not None:
-                _print_boundaries(summary["boundaries"], scoring)
+                _print_boundaries(summary["boundaries"], scoring, records)
         print(f"wrote {out}/: {len(records)} sample file(s), metrics.json" + (", pictures" if cfg.plots else ""),
               flush=True)
     return summary
+
+
+def _surface_weights(data: Any, mesh: int, owned_ids: np.ndarray, chunk: int = 1 << 20) -> np.ndarray | None:
+    """The area each owned point of a surface stands for: its share of the faces around it (each
+    face's area split equally among its corners, the ``area`` field of
+    :mod:`meshshard.partition._points`), from the faces read in chunks; None when mesh ``mesh`` is
+    not a surface."""
+    entry = data.meta["meshes"][mesh]
+    if "surface_area" not in entry:
+        return None
+    points = data.mesh_points(mesh)
+    owned = np.asarray(owned_ids, dtype=np.int64)
+    weights = np.zeros(len(owned))
+    for cell_type in entry.get("cells", {}):
+        if cell_type not in ("triangle", "quad"):
+            continue
+        conn = data.mesh_cells(mesh, cell_type)
+        for lo in range(0, len(conn), chunk):
+            block = np.asarray(conn[lo:lo + chunk], dtype=np.int64)
+            if block.size and (block.min() < 0 or block.max() >= entry["num_nodes"]):
+                raise ValueError(f"{data.mesh_folder(mesh) / f'cells-{cell_type}.npy'}: Expected node ids in "
+                                 f"[0, {entry['num_nodes']})")
+            used, local = np.unique(block, return_inverse=True)
+            v = np.asarray(points[used], dtype=np.float64)[local.reshape(block.shape)]
+            if block.shape[1] == 3:
+                area = 0.5 * np.linalg.norm(np.cross(v[:, 1] - v[:, 0], v[:, 2] - v[:, 0]), axis=1)
+            else:  # a quad: half the cross product of its diagonals, as the dataset's ``area`` field
+                area = 0.5 * np.linalg.norm(np.cross(v[:, 2] - v[:, 0], v[:, 3] - v[:, 1]), axis=1)
+            corners = block.reshape(-1)
+            at = np.minimum(np.searchsorted(owned, corners), max(len(owned) - 1, 0))
+            mine = owned[at] == corners if len(owned) else np.zeros(len(corners), bool)
+            np.add.at(weights, at[mine], np.repeat(area / block.shape[1], block.shape[1])[mine])
+    return weights
 
 
 def _boundary_view(data: Any, mesh: int, scoring: BoundaryScoring) -> tuple[float, float, float, float] | None:
@@ -730,9 +813,25 @@ def _boundary_view(data: Any, mesh: int, scoring: BoundaryScoring) -> tuple[floa
     return float(low[0] - margin[0]), float(high[0] + margin[0]), float(low[1] - margin[1]), float(high[1] + margin[1])
 
 
-def _print_boundaries(summary: dict[str, Any], scoring: BoundaryScoring) -> None:
-    """One line per boundary: its mean errors and the force's R² over the samples."""
+def _print_boundaries(summary: dict[str, Any], scoring: BoundaryScoring, records: list[dict[str, Any]]) -> None:
+    """One line per boundary: its mean errors and the force's R² over the samples; with
+    ``--direction``, a table of the drag (and lift) coefficients per sample and a line of their
+    mean absolute error and R²."""
     for name, entry in summary.items():
+        if "coefficients" in entry:
+            coefficients = list(entry["coefficients"])
+            print(f"force coefficients on {name}:")
+            print(f"{'sample':<24}" + "".join(f" {c + ' true':>12} {c + ' pred':>12} {c + ' error':>12}"
+                                              for c in coefficients))
+            for r in records:
+                got = r.get("boundaries", {}).get(name, {}).get("coefficients", {})
+                print(f"{r['name'][:24]:<24}" + "".join(
+                    "".join(f" {'-' if got.get(c, {}).get(k) is None else format(got[c][k], '.5g'):>12}"
+                            for k in ("true", "pred", "abs_error")) for c in coefficients))
+            print(f"{name} over {plural(len(records), 'sample')}: " + "; ".join(
+                f"{c} MAE {'-' if v['mae'] is None else format(v['mae'], '.4g')}, "
+                f"R² {'-' if v['r2'] is None else format(v['r2'], '.4f')}" for c, v in entry["coefficients"].items()),
+                flush=True)
         parts = [f"{field} rel L2 {_percent(v['rel_l2'])}" for field, v in entry["fields"].items()]
         if "force" in entry:
             r2 = ", ".join("-" if v is None else f"{v:.4f}" for v in entry["force"]["r2"])
@@ -775,17 +874,24 @@ def prediction_summary(pred: str | Path) -> dict[str, Any]:
                          "(not a metrics.json of meshshard predict)")
     complete = meta.get("complete") is not False  # one from before "complete" was recorded was written at the end
     keys = ("rmse", "rel_l2")
+    weighted = {name for r in samples for name, e in r["fields"].items()  # surfaces: area-weighted too
+                if isinstance(e, dict) and "rel_l2_area" in e}
+
+    def keys_of(name: str) -> tuple[str, ...]:
+        return keys + (("rel_l2_area",) if name in weighted else ())
+
     errors = [{name: {key: _error_figure((e if isinstance(e, dict) else {}).get(key),
-                                         f"{file}: samples[{i}].fields.{name}.{key}") for key in keys}
+                                         f"{file}: samples[{i}].fields.{name}.{key}") for key in keys_of(name)}
                for name, e in r["fields"].items()} for i, r in enumerate(samples)]
     recorded = meta.get("mean")
     if complete and isinstance(recorded, dict):
         mean = {str(name): {key: _error_figure((e if isinstance(e, dict) else {}).get(key),
                                                f"{file}: mean.{name}.{key}")
-                            for key in keys} for name, e in recorded.items()}
+                            for key in keys_of(str(name))} for name, e in recorded.items()}
     else:  # a prediction that stopped part-way: the mean over the samples it finished
         fields = list(dict.fromkeys(name for e in errors for name in e))
-        mean = {name: {key: _mean([e[name][key] for e in errors if name in e]) for key in keys} for name in fields}
+        mean = {name: {key: _mean([e[name].get(key) for e in errors if name in e]) for key in keys_of(name)}
+                for name in fields}
     return {
         "prediction": str(pred),
         "run": meta.get("run"),
@@ -835,9 +941,18 @@ def check_prediction_request(cfg: PredictConfig) -> None:
         check_model_radius(ckpt.get("config", {}), cfg.partition)
     if cfg.model:
         load_factory(cfg.model)
-    if cfg.boundary or cfg.pressure or cfg.shear or cfg.force_reference:  # what DATA alone decides
-        if not cfg.boundary:
-            raise ValueError("Expected --boundary NAMES with --pressure, --shear or --force-reference (they say "
-                             "how the force on those boundaries is made)")
+    if (cfg.boundary or cfg.pressure or cfg.shear or cfg.force_reference or cfg.reference_area is not None
+            or cfg.direction is not None or cfg.lift_direction is not None):  # what DATA and the run decide
         data = open_dataset(cfg.data)
-        check_boundary_names(data, cfg.boundary, cfg.force_reference, range(data.num_samples))
+        run_cfg = ckpt.get("config", {})
+        try:
+            fields = field_slices(get_task(str(run_cfg.get("task") or "steady"), run_cfg).output_fields(data, run_cfg))
+        except (KeyError, TypeError, ValueError):  # the ranks refuse it, from the whole checkpoint
+            fields = None
+        names = [str(e["name"]) for e in data.meta["samples"]]
+        picks = select_samples(cfg.samples, names, [int(v) for v in data.val])
+        if fields is None:
+            check_boundary_names(data, cfg.boundary, cfg.force_reference, picks)
+        else:
+            check_boundary_request(data, fields, cfg.boundary, cfg.pressure, cfg.shear, cfg.force_reference, picks,
+                                   cfg.reference_area, cfg.direction, cfg.lift_direction)

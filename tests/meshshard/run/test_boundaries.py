@@ -90,9 +90,12 @@ def test_bad_boundary_requests_are_refused_in_one_line(case: dict, capsys, tmp_p
     for extra, message in (
         (["--boundary", "top"], "Expected --boundary to name boundaries of the meshes (got top; mesh 0 has bottom, "
                                 "left)"),
-        (["--pressure", "p"], "Expected --boundary NAMES with --pressure, --shear or --force-reference"),
-        (["--boundary", "left", "--pressure", "U"], "Expected --pressure to name a target field of 1 component"),
-        (["--boundary", "left", "--shear", "p"], "Expected --shear to name a target field of 2 components"),
+        (["--pressure", "p"], "Expected --boundary NAMES with --force-field, --shear-field, --force-reference, "
+                                "--reference-area or --direction"),
+        (["--boundary", "left", "--pressure", "U"], "Expected --force-field (--pressure) to name a target field "
+                                                            "of 1 component"),
+        (["--boundary", "left", "--shear", "p"], "Expected --shear-field (--shear) to name a target field of 2 "
+                                                          "components"),
         (["--boundary", "left", "--force-reference", "speed**2"], "Expected 'speed**2' to use the parameters"),
         (["--view", "1,0,0,1"], "Expected --view XMIN,XMAX,YMIN,YMAX"),
     ):
@@ -112,7 +115,7 @@ def test_coefficients_and_r2_over_cases() -> None:
         records.append({"boundaries": boundary_record(sums, scoring, {"speed": speed}, truth=True)})
     first = records[0]["boundaries"]["wall"]
     assert first["fields"]["p"]["rel_l2"] == pytest.approx(0.5)
-    assert first["coefficient"] == {"reference": 0.5, "true": [2.0, 4.0], "pred": [2.0, 5.0]}
+    assert first["coefficient"] == {"reference": 0.5, "reference_area": 1.0, "true": [2.0, 4.0], "pred": [2.0, 5.0]}
     assert first["force"]["rel_error"] == pytest.approx(0.5 / np.sqrt(5.0))
     summary = boundary_summary(records, scoring)["wall"]
     cx_true, cx_pred = np.array([2.0, 1.0, 2 / 3]), np.array([2.0, 1.0, 3.5 / 4.5])
