@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import meshio
 import numpy as np
 import pytest
 import torch
 
 from meshshard.cli import main
 from meshshard.run import load_checkpoint, load_run
+from meshshard.run._vtk import read_vtp
 
 RADIUS = 0.3
 ARGS = {"width": 8, "layers": 2, "heads": 2, "radius": [0.2, RADIUS], "max_neighbors": 8}
@@ -41,9 +41,9 @@ def clouds(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _pred(folder: Path) -> dict[str, np.ndarray]:
-    files = sorted(folder.glob("*.vtu"))
+    files = sorted(folder.glob("*.vtp"))  # a cloud's predictions are PolyData
     assert files, sorted(p.name for p in folder.iterdir())
-    return {f.name: np.asarray(meshio.read(f).point_data["p_pred"]) for f in files}
+    return {f.name: np.asarray(read_vtp(f)["point_data"]["p_pred"]) for f in files}
 
 
 @pytest.mark.slow
@@ -70,10 +70,10 @@ def test_ball_attention_trains_on_ranks_and_predicts_alike_whole_and_sharded(clo
     # load_run: the whole cloud in a script of your own, coordinates given as pos
     trained = load_run(run)
     for name in one:
-        mesh = meshio.read(root / "pred1" / name)
-        x = np.concatenate([mesh.points, np.asarray(mesh.point_data["s"]).reshape(-1, 1)], 1)
+        cloud = read_vtp(root / "pred1" / name)
+        x = np.concatenate([cloud["points"], np.asarray(cloud["point_data"]["s"]).reshape(-1, 1)], 1)
         with torch.no_grad():
-            out = trained(x, np.zeros((2, 0), np.int64), mesh.points)
+            out = trained(x, np.zeros((2, 0), np.int64), cloud["points"])
         np.testing.assert_allclose(out.numpy()[:, 0], one[name].reshape(-1), rtol=1e-10, atol=1e-12, err_msg=name)
 
 
