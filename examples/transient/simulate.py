@@ -12,8 +12,9 @@ of speed ``U`` around the cylinder (divergence-free, tangent to the obstacle). E
 varies the speed ``U`` and where the puff starts (a Gaussian blob of concentration 1), so a
 held-out trajectory is a run nobody trained on.
 
-Each trajectory is written as OpenFOAM's ``foamToVTK`` writes a case: a folder of numbered files
-``traj-000/c_0000.vtu``, ``c_0001.vtu``, ... with a ParaView ``.series`` file giving their times.
+Each trajectory is written the way solvers (OpenFOAM's ``foamToVTK`` among them) write a run,
+a folder of numbered files ``traj-000/c_0000.vtu``, ``c_0001.vtu``, ... with a ParaView
+``.series`` file giving their times.
 Every file holds the point fields
 
 - ``c``: the state, the concentration;
