@@ -715,9 +715,19 @@ def build_trajectories(
     expect: dict[str, Any] = {}
     fields: dict[str, list[dict[str, Any]]] = {}
 
+    tagged: dict[bool, str] = {}  # with boundary tags or without: the first source of each
+
     def trajectories() -> Iterator[Trajectory]:
         for src, name, (kind, steps) in zip(sources, names, listed_steps):
             traj = _read_trajectory(Path(src), name, kind, steps, state_names, in_names, node_type, registry, expect)
+            if registry is not None:  # classes from the files' tags: all of them tagged, or none
+                has = bool(np.any(traj.node_type))
+                tagged.setdefault(has, str(src))
+                if len(tagged) == 2:
+                    raise ValueError(f"{src}: Expected boundary tags (patch files, gmsh physical groups, cell sets) "
+                                     f"in every trajectory or in none, as node classes (got {tagged[True]} with tags, "
+                                     f"{tagged[False]} without: a foamToVTK -legacy case has none); write every case "
+                                     "the same way, or give --node-type FIELD")
             fields.setdefault("state", _records(state_names, expect["state"][0]))
             yield traj
 

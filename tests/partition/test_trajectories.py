@@ -397,3 +397,19 @@ def test_states_beyond_float32_and_meshes_without_edges_are_named(tmp_path: Path
                                          r"network cannot learn on a mesh without edges$"):
         write_trajectories(tmp_path / "e", one, ["a", "b"], **fields)
     assert not (tmp_path / "e").exists()
+
+
+def test_trajectories_with_and_without_boundary_tags_are_refused(tmp_path: Path, capsys) -> None:
+    """A tagged source (gmsh physical groups) beside an untagged one (plain .vtu, or a foamToVTK
+    -legacy case) would leave the second's boundary nodes interior without a word."""
+    for step in range(3):
+        (tmp_path / "tagged").mkdir(exist_ok=True)
+        (tmp_path / "tagged" / f"square_{step}.msh").write_text(_gmsh22(step))
+        mesh = meshio.read(tmp_path / "tagged" / f"square_{step}.msh")
+        (tmp_path / "plain").mkdir(exist_ok=True)
+        meshio.write(tmp_path / "plain" / f"square_{step}.vtu",
+                     meshio.Mesh(mesh.points, [("triangle", mesh.cells_dict["triangle"])],
+                                 point_data={"u": mesh.point_data["u"]}))
+    _refused(capsys, [str(tmp_path / "tagged"), str(tmp_path / "plain"), "--state", "u", "--val-fraction", "0"],
+             r"plain: Expected boundary tags \(patch files, gmsh physical groups, cell sets\) in every trajectory or "
+             r"in none, as node classes \(got .*tagged with tags, .*plain without", tmp_path / "out")
