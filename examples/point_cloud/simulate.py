@@ -1,7 +1,8 @@
 """Surface pressure on a family of 3-D bodies from a real solver: potential flow past ellipsoids.
 
 Each case is an ellipsoid of semi-axes ``(0.5 * aspect, 0.5, 0.5 * thickness)`` pitched by
-``angle`` degrees about the y axis, in a uniform stream ``u_inf = (1, 0, 0)``. gmsh meshes the box
+``angle`` degrees about the y axis, in a uniform stream ``u_inf = (1, 0, 0)`` (``angle > 0`` lowers
+the upstream end: a negative angle of attack in the aeronautical sense). gmsh meshes the box
 ``[-L, L]^3`` minus the body with tetrahedra (finer at the body); scikit-fem solves Laplace's
 equation for the velocity potential with quadratic (P2) elements::
 
@@ -53,7 +54,7 @@ def mesh_body(aspect: float, thickness: float, angle: float, size: float) -> tup
         box = occ.addBox(-HALF_BOX, -HALF_BOX, -HALF_BOX, 2 * HALF_BOX, 2 * HALF_BOX, 2 * HALF_BOX)
         body = occ.addSphere(0, 0, 0, 0.5)
         occ.dilate([(3, body)], 0, 0, 0, aspect, 1.0, thickness)
-        occ.rotate([(3, body)], 0, 0, 0, 0, 1, 0, -np.radians(angle))  # nose up for angle > 0
+        occ.rotate([(3, body)], 0, 0, 0, 0, 1, 0, -np.radians(angle))  # angle > 0: the upstream end (-x) goes down
         occ.cut([(3, box)], [(3, body)])
         occ.synchronize()
         walls = [tag for dim, tag in gmsh.model.getEntities(2)
@@ -71,10 +72,18 @@ def mesh_body(aspect: float, thickness: float, angle: float, size: float) -> tup
         for option in ("MeshSizeFromPoints", "MeshSizeFromCurvature", "MeshSizeExtendFromBoundary"):
             gmsh.option.setNumber(f"Mesh.{option}", 0)
         gmsh.model.mesh.generate(3)
-        tags, coords, _ = gmsh.model.mesh.getNodes()
         _, elem_nodes = gmsh.model.mesh.getElementsByType(4)  # 4-node tetrahedra
+        if len(elem_nodes) == 0:  # Delaunay can fail on a coarse surface mesh: the frontal mesher then
+            gmsh.model.mesh.clear()
+            gmsh.option.setNumber("Mesh.Algorithm3D", 4)
+            gmsh.model.mesh.generate(3)
+            _, elem_nodes = gmsh.model.mesh.getElementsByType(4)
+        tags, coords, _ = gmsh.model.mesh.getNodes()
     finally:
         gmsh.finalize()
+    if len(elem_nodes) == 0:
+        raise SystemExit(f"simulate.py: gmsh made no tetrahedra around the body (aspect {aspect}, thickness "
+                         f"{thickness}, angle {angle}) at --size {size}; try a smaller --size")
     points = coords.reshape(-1, 3)
     lookup = np.zeros(int(tags.max()) + 1, np.int64)
     lookup[tags.astype(np.int64)] = np.arange(len(tags))
@@ -120,6 +129,9 @@ def solve_surface_cp(points: np.ndarray, tets: np.ndarray) -> tuple[np.ndarray, 
     corners = mesh.facets[:, facets]
     on_body = np.max(np.abs(points[corners.ravel()]), axis=1).reshape(3, -1).max(0) < HALF_BOX - 1e-6
     tri = corners[:, on_body].T
+    if len(tri) == 0:
+        raise SystemExit("simulate.py: the mesh has no boundary at the body (gmsh meshed its inside too); try a "
+                         "smaller --size")
     surface = np.unique(tri)
     vertex_dofs = basis.nodal_dofs[0]  # the P2 dof holding the value at each mesh vertex
     speed2 = (velocity[vertex_dofs[surface]] ** 2).sum(1)
