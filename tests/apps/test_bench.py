@@ -132,3 +132,26 @@ def test_rollout_bench_reports_throughput_memory_writing_and_flatness(tmp_path: 
         assert flat["peak_rss_mb_last"][k] >= flat["peak_rss_mb_early"][k] > 0  # a peak never falls
         assert flat["peak_ratio"][k] == round(flat["peak_rss_mb_last"][k] / flat["peak_rss_mb_early"][k], 3)
     assert "memory over 12 steps" in done.stdout
+
+
+@pytest.mark.slow
+def test_pointcloud_bench_reports_both_models_on_each_rank_count(tmp_path: Path) -> None:
+    result = tmp_path / "r.json"
+    done = subprocess.run([sys.executable, str(BENCH / "pointcloud.py"), "--points", "3000", "--ranks", "1,2",
+                           "--width", "8", "--blocks", "1", "--heads", "2", "--neighbors", "4", "--slices", "4",
+                           "--json", str(result)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(result.read_text())
+    rows = out["rows"]
+    assert [(r["model"], r["ranks"]) for r in rows] == [("ball-attention", 1), ("transolver", 1),
+                                                        ("ball-attention", 2), ("transolver", 2)]
+    for r in rows:
+        assert sum(r["owned"]) == 3000 and len(r["peak_rss_mb"]) == r["ranks"]
+        assert all(peak >= idle > 0 for peak, idle in zip(r["peak_rss_mb"], r["idle_rss_mb"]))
+        assert r["points_per_s"] == pytest.approx(3000 / r["fwd_bwd_s"])
+    one, two = rows[0], rows[2]
+    assert one["halo_received"] == [0] and one["plan_build_s"] > 0
+    # the plan sends every point a ball needs (the true geometric halo), and a bounded few more
+    assert all(got >= true > 0 for got, true in zip(two["halo_received"], two["true_halo"])), two
+    assert two["halo_over_true"] < 2
+    assert "| ball-attention | 2 |" in done.stdout
