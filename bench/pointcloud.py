@@ -9,10 +9,11 @@ body's surface samples), split into R parts by recursive coordinate bisection. F
 each R in ``--ranks``, R local ranks (gloo, under torchrun; R = 1: one process on the whole cloud)
 each load only their own points and run, on float32:
 
-- ``ball-attention``: an encoder MLP, ``--blocks`` :class:`~meshshard.nn.BallQueryAttention` blocks
-  (residual, layer norm; radius such that a ball holds ``1.25 * --neighbors`` points on average,
-  at most ``--neighbors`` kept) and a decoder (:func:`ball_attention_model`). Its
-  :class:`~meshshard.nn.BallQueryPlan` is built once and timed against one forward.
+- ``ball-attention``: :class:`~meshshard.nn.BallAttentionNet`, the model of ``train --model
+  ball-attention``, with ``--blocks`` blocks (each a residual ball-query attention and a residual
+  MLP; radius such that a ball holds ``1.25 * --neighbors`` points on average, at most
+  ``--neighbors`` kept). Its :class:`~meshshard.nn.BallQueryPlan` is built once
+  (:meth:`~meshshard.nn.BallAttentionNet.build_plans`) and timed against one forward.
 - ``transolver``: :class:`~meshshard.nn.Transolver` with ``--blocks`` blocks, ``--slices`` slices.
 
 Measured per run: the plan's build time (ball-attention), one forward, and forward + backward of a
@@ -64,35 +65,6 @@ def surface_radius(n: int, neighbors: float) -> float:
     return math.sqrt(neighbors / (math.pi * n / (4 * math.pi)))
 
 
-def ball_attention_model(in_channels: int, out_channels: int, width: int, blocks: int, heads: int, radius: float,
-                         neighbors: int):  # noqa: ANN201 - a torch module, torch imported lazily
-    """The ball-attention stack measured here: encoder MLP, ``blocks`` residual BallQueryAttention
-    blocks with layer norm, decoder. (One function, to be replaced by ``--model ball-attention``.)"""
-    import torch
-    from torch import nn
-
-    from meshshard import ShardTensor
-    from meshshard.nn import BallQueryAttention
-
-    class BallAttentionStack(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.encoder = nn.Sequential(nn.Linear(in_channels, width), nn.GELU(), nn.Linear(width, width))
-            self.norms = nn.ModuleList(nn.LayerNorm(width) for _ in range(blocks))
-            self.blocks = nn.ModuleList(BallQueryAttention(width, heads, radius, neighbors) for _ in range(blocks))
-            self.decoder = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, out_channels))
-
-        def forward(self, x: torch.Tensor, pos: torch.Tensor, plan, spec=None) -> torch.Tensor:  # noqa: ANN001
-            h = self.encoder(x)
-            for norm, block in zip(self.norms, self.blocks):
-                z = norm(h)
-                y = block(z if spec is None else ShardTensor(z, spec), pos, plan)
-                h = h + (y if spec is None else y.to_local())
-            return self.decoder(h)
-
-    return BallAttentionStack()
-
-
 # ---------------------------------------------------------------------------------------------
 # worker: one rank
 
@@ -101,8 +73,8 @@ def worker(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
-    from meshshard import ShardSpec
-    from meshshard.nn import BallQueryPlan, Transolver
+    from meshshard import ShardSpec, ShardTensor
+    from meshshard.nn import BallAttentionNet, Transolver
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -125,16 +97,21 @@ def worker(args: argparse.Namespace) -> None:
             dist.barrier()
 
     if job["model"] == "ball-attention":
-        model = ball_attention_model(6, 1, job["width"], job["blocks"], job["heads"], job["radius"], job["neighbors"])
+        # the built-in model of train --model ball-attention, its plan built once and timed apart
+        model = BallAttentionNet(6, 1, width=job["width"], layers=job["blocks"], heads=job["heads"],
+                                 radius=job["radius"], max_neighbors=job["neighbors"])
         barrier()
         start = time.perf_counter()
-        plan = BallQueryPlan.build(pos, job["radius"], job["neighbors"], spec)
+        plans = model.build_plans(pos, spec)
         out["plan_s"] = time.perf_counter() - start
+        (plan,) = plans.values()
         out["received"] = plan.num_ghost
         out["sent"] = int(sum(plan.send_counts))
+        features = x if spec is None else ShardTensor.from_local(x, spec)
 
         def forward() -> torch.Tensor:
-            return model(x, pos, plan, spec)
+            y = model(features, pos, plans)
+            return y if spec is None else y.to_local()
     else:
         model = Transolver(6, 1, width=job["width"], layers=job["blocks"], heads=job["heads"], slices=job["slices"])
 

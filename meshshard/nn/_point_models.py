@@ -12,7 +12,7 @@ for the model's radius (so any partition is exact, whatever radius it was made f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -103,8 +103,17 @@ class BallAttentionNet(nn.Module):
         )
         self.decoder = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, out_channels))
 
-    def forward(self, x: Any, pos: Any) -> Any:
-        """The model on a whole cloud (tensors) or on a shard's owned rows (``ShardTensor`` ``x``)."""
+    def build_plans(self, pos: Any, spec: Any = None) -> dict[float, BallQueryPlan]:
+        """The neighbours (and on shards the geometric halo) of ``pos`` for each of the model's radii,
+        ``{radius: BallQueryPlan}``: what :meth:`forward` builds when it is given none. Build them
+        once for a cloud whose points do not move and pass them to every forward (on shards a
+        collective every rank joins; ``spec``: the layout of the owned rows ``pos``)."""
+        pos_local = pos.to_local() if isinstance(pos, ShardTensor) else pos
+        return {r: BallQueryPlan.build(pos_local, r, self.max_neighbors, spec) for r in self.radii}
+
+    def forward(self, x: Any, pos: Any, plans: Mapping[float, BallQueryPlan] | None = None) -> Any:
+        """The model on a whole cloud (tensors) or on a shard's owned rows (``ShardTensor`` ``x``);
+        ``plans`` from :meth:`build_plans` for these points, else built here."""
         spec = x.spec if isinstance(x, ShardTensor) else None
         local = x.to_local() if spec is not None else x
         pos_local = pos.to_local() if isinstance(pos, ShardTensor) else pos
@@ -115,7 +124,10 @@ class BallAttentionNet(nn.Module):
             got = tuple(pos_local.shape) if isinstance(pos_local, Tensor) else type(pos_local).__name__
             raise ValueError(f"Expected 'pos' to have shape ({local.shape[0]}, {self.pos_dim}), one row per row of "
                              f"'x' (got {got})")
-        plans = {r: BallQueryPlan.build(pos_local, r, self.max_neighbors, spec) for r in self.radii}
+        if plans is None:
+            plans = self.build_plans(pos_local, spec)
+        elif set(plans) != set(self.radii):
+            raise ValueError(f"Expected plans for the radii {self.radii} (got {sorted(plans)})")
         h = self.encoder(local)
         p = pos_local.to(h.dtype)
         for block in self.blocks:
