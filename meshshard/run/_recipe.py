@@ -416,55 +416,47 @@ class ModelRecipe:
                             attention_slices=int(s["attention_slices"]))
 
 
-def transolver_args(args: Mapping[str, Any]) -> dict[str, Any]:
-    """``--model transolver``'s ``--model-args`` over :data:`TRANSOLVER_DEFAULTS`; a one-line
-    ``ValueError`` for a name it does not take or a value that is not a positive integer."""
-    unknown = sorted(set(args) - set(TRANSOLVER_DEFAULTS))
+def _checked_args(model: str, args: Mapping[str, Any], defaults: Mapping[str, Any],
+                  zero_ok: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A built-in model's ``--model-args`` over its ``defaults``; a one-line ``ValueError`` for a
+    name it does not take or a value out of range: ``checkpoint`` true or false, ``radius`` a
+    positive number or a list of them, those of ``zero_ok`` integers >= 0, the rest positive integers,
+    ``width`` a multiple of ``heads``."""
+    unknown = sorted(set(args) - set(defaults))
     if unknown:
-        raise ValueError(f"Expected --model-args of --model transolver among {', '.join(TRANSOLVER_DEFAULTS)} "
+        raise ValueError(f"Expected --model-args of --model {model} among {', '.join(defaults)} "
                          f"(got {', '.join(unknown)})")
-    out = {**TRANSOLVER_DEFAULTS, **args}
-    if not isinstance(out["checkpoint"], bool):
-        raise ValueError(f"Expected --model-args checkpoint of --model transolver to be true or false "
-                         f"(got {out['checkpoint']!r})")
-    for key, value in out.items():
-        if key == "checkpoint":
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "mlp_ratio" else 1):
-            raise ValueError(f"Expected --model-args {key} of --model transolver to be a positive integer "
-                             f"(got {value!r})")
-    if out["width"] % out["heads"]:
-        raise ValueError(f"Expected --model-args width ({out['width']}) of --model transolver to be a multiple of "
-                         f"heads ({out['heads']})")
-    return out
-
-
-def ball_attention_args(args: Mapping[str, Any]) -> dict[str, Any]:
-    """``--model ball-attention``'s ``--model-args`` over :data:`BALL_ATTENTION_DEFAULTS`; a one-line
-    ``ValueError`` for a name it does not take or a value out of range."""
-    unknown = sorted(set(args) - set(BALL_ATTENTION_DEFAULTS))
-    if unknown:
-        raise ValueError(f"Expected --model-args of --model ball-attention among {', '.join(BALL_ATTENTION_DEFAULTS)} "
-                         f"(got {', '.join(unknown)})")
-    out = {**BALL_ATTENTION_DEFAULTS, **args}
+    out = {**defaults, **args}
     for key, value in out.items():
         if key == "checkpoint":
             if not isinstance(value, bool):
-                raise ValueError(f"Expected --model-args checkpoint of --model ball-attention to be true or false "
+                raise ValueError(f"Expected --model-args checkpoint of --model {model} to be true or false "
                                  f"(got {value!r})")
         elif key == "radius":
             radii = value if isinstance(value, list) else [value]
             if not radii or not all(isinstance(r, (int, float)) and not isinstance(r, bool) and 0 < r < float("inf")
                                     for r in radii):
-                raise ValueError(f"Expected --model-args radius of --model ball-attention to be a positive number or "
+                raise ValueError(f"Expected --model-args radius of --model {model} to be a positive number or "
                                  f"a list of them (got {value!r})")
-        elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"Expected --model-args {key} of --model ball-attention to be a positive integer "
+        elif isinstance(value, bool) or not isinstance(value, int) or value < (0 if key in zero_ok else 1):
+            raise ValueError(f"Expected --model-args {key} of --model {model} to be a positive integer "
                              f"(got {value!r})")
     if out["width"] % out["heads"]:
-        raise ValueError(f"Expected --model-args width ({out['width']}) of --model ball-attention to be a multiple "
+        raise ValueError(f"Expected --model-args width ({out['width']}) of --model {model} to be a multiple "
                          f"of heads ({out['heads']})")
     return out
+
+
+def transolver_args(args: Mapping[str, Any]) -> dict[str, Any]:
+    """``--model transolver``'s ``--model-args`` over :data:`TRANSOLVER_DEFAULTS` (see :func:`_checked_args`;
+    ``mlp_ratio`` 0: no MLP)."""
+    return _checked_args("transolver", args, TRANSOLVER_DEFAULTS, zero_ok=("mlp_ratio",))
+
+
+def ball_attention_args(args: Mapping[str, Any]) -> dict[str, Any]:
+    """``--model ball-attention``'s ``--model-args`` over :data:`BALL_ATTENTION_DEFAULTS`
+    (see :func:`_checked_args`)."""
+    return _checked_args("ball-attention", args, BALL_ATTENTION_DEFAULTS)
 
 
 def builtin_args(architecture: str, args: Mapping[str, Any]) -> dict[str, Any]:
