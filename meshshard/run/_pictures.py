@@ -217,19 +217,9 @@ def sample_picture(path: Path, name: str, layout: Any, y: np.ndarray | None, pre
         pos, truth, values = rows[:, :dim], rows[:, dim:dim + y.shape[1]], rows[:, dim + y.shape[1]:]
         known = truth.shape[1] > 0
         note = (f"{len(rows):,} of {layout.num_nodes:,} points" + (", seen from three sides" if dim == 3 else ""))
-        try:  # only rank 0 is here: no collective
-            if not len(pos):
-                raise ValueError("no point to draw")
-            ok = plot_cloud(path, f"{name}: {'truth, prediction, error' if known else 'prediction'}", pos,
-                            truth if known else None, values, fields, note)
-        except Exception as err:  # noqa: BLE001 - anything matplotlib raises
-            print(f"meshshard predict: note: no picture of {name} ({type(err).__name__}: {err}); the files and "
-                  "metrics are written", file=sys.stderr, flush=True)
-            return None
-        if not ok:
-            print("meshshard predict: note: matplotlib is not installed, so no pictures (pip install matplotlib)",
-                  flush=True)
-        return path.name if ok else None
+        return _drawn(path, name, "point", lambda: plot_cloud(
+            path, f"{name}: {'truth, prediction, error' if known else 'prediction'}", pos, truth if known else None,
+            values, fields, note), len(pos))
     if gathered and dim == 2 and layout.num_nodes <= PLOT_MAX_NODES:
         if full is None:
             return None
@@ -247,11 +237,19 @@ def sample_picture(path: Path, name: str, layout: Any, y: np.ndarray | None, pre
             where = f"z = {low:.4g}" if low == high else f"{low:.4g} <= z <= {high:.4g}"
             note += f": those at {where} (a slab through the nodes nearest the middle plane), seen along z"
     known = truth is not None and truth.shape[1] > 0
-    try:  # a picture that cannot be drawn never fails the prediction (only rank 0 is here: no collective)
-        if not len(pos):
-            raise ValueError("no node to draw")
-        ok = plot_sample(path, f"{name}: {'truth, prediction, error' if known else 'prediction'}", pos,
-                         truth if known else None, values, fields, tri, note, view)
+    return _drawn(path, name, "node", lambda: plot_sample(
+        path, f"{name}: {'truth, prediction, error' if known else 'prediction'}", pos, truth if known else None,
+        values, fields, tri, note, view), len(pos))
+
+
+def _drawn(path: Path, name: str, what: str, draw: Any, count: int) -> str | None:
+    """``path``'s name once ``draw()`` has drawn it (True; False: no matplotlib), else None with a
+    note: a picture that cannot be drawn never fails the prediction (only rank 0 is here: no
+    collective). ``count``: the points to draw, ``what`` they are called."""
+    try:
+        if not count:
+            raise ValueError(f"no {what} to draw")
+        ok = draw()
     except Exception as err:  # noqa: BLE001 - anything matplotlib raises
         print(f"meshshard predict: note: no picture of {name} ({type(err).__name__}: {err}); the files and metrics "
               "are written", file=sys.stderr, flush=True)
