@@ -59,6 +59,8 @@ def _check_counts(args: Any) -> str | None:
         return f"Expected --warmup to be 0 (none) or a positive integer (got {args.warmup})"
     if not (np.isfinite(args.lr_floor) and 0 <= args.lr_floor <= 1):
         return f"Expected --lr-floor to be a fraction between 0 and 1 (got {args.lr_floor})"
+    if args.lr_schedule == "exponential" and args.lr_floor <= 0:
+        return f"Expected --lr-floor above 0 for --lr-schedule exponential (got {args.lr_floor})"
     if not (np.isfinite(args.clip_grad) and args.clip_grad >= 0):
         return f"Expected --clip-grad to be 0 (off) or a positive number (got {args.clip_grad})"
     if not (np.isfinite(args.noise_std) and args.noise_std >= 0):
@@ -292,12 +294,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("--precision", default=None, choices=["fp32", "bf16-mixed"],
                    help="fp32 (default), or bf16-mixed: bfloat16 matrix products under autocast, float32 weights, "
                    "sums and loss")
-    p.add_argument("--lr-schedule", default=None, choices=["constant", "cosine"],
-                   help="constant (default), or cosine: from --lr down to --lr x --lr-floor at the last step")
+    p.add_argument("--lr-schedule", default=None, choices=["constant", "cosine", "exponential"],
+                   help="constant (default), cosine (a half cosine) or exponential (geometric, after --warmup): "
+                   "from --lr down to --lr x --lr-floor at the last step")
     p.add_argument("--warmup", type=int, default=None, metavar="STEPS",
                    help="linear warm-up of the learning rate over the first STEPS steps (default 0: none)")
     p.add_argument("--lr-floor", type=float, default=None, metavar="FRACTION",
-                   help=f"cosine's last learning rate, a fraction of --lr (default {_DEFAULTS['lr_floor']})")
+                   help=f"cosine's or exponential's last learning rate, a fraction of --lr "
+                   f"(default {_DEFAULTS['lr_floor']}; above 0 for exponential)")
     p.add_argument("--batch", type=int, default=None, metavar="B",
                    help="samples per step for each data-parallel group: the step's loss is their mean (default 1; "
                    "memory grows with B: the B samples' activations are kept for one backward)")

@@ -110,9 +110,9 @@ class TrainConfig:
     task: str = ""  # the workload (meshshard.tasks): how a sample is read, the loss; "": the dataset's
     noise_std: float = 0.0  # transient: Gaussian noise on the state input at each step, normalised units (0: off)
     rollout_train: int = 1  # transient: model applications unrolled per training sample, their losses summed
-    lr_schedule: str = "constant"  # constant, or cosine: from lr down to lr * lr_floor at the last step
+    lr_schedule: str = "constant"  # constant, cosine or exponential: from lr down to lr * lr_floor at the last step
     warmup: int = 0  # steps of linear warm-up from lr / warmup to lr (0: none)
-    lr_floor: float = 0.01  # cosine's last learning rate, as a fraction of lr
+    lr_floor: float = 0.01  # cosine's or exponential's last learning rate, as a fraction of lr
     batch: int = 1  # samples per step for each data-parallel group (their mean loss; one backward)
     max_time: float = 0.0  # seconds of wall time for this process's training (0: no budget); then checkpoint, stop
     clip_grad: float = 0.0  # clip the gradients' global norm to this (0: off), after they are summed over the ranks
@@ -133,22 +133,32 @@ def sample_index(seed: int, step: int, data_rank: int, data_parallel: int, num_s
 
 
 #: The learning-rate schedules of ``--lr-schedule``.
-LR_SCHEDULES = ("constant", "cosine")
+LR_SCHEDULES = ("constant", "cosine", "exponential")
 
 
 def lr_at(cfg: TrainConfig, step: int) -> float:
     """The learning rate of ``step`` (0-based): ``cfg.lr``, times a linear warm-up over the first
     ``cfg.warmup`` steps, times for ``cosine`` a half cosine from 1 at step 0 to ``cfg.lr_floor``
-    at the last step (``cfg.steps - 1``). A pure function of the step, so a resumed run repeats
-    the uninterrupted one's rates."""
+    at the last step (``cfg.steps - 1``), or for ``exponential`` a geometric decay
+    ``cfg.lr_floor ** t`` with ``t`` going linearly from 0 at the end of the warm-up (step
+    ``cfg.warmup - 1``, or step 0 without one) to 1 at the last step (MeshGraphNets' exponential
+    decay to a floor). A pure function of the step, so a resumed run repeats the uninterrupted
+    one's rates."""
     if cfg.lr_schedule not in LR_SCHEDULES:
-        raise ValueError(f"Expected --lr-schedule {' or '.join(LR_SCHEDULES)} (got {cfg.lr_schedule!r})")
+        raise ValueError(f"Expected --lr-schedule {', '.join(LR_SCHEDULES[:-1])} or {LR_SCHEDULES[-1]} "
+                         f"(got {cfg.lr_schedule!r})")
     if cfg.warmup < 0 or not 0.0 <= cfg.lr_floor <= 1.0:
         raise ValueError(f"Expected --warmup >= 0 and 0 <= --lr-floor <= 1 (got {cfg.warmup}, {cfg.lr_floor})")
+    if cfg.lr_schedule == "exponential" and cfg.lr_floor <= 0.0:
+        raise ValueError(f"Expected --lr-floor > 0 for --lr-schedule exponential (got {cfg.lr_floor})")
     rate = cfg.lr * (min(1.0, (step + 1) / cfg.warmup) if cfg.warmup > 0 else 1.0)
     if cfg.lr_schedule == "cosine":
         done = min(1.0, step / max(cfg.steps - 1, 1))
         rate *= cfg.lr_floor + (1.0 - cfg.lr_floor) * 0.5 * (1.0 + math.cos(math.pi * done))
+    elif cfg.lr_schedule == "exponential":
+        start = max(cfg.warmup - 1, 0)
+        done = min(1.0, max(0.0, (step - start) / max(cfg.steps - 1 - start, 1)))
+        rate *= cfg.lr_floor**done
     return rate
 
 
