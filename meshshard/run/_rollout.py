@@ -64,6 +64,7 @@ from ._prediction import (
 )
 from ._recipe import build_model
 from ._report import gather_peak_memory, peak_memory_mb, resident_memory_mb
+from ._stepping import roll_states
 
 __all__ = ["ROLLOUT_MARKS", "memory_steps", "rollout", "write_pvd"]
 
@@ -246,24 +247,27 @@ def _roll(cfg: PredictConfig, task: Any, trajectories: Any, k: int, count: int, 
     mse = {name: [] for name, _ in fields}  # per step: the mean square over interior nodes
     counts = sum_across(np.array([float(interior.sum())]), None, ctx.device)[0]
     entries = []
+    read: list[np.ndarray | None] = [None]  # the truth of the step being computed, as read
+
+    def truth_of(n: int) -> Any:
+        clock = time.perf_counter()
+        read[0] = trajectories.state(k, n * stride, ids) if n * stride < known else None
+        spent["read"] += time.perf_counter() - clock
+        return None if read[0] is None else torch.from_numpy(read[0]).to(ctx.device, dtype)
+
+    states = roll_states(task, normaliser, layout.forward, state, rows, count, truth_of)
     for n in range(count + 1):
         t = n * stride
-        clock = time.perf_counter()
-        truth = trajectories.state(k, t, ids) if t < known else None
-        spent["read"] += time.perf_counter() - clock
-        clock = time.perf_counter()
-        if n > 0:
-            with torch.no_grad():
-                prediction = layout.forward(task.rollout_input(normaliser, state, rows))
-                state = task.rollout_update(normaliser, state, prediction, rows,
-                                            None if truth is None else torch.from_numpy(truth).to(ctx.device, dtype))
+        clock, reading = time.perf_counter(), spent["read"]
+        _, state, _ = next(states)
+        truth = read[0]
         pred = state.detach().to(torch.float64).cpu().numpy()
         if n > 0:
             local = [float(((pred[:, sl] - truth[:, sl])[interior] ** 2).sum()) if truth is not None else math.nan
                      for _, sl in fields]
             for (name, sl), v in zip(fields, sum_across(np.array(local), None, ctx.device), strict=True):
                 mse[name].append(float(v) / max(counts * (sl.stop - sl.start), 1.0))
-        spent["compute"] += time.perf_counter() - clock
+        spent["compute"] += time.perf_counter() - clock - (spent["read"] - reading)
         clock = time.perf_counter()
 
         def rows_of(at: np.ndarray, t: int = t) -> tuple[np.ndarray, np.ndarray | None]:
