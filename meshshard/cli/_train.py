@@ -49,6 +49,8 @@ def _check_counts(args: Any) -> str | None:
     if args.global_attention < 0 or args.attention_heads < 1 or args.attention_slices < 1:
         return (f"Expected --global-attention 0 (off) or more, and positive --attention-heads and --attention-slices "
                 f"(got {args.global_attention}, {args.attention_heads}, {args.attention_slices})")
+    if args.val_rollout < 0:
+        return f"Expected --val-rollout to be 0 (off) or a positive integer (got {args.val_rollout})"
     if args.val_every < 0:
         return f"Expected --val-every to be 0 (off) or a positive integer (got {args.val_every})"
     if args.nproc < 0:
@@ -99,7 +101,7 @@ _RUN_SETTINGS = {"steps": "steps", "latent": "latent_size", "hidden_layers": "hi
                  "batch": "batch", "lr_schedule": "lr_schedule", "warmup": "warmup", "lr_floor": "lr_floor",
                  "global_attention": "global_attention", "attention_heads": "attention_heads",
                  "attention_slices": "attention_slices", "noise_std": "noise_std",
-                 "rollout_train": "rollout_train"}
+                 "rollout_train": "rollout_train", "val_rollout": "val_rollout"}
 _DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 
 
@@ -219,6 +221,7 @@ def _train(args: Any) -> int:
         lr_schedule=args.lr_schedule,
         warmup=args.warmup, lr_floor=args.lr_floor, noise_std=args.noise_std,
         rollout_train=args.rollout_train,
+        val_rollout=args.val_rollout,
     )
     def check() -> None:  # the RUN checks here too, so that a refusal is one line before any rank starts
         check_training(cfg, saved_ckpt)
@@ -320,6 +323,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--rollout-train", type=int, default=None, metavar="K",
                    help="trajectories: apply the model K times from each training state, each prediction the next "
                    "input, and sum the K losses (default 1: the one-step map)")
+    p.add_argument("--val-rollout", type=int, default=None, metavar="V",
+                   help="trajectories, with --val-every: also roll each validation trajectory out V steps (fewer if "
+                   f"it holds fewer) and log the RMSE; best.pt keeps the lowest (default {_DEFAULTS['val_rollout']}; "
+                   "0: off, best.pt by the one-step loss)")
     p.add_argument("--nproc", type=int, default=0, help="start this many local ranks (when not under torchrun)")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="no banner, no per-step lines (errors and notes still print)")
