@@ -413,6 +413,7 @@ def train(cfg: TrainConfig) -> list[float]:
             "config": {**asdict(cfg), "normalisation": reader.normaliser.to_dict(), "model_sha256": digest,
                        "target_fields": task.output_fields(reader.dataset, {}),  # predict names its outputs by them
                        "target_scales": reader.dataset.meta.get("target_scales") or {},  # and multiplies them back
+                       "node_types": reader.dataset.meta.get("node_types"),  # a transient run's classes (load_run)
                        "num_parameters": num_parameters},
             "world_size": ctx.world_size, "identity": identity, "best_val_loss": best_val, "best_by": best_by,
         }
