@@ -66,6 +66,18 @@ def test_the_rollout_error_on_two_ranks_equals_one_process_and_predict(setup: di
     assert rmse[-1] == pytest.approx(float(np.sqrt(np.mean(np.square(err)))), rel=1e-10)
 
 
+def test_data_parallel_groups_share_the_trajectories_and_agree(setup: dict) -> None:
+    """2 data-parallel groups of 1 rank: one group has the validation trajectory, the other none; at
+    step 0 (the same initial weights) the figure is the one-process one."""
+    one = _cfg(setup, "dp-one", steps=1)
+    train(one)
+    dp = _cfg(setup, "dp-two", steps=1, data_parallel=2)
+    run_ranks(_train_rank, 2, asdict(dp), timeout=120)
+    a, b = _records(one.out), _records(dp.out)
+    assert a[0]["step"] == b[0]["step"] == 0
+    assert b[0]["val_rollout_rmse"] == pytest.approx(a[0]["val_rollout_rmse"], rel=1e-10)
+
+
 def test_val_rollout_0_is_off_and_best_is_by_the_loss(setup: dict) -> None:
     cfg = _cfg(setup, "off", val_rollout=0, steps=2)
     train(cfg)
