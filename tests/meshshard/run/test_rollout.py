@@ -187,3 +187,28 @@ def test_memory_is_recorded_after_steps_0_1_10_100_and_the_last() -> None:
 
     assert memory_steps(0) == [0] and memory_steps(1) == [0, 1] and memory_steps(9) == [0, 1, 9]
     assert memory_steps(10) == [0, 1, 10] and memory_steps(250) == [0, 1, 10, 100, 250]
+
+
+def test_a_3d_mesh_is_animated_on_its_middle_slab(tmp_path: Path) -> None:
+    from meshshard.partition import Trajectory, partition_dataset, write_trajectories
+    from tests._meshes import synthetic_mesh
+
+    mesh = synthetic_mesh("a-3d-box.mesh")  # 336 nodes of jittered tetrahedra
+    pos = np.asarray(mesh.pos)
+    classes = (np.abs(pos[:, 0]) > 0.9).astype(np.int64)
+    runs = []
+    for k, c in enumerate((0.5, 1.0)):
+        times = 0.1 * np.arange(5)
+        states = np.stack([np.exp(-4 * ((pos[:, 0] - c * t) ** 2 + pos[:, 1] ** 2))[:, None] for t in times])
+        runs.append(Trajectory(f"box{k}", pos, list(mesh.cells), times, iter(states), np.full((len(pos), 1), c),
+                               classes))
+    write_trajectories(tmp_path / "data", iter(runs), ["box0", "box1"], state_fields=[{"name": "u", "components": 1}],
+                       input_fields=[{"name": "c", "components": 1}], node_type_source="test", val_samples=["box1"],
+                       dtype="float64")
+    partition_dataset(tmp_path / "data", tmp_path / "parts1", 1)
+    cfg = TrainConfig(partition=str(tmp_path / "parts1"), data=str(tmp_path / "data"), out=str(tmp_path / "run"),
+                      steps=1, latent_size=8, hidden_layers=1, message_passing_steps=1, quiet=True, dtype="float64")
+    train(cfg)
+    predict(PredictConfig(run=cfg.out, data=cfg.data, out=str(tmp_path / "pred"), rollout=True, quiet=True))
+    with Image.open(tmp_path / "pred" / "box1.gif") as gif:
+        assert gif.n_frames == 5
