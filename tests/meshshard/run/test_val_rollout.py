@@ -97,3 +97,27 @@ def test_info_shows_the_validation_rollout(setup: dict, capsys) -> None:
     best = int(np.argmin(rmse)) * 2
     assert f"val rollout RMSE ({V} steps, normalised) last {rmse[-1]:.5g} at step 2, best {min(rmse):.5g} " \
            f"at step {best} (best.pt)" in out
+
+
+def test_a_resumed_run_logs_the_uninterrupted_rollout_errors(setup: dict) -> None:
+    whole = _cfg(setup, "resume-whole")
+    train(whole)
+    stopped = _cfg(setup, "resume-part", max_time=1e-9)
+    train(stopped)  # stops after its first step, with a checkpoint
+    assert [r["step"] for r in _records(stopped.out)] == [0]
+    train(_cfg(setup, "resume-part", resume=True))
+    a, b = _records(whole.out), _records(stopped.out)
+    assert [(r["step"], r["val_rollout_rmse"]) for r in b] == [(r["step"], r["val_rollout_rmse"]) for r in a]
+    assert load_checkpoint(Path(stopped.out) / "best.pt")["step"] == load_checkpoint(Path(whole.out) / "best.pt")["step"]
+
+
+def test_the_command_line_sets_it(setup: dict, capsys) -> None:
+    from meshshard.cli import main
+
+    out = str(setup["root"] / "cli")
+    assert main(["train", setup[1], "--data", setup["data"], "--out", out, "--steps", "1", "--latent", "8",
+                 "--mp-steps", "1", "--val-every", "1", "--val-rollout", "3", "--log-every", "1"]) == 0
+    records = _records(out)
+    assert [r["val_rollout_steps"] for r in records] == [3, 3]
+    printed = capsys.readouterr().out
+    assert f"rollout RMSE (3 steps) {records[-1]['val_rollout_rmse']:.5f}" in printed
