@@ -39,6 +39,7 @@ _LAZY: dict[str, str] = {
     "CheckpointError": ".run",
     "load_run": ".run",
     "TrainedRun": ".run",
+    "TransientRun": ".run",
     "TrainConfig": ".run",
     "train": ".run",
     "check_training": ".run",

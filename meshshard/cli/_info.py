@@ -65,6 +65,10 @@ def describe_run(summary: dict[str, Any]) -> str:
     if val is not None:
         lines.append(f"  val loss   last {val['last']:.5g} at step {val['last_step']}, "
                      f"best {val['best']:.5g} at step {val['best_step']}")
+    rolled = summary.get("val_rollout_rmse")
+    if rolled is not None:
+        lines.append(f"  val rollout RMSE ({rolled['steps']} steps, normalised) last {rolled['last']:.5g} at step "
+                     f"{rolled['last_step']}, best {rolled['best']:.5g} at step {rolled['best_step']} (best.pt)")
     return "\n".join(lines)
 
 

@@ -49,6 +49,8 @@ def _check_counts(args: Any) -> str | None:
     if args.global_attention < 0 or args.attention_heads < 1 or args.attention_slices < 1:
         return (f"Expected --global-attention 0 (off) or more, and positive --attention-heads and --attention-slices "
                 f"(got {args.global_attention}, {args.attention_heads}, {args.attention_slices})")
+    if args.val_rollout < 0:
+        return f"Expected --val-rollout to be 0 (off) or a positive integer (got {args.val_rollout})"
     if args.val_every < 0:
         return f"Expected --val-every to be 0 (off) or a positive integer (got {args.val_every})"
     if args.nproc < 0:
@@ -59,6 +61,8 @@ def _check_counts(args: Any) -> str | None:
         return f"Expected --warmup to be 0 (none) or a positive integer (got {args.warmup})"
     if not (np.isfinite(args.lr_floor) and 0 <= args.lr_floor <= 1):
         return f"Expected --lr-floor to be a fraction between 0 and 1 (got {args.lr_floor})"
+    if args.lr_schedule == "exponential" and args.lr_floor <= 0:
+        return f"Expected --lr-floor above 0 for --lr-schedule exponential (got {args.lr_floor})"
     if not (np.isfinite(args.clip_grad) and args.clip_grad >= 0):
         return f"Expected --clip-grad to be 0 (off) or a positive number (got {args.clip_grad})"
     if not (np.isfinite(args.noise_std) and args.noise_std >= 0):
@@ -97,7 +101,7 @@ _RUN_SETTINGS = {"steps": "steps", "latent": "latent_size", "hidden_layers": "hi
                  "batch": "batch", "lr_schedule": "lr_schedule", "warmup": "warmup", "lr_floor": "lr_floor",
                  "global_attention": "global_attention", "attention_heads": "attention_heads",
                  "attention_slices": "attention_slices", "noise_std": "noise_std",
-                 "rollout_train": "rollout_train"}
+                 "rollout_train": "rollout_train", "val_rollout": "val_rollout"}
 _DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 
 
@@ -217,6 +221,7 @@ def _train(args: Any) -> int:
         lr_schedule=args.lr_schedule,
         warmup=args.warmup, lr_floor=args.lr_floor, noise_std=args.noise_std,
         rollout_train=args.rollout_train,
+        val_rollout=args.val_rollout,
     )
     def check() -> None:  # the RUN checks here too, so that a refusal is one line before any rank starts
         check_training(cfg, saved_ckpt)
@@ -292,12 +297,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("--precision", default=None, choices=["fp32", "bf16-mixed"],
                    help="fp32 (default), or bf16-mixed: bfloat16 matrix products under autocast, float32 weights, "
                    "sums and loss")
-    p.add_argument("--lr-schedule", default=None, choices=["constant", "cosine"],
-                   help="constant (default), or cosine: from --lr down to --lr x --lr-floor at the last step")
+    p.add_argument("--lr-schedule", default=None, choices=["constant", "cosine", "exponential"],
+                   help="constant (default), cosine (a half cosine) or exponential (geometric, after --warmup): "
+                   "from --lr down to --lr x --lr-floor at the last step")
     p.add_argument("--warmup", type=int, default=None, metavar="STEPS",
                    help="linear warm-up of the learning rate over the first STEPS steps (default 0: none)")
     p.add_argument("--lr-floor", type=float, default=None, metavar="FRACTION",
-                   help=f"cosine's last learning rate, a fraction of --lr (default {_DEFAULTS['lr_floor']})")
+                   help=f"cosine's or exponential's last learning rate, a fraction of --lr "
+                   f"(default {_DEFAULTS['lr_floor']}; above 0 for exponential)")
     p.add_argument("--batch", type=int, default=None, metavar="B",
                    help="samples per step for each data-parallel group: the step's loss is their mean (default 1; "
                    "memory grows with B: the B samples' activations are kept for one backward)")
@@ -316,6 +323,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--rollout-train", type=int, default=None, metavar="K",
                    help="trajectories: apply the model K times from each training state, each prediction the next "
                    "input, and sum the K losses (default 1: the one-step map)")
+    p.add_argument("--val-rollout", type=int, default=None, metavar="V",
+                   help="trajectories, with --val-every: also roll each validation trajectory out V steps (fewer if "
+                   f"it holds fewer) and log the RMSE; best.pt keeps the lowest (default {_DEFAULTS['val_rollout']}; "
+                   "0: off, best.pt by the one-step loss)")
     p.add_argument("--nproc", type=int, default=0, help="start this many local ranks (when not under torchrun)")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="no banner, no per-step lines (errors and notes still print)")

@@ -13,8 +13,8 @@ as library code that the ``meshshard train / predict / info`` commands only call
   defaults stated once, built for the dataset's channel counts;
 - :func:`check_model_exact`, :class:`ExactnessReport`: your model on R ranks against one process,
   output and every gradient (``meshshard selftest --model``);
-- :func:`load_run`, :class:`TrainedRun`: a trained run's model, weights and normalisation for
-  code of your own;
+- :func:`load_run`, :class:`TrainedRun`, :class:`TransientRun` (its rollout): a trained run's
+  model, weights and normalisation for code of your own;
 - the run folder: :data:`CHECKPOINT`, :data:`LOG`, :data:`RUN_FILES`, :func:`read_run`,
   :func:`load_checkpoint` (tensors and plain values only, checksum checked), :func:`run_summary`,
   :func:`resume_hint`; a prediction folder: :func:`prediction_summary`.
@@ -62,7 +62,7 @@ from ._recipe import (
                       transolver_args,
 )
 from ._subsample import POINT_MODELS, keep_points
-from ._trained_run import TrainedRun, load_run
+from ._trained_run import TrainedRun, TransientRun, load_run
 from ._training import TrainConfig, check_max_points, check_training, sample_index, train
 
 __all__ = [
@@ -86,6 +86,7 @@ __all__ = [
     "PredictConfig",
     "TrainConfig",
     "TrainedRun",
+    "TransientRun",
     "build_model",
     "check_model_exact",
     "check_prediction_request",

@@ -308,6 +308,8 @@ def run_summary(run: str | Path) -> dict[str, Any]:
     records = read_log(Path(run) / LOG)
     losses = [float(v) for v in ckpt.get("losses", [])]
     val = run_val_losses(records)
+    rolled = [(int(r["step"]), float(v), r.get("val_rollout_steps")) for r in records
+              if isinstance(v := r.get("val_rollout_rmse"), (int, float)) and not isinstance(v, bool)]
     finite = [(i, v) for i, v in enumerate(losses) if math.isfinite(v)]
     best = min(finite, key=lambda iv: iv[1]) if finite else None
     model = cfg.get("model") or ""
@@ -337,4 +339,8 @@ def run_summary(run: str | Path) -> dict[str, Any]:
                  "best": best[1] if best else None, "best_step": best[0] if best else None},
         "val_loss": {"last": val[-1][1], "last_step": val[-1][0],
                      "best": min(v for _, v in val), "best_step": min(val, key=lambda sv: sv[1])[0]} if val else None,
+        # a transient run's validation rollout (--val-rollout): normalised RMSE; best.pt holds its lowest
+        "val_rollout_rmse": {"last": rolled[-1][1], "last_step": rolled[-1][0], "steps": rolled[-1][2],
+                             "best": min(v for _, v, _ in rolled),
+                             "best_step": min(rolled, key=lambda sv: sv[1])[0]} if rolled else None,
     }

@@ -18,8 +18,8 @@ import numpy as np
 
 from meshshard.comm import gather_rows, max_across, sum_across
 
-__all__ = ["CLOUD_PLOT_MAX_POINTS", "PLOT_MAX_NODES", "cloud_rows", "plot_cloud", "plot_rows", "plot_sample",
-           "sample_picture"]
+__all__ = ["ANIMATION_MAX_FRAMES", "CLOUD_PLOT_MAX_POINTS", "PLOT_MAX_NODES", "RolloutFrames", "animation_steps",
+           "cloud_rows", "plot_cloud", "plot_rows", "plot_sample", "rollout_animation", "sample_picture"]
 
 
 #: Nodes drawn in one picture at most (a strided subsample beyond that).
@@ -28,6 +28,9 @@ PLOT_MAX_NODES = 200_000
 CLOUD_PLOT_MAX_POINTS = 40_000
 #: The three views of a 3-D cloud: (name, horizontal axis, vertical axis, depth axis, viewer on the + side).
 _VIEWS = (("side (along y)", 0, 2, 1, False), ("top (along z)", 0, 1, 2, True), ("front (along x)", 1, 2, 0, False))
+
+#: Frames of a rollout's animation at most (its steps subsampled evenly beyond that).
+ANIMATION_MAX_FRAMES = 60
 
 
 def _triangulation(pos: np.ndarray, triangles: np.ndarray | None) -> Any:
@@ -258,3 +261,95 @@ def _drawn(path: Path, name: str, what: str, draw: Any, count: int) -> str | Non
         print("meshshard predict: note: matplotlib is not installed, so no pictures (pip install matplotlib)",
               flush=True)
     return path.name if ok else None
+
+
+def animation_steps(last: int, most: int = ANIMATION_MAX_FRAMES) -> list[int]:
+    """The steps ``0 .. last`` an animation shows: all of them, or ``most`` spread evenly (the
+    first and the last included)."""
+    if last < 0:
+        return []
+    return sorted({int(v) for v in np.linspace(0, last, min(most, last + 1)).round()})
+
+
+def _scalars(values: np.ndarray, fields: list[tuple[str, slice]]) -> np.ndarray:
+    """``(n, len(fields))`` float32: each field's value, or its magnitude for a vector field."""
+    cols = [np.linalg.norm(values[:, sl], axis=1) if sl.stop - sl.start > 1 else values[:, sl.start]
+            for _, sl in fields]
+    return np.stack(cols, axis=1).astype(np.float32) if cols else np.zeros((len(values), 0), np.float32)
+
+
+class RolloutFrames:
+    """What rank 0 keeps of a rollout for its animation: the drawn nodes' positions (and the mesh's
+    triangles, 2-D) and, per frame, each field's truth and prediction (magnitudes of vectors)."""
+
+    def __init__(self, fields: list[tuple[str, slice]]) -> None:
+        self.fields = fields
+        self.pos: np.ndarray | None = None
+        self.triangles: np.ndarray | None = None
+        self.note = ""
+        self.frames: list[tuple[int, float, np.ndarray, np.ndarray]] = []  # (step, time, truth, pred)
+
+    def add(self, step: int, time: float, pos: np.ndarray, truth: np.ndarray, pred: np.ndarray,
+            triangles: np.ndarray | None, note: str) -> None:
+        """Keep one frame (the positions and triangles of the first)."""
+        if self.pos is None:
+            self.pos, self.triangles, self.note = np.asarray(pos), triangles, note
+        self.frames.append((step, time, _scalars(truth, self.fields), _scalars(pred, self.fields)))
+
+
+def rollout_animation(path: Path, title: str, kept: RolloutFrames, fps: float = 8.0) -> bool:
+    """``PRED/<trajectory>.gif``: truth, prediction and error side by side, one row per state field,
+    one frame per kept step, the colour ranges fixed over the whole rollout (so the frames compare);
+    False without matplotlib or Pillow."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.animation import PillowWriter
+    except ImportError:
+        return False
+    if kept.pos is None or not kept.frames:
+        raise ValueError("no frame to draw")
+    pos, fields = kept.pos, kept.fields
+    truth = np.stack([f[2] for f in kept.frames])  # (frames, n, fields)
+    pred = np.stack([f[3] for f in kept.frames])
+    err = pred - truth
+    fig, axes = plt.subplots(len(fields), 3, figsize=(13.8, 3.6 * len(fields)), dpi=80, squeeze=False)
+    try:
+        tri = _triangulation(pos, kept.triangles)
+        arts = []
+        for row, (name, sl) in enumerate(fields):
+            label = f"|{name}|" if sl.stop - sl.start > 1 else name
+            lo = float(min(np.nanmin(truth[..., row]), np.nanmin(pred[..., row])))
+            hi = float(max(np.nanmax(truth[..., row]), np.nanmax(pred[..., row])))
+            lim = max(float(np.nanmax(np.abs(err[..., row]))), 1e-30)
+            panels = ((truth, "truth", {"vmin": lo, "vmax": hi, "cmap": "viridis"}),
+                      (pred, "prediction", {"vmin": lo, "vmax": hi, "cmap": "viridis"}),
+                      (err, "error (prediction - truth)", {"vmin": -lim, "vmax": lim, "cmap": "RdBu_r"}))
+            for col, (values, what, kw) in enumerate(panels):
+                ax = axes[row, col]
+                first = values[0, :, row]
+                if tri is not None:
+                    art = ax.tripcolor(tri, first, shading="gouraud", **kw)
+                else:
+                    art = ax.scatter(pos[:, 0], pos[:, 1], c=first, s=max(0.3, 3000 / max(len(first), 1)),
+                                     linewidths=0, **kw)
+                arts.append((art, values, row))
+                ax.set_aspect("equal")
+                ax.set_title(f"{label}: {what}", fontsize=9)
+                ax.set_xticks([])
+                ax.set_yticks([])
+                fig.colorbar(art, ax=ax, shrink=0.8)
+        heading = fig.suptitle("", fontsize=10)
+        fig.tight_layout(rect=(0, 0, 1, 0.93))
+        writer = PillowWriter(fps=fps)
+        with writer.saving(fig, str(path), dpi=80):
+            for i, (step, time, _, _) in enumerate(kept.frames):
+                for art, values, row in arts:
+                    art.set_array(values[i, :, row])
+                heading.set_text(f"{title}: step {step}, t = {time:.6g}\n{kept.note}")
+                writer.grab_frame()
+    finally:
+        plt.close(fig)
+    return True

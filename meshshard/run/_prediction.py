@@ -97,7 +97,7 @@ GATHER_MAX_NODES = 200_000
 METRICS_FILE = "metrics.json"
 _METRICS_FORMAT = "meshshard-predictions"
 _STEM = r"[A-Za-z0-9_+=@-][A-Za-z0-9._+=@-]*"  # what file_stem gives: a plain name, never "." or ".."
-_OUR_FILE = re.compile(rf"^{_STEM}\.(vtu|pvtu|vtp|pvtp|png|pvd)$")
+_OUR_FILE = re.compile(rf"^{_STEM}\.(vtu|pvtu|vtp|pvtp|png|pvd|gif)$")
 _OUR_FOLDER = re.compile(rf"^{_STEM}$")
 _PIECE = re.compile(r"^part-\d{5}\.(vtu|vtp)$")
 _STEP = re.compile(r"^step-\d{5}(\.vtu|\.pvtu)?$")  # a rollout's folder: its steps' files and piece folders

@@ -21,6 +21,9 @@ one-process rollout on the whole mesh (1e-10 in float64). Writes::
                               (step 0 is the initial state); or step-00000.pvtu and a folder of
                               pieces, one per rank, for a large mesh, as predict writes a sample
       <trajectory>_error.png  the RMSE of each field against time
+      <trajectory>.gif        truth, prediction and error on the mesh over the rollout (the steps
+                              whose truth is known, at most ANIMATION_MAX_FRAMES spread evenly; a
+                              3-D mesh's middle slab); none when the steps are written in pieces
 
 Each trajectory's record also says where its time and memory went (``"timing"``, per rank in rank
 order): seconds reading the truth, computing the steps (the model, the update, the errors), writing
@@ -43,6 +46,7 @@ from meshshard.partition import open_dataset, open_trajectories
 
 from ..tasks import get_task
 from ._folder import read_run
+from ._pictures import PLOT_MAX_NODES, RolloutFrames, animation_steps, plot_rows, rollout_animation
 from ._prediction import (
     _METRICS_FORMAT,
     GATHER_MAX_NODES,
@@ -64,6 +68,7 @@ from ._prediction import (
 )
 from ._recipe import build_model
 from ._report import gather_peak_memory, peak_memory_mb, resident_memory_mb
+from ._stepping import roll_states
 
 __all__ = ["ROLLOUT_MARKS", "memory_steps", "rollout", "write_pvd"]
 
@@ -184,8 +189,14 @@ def rollout(cfg: PredictConfig, doing: list[str] | None = None) -> dict[str, Any
         n = data.num_nodes(k)
         gather = True if parts is None else (cfg.gather if cfg.gather is not None else n <= GATHER_MAX_NODES)
         count = int(cfg.steps) if cfg.steps is not None else (trajectories.num_steps(k) - 1) // stride
+        animate = cfg.plots and gather  # the animation is drawn from the gathered steps
         if ctx.rank == 0:  # listed before any rank writes them
-            head["files"] += [f"{stem}.pvd", stem] + ([f"{stem}_error.png"] if cfg.plots else [])
+            head["files"] += ([f"{stem}.pvd", stem] + ([f"{stem}_error.png"] if cfg.plots else [])
+                              + ([f"{stem}.gif"] if animate else []))
+            if cfg.plots and not gather:  # a note, even with --quiet
+                print(f"meshshard predict: note: no animation of {names[k]}: its steps are written in pieces "
+                      "(--pieces, or a mesh over the gathering limit); --gather draws one", file=sys.stderr,
+                      flush=True)
             _write_metrics(out, head | {"samples": records})
             (out / stem).mkdir(exist_ok=True)
         barrier()
@@ -196,12 +207,15 @@ def rollout(cfg: PredictConfig, doing: list[str] | None = None) -> dict[str, Any
                                 num_targets=sizes[2]))
         record = {"trajectory": k, "name": names[k], "split": "val" if k in val else "train", "num_nodes": n,
                   "file": f"{stem}.pvd", "folder": stem}
-        record |= _roll(cfg, task, trajectories, k, count, layout, normaliser, fields, out, stem, gather, ctx, dtype)
+        record |= _roll(cfg, task, trajectories, k, count, layout, normaliser, fields, out, stem, gather, ctx, dtype,
+                        animate)
         record["seconds"] = round(time.perf_counter() - started, 4)
         if ctx.rank == 0 and cfg.plots:
             shown = _plot_rmse(out / f"{stem}_error.png", f"{names[k]}: rollout error", record["times"][1:],
                                {name: record["fields"][name]["rollout"]["rmse"] for name, _ in fields})
             record["picture"] = f"{stem}_error.png" if shown else None
+        if ctx.rank == 0 and animate:
+            record["animation"] = _animate(out / f"{stem}.gif", names[k], record.pop("_frames"))
         records.append(record)
         if ctx.rank == 0:
             _write_metrics(out, head | {"samples": records})
@@ -224,10 +238,26 @@ def rollout(cfg: PredictConfig, doing: list[str] | None = None) -> dict[str, Any
     return summary
 
 
+def _animate(path: Path, name: str, kept: RolloutFrames) -> str | None:
+    """Rank 0 draws ``PRED/<trajectory>.gif``; one that cannot be drawn is a note, never a failure."""
+    try:
+        ok = rollout_animation(path, name, kept)
+    except Exception as err:  # noqa: BLE001 - anything matplotlib or Pillow raises
+        print(f"meshshard predict: note: no animation of {name} ({type(err).__name__}: {err}); the files and "
+              "metrics are written", file=sys.stderr, flush=True)
+        return None
+    if not ok:
+        print("meshshard predict: note: matplotlib (with Pillow) is not installed, so no animation", flush=True)
+    return path.name if ok else None
+
+
 def _roll(cfg: PredictConfig, task: Any, trajectories: Any, k: int, count: int, layout: Any, normaliser: Any,
-          fields: list[tuple[str, slice]], out: Path, stem: str, gather: bool, ctx: Any, dtype: Any) -> dict[str, Any]:
+          fields: list[tuple[str, slice]], out: Path, stem: str, gather: bool, ctx: Any, dtype: Any,
+          animate: bool = False) -> dict[str, Any]:
     """Trajectory ``k`` rolled out ``count`` steps on this rank's rows; each step's file written.
-    Returns its record (``times``, ``fields``: per field the RMSE of every step; ``timing`` on rank 0)."""
+    Returns its record (``times``, ``fields``: per field the RMSE of every step; ``timing`` on rank 0;
+    with ``animate``, ``_frames`` on rank 0: the steps of the animation, at most
+    :data:`ANIMATION_MAX_FRAMES` spread evenly over those whose truth is known)."""
     import torch
 
     started = time.perf_counter()
@@ -246,24 +276,32 @@ def _roll(cfg: PredictConfig, task: Any, trajectories: Any, k: int, count: int, 
     mse = {name: [] for name, _ in fields}  # per step: the mean square over interior nodes
     counts = sum_across(np.array([float(interior.sum())]), None, ctx.device)[0]
     entries = []
+    read: list[np.ndarray | None] = [None]  # the truth of the step being computed, as read
+    frames = set(animation_steps(min(count, (known - 1) // stride))) if animate else set()
+    kept = RolloutFrames(fields)
+    dim = layout.pos_owned.shape[1]
+    whole = dim == 2 and layout.num_nodes <= PLOT_MAX_NODES  # drawn from the gathered mesh, its triangles
+    take = plot_rows(layout.pos_owned, layout.num_nodes, None, ctx.device) if frames and not whole else None
+
+    def truth_of(n: int) -> Any:
+        clock = time.perf_counter()
+        read[0] = trajectories.state(k, n * stride, ids) if n * stride < known else None
+        spent["read"] += time.perf_counter() - clock
+        return None if read[0] is None else torch.from_numpy(read[0]).to(ctx.device, dtype)
+
+    states = roll_states(task, normaliser, layout.forward, state, rows, count, truth_of)
     for n in range(count + 1):
         t = n * stride
-        clock = time.perf_counter()
-        truth = trajectories.state(k, t, ids) if t < known else None
-        spent["read"] += time.perf_counter() - clock
-        clock = time.perf_counter()
-        if n > 0:
-            with torch.no_grad():
-                prediction = layout.forward(task.rollout_input(normaliser, state, rows))
-                state = task.rollout_update(normaliser, state, prediction, rows,
-                                            None if truth is None else torch.from_numpy(truth).to(ctx.device, dtype))
+        clock, reading = time.perf_counter(), spent["read"]
+        _, state, _ = next(states)
+        truth = read[0]
         pred = state.detach().to(torch.float64).cpu().numpy()
         if n > 0:
             local = [float(((pred[:, sl] - truth[:, sl])[interior] ** 2).sum()) if truth is not None else math.nan
                      for _, sl in fields]
             for (name, sl), v in zip(fields, sum_across(np.array(local), None, ctx.device), strict=True):
                 mse[name].append(float(v) / max(counts * (sl.stop - sl.start), 1.0))
-        spent["compute"] += time.perf_counter() - clock
+        spent["compute"] += time.perf_counter() - clock - (spent["read"] - reading)
         clock = time.perf_counter()
 
         def rows_of(at: np.ndarray, t: int = t) -> tuple[np.ndarray, np.ndarray | None]:
@@ -271,8 +309,10 @@ def _roll(cfg: PredictConfig, task: Any, trajectories: Any, k: int, count: int, 
 
         name = f"step-{n:05d}"
         if gather:
-            _write_gathered(out / stem / f"{name}.vtu", data, fields, k, layout, pred, ctx, rows_of=rows_of)
+            full = _write_gathered(out / stem / f"{name}.vtu", data, fields, k, layout, pred, ctx, rows_of=rows_of)
             entries.append((times[n], f"{stem}/{name}.vtu"))
+            if n in frames:
+                _keep_frame(kept, n, times[n], full, take, layout, truth, pred, ctx)
         else:
             _write_pieces(out / stem / name, out / stem / f"{name}.pvtu", data, fields, k, layout, pred, ctx,
                           rows_of=rows_of)
@@ -288,6 +328,8 @@ def _roll(cfg: PredictConfig, task: Any, trajectories: Any, k: int, count: int, 
     mine = [spent["read"], spent["compute"], spent["write"], time.perf_counter() - started, *np.ravel(memory)]
     ranks = gather_rows(np.array([mine]), None, ctx.device)  # (world, 4 + 2 marks) on rank 0 (a collective)
     record: dict[str, Any] = {"steps": count, "times": times, "fields": {}}
+    if animate and ctx.rank == 0:
+        record["_frames"] = kept
     if ranks is not None:
         record["timing"] = _timing_record(ranks, marks)
     for (name, _), errors in zip(fields, mse.values(), strict=True):
@@ -299,6 +341,30 @@ def _roll(cfg: PredictConfig, task: Any, trajectories: Any, k: int, count: int, 
         summary = _summary_of(rmse, sum(finite), float(len(finite)))
         record["fields"][name] = {"rmse": summary["rmse_all"], "rel_l2": None, "rollout": {"rmse": rmse, **summary}}
     return record
+
+
+def _keep_frame(kept: RolloutFrames, n: int, time: float, full: Any, take: np.ndarray | None, layout: Any,
+                truth: np.ndarray, pred: np.ndarray, ctx: Any) -> None:
+    """Step ``n`` into the animation's frames (on rank 0): the gathered 2-D mesh as written, or
+    (3-D, or a mesh over :data:`PLOT_MAX_NODES`) the rows :func:`plot_rows` picks, gathered (a
+    collective every rank enters alike)."""
+    if take is None:
+        if full is not None:
+            pos, y, values, tri = full
+            kept.add(n, time, pos, y, values, tri, f"{layout.num_nodes:,} nodes")
+        return
+    dim = layout.pos_owned.shape[1]
+    rows = gather_rows(np.concatenate([layout.pos_owned[take], truth[take], pred[take]], axis=1), None, ctx.device)
+    if rows is None:
+        return
+    width = pred.shape[1]
+    pos = rows[:, :dim]
+    note = f"{len(rows):,} of {layout.num_nodes:,} nodes"
+    if dim == 3 and len(rows):
+        low, high = pos[:, 2].min(), pos[:, 2].max()
+        where = f"z = {low:.4g}" if low == high else f"{low:.4g} <= z <= {high:.4g}"
+        note += f": those at {where} (a slab through the nodes nearest the middle plane), seen along z"
+    kept.add(n, time, pos, rows[:, dim:dim + width], rows[:, dim + width:], None, note)
 
 
 def _timing_record(ranks: np.ndarray, marks: list[int]) -> dict[str, Any]:

@@ -11,6 +11,15 @@ statistics it was trained with, and predicts in physical units, on a whole mesh 
     # or sharded, on this rank's part of a partition, under torchrun:
     T_own = run(ShardTensor.from_local(x_own, graph.spec), graph)   # graph: a ShardGraph
 
+A transient run (``meshshard dataset --state``) loads as a :class:`TransientRun`, whose model
+steps a state on: :meth:`TransientRun.rollout` applies it ``steps`` times from a state, on the
+whole mesh or on shards, and returns every step's state in physical units, as ``meshshard predict
+--rollout`` writes them (the same loop, :mod:`meshshard.run._stepping`)::
+
+    run = meshshard.load_run("run/")                       # a transient run: a TransientRun
+    states = run.rollout(state0, inputs, node_type, edge_index, pos, steps=50,
+                         boundary=lambda n: prescribed[n])  # (51, N, C) physical units
+
 The checkpoint is read with :func:`meshshard.run.load_checkpoint` (tensors and plain values only,
 checksum checked); code is never imported from what a checkpoint names.
 """
@@ -21,6 +30,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -30,7 +40,7 @@ from ..tasks import TensorNormalisation, get_task
 from ._folder import read_run
 from ._recipe import build_model
 
-__all__ = ["TrainedRun", "load_run"]
+__all__ = ["TrainedRun", "TransientRun", "load_run"]
 
 
 @dataclass(eq=False)
@@ -131,9 +141,126 @@ class TrainedRun:
                              f"{', '.join(self.input_channels)} (got shape {tuple(shape)})")
 
 
+@dataclass(eq=False)
+class TransientRun(TrainedRun):
+    """A transient run (:class:`TrainedRun`, from :func:`load_run`): its model steps a state on;
+    :meth:`rollout` applies it again and again, as ``meshshard predict --rollout`` does.
+
+    Attributes (besides :class:`TrainedRun`'s): state_channels: the state's channel names (the
+    model's outputs are their change over a stride); ``input_channels`` are the static inputs;
+    class_ids: the node classes the run knows, in one-hot order; boundary_classes: those whose
+    nodes are prescribed, not predicted.
+    """
+
+    class_ids: list[int] = field(default_factory=list)
+    boundary_classes: list[int] = field(default_factory=list)
+
+    @property
+    def state_channels(self) -> list[str]:
+        """The state's channels, in order (the run's targets)."""
+        return self.target_channels
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Refused: a transient run's model is applied to a state with :meth:`rollout`."""
+        raise ValueError("Expected run.rollout(state0, inputs, node_type, graph, pos, steps=N) for a transient run "
+                         "(its model steps a state on)")
+
+    def rollout(self, state0: Any, inputs: Any, node_type: Any, graph: Any, pos: Any = None, *, steps: int,
+                boundary: Any = None) -> torch.Tensor:
+        """The state after 0, 1, ... ``steps`` applications of the model, in physical units: a
+        tensor ``(steps + 1, n, C)`` (``[0]`` is ``state0``), equal to what ``meshshard predict
+        --rollout`` writes for the same trajectory.
+
+        On one process: ``state0`` ``(N, C)`` the state (:attr:`state_channels`), ``inputs``
+        ``(N, F_in)`` the static inputs (:attr:`input_channels`), ``node_type`` ``(N,)`` each node's
+        class id (:attr:`class_ids`), ``graph`` the directed edges ``(2, E)``, ``pos`` ``(N, D)``.
+        Sharded (under torchrun): ``state0`` and ``inputs`` are ``ShardTensor`` of this rank's owned
+        rows, ``node_type`` those rows' classes, ``graph`` a ``ShardGraph`` (built in the run's
+        precision, as for ``run(...)``); the result holds this rank's rows, and on any number of
+        ranks they equal the whole-mesh rollout's. The state never leaves its shard.
+
+        ``boundary``: the prescribed state of the boundary-class nodes at each step: ``(steps + 1,
+        n, C)`` rows (row 0 unused; only the boundary nodes' values are read), or a function of
+        the step ``n`` returning ``(n, C)`` or ``None``; where it is missing (or ``None``) the
+        boundary nodes keep their previous value. Runs without gradients."""
+        from .._graph import ShardGraph
+        from .._tensor import ShardTensor
+        from ._stepping import roll_states
+
+        norm = self._normaliser
+        sharded = isinstance(graph, ShardGraph)
+        if sharded != isinstance(state0, ShardTensor) or sharded != isinstance(inputs, ShardTensor):
+            raise ValueError("Expected state0 and inputs both ShardTensor with a ShardGraph, or both arrays with an "
+                             f"edge_index (got {type(state0).__name__}, {type(inputs).__name__}, "
+                             f"{type(graph).__name__})")
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ValueError(f"Expected steps to be 0 or a positive integer (got {steps!r})")
+        state = torch.as_tensor(state0.to_local() if sharded else state0).to(self.device, self.dtype)
+        x = torch.as_tensor(inputs.to_local() if sharded else inputs).to(self.device, self.dtype)
+        n = state.shape[0] if state.ndim == 2 else -1
+        if state.ndim != 2 or state.shape[1] != len(self.state_channels):
+            raise ValueError(f"Expected state0 (N, {len(self.state_channels)}): the run's state channels "
+                             f"{', '.join(self.state_channels)} (got shape {tuple(state.shape)})")
+        if x.ndim != 2 or x.shape != (n, len(self.input_channels)):
+            raise ValueError(f"Expected inputs ({n}, {len(self.input_channels)}): the run's static inputs "
+                             f"{', '.join(self.input_channels) or '(none)'} (got shape {tuple(x.shape)})")
+        kinds = np.asarray(node_type.cpu() if isinstance(node_type, torch.Tensor) else node_type)
+        known = np.asarray(self.class_ids, dtype=np.int64)
+        if kinds.shape != (n,) or kinds.dtype.kind not in "iu" or not np.isin(kinds, known).all():
+            raise ValueError(f"Expected node_type ({n},) of the run's class ids {known.tolist()} (got "
+                             f"{kinds.dtype} {kinds.shape}{'' if kinds.shape != (n,) else ' with other ids'})")
+        boundary_of_class = np.isin(known, self.boundary_classes)
+        index = torch.as_tensor(np.searchsorted(known, kinds.astype(np.int64)), device=self.device)
+        rows = get_task("transient").static_rows(x, index, boundary_of_class, norm)
+        if sharded:
+            self._check_pos(graph.pos.shape)
+            ea = norm.edge_attr(graph.pos.to(self.device, self.dtype), graph.edge_index)
+
+            def forward(z: Any) -> Any:
+                return self.model(ShardTensor.from_local(z, graph.spec), graph, ea).to_local()
+        else:
+            if pos is None:
+                raise ValueError("Expected pos, the (N, D) node coordinates, with an edge_index (the edge features "
+                                 "are computed from them)")
+            edge_index = torch.as_tensor(graph, device=self.device).long()
+            pos = torch.as_tensor(pos).to(self.device, self.dtype)
+            if edge_index.ndim != 2 or edge_index.shape[0] != 2 or pos.ndim != 2 or pos.shape[0] != n:
+                raise ValueError(f"Expected edge_index (2, E) and pos ({n}, D) for a state of {n} rows "
+                                 f"(got {tuple(edge_index.shape)} and {tuple(pos.shape)})")
+            self._check_pos(pos.shape)
+            if edge_index.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= n):
+                raise ValueError(f"Expected edge_index in 0..{n - 1}, node ids of the state's {n} rows")
+            ea = norm.edge_attr(pos, edge_index)
+            extra = {"pos": pos} if getattr(self.model, "needs_pos", False) else {}
+
+            def forward(z: Any) -> Any:
+                return self.model(z, edge_index, ea, **extra)
+
+        def truth_of(step: int) -> Any:
+            if boundary is None or step == 0:
+                return None
+            if callable(boundary):
+                value = boundary(step)
+            else:
+                if len(boundary) <= step:
+                    return None
+                value = boundary[step]
+            if value is None:
+                return None
+            value = torch.as_tensor(value.to_local() if isinstance(value, ShardTensor) else value)
+            if tuple(value.shape) != tuple(state.shape):
+                raise ValueError(f"Expected the boundary state of step {step} of shape {tuple(state.shape)} "
+                                 f"(got {tuple(value.shape)})")
+            return value.to(self.device, self.dtype)
+
+        return torch.stack([s for _, s, _ in roll_states(get_task("transient"), norm, forward, state, rows, steps,
+                                                         truth_of)])
+
+
 def load_run(run: str | os.PathLike[str], *, model: str | nn.Module | None = None,
              model_args: dict[str, Any] | None = None, device: Any = None,
-             dtype: torch.dtype | str | None = None, checkpoint: str = "best") -> TrainedRun:
+             dtype: torch.dtype | str | None = None, checkpoint: str = "best",
+             data: str | os.PathLike[str] | None = None) -> TrainedRun:
     """The trained model of a run folder of ``meshshard train``, for prediction in your own code.
 
     Args:
@@ -144,9 +271,15 @@ def load_run(run: str | os.PathLike[str], *, model: str | nn.Module | None = Non
         model_args: the ``model="file.py:name"`` arguments (default: the run's).
         device: where the model runs (default: CPU).
         dtype: its precision, ``torch.float32`` or ``torch.float64`` (or their names; default: the run's).
-        checkpoint: ``"best"`` (``RUN/best.pt``, the lowest validation loss; ``RUN/checkpoint.pt``
-            for a run trained without ``--val-every``) or ``"last"`` (``RUN/checkpoint.pt``), as
-            ``meshshard predict --checkpoint``.
+        checkpoint: ``"best"`` (``RUN/best.pt``, the lowest validation loss, or rollout error for a
+            transient run; ``RUN/checkpoint.pt`` for a run trained without ``--val-every``) or
+            ``"last"`` (``RUN/checkpoint.pt``), as ``meshshard predict --checkpoint``.
+        data: a transient run's dataset, read for its node classes only where the checkpoint
+            does not record them (a run trained before they were recorded).
+
+    Returns:
+        a :class:`TrainedRun`; for a transient run a :class:`TransientRun`, whose
+        :meth:`~TransientRun.rollout` steps a state on.
 
     Raises:
         ValueError: on one line: no checkpoint, a damaged one, a run of your own model without
@@ -166,13 +299,22 @@ def load_run(run: str | os.PathLike[str], *, model: str | nn.Module | None = Non
     if stored is None:
         raise ValueError(f"{run}: its checkpoint does not hold the statistics it was trained with (a run of an "
                          "older version); predict it with meshshard predict RUN --data DATA")
-    if get_task(str(cfg.get("task") or "steady"), cfg).rolls_out:
-        raise ValueError(f"{run}: trained the {cfg.get('task')} task, whose model steps a state on; load_run does not "
-                         "cover it yet: roll it out with meshshard predict RUN --data DATA --out PRED --rollout")
     norm = Normalisation.from_dict(stored)
     dtype = dtype or getattr(torch, str(cfg.get("dtype", "float32")))
     device = torch.device(device or "cpu")
     sizes = len(norm.inputs.channels), len(norm.edges.channels), len(norm.targets.channels)
+    transient = get_task(str(cfg.get("task") or "steady"), cfg).rolls_out
+    if transient:
+        node_types = cfg.get("node_types")
+        if not node_types and data is not None:
+            from meshshard.partition import open_dataset
+
+            node_types = open_dataset(data).meta.get("node_types")
+        if not node_types:
+            raise ValueError(f"{run}: its checkpoint does not record the node classes of its transient task (a run "
+                             "of an older version); pass data=DATA, the dataset it trained on")
+        classes = sorted(node_types["classes"], key=lambda c: int(c["id"]))
+        sizes = (sizes[2] + sizes[0] + len(classes), sizes[1], sizes[2])  # [state, static inputs, one-hot class]
     trained = str(cfg.get("model") or "")
     if trained and model is None:
         raise ValueError(f"{run}: trained your own model ({trained}); pass model={trained!r}, or the module "
@@ -180,6 +322,13 @@ def load_run(run: str | os.PathLike[str], *, model: str | nn.Module | None = Non
     if isinstance(model, str) and model and not trained:
         raise ValueError(f"{run}: trained the built-in MeshGraphNet; leave out model")
     built = build_model(ckpt, sizes, dtype, model, model_args, f"{run}'s recorded statistics")
+    if transient:
+        return TransientRun(model=built.to(device), step=int(ckpt.get("step", 0)), config=cfg,
+                            input_channels=list(norm.inputs.channels), target_channels=list(norm.targets.channels),
+                            device=device, dtype=dtype,
+                            _normaliser=get_task("transient").prediction_normaliser(cfg, device, dtype),
+                            class_ids=[int(c["id"]) for c in classes],
+                            boundary_classes=[int(c["id"]) for c in classes if c.get("boundary")])
     return TrainedRun(model=built.to(device), step=int(ckpt.get("step", 0)), config=cfg,
                       input_channels=list(norm.inputs.channels), target_channels=list(norm.targets.channels),
                       device=device, dtype=dtype, _normaliser=TensorNormalisation(norm, device, dtype))

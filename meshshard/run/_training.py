@@ -48,6 +48,7 @@ from meshshard.partition import (
     plural,
 )
 
+from .._tensor import ShardTensor
 from ..tasks import dataset_task, get_task
 from . import _folder, _report
 from ._checkpoint import atomic_save as _atomic_save
@@ -63,6 +64,7 @@ from ._recipe import (
     model_digest,
     shard_hint,
 )
+from ._stepping import validation_rollout
 from ._subsample import POINT_MODELS, keep_points, sample_epoch, subsample_sample
 
 __all__ = ["TrainConfig", "train", "check_training", "check_max_points", "load_checkpoint", "sample_index",
@@ -110,9 +112,10 @@ class TrainConfig:
     task: str = ""  # the workload (meshshard.tasks): how a sample is read, the loss; "": the dataset's
     noise_std: float = 0.0  # transient: Gaussian noise on the state input at each step, normalised units (0: off)
     rollout_train: int = 1  # transient: model applications unrolled per training sample, their losses summed
-    lr_schedule: str = "constant"  # constant, or cosine: from lr down to lr * lr_floor at the last step
+    val_rollout: int = 10  # transient, with val_every: each validation trajectory rolled out this many steps (0: off)
+    lr_schedule: str = "constant"  # constant, cosine or exponential: from lr down to lr * lr_floor at the last step
     warmup: int = 0  # steps of linear warm-up from lr / warmup to lr (0: none)
-    lr_floor: float = 0.01  # cosine's last learning rate, as a fraction of lr
+    lr_floor: float = 0.01  # cosine's or exponential's last learning rate, as a fraction of lr
     batch: int = 1  # samples per step for each data-parallel group (their mean loss; one backward)
     max_time: float = 0.0  # seconds of wall time for this process's training (0: no budget); then checkpoint, stop
     clip_grad: float = 0.0  # clip the gradients' global norm to this (0: off), after they are summed over the ranks
@@ -133,22 +136,32 @@ def sample_index(seed: int, step: int, data_rank: int, data_parallel: int, num_s
 
 
 #: The learning-rate schedules of ``--lr-schedule``.
-LR_SCHEDULES = ("constant", "cosine")
+LR_SCHEDULES = ("constant", "cosine", "exponential")
 
 
 def lr_at(cfg: TrainConfig, step: int) -> float:
     """The learning rate of ``step`` (0-based): ``cfg.lr``, times a linear warm-up over the first
     ``cfg.warmup`` steps, times for ``cosine`` a half cosine from 1 at step 0 to ``cfg.lr_floor``
-    at the last step (``cfg.steps - 1``). A pure function of the step, so a resumed run repeats
-    the uninterrupted one's rates."""
+    at the last step (``cfg.steps - 1``), or for ``exponential`` a geometric decay
+    ``cfg.lr_floor ** t`` with ``t`` going linearly from 0 at the end of the warm-up (step
+    ``cfg.warmup - 1``, or step 0 without one) to 1 at the last step (MeshGraphNets' exponential
+    decay to a floor). A pure function of the step, so a resumed run repeats the uninterrupted
+    one's rates."""
     if cfg.lr_schedule not in LR_SCHEDULES:
-        raise ValueError(f"Expected --lr-schedule {' or '.join(LR_SCHEDULES)} (got {cfg.lr_schedule!r})")
+        raise ValueError(f"Expected --lr-schedule {', '.join(LR_SCHEDULES[:-1])} or {LR_SCHEDULES[-1]} "
+                         f"(got {cfg.lr_schedule!r})")
     if cfg.warmup < 0 or not 0.0 <= cfg.lr_floor <= 1.0:
         raise ValueError(f"Expected --warmup >= 0 and 0 <= --lr-floor <= 1 (got {cfg.warmup}, {cfg.lr_floor})")
+    if cfg.lr_schedule == "exponential" and cfg.lr_floor <= 0.0:
+        raise ValueError(f"Expected --lr-floor > 0 for --lr-schedule exponential (got {cfg.lr_floor})")
     rate = cfg.lr * (min(1.0, (step + 1) / cfg.warmup) if cfg.warmup > 0 else 1.0)
     if cfg.lr_schedule == "cosine":
         done = min(1.0, step / max(cfg.steps - 1, 1))
         rate *= cfg.lr_floor + (1.0 - cfg.lr_floor) * 0.5 * (1.0 + math.cos(math.pi * done))
+    elif cfg.lr_schedule == "exponential":
+        start = max(cfg.warmup - 1, 0)
+        done = min(1.0, max(0.0, (step - start) / max(cfg.steps - 1 - start, 1)))
+        rate *= cfg.lr_floor**done
     return rate
 
 
@@ -352,11 +365,14 @@ def train(cfg: TrainConfig) -> list[float]:
     start = 0
     old_lr = None
     best_val: float | None = None  # the lowest validation loss so far (its checkpoint is RUN/best.pt)
+    # a transient run validated by rollouts keeps the best rollout error instead (what a user rolls out)
+    rolling = cfg.val_rollout > 0 and bool(getattr(task, "rolls_out", False))
+    best_by = "val_rollout_rmse" if rolling else "val_loss"
     if saved is not None:
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["optimizer"])
         losses, start = list(saved["losses"]), int(saved["step"])
-        best_val = saved.get("best_val_loss")
+        best_val = saved.get("best_val_loss") if saved.get("best_by", "val_loss") == best_by else None
         note = _check_steps_left(start, cfg)
         if note and ctx.rank == 0 and not cfg.quiet:
             print(note, file=sys.stderr)
@@ -397,18 +413,42 @@ def train(cfg: TrainConfig) -> list[float]:
             "config": {**asdict(cfg), "normalisation": reader.normaliser.to_dict(), "model_sha256": digest,
                        "target_fields": task.output_fields(reader.dataset, {}),  # predict names its outputs by them
                        "target_scales": reader.dataset.meta.get("target_scales") or {},  # and multiplies them back
+                       "node_types": reader.dataset.meta.get("node_types"),  # a transient run's classes (load_run)
                        "num_parameters": num_parameters},
-            "world_size": ctx.world_size, "identity": identity, "best_val_loss": best_val,
+            "world_size": ctx.world_size, "identity": identity, "best_val_loss": best_val, "best_by": best_by,
         }
 
-    def keep_best(at: int, val_loss: float) -> None:
-        """Log the validation loss after ``at`` steps; rank 0 keeps RUN/best.pt at the lowest so far."""
+    def keep_best(at: int, val_loss: float, rollout_rmse: float | None = None) -> None:
+        """Log the validation loss (and rollout error) after ``at`` steps; rank 0 keeps RUN/best.pt
+        at the lowest so far of ``best_by``: the rollout error where it is measured, else the loss."""
         nonlocal best_val
-        log.eval(at, val_loss)
-        if math.isfinite(val_loss) and (best_val is None or val_loss < best_val):
-            best_val = val_loss
+        log.eval(at, val_loss, rollout_rmse, cfg.val_rollout if rollout_rmse is not None else None)
+        value = rollout_rmse if best_by == "val_rollout_rmse" else val_loss
+        if value is not None and math.isfinite(value) and (best_val is None or value < best_val):
+            best_val = value
             if ctx.rank == 0:
-                save_checkpoint(out / BEST, state(at) | {"val_loss": val_loss})
+                extra = {"val_loss": val_loss} | ({} if rollout_rmse is None else {"val_rollout_rmse": rollout_rmse})
+                save_checkpoint(out / BEST, state(at) | extra)
+
+    def forward_of(b: Any) -> Any:
+        """The model on the graph of ``b``, on this rank's rows (for the validation rollout)."""
+        def forward(x: Any) -> Any:
+            with autocast():
+                return model(ShardTensor.from_local(x, b.graph.spec), b.graph, b.edge_attr).to_local()
+        return forward
+
+    def validate_rollout(at: int) -> float:
+        """The validation rollout RMSE (normalised state units) at step ``at``: data rank d rolls out
+        every dp-th validation trajectory, every rank its rows; one all-reduce sums them all."""
+        mine = [int(k) for k in np.asarray(reader.dataset.val)[device_mesh.data_rank::cfg.data_parallel]]
+        try:
+            local = validation_rollout(task, reader, mine, cfg.val_rollout, forward_of)
+        except Exception as err:
+            raise _step_failure(err, f"rank {ctx.rank}: validation rollout at step {at}", ckpt_path,
+                                inner if cfg.model else None, "forward") from err
+        sums = torch.tensor(local, dtype=torch.float64, device=ctx.device)
+        all_reduce_sum(sums)
+        return math.sqrt(float(sums[0]) / float(sums[1])) if float(sums[1]) > 0 else math.nan
 
     def validate(at: int) -> float:
         """Mean loss over the validation split at step ``at``; data rank d takes every dp-th sample."""
@@ -437,7 +477,7 @@ def train(cfg: TrainConfig) -> list[float]:
     began = time.monotonic()  # --max-time counts this process's training, from here
     for step in range(start, cfg.steps):
         if validating and step % cfg.val_every == 0:
-            keep_best(step, validate(step))
+            keep_best(step, validate(step), validate_rollout(step) if rolling else None)
         t0 = time.perf_counter()
         mine = step_samples(cfg, step, device_mesh.data_rank, reader.train)  # this data rank's --batch samples
         s = mine[0]
@@ -507,7 +547,7 @@ def train(cfg: TrainConfig) -> list[float]:
     else:
         stopping = False
     if validating and cfg.steps > start and not stopping:
-        keep_best(cfg.steps, validate(cfg.steps))
+        keep_best(cfg.steps, validate(cfg.steps), validate_rollout(cfg.steps) if rolling else None)
     log.plot()
     log.close()
     barrier()
@@ -569,12 +609,17 @@ class _Logger:
         elif step % self.cfg.log_every == 0 or step + 1 == self.cfg.steps:
             print(f"step {step:>5}  loss {loss:.5f}  {seconds * 1e3:7.1f} ms  {rate:>10,.0f} nodes/s", flush=True)
 
-    def eval(self, step: int, loss: float) -> None:
+    def eval(self, step: int, loss: float, rollout_rmse: float | None = None, rollout_steps: int | None = None) -> None:
+        """Log a validation: the one-step loss and, for a transient run, its rollout RMSE."""
+        record: dict[str, Any] = {"step": step, "val_loss": loss}
+        if rollout_rmse is not None:
+            record |= {"val_rollout_rmse": rollout_rmse, "val_rollout_steps": rollout_steps}
         if self.file is not None:
-            self.file.write(log_line({"step": step, "val_loss": loss}))
+            self.file.write(log_line(record))
             self.file.flush()
         if self.enabled and self.bar is None:
-            print(f"step {step:>5}  validation loss {loss:.5f}", flush=True)
+            extra = "" if rollout_rmse is None else f"  rollout RMSE ({rollout_steps} steps) {rollout_rmse:.5f}"
+            print(f"step {step:>5}  validation loss {loss:.5f}{extra}", flush=True)
 
     def event(self, record: dict[str, Any] | None, message: str) -> None:
         """A line in log.jsonl (a learning-rate change) and, unless quiet, on the terminal."""

@@ -378,9 +378,17 @@ class TransientTask(Task):
         :class:`~meshshard.partition.Trajectories`)."""
         inputs = torch.from_numpy(trajectories.inputs(k, ids)).to(device, dtype)
         index = torch.from_numpy(trajectories.class_index(trajectories.node_type(k, ids))).to(device)
-        boundary = torch.as_tensor(trajectories.boundary, device=device)[index]
-        one_hot = torch.nn.functional.one_hot(index, len(trajectories.class_ids)).to(dtype)
-        return RolloutRows(normaliser.normalise_inputs(inputs), one_hot, boundary)
+        return self.static_rows(inputs, index, trajectories.boundary, normaliser)
+
+    @staticmethod
+    def static_rows(inputs: Tensor, class_index: Tensor, boundary_of_class: Any,
+                    normaliser: StateNormalisation) -> RolloutRows:
+        """:class:`RolloutRows` from static inputs ``(n, F_in)`` in physical units, each row's class
+        position ``(n,)`` (its index among the dataset's classes) and ``(K,)`` whether each class is a
+        boundary class."""
+        boundary_of_class = torch.as_tensor(boundary_of_class, device=class_index.device).bool()
+        one_hot = torch.nn.functional.one_hot(class_index, len(boundary_of_class)).to(inputs.dtype)
+        return RolloutRows(normaliser.normalise_inputs(inputs), one_hot, boundary_of_class[class_index])
 
     def rollout_input(self, normaliser: StateNormalisation, state: Tensor, rows: RolloutRows) -> Tensor:
         """The model's input for the state ``(n, F_state)`` in physical units (as training builds it)."""

@@ -104,23 +104,37 @@ def test_lr_schedules() -> None:
     assert all(a > b for a, b in zip(rates, rates[1:]))
     warm = TrainConfig(partition="", data="", out="", steps=11, lr=2.0, warmup=4)
     assert [lr_at(warm, s) for s in range(6)] == [0.5, 1.0, 1.5, 2.0, 2.0, 2.0]
-    with pytest.raises(ValueError, match=r"^Expected --lr-schedule constant or cosine \(got 'step'\)$"):
+    expo = TrainConfig(partition="", data="", out="", steps=11, lr=1.0, lr_schedule="exponential", lr_floor=0.01)
+    rates = [lr_at(expo, s) for s in range(11)]
+    assert rates[0] == 1.0 and rates[-1] == pytest.approx(0.01) and rates[5] == pytest.approx(0.1)
+    assert [b / a for a, b in zip(rates, rates[1:])] == pytest.approx([0.01**0.1] * 10)
+    assert lr_at(expo, 20) == pytest.approx(0.01)  # past the last step: the floor
+    warm_expo = TrainConfig(partition="", data="", out="", steps=13, lr=2.0, lr_schedule="exponential", warmup=3,
+                            lr_floor=0.1)
+    rates = [lr_at(warm_expo, s) for s in range(13)]
+    assert rates[:3] == pytest.approx([2 / 3, 4 / 3, 2.0]) and rates[-1] == pytest.approx(0.2)
+    assert rates[7] == pytest.approx(2.0 * 0.1**0.5)  # halfway from step 2 to step 12
+    with pytest.raises(ValueError, match=r"^Expected --lr-schedule constant, cosine or exponential \(got 'step'\)$"):
         lr_at(TrainConfig(partition="", data="", out="", lr_schedule="step"), 0)
+    with pytest.raises(ValueError, match=r"^Expected --lr-floor > 0 for --lr-schedule exponential \(got 0.0\)$"):
+        lr_at(TrainConfig(partition="", data="", out="", lr_schedule="exponential", lr_floor=0.0), 0)
 
 
-def test_a_scheduled_run_equals_one_process_and_resumes_exactly(setup: dict) -> None:  # noqa: F811
+@pytest.mark.parametrize("schedule", ["cosine", "exponential"])
+def test_a_scheduled_run_equals_one_process_and_resumes_exactly(setup: dict, schedule: str) -> None:  # noqa: F811
     from meshshard.run._training import lr_at
 
-    sched = {"lr_schedule": "cosine", "warmup": 2, "lr_floor": 0.05}
-    whole = train(_one_process(setup, "sched-whole", steps=STEPS, **sched))
-    cfg = _one_process(setup, "sched-ref", steps=STEPS, **sched)
+    sched = {"lr_schedule": schedule, "warmup": 2, "lr_floor": 0.05}
+    whole = train(_one_process(setup, f"sched-whole-{schedule}", steps=STEPS, **sched))
+    cfg = _one_process(setup, f"sched-ref-{schedule}", steps=STEPS, **sched)
     train_ids = open_dataset(cfg.data).train
     losses, _, _ = whole_mesh_training(
         cfg, STEPS, lambda step: [train_ids[sample_index(cfg.seed, step, 0, 1, len(train_ids))]],
         lr_of_step=lambda step: lr_at(cfg, step))
     assert whole == pytest.approx(losses, rel=1e-10)
-    records = [json.loads(line) for line in (Path(setup["root"]) / "sched-whole" / "log.jsonl").read_text().splitlines()]
+    records = [json.loads(line)
+               for line in (Path(setup["root"]) / f"sched-whole-{schedule}" / "log.jsonl").read_text().splitlines()]
     assert [r["lr"] for r in records if "lr" in r] == [lr_at(cfg, s) for s in range(STEPS)]
-    stopped = train(_one_process(setup, "sched", steps=STEPS, max_time=1e-9, **sched))
+    stopped = train(_one_process(setup, f"sched-{schedule}", steps=STEPS, max_time=1e-9, **sched))
     assert stopped == whole[:1]
-    assert train(_one_process(setup, "sched", steps=STEPS, resume=True, **sched)) == whole
+    assert train(_one_process(setup, f"sched-{schedule}", steps=STEPS, resume=True, **sched)) == whole

@@ -12,6 +12,7 @@ from pathlib import Path
 import meshio
 import numpy as np
 import pytest
+from PIL import Image
 
 from meshshard.cli import main
 from meshshard.partition import load_partition
@@ -99,7 +100,11 @@ def test_the_metrics_the_files_and_force(setup: dict, capsys) -> None:
             "--quiet"]
     assert main([*args, "--steps", "12"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["files"] == ["run0.pvd", "run0", "run0_error.png", "run2.pvd", "run2", "run2_error.png"]
+    assert metrics["files"] == ["run0.pvd", "run0", "run0_error.png", "run0.gif",
+                                "run2.pvd", "run2", "run2_error.png", "run2.gif"]
+    with Image.open(out / "run0.gif") as gif:  # truth, prediction, error: one frame per step 0 .. 12
+        assert gif.n_frames == 13 and gif.size[0] > 2 * gif.size[1]
+    assert metrics["samples"][0]["animation"] == "run0.gif"
     assert sorted(p.name for p in out.iterdir()) == sorted(metrics["files"] + ["metrics.json"])
     assert sorted(p.name for p in (out / "run0").iterdir()) == [f"step-{n:05d}.vtu" for n in range(13)]
     first = metrics["samples"][0]["fields"]["u"]["rollout"]
@@ -127,6 +132,31 @@ def test_the_metrics_the_files_and_force(setup: dict, capsys) -> None:
     last = meshio.read(out / "run2" / "step-00023.vtu")
     assert "u" not in last.point_data and "u_pred" in last.point_data
     assert "no truth past step 20" in capsys.readouterr().err
+    with Image.open(out / "run2.gif") as gif:  # the steps whose truth is known: 0 .. 20
+        assert gif.n_frames == 21
+    assert main([*args, "--steps", "3", "--force", "--no-plots"]) == 0
+    assert not list(out.glob("*.gif")) and not list(out.glob("*.png"))
+
+
+def test_an_animation_shows_at_most_60_steps_spread_evenly() -> None:
+    from meshshard.run._pictures import animation_steps
+
+    assert animation_steps(12) == list(range(13))
+    steps = animation_steps(1000)
+    assert len(steps) == 60 and steps[0] == 0 and steps[-1] == 1000
+    gaps = np.diff(steps)
+    assert gaps.min() >= 16 and gaps.max() <= 17
+    assert animation_steps(0) == [0] and animation_steps(-1) == []
+
+
+def test_no_animation_when_the_steps_are_written_in_pieces(setup: dict, capfd) -> None:
+    out = setup["root"] / "pieces2"
+    cfg = PredictConfig(run=setup["run"], data=setup["data"], out=str(out), rollout=True, quiet=True, steps=2,
+                        partition=setup[2], gather=False, samples="run2")
+    run_ranks(_predict_rank, 2, asdict(cfg), timeout=120)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert "run2.gif" not in metrics["files"] and not (out / "run2.gif").exists()
+    assert (out / "run2_error.png").is_file()
 
 
 def test_rollout_refusals_are_one_line(setup: dict, tmp_path: Path, capsys) -> None:
@@ -157,3 +187,28 @@ def test_memory_is_recorded_after_steps_0_1_10_100_and_the_last() -> None:
 
     assert memory_steps(0) == [0] and memory_steps(1) == [0, 1] and memory_steps(9) == [0, 1, 9]
     assert memory_steps(10) == [0, 1, 10] and memory_steps(250) == [0, 1, 10, 100, 250]
+
+
+def test_a_3d_mesh_is_animated_on_its_middle_slab(tmp_path: Path) -> None:
+    from meshshard.partition import Trajectory, partition_dataset, write_trajectories
+    from tests._meshes import synthetic_mesh
+
+    mesh = synthetic_mesh("a-3d-box.mesh")  # 336 nodes of jittered tetrahedra
+    pos = np.asarray(mesh.pos)
+    classes = (np.abs(pos[:, 0]) > 0.9).astype(np.int64)
+    runs = []
+    for k, c in enumerate((0.5, 1.0)):
+        times = 0.1 * np.arange(5)
+        states = np.stack([np.exp(-4 * ((pos[:, 0] - c * t) ** 2 + pos[:, 1] ** 2))[:, None] for t in times])
+        runs.append(Trajectory(f"box{k}", pos, list(mesh.cells), times, iter(states), np.full((len(pos), 1), c),
+                               classes))
+    write_trajectories(tmp_path / "data", iter(runs), ["box0", "box1"], state_fields=[{"name": "u", "components": 1}],
+                       input_fields=[{"name": "c", "components": 1}], node_type_source="test", val_samples=["box1"],
+                       dtype="float64")
+    partition_dataset(tmp_path / "data", tmp_path / "parts1", 1)
+    cfg = TrainConfig(partition=str(tmp_path / "parts1"), data=str(tmp_path / "data"), out=str(tmp_path / "run"),
+                      steps=1, latent_size=8, hidden_layers=1, message_passing_steps=1, quiet=True, dtype="float64")
+    train(cfg)
+    predict(PredictConfig(run=cfg.out, data=cfg.data, out=str(tmp_path / "pred"), rollout=True, quiet=True))
+    with Image.open(tmp_path / "pred" / "box1.gif") as gif:
+        assert gif.n_frames == 5

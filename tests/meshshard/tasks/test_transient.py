@@ -172,6 +172,9 @@ def test_train_refuses_bad_transient_options_in_one_line(setup: dict, tmp_path: 
         (["--noise-std", "nan"], "Expected --noise-std to be 0 (off) or a positive number (got nan)"),
         (["--rollout-train", "0"], "Expected --rollout-train to be a positive integer (got 0)"),
         (["--rollout-train", "8"], "Expected training trajectories of more than 8 steps for --rollout-train 8"),
+        (["--lr-schedule", "exponential", "--lr-floor", "0"],
+         "Expected --lr-floor above 0 for --lr-schedule exponential (got 0.0)"),
+        (["--val-rollout", "-1"], "Expected --val-rollout to be 0 (off) or a positive integer (got -1)"),
     ):
         assert main(base + extra) == 2
         err = capsys.readouterr().err
