@@ -55,7 +55,8 @@ from its points (``meshshard dataset --graph``; a point cloud's by default, see
 "symmetric": true}`` or ``{"rule": "radius", "radius": R}``, and stores the edges as
 ``edge_index.npy`` beside any cells (the cells are kept for writing predictions, the edges are the
 graph; the mesh checksum covers both), and the dataset records the rule as ``"graph": "knn:8"``.
-A surface in 3-D (faces, no 3-D cells) has ``"surface_area"`` (its total area) and
+A surface in 3-D (faces, no 3-D cells) has ``"surface_area"`` (its total area; ``"planar": true``
+when every point has the same z, a 2-D mesh written in 3-D) and
 ``meshes/{m:05d}/surface-area.npy``: per point, the lumped area vector of the faces around it
 (:meth:`Dataset.surface_area`). ``"max_points": N`` (``--max-points``) asks training of a point model to draw a
 random subset of about ``N`` points of a sample per epoch (``train --max-points`` overrides it). None of
@@ -783,7 +784,8 @@ def _write_surface_area(folder: Path, pos: np.ndarray, cells: Cells) -> dict[str
         return {}
     _, area, vectors = surface_fields(pos, faces)
     _save_npy(folder / "surface-area.npy", vectors)
-    return {"surface_area": float(area.sum())}
+    planar = bool(len(pos)) and float(np.ptp(pos[:, 2])) == 0.0  # a 2-D mesh written with a constant z
+    return {"surface_area": float(area.sum()), **({"planar": True} if planar else {})}
 
 
 def _write_boundaries(folder: Path, boundaries: Mapping[str, np.ndarray] | None, pos: np.ndarray,

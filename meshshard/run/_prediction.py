@@ -352,8 +352,11 @@ _POINT_TYPES = frozenset({"vertex", "line", "line3"})
 def is_point_cloud(entry: dict[str, Any]) -> bool:
     """Whether a dataset mesh (its ``meshes[m]`` entry) is a point cloud: no volume cells, that
     is a surface in 3-D (faces only), or bare points (vertex cells, or no cells and a graph built
-    from the points). Its predictions are written as PolyData (``.vtp`` / ``.pvtp``)."""
+    from the points), but not a flat mesh of faces at one z (``"planar"``: a 2-D mesh written in
+    3-D, as many solvers do). Its predictions are written as PolyData (``.vtp`` / ``.pvtp``)."""
     types = set(entry.get("cells") or {})
+    if entry.get("planar"):  # a 2-D mesh written with a constant z: an unstructured grid, drawn in 2-D
+        return False
     if "surface_area" in entry:
         return True
     if not types:

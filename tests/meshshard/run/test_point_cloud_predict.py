@@ -267,6 +267,8 @@ def test_which_meshes_are_point_clouds() -> None:
     assert not is_point_cloud({"pos_dim": 2, "cells": {"triangle": 8}})  # a 2-D mesh
     assert not is_point_cloud({"pos_dim": 3, "cells": {"tetra": 8, "triangle": 2}})
     assert not is_point_cloud({"pos_dim": 3, "cells": {}})  # a graph given as edges
+    # a 2-D mesh written with z = 0, as many solvers write one: an unstructured grid (.vtu)
+    assert not is_point_cloud({"pos_dim": 3, "cells": {"triangle": 8}, "surface_area": 1.0, "planar": True})
 
 
 def test_cloud_pictures_have_three_views_in_3d_and_one_in_2d(tmp_path) -> None:
