@@ -28,7 +28,7 @@ The default (2M points, width 16, 2 blocks, 8 neighbours) measures whether a clo
 surface size fits and how the cost splits over ranks on a small CPU machine; the widths are far
 below a real model's (128 to 256), so the time per point is a floor. Runs with more ranks than
 cores share the cores: their time per rank is then not a speed-up. The one-rank ball-attention run
-peaks at about 15 GB (7.5 KB per point at width 16: the neighbour tensors kept for the backward);
+peaks at about 16 GB (8 KB per point at width 16: the neighbour tensors kept for the backward);
 the default takes about 15 minutes on 2 cores. Prints one JSON object per run, a summary JSON line
 and a table.
 """
