@@ -3,35 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.apps.test_examples import REPO, readme_commands, shrink
-
-
-def run_readme(sizes: dict[str, str], cwd: Path, timeout: float) -> list[str]:
-    """The README's commands as ``run_example`` runs them, with the shell's globs (``tr/runs/traj-*``)
-    expanded as bash would (sorted)."""
-    outputs = []
-    env = os.environ | {"MPLBACKEND": "Agg"}
-    for command in readme_commands("transient"):
-        words = []
-        for word in shrink(command, sizes):
-            if word.startswith("examples/"):
-                words.append(str(REPO / word))
-            elif "*" in word:
-                found = sorted(str(p.relative_to(cwd)) for p in cwd.glob(word))
-                assert found, f"`{command}`: {word} matches nothing"
-                words.extend(found)
-            else:
-                words.append(word)
-        proc = subprocess.run(words, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-        assert proc.returncode == 0, f"`{command}` failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-        outputs.append(proc.stdout + proc.stderr)
-    return outputs
+from tests.apps.test_examples import readme_commands, run_example
 
 
 @pytest.mark.slow
@@ -40,7 +16,7 @@ def test_transient_example_runs_as_its_readme_says(tmp_path: Path) -> None:
     pytest.importorskip("skfem", reason="the example's solver (pip install scikit-fem, or meshshard[examples])")
     assert len(readme_commands("transient")) == 6
     sizes = {"--size": "0.2", "--trajectories": "4", "--steps": "12", "--val-every": "6", "--latent": "8"}
-    outputs = run_readme(sizes, tmp_path, timeout=240)
+    outputs = run_example("transient", sizes, tmp_path, timeout=240)
     pred = tmp_path / "tr" / "pred"
     metrics = json.loads((pred / "metrics.json").read_text())
     [sample] = metrics["samples"]  # 4 runs, a quarter held out

@@ -46,11 +46,21 @@ def shrink(command: str, sizes: dict[str, str]) -> list[str]:
 
 
 def run_example(example: str, sizes: dict[str, str], cwd: Path, timeout: float) -> list[str]:
+    """The README's commands run one after another in ``cwd``, size flags replaced and the shell's
+    globs (``tr/runs/traj-*``) expanded as bash would (sorted); their outputs."""
     outputs = []
     env = os.environ | {"MPLBACKEND": "Agg"}
     for command in readme_commands(example):
-        words = shrink(command, sizes)
-        words = [str(REPO / w) if w.startswith("examples/") else w for w in words]
+        words = []
+        for word in shrink(command, sizes):
+            if word.startswith("examples/"):
+                words.append(str(REPO / word))
+            elif "*" in word and not word.startswith("-") and "=" not in word:  # a shell glob: runs/traj-*
+                found = sorted(str(p.relative_to(cwd)) for p in cwd.glob(word))
+                assert found, f"`{command}`: {word} matches nothing"
+                words.extend(found)
+            else:
+                words.append(word)
         proc = subprocess.run(words, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
         assert proc.returncode == 0, f"`{command}` failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         outputs.append(proc.stdout + proc.stderr)

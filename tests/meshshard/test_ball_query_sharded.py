@@ -44,11 +44,11 @@ def lattice_cloud() -> torch.Tensor:
     return torch.cartesian_prod(axis, axis, axis * 0.5)
 
 
-def isolated_layout(world: int) -> tuple[torch.Tensor, np.ndarray]:
+def isolated_layout(world: int, near_points: int = 1500, far_points: int = 500) -> tuple[torch.Tensor, np.ndarray]:
     """Two blobs 10 apart: rank 0 owns the far one (its region touches no other rank); with 3 or
     more ranks, rank 1 owns nothing; the rest split the near one into slabs along x."""
-    near = uniform_cloud(1500, 2)
-    far = uniform_cloud(500, 3) + 10.0
+    near = uniform_cloud(near_points, 2)
+    far = uniform_cloud(far_points, 3) + 10.0
     pos = torch.cat([near, far])
     owner = np.zeros(len(pos), np.int64)
     first = 2 if world >= 3 else 1

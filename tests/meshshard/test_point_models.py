@@ -20,6 +20,7 @@ import torch.distributed as dist
 from meshshard import ShardSpec, ShardTensor
 from meshshard.nn import BallAttentionNet, Transolver
 from tests._dist import run_ranks
+from tests.meshshard.test_ball_query_sharded import isolated_layout
 
 TOL = 1e-10
 RADII = [0.16, 0.25]
@@ -32,14 +33,7 @@ def _cloud(n: int, seed: int) -> torch.Tensor:
 def _layout(name: str, world: int) -> tuple[torch.Tensor, np.ndarray]:
     """Positions and the owner of every point."""
     if name == "isolated":  # two blobs 10 apart; rank 1 owns nothing from 3 ranks on
-        near, far = _cloud(400, 2), _cloud(150, 3) + 10.0
-        pos = torch.cat([near, far])
-        owner = np.zeros(len(pos), np.int64)
-        first = 2 if world >= 3 else 1
-        if world > 1:
-            slabs = world - first
-            owner[: len(near)] = first + np.minimum((near[:, 0].numpy() * slabs).astype(np.int64), slabs - 1)
-        return pos, owner
+        return isolated_layout(world, 400, 150)
     from meshshard.partition import partition_points
 
     pos = _cloud(500, 0)
