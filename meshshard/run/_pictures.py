@@ -19,7 +19,8 @@ import numpy as np
 from meshshard.comm import gather_rows, max_across, sum_across
 
 __all__ = ["ANIMATION_MAX_FRAMES", "CLOUD_PLOT_MAX_POINTS", "PLOT_MAX_NODES", "RolloutFrames", "animation_steps",
-           "cloud_rows", "plot_cloud", "plot_rows", "plot_sample", "rollout_animation", "sample_picture"]
+           "cloud_rows", "gather_plot_rows", "plot_cloud", "plot_rows", "plot_sample", "rollout_animation",
+           "sample_picture"]
 
 
 #: Nodes drawn in one picture at most (a strided subsample beyond that).
@@ -202,6 +203,24 @@ def plot_rows(pos: np.ndarray, num_nodes: int, group: Any, device: Any) -> np.nd
 
 
 
+def gather_plot_rows(layout: Any, take: np.ndarray, y: np.ndarray, pred: np.ndarray,
+                     ctx: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, str] | None:
+    """The rows ``take`` (of :func:`plot_rows`) of every rank gathered on rank 0: positions, truth
+    ``y``, prediction and the note saying what they are (the slab of a 3-D mesh); None on the
+    other ranks (a collective every rank enters alike)."""
+    dim = layout.pos_owned.shape[1]
+    rows = gather_rows(np.concatenate([layout.pos_owned[take], y[take], pred[take]], axis=1), None, ctx.device)
+    if rows is None:
+        return None
+    pos = rows[:, :dim]
+    note = f"{len(rows):,} of {layout.num_nodes:,} nodes"
+    if dim == 3 and len(rows):
+        low, high = pos[:, 2].min(), pos[:, 2].max()
+        where = f"z = {low:.4g}" if low == high else f"{low:.4g} <= z <= {high:.4g}"
+        note += f": those at {where} (a slab through the nodes nearest the middle plane), seen along z"
+    return pos, rows[:, dim:dim + y.shape[1]], rows[:, dim + y.shape[1]:], note
+
+
 def sample_picture(path: Path, name: str, layout: Any, y: np.ndarray | None, pred: np.ndarray, gathered: bool,
                    full: tuple[Any, ...] | None, fields: list[tuple[str, slice]], ctx: Any,
                    view: tuple[float, float, float, float] | None = None, cloud: bool = False) -> str | None:
@@ -229,16 +248,12 @@ def sample_picture(path: Path, name: str, layout: Any, y: np.ndarray | None, pre
         pos, truth, values, tri = full
         note = f"{layout.num_nodes:,} nodes"
     else:
-        take = plot_rows(layout.pos_owned, layout.num_nodes, None, ctx.device)
-        rows = gather_rows(np.concatenate([layout.pos_owned[take], y[take], pred[take]], axis=1), None, ctx.device)
-        if rows is None:
+        taken = gather_plot_rows(layout, plot_rows(layout.pos_owned, layout.num_nodes, None, ctx.device), y, pred,
+                                 ctx)
+        if taken is None:
             return None
-        pos, truth, values, tri = rows[:, :dim], rows[:, dim:dim + y.shape[1]], rows[:, dim + y.shape[1]:], None
-        note = f"{len(rows):,} of {layout.num_nodes:,} nodes"
-        if dim == 3 and len(rows):
-            low, high = pos[:, 2].min(), pos[:, 2].max()
-            where = f"z = {low:.4g}" if low == high else f"{low:.4g} <= z <= {high:.4g}"
-            note += f": those at {where} (a slab through the nodes nearest the middle plane), seen along z"
+        pos, truth, values, note = taken
+        tri = None
     known = truth is not None and truth.shape[1] > 0
     return _drawn(path, name, "node", lambda: plot_sample(
         path, f"{name}: {'truth, prediction, error' if known else 'prediction'}", pos, truth if known else None,

@@ -46,7 +46,7 @@ from meshshard.partition import open_dataset, open_trajectories
 
 from ..tasks import get_task
 from ._folder import read_run
-from ._pictures import PLOT_MAX_NODES, RolloutFrames, animation_steps, plot_rows, rollout_animation
+from ._pictures import PLOT_MAX_NODES, RolloutFrames, animation_steps, gather_plot_rows, plot_rows, rollout_animation
 from ._prediction import (
     _METRICS_FORMAT,
     GATHER_MAX_NODES,
@@ -353,18 +353,9 @@ def _keep_frame(kept: RolloutFrames, n: int, time: float, full: Any, take: np.nd
             pos, y, values, tri = full
             kept.add(n, time, pos, y, values, tri, f"{layout.num_nodes:,} nodes")
         return
-    dim = layout.pos_owned.shape[1]
-    rows = gather_rows(np.concatenate([layout.pos_owned[take], truth[take], pred[take]], axis=1), None, ctx.device)
-    if rows is None:
-        return
-    width = pred.shape[1]
-    pos = rows[:, :dim]
-    note = f"{len(rows):,} of {layout.num_nodes:,} nodes"
-    if dim == 3 and len(rows):
-        low, high = pos[:, 2].min(), pos[:, 2].max()
-        where = f"z = {low:.4g}" if low == high else f"{low:.4g} <= z <= {high:.4g}"
-        note += f": those at {where} (a slab through the nodes nearest the middle plane), seen along z"
-    kept.add(n, time, pos, rows[:, dim:dim + width], rows[:, dim + width:], None, note)
+    taken = gather_plot_rows(layout, take, truth, pred, ctx)
+    if taken is not None:
+        kept.add(n, time, taken[0], taken[1], taken[2], None, taken[3])
 
 
 def _timing_record(ranks: np.ndarray, marks: list[int]) -> dict[str, Any]:
