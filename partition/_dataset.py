@@ -55,7 +55,11 @@ from its points (``meshshard dataset --graph``; a point cloud's by default, see
 "symmetric": true}`` or ``{"rule": "radius", "radius": R}``, and stores the edges as
 ``edge_index.npy`` beside any cells (the cells are kept for writing predictions, the edges are the
 graph; the mesh checksum covers both), and the dataset records the rule as ``"graph": "knn:8"``.
-A surface in 3-D (faces, no 3-D cells) has ``"surface_area"`` (its total area; ``"planar": true``
+``"mean_field": {"of", "samples", "sha256"}`` (``--mean-field``, :mod:`meshshard.partition._mean_field`)
+says the last input fields, ``<target>_mean`` (marked ``"mean_of"``), hold the training samples'
+node-wise mean of the targets, and ``normalisation.target_offset`` (with ``offset_sha256``, the
+mean field's checksum) that the targets are normalised as their difference from it. A surface in 3-D
+(faces, no 3-D cells) has ``"surface_area"`` (its total area; ``"planar": true``
 when every point has the same z, a 2-D mesh written in 3-D) and
 ``meshes/{m:05d}/surface-area.npy``: per point, the lumped area vector of the faces around it
 (:meth:`Dataset.surface_area`). ``"max_points": N`` (``--max-points``) asks training of a point model to draw a
@@ -76,7 +80,10 @@ component: the w of a 2-D velocity that a solver writes as +-1e-15) is *held*: l
 (written only when some channel is), scaled by 1, so its round-off stays round-off instead of
 becoming O(1) noise the model would be asked to fit. What training applies is
 ``(value - mean) / scale`` and nothing else; prediction applies ``value * scale + mean`` to the
-model's output. ``count`` is the number of rows the statistics were taken over. They are
+model's output, except on a target channel that is held or constant over the training split
+(``std`` 0): that one is predicted as its ``mean``, since the model's output there is not a field
+(its few hundredths would be the whole error of a 2-D velocity's w). ``count`` is the number of rows
+the statistics were taken over. They are
 computed streaming, one sample at a time (Chan et al.'s pairwise update, float64).
 
 Mesh checksum. ``meshes[m].sha256`` is the SHA-256 of the mesh as stored (:func:`mesh_checksum`:
@@ -218,6 +225,9 @@ KINDS = ("one-mesh", "many-meshes")
 PARTITIONS_FORMAT = "meshshard-dataset-partitions"
 PARTITIONS_FILE = "partitions.json"
 NORMALISATION_RULE = "(value - mean) / scale, scale = std or 1 where std == 0"
+#: The rule of a dataset with ``--mean-field``: the targets' offset is subtracted first.
+OFFSET_RULE = ("(value - mean) / scale, scale = std or 1 where std == 0; targets: (value - inputs[target_offset] - "
+               "mean) / scale")
 #: A channel whose std is at most this fraction of its field's magnitude is held as a constant.
 HOLD_RELATIVE = 1e-6
 
@@ -354,11 +364,20 @@ class ChannelStats:
         held = self.held if self.held is not None else np.zeros(len(self.std), dtype=bool)
         return np.where((self.std > 0) & ~held, self.std, 1.0)
 
+    @property
+    def output_scale(self) -> np.ndarray:
+        """What multiplies a model's output: ``scale``, and 0 for a held or constant channel (``std``
+        0), which is predicted as its ``mean``: the model's output there is not a field, and would
+        only add error."""
+        held = self.held if self.held is not None else np.zeros(len(self.std), dtype=bool)
+        return np.where(held | (self.std == 0), 0.0, self.scale)
+
     def normalise(self, x: np.ndarray) -> np.ndarray:
         return (x - self.mean) / self.scale
 
     def denormalise(self, x: np.ndarray) -> np.ndarray:
-        return x * self.scale + self.mean
+        """A model's output in units: ``x * scale + mean``, the constant ``mean`` on a held channel."""
+        return x * self.output_scale + self.mean
 
     def to_dict(self) -> dict[str, Any]:
         out = {"mean": self.mean.tolist(), "std": self.std.tolist(), "scale": self.scale.tolist(),
@@ -391,15 +410,35 @@ class Normalisation:
     inputs: ChannelStats
     targets: ChannelStats
     edges: ChannelStats
+    #: Per target channel, the input channel (raw, before normalisation) subtracted from it first:
+    #: the training cases' mean field of ``--mean-field`` (:mod:`meshshard.partition._mean_field`).
+    target_offset: tuple[int, ...] | None = None
+    #: The SHA-256 of the mean field that offset holds (the dataset's ``mean_field.sha256``), so
+    #: that a run predicts only on cases given the very mean field it trained with.
+    offset_sha256: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Everything needed to normalise and de-normalise, JSON-ready (stored in checkpoints)."""
-        return {"rule": NORMALISATION_RULE,
-                "input_channels": list(self.inputs.channels),
-                "target_channels": list(self.targets.channels),
-                "edge_channels": list(self.edges.channels),
-                "inputs": self.inputs.to_dict(), "targets": self.targets.to_dict(),
-                "edges": self.edges.to_dict()}
+        out = {"rule": NORMALISATION_RULE,
+               "input_channels": list(self.inputs.channels),
+               "target_channels": list(self.targets.channels),
+               "edge_channels": list(self.edges.channels),
+               "inputs": self.inputs.to_dict(), "targets": self.targets.to_dict(),
+               "edges": self.edges.to_dict()}
+        if self.target_offset is not None:
+            out["rule"] = OFFSET_RULE
+            out["target_offset"] = list(self.target_offset)
+            if self.offset_sha256 is not None:
+                out["offset_sha256"] = self.offset_sha256
+        return out
+
+    def offset(self, inputs: np.ndarray) -> np.ndarray | float:
+        """What is subtracted from the targets before ``targets.normalise`` and added back after
+        ``targets.denormalise``: the offset input channels of the raw ``inputs`` ``(..., F_in)``,
+        or 0 without an offset."""
+        if self.target_offset is None:
+            return 0.0
+        return np.asarray(inputs, dtype=np.float64)[..., list(self.target_offset)]
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], input_channels: Sequence[str] | None = None,
@@ -409,8 +448,15 @@ class Normalisation:
         ic = input_channels if input_channels is not None else d["input_channels"]
         tc = target_channels if target_channels is not None else d["target_channels"]
         ec = edge_channels if edge_channels is not None else d["edge_channels"]
+        offset = d.get("target_offset")
+        if offset is not None:
+            offset = tuple(int(j) for j in offset)
+            if len(offset) != len(tc) or any(not 0 <= j < len(ic) for j in offset):
+                raise ValueError(f"Expected a target_offset of {len(tc)} input channel indices in [0, {len(ic)}) "
+                                 f"(got {list(offset)})")
         return cls(ChannelStats.from_dict(d["inputs"], ic), ChannelStats.from_dict(d["targets"], tc),
-                   ChannelStats.from_dict(d["edges"], ec))
+                   ChannelStats.from_dict(d["edges"], ec), offset,
+                   None if d.get("offset_sha256") is None else str(d["offset_sha256"]))
 
 
 def edge_channel_names(pos_dim: int) -> list[str]:
@@ -617,6 +663,7 @@ def write_samples(
     target_scales: Mapping[str, str] | None = None,
     collapsed_2d: bool = False,
     max_points: int | None = None,
+    mean_field: bool | tuple[np.ndarray, list[dict[str, Any]], str, str] = False,
 ) -> Path:
     """Write a dataset folder from ``samples``, consumed one at a time (never all in memory).
 
@@ -641,6 +688,9 @@ def write_samples(
             (``--collapse-2d``): recorded as ``"collapsed_2d": true``.
         max_points: Training's points per sample and epoch (``--max-points``): recorded as
             ``"max_points"``.
+        mean_field: ``True``: the training samples' mean field as input channels, and the targets'
+            offset (``--mean-field``, :mod:`meshshard.partition._mean_field`); or another dataset's,
+            :func:`~meshshard.partition._mean_field.mean_field_of` (``--mean-field-from``).
 
     Returns:
         The dataset folder.
@@ -677,6 +727,10 @@ def write_samples(
             meta["graph"] = str(GraphRule(rules[0]["rule"], rules[0].get("k"), rules[0].get("radius")))
         if max_points is not None:
             meta["max_points"] = int(max_points)
+        if mean_field is not False:
+            from ._mean_field import add_mean_field
+
+            add_mean_field(tmp, meta, train, np.dtype(dtype), None if mean_field is True else mean_field)
         write_text_file(tmp / METADATA_FILE, dump_metadata(meta))
     return out
 
@@ -851,6 +905,7 @@ def write_dataset(
     dtype: str = "float32",
     force: bool = False,
     boundaries: Any = None,
+    mean_field: bool = False,
 ) -> Path:
     """Write a dataset folder from numpy arrays (or torch tensors; see the module docstring).
 
@@ -868,6 +923,8 @@ def write_dataset(
         dtype: Stored precision of the fields.
         boundaries: Named boundaries, ``{name: node ids}`` (one per sample with many meshes), kept
             with each mesh with the area their nodes stand for (``meshshard predict --boundary``).
+        mean_field: The training samples' mean of the targets as inputs, the targets learnt as the
+            difference from it (one mesh; ``meshshard dataset --mean-field``).
 
     Shapes:
         pos: ``(N, D)``. inputs: ``(S, N, F_in)``. targets: ``(S, N, F_out)``.
@@ -911,7 +968,8 @@ def write_dataset(
                for i in range(s))
     return write_samples(out, samples, names, input_fields=_fields(input_names, f_in, "x", "input_names"),
                          target_fields=_fields(target_names, f_out, "y", "target_names"),
-                         val_fraction=val_fraction, val_samples=val_samples, dtype=dtype, force=force)
+                         val_fraction=val_fraction, val_samples=val_samples, dtype=dtype, force=force,
+                         mean_field=mean_field)
 
 
 def write_dataset_from_pyg(

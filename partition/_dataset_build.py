@@ -375,6 +375,8 @@ def build_dataset(
     node_types: bool = False,
     graph: str | None = None,
     max_points: int | None = None,
+    mean_field: bool = False,
+    mean_field_from: str | os.PathLike[str] | None = None,
 ) -> Path:
     """``meshshard dataset``: one sample per mesh file (see the module docstring for names).
 
@@ -423,6 +425,11 @@ def build_dataset(
             surfaces) may differ in size; a surface's ``normal`` and ``area`` are input fields.
         max_points: Training's points per sample and epoch (``--max-points``), recorded: training
             of a point model draws about this many at random (``train --max-points`` overrides it).
+        mean_field: The training samples' node-wise mean of the targets as input channels
+            ``<target>_mean``, and the model trained on the difference from it (``--mean-field``,
+            :mod:`meshshard.partition._mean_field`); every sample must be on one mesh.
+        mean_field_from: The same input channels from another dataset made with ``--mean-field``
+            (``--mean-field-from DATA``), on the same mesh: new cases for its runs to predict on.
         Others: as :func:`meshshard.partition._dataset.write_samples`.
     """
     with folder_lock(out):  # one writer per folder (held already under meshshard dataset)
@@ -437,6 +444,14 @@ def build_dataset(
         if not out_names and val_fraction is None and val_samples is None:
             val_fraction = 0.0  # cases to predict on: nothing to validate against
         check_dataset_output(out, force, sources)
+        if mean_field and mean_field_from is not None:
+            raise ValueError("Expected --mean-field or --mean-field-from, not both")
+        given = None
+        if mean_field_from is not None:
+            from ._dataset import open_dataset
+            from ._mean_field import mean_field_of
+
+            given = mean_field_of(open_dataset(mean_field_from))
         files = list_sources(sources, notes)
         names, renamed = sample_names(files)
         if val_samples is not None:
@@ -492,7 +507,7 @@ def build_dataset(
                                 target_fields=_records(out_names, first.targets), val_fraction=val_fraction,
                                 val_samples=val_samples, dtype=dtype, force=force, sources=sources, progress=progress,
                                 parameters=table, target_scales=scales or None, collapsed_2d=collapse_2d,
-                                max_points=max_points)
+                                max_points=max_points, mean_field=given if given is not None else mean_field)
         held = held_note(read_dataset_metadata(written))
         if held and notes is not None:
             notes(held)

@@ -131,6 +131,13 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
     if meta.get("target_scales"):
         lines.append("  scaled   " + ", ".join(f"{k} / ({v})" for k, v in meta["target_scales"].items())
                      + " (targets stored non-dimensional; predictions written in physical units)")
+    mean_field = meta.get("mean_field")
+    if mean_field:
+        means = ", ".join(f["name"] for f in meta["inputs"] if "mean_of" in f)
+        offset = ("; the model learns each target's difference from it" if "target_offset" in norm
+                  else " (new cases for runs trained on that field)")
+        lines.append(f"  mean     {means}: the node-wise mean of the targets over the {mean_field['of']}, as input "
+                     f"channels{offset}")
     walls = [f for f in meta["inputs"] if f.get("patches")]
     for f in walls:
         lines.append(f"  wall     {f['name']}: the distance to the nearest node of {', '.join(f['patches'])}")
@@ -274,7 +281,8 @@ def _dataset(args: argparse.Namespace) -> int:
                                 params=args.params, target_scale=args.target_scale,
                                 cell_data_to_points=args.cell_data_to_points, collapse_2d=args.collapse_2d,
                                 wall_distance=args.wall_distance, node_types=args.boundary_classes,
-                                graph=args.graph, max_points=args.max_points)
+                                graph=args.graph, max_points=args.max_points, mean_field=args.mean_field,
+                                mean_field_from=args.mean_field_from)
     except (ValueError, OSError, MemoryError) as err:
         return _error("dataset", err)
     meta = read_dataset_metadata(out)
@@ -342,6 +350,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--same-mesh", action="store_true",
                    help="refuse a file whose mesh is not exactly the first file's, saying how it differs "
                    "(without it, such files make a many-meshes dataset)")
+    mean = p.add_mutually_exclusive_group()
+    mean.add_argument("--mean-field", action="store_true",
+                      help="a sweep of cases on one mesh: the training cases' node-wise mean of the targets becomes "
+                      "input fields <target>_mean, and the model learns each case's difference from it (predict "
+                      "adds it back)")
+    mean.add_argument("--mean-field-from", default=None, metavar="DATA",
+                      help="new cases on the mesh of DATA, a dataset made with --mean-field: give them its mean "
+                      "field as inputs, so that runs trained on DATA predict on them")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="stored precision")
     p.add_argument("--force", action="store_true", help="replace an existing dataset folder (only one)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no summary")

@@ -328,8 +328,14 @@ def normalisation_of(ckpt: dict[str, Any], data: Any) -> Any:
         checks.append(("target", norm.targets.channels, data.target_channels))
     for what, theirs, mine in checks:
         if list(theirs) != list(mine):
+            hint = ("; the run learnt the difference from its training cases' mean field: make these cases with "
+                    "meshshard dataset ... --mean-field-from THE_RUN'S_DATA" if norm.target_offset is not None else "")
             raise ValueError(f"Expected {data.path} to have the run's {what} channels {list(theirs)} "
-                             f"(got {list(mine)})")
+                             f"(got {list(mine)}){hint}")
+    if norm.offset_sha256 is not None and (data.meta.get("mean_field") or {}).get("sha256") != norm.offset_sha256:
+        raise ValueError(f"Expected {data.path} to carry the mean field the run trained with (the run learnt the "
+                         "difference from it); this dataset's is another: make these cases with meshshard dataset "
+                         "... --mean-field-from THE_RUN'S_DATA")
     theirs, mine = list(norm.edges.channels), list(data.edge_channels)
     if theirs != mine:  # the meshes' dimension: edge features are dpos[0..D-1], |dpos|
         d_run, d_data = len(theirs) - 1, len(mine) - 1
@@ -686,7 +692,7 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
         x, y = physical_rows(data, s, layout.owned_ids)
         with torch.no_grad():
             out_t = layout.forward(normaliser.normalise_inputs(torch.as_tensor(x, device=ctx.device).to(dtype)))
-        pred = norm.targets.denormalise(out_t.to(torch.float64).cpu().numpy())
+        pred = norm.targets.denormalise(out_t.to(torch.float64).cpu().numpy()) + norm.offset(x)
         if scales:  # non-dimensional targets (--target-scale): back to physical units
             pred = pred * data.target_factors(s, scales, target_meta)
         forward_s = time.perf_counter() - started

@@ -86,9 +86,10 @@ class TrainedRun:
                                  f"(got {type(x).__name__})")
             self._check_channels(x.to_local().shape)
             self._check_pos(graph.pos.shape)
-            local = norm.normalise_inputs(x.to_local().to(self.device, self.dtype))
+            raw = x.to_local().to(self.device, self.dtype)
             ea = norm.edge_attr(graph.pos.to(self.device, self.dtype), graph.edge_index)
-            out = norm.denormalise_targets(self.model(ShardTensor.from_local(local, x.spec), graph, ea))
+            out = norm.denormalise_targets(self.model(ShardTensor.from_local(norm.normalise_inputs(raw), x.spec),
+                                                      graph, ea), raw)
             return ShardTensor.from_local(self._dimensional(out.to_local(), x.to_local()), out.spec)
         if pos is None:
             raise ValueError("Expected pos, the (N, D) node coordinates, with an edge_index (the edge features are "
@@ -109,7 +110,7 @@ class TrainedRun:
         ea = norm.edge_attr(pos, edge_index)
         extra = {"pos": pos} if getattr(self.model, "needs_pos", False) else {}  # a point model (ball-attention)
         out = self.model(norm.normalise_inputs(x), edge_index, ea, **extra)
-        return self._dimensional(norm.denormalise_targets(out), x)
+        return self._dimensional(norm.denormalise_targets(out, x), x)
 
     def _dimensional(self, out: Any, x: Any) -> Any:
         """``out`` ``(n, F_out)`` in physical units: for a run of non-dimensional targets

@@ -75,7 +75,10 @@ class TensorNormalisation:
         n = normalisation
         self._in = (t(n.inputs.mean), t(n.inputs.scale))
         self._out = (t(n.targets.mean), t(n.targets.scale))
+        self._out_scale = t(n.targets.output_scale)  # 0 on a held channel: predicted as its constant
         self._edge = (t(n.edges.mean), t(n.edges.scale))
+        self._offset = (None if n.target_offset is None
+                        else torch.as_tensor(list(n.target_offset), dtype=torch.long, device=device))
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], device: Any = None,
@@ -87,9 +90,20 @@ class TensorNormalisation:
         """``(x - mean) / scale`` with the inputs' statistics, ``(..., F_in)``."""
         return (x - self._in[0]) / self._in[1]
 
-    def normalise_targets(self, y: Tensor) -> Tensor:
-        """``(y - mean) / scale`` with the targets' statistics, ``(..., F_out)``."""
-        return (y - self._out[0]) / self._out[1]
+    def _offset_of(self, x: Any) -> Any:
+        """The targets' offset, the input channels ``target_offset`` of the raw inputs ``x``
+        (``--mean-field``), or 0 without one."""
+        if self._offset is None:
+            return 0.0
+        if x is None:
+            raise ValueError("Expected the raw inputs: the targets are learnt as the difference from the input "
+                             f"channels {self.normalisation.target_offset} (the dataset's --mean-field)")
+        return x.index_select(-1, self._offset)
+
+    def normalise_targets(self, y: Tensor, x: Tensor | None = None) -> Tensor:
+        """``(y - offset - mean) / scale`` with the targets' statistics, ``(..., F_out)``; ``x``:
+        the raw inputs ``(..., F_in)``, needed (and only read) when the targets have an offset."""
+        return (y - self._offset_of(x) - self._out[0]) / self._out[1]
 
     def normalise_edges(self, e: Tensor) -> Tensor:
         """``(e - mean) / scale`` with the edge features' statistics, ``(..., F_e)``."""
@@ -101,11 +115,15 @@ class TensorNormalisation:
         (``graph.pos``, ``graph.edge_index``) and for a whole mesh alike. ``(E, F_e)``."""
         return self.normalise_edges(edge_features(pos, edge_index))
 
-    def denormalise_targets(self, y: Any) -> Any:
-        """Model output to physical units: ``y * scale + mean`` (a Tensor or a ShardTensor)."""
+    def denormalise_targets(self, y: Any, x: Any = None) -> Any:
+        """Model output to physical units: ``y * scale + mean + offset`` (a Tensor or a
+        ShardTensor; ``x`` the raw inputs of the same kind, needed when the targets have an
+        offset). A held channel (round-off, ``ChannelStats.held``) is its constant ``mean (+
+        offset)``: the model's output there is ignored."""
         if isinstance(y, ShardTensor):
-            return ShardTensor.from_local(self.denormalise_targets(y.to_local()), y.spec)
-        return y * self._out[1] + self._out[0]
+            local = None if x is None else (x.to_local() if isinstance(x, ShardTensor) else x)
+            return ShardTensor.from_local(self.denormalise_targets(y.to_local(), local), y.spec)
+        return y * self._out_scale + self._out[0] + self._offset_of(x)
 
     def to_dict(self) -> dict[str, Any]:
         """The statistics as plain values (``Normalisation.to_dict()``: what a checkpoint stores)."""
@@ -217,8 +235,9 @@ class DatasetReader:
         mesh = self.dataset.sample_mesh(s)
         graph, edge_attr, owned = self.shard(mesh)
         x, y = self.dataset.rows(s, owned)
-        x_t = self.normaliser.normalise_inputs(torch.from_numpy(x).to(self.device, self.dtype))
-        y_t = self.normaliser.normalise_targets(torch.from_numpy(y).to(self.device, self.dtype))
+        x_raw = torch.from_numpy(x).to(self.device, self.dtype)
+        x_t = self.normaliser.normalise_inputs(x_raw)
+        y_t = self.normaliser.normalise_targets(torch.from_numpy(y).to(self.device, self.dtype), x_raw)
         return LocalSample(int(s), mesh, graph, ShardTensor.from_local(x_t, graph.spec),
                            ShardTensor.from_local(y_t, graph.spec), edge_attr, owned)
 
@@ -242,5 +261,5 @@ def whole_sample(data: str | os.PathLike[str] | Dataset, s: int, *, device: Any 
     edge_index = torch.as_tensor(graph.edge_index(), device=device)
     pos = torch.as_tensor(graph.pos, device=device).to(dtype)
     x, y = (torch.from_numpy(np.array(a, dtype=np.float64)).to(device, dtype) for a in dataset.sample_arrays(s))
-    return (normaliser.normalise_inputs(x), normaliser.normalise_targets(y), edge_index,
+    return (normaliser.normalise_inputs(x), normaliser.normalise_targets(y, x), edge_index,
             normaliser.edge_attr(pos, edge_index))

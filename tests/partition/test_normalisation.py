@@ -64,3 +64,22 @@ def test_statistics_stored_without_held_flags_keep_their_scale() -> None:
 ])
 def test_held_is_judged_against_the_fields_own_magnitude(channels, mean, std, held) -> None:
     assert held_channels(channels, np.array(mean), np.array(std)).tolist() == held
+
+
+def test_a_held_or_constant_target_is_predicted_as_its_constant_whatever_the_model_outputs(tmp_path: Path) -> None:
+    """The model's output on a held channel is not a field: scaled by 1 it would be the whole error
+    of a 2-D velocity's w (its few hundredths against a w of 1e-15). Prediction gives the mean."""
+    import torch
+
+    from meshshard.partition._dataset import ChannelStats
+    from meshshard.tasks import TensorNormalisation
+
+    norm = open_dataset(_velocity_case(tmp_path)).normalisation
+    out = np.random.default_rng(1).normal(size=(7, 3))
+    physical = norm.targets.denormalise(out)
+    np.testing.assert_array_equal(physical[:, 2], np.full(7, norm.targets.mean[2]))
+    np.testing.assert_allclose(physical[:, :2], out[:, :2] * norm.targets.std[:2] + norm.targets.mean[:2])
+    tensor = TensorNormalisation(norm, dtype=torch.float64).denormalise_targets(torch.as_tensor(out))
+    np.testing.assert_allclose(tensor.numpy(), physical, rtol=1e-15, atol=1e-18)
+    constant = ChannelStats(("T", "w"), np.array([300.0, 0.0]), np.array([2.0, 0.0]), 10)
+    assert constant.denormalise(np.array([[1.0, 0.3]])).tolist() == [[302.0, 0.0]]  # std 0: the constant too
