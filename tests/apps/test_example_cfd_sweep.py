@@ -39,8 +39,8 @@ def test_cfd_sweep_example_runs_as_its_readme_says(tmp_path: Path) -> None:
         assert [p.name for p in (sweep / "cases" / name / "VTK").glob("*.vtm")] == [f"{name}_20.vtm"]
     [results_file] = sweep.glob("*/results.json")
     results = json.loads(results_file.read_text())
-    methods = {"meshshard", "training mean", "nearest case", "nearest case, rescaled", "interpolation in speed",
-               "interpolation in speed, rescaled"}
+    methods = {"meshshard", "training mean", "training mean, rescaled", "nearest case", "nearest case, rescaled",
+               "interpolation in speed", "interpolation in speed, rescaled"}
     assert set(results["summary"]) == methods, results["summary"].keys()  # nu is not varied: no row for it
     for method, fields in results["summary"].items():
         for field in ("p", "U"):
