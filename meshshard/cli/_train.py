@@ -7,6 +7,7 @@ rank starts, and the launch; the training itself is the library's (:mod:`meshsha
 
 from __future__ import annotations
 
+import argparse
 import functools
 import os
 import shlex
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from meshshard.run import (
+    AUTO_WARMUP,
     BUILTIN_MODELS,
     CHECKPOINT,
     POINT_MODELS,
@@ -34,6 +36,16 @@ from meshshard.run import (
 from ._launch import as_rank, run_command, writing_command
 
 __all__ = ["register"]
+
+
+def _warmup(text: str) -> int:
+    """``--warmup``: ``auto`` (:data:`AUTO_WARMUP`) or a number of steps."""
+    if text.strip().lower() == "auto":
+        return AUTO_WARMUP
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"Expected auto or a number of steps (got {text!r})") from None
 
 
 def _check_counts(args: Any) -> str | None:
@@ -57,8 +69,8 @@ def _check_counts(args: Any) -> str | None:
         return f"Expected --nproc to be 0 (not launching) or a positive integer (got {args.nproc})"
     if not (np.isfinite(args.lr) and args.lr > 0):
         return f"Expected --lr to be a positive number (got {args.lr})"
-    if args.warmup < 0:
-        return f"Expected --warmup to be 0 (none) or a positive integer (got {args.warmup})"
+    if args.warmup < AUTO_WARMUP:
+        return f"Expected --warmup to be auto, 0 (none) or a positive integer (got {args.warmup})"
     if not (np.isfinite(args.lr_floor) and 0 <= args.lr_floor <= 1):
         return f"Expected --lr-floor to be a fraction between 0 and 1 (got {args.lr_floor})"
     if args.lr_schedule == "exponential" and args.lr_floor <= 0:
@@ -103,6 +115,8 @@ _RUN_SETTINGS = {"steps": "steps", "latent": "latent_size", "hidden_layers": "hi
                  "attention_slices": "attention_slices", "noise_std": "noise_std",
                  "rollout_train": "rollout_train", "val_rollout": "val_rollout"}
 _DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
+#: What a run of a version before a setting existed trained with, where that is not today's default.
+_BEFORE = {"lr_schedule": "constant", "warmup": 0}
 
 
 def _saved_checkpoint(args: Any) -> dict[str, Any] | None:
@@ -135,7 +149,7 @@ def _model_settings(args: Any, saved: dict[str, Any]) -> str | None:
         default = _DEFAULTS[name]
         if getattr(args, key) is None:
             keep = not (other_model and key in _MESHGRAPHNET_FLAGS)
-            setattr(args, key, saved.get(name, default) if keep else default)
+            setattr(args, key, saved.get(name, _BEFORE.get(name, default) if saved else default) if keep else default)
     if given and other_model:
         what, whose = ("--model", "your") if args.model else (f"--model {args.architecture}", "the")
         return (f"{', '.join(given)} set(s) the built-in MeshGraphNet; with {what}, give {whose} model's settings "
@@ -298,10 +312,11 @@ def register(subparsers: Any) -> None:
                    help="fp32 (default), or bf16-mixed: bfloat16 matrix products under autocast, float32 weights, "
                    "sums and loss")
     p.add_argument("--lr-schedule", default=None, choices=["constant", "cosine", "exponential"],
-                   help="constant (default), cosine (a half cosine) or exponential (geometric, after --warmup): "
+                   help="cosine (default: a half cosine), exponential (geometric, after --warmup) or constant: "
                    "from --lr down to --lr x --lr-floor at the last step")
-    p.add_argument("--warmup", type=int, default=None, metavar="STEPS",
-                   help="linear warm-up of the learning rate over the first STEPS steps (default 0: none)")
+    p.add_argument("--warmup", type=_warmup, default=None, metavar="STEPS|auto",
+                   help="linear warm-up of the learning rate over the first STEPS steps (0: none; default auto: 2%% "
+                   "of --steps, at most 100)")
     p.add_argument("--lr-floor", type=float, default=None, metavar="FRACTION",
                    help=f"cosine's or exponential's last learning rate, a fraction of --lr "
                    f"(default {_DEFAULTS['lr_floor']}; above 0 for exponential)")

@@ -63,7 +63,7 @@ from ._recipe import (
 )
 from ._subsample import POINT_MODELS, keep_points
 from ._trained_run import TrainedRun, TransientRun, load_run
-from ._training import TrainConfig, check_max_points, check_training, sample_index, train
+from ._training import AUTO_WARMUP, TrainConfig, check_max_points, check_training, sample_index, train
 
 __all__ = [
     "CHECKPOINT",
@@ -84,6 +84,7 @@ __all__ = [
     "ExactnessReport",
     "ModelRecipe",
     "PredictConfig",
+    "AUTO_WARMUP",
     "TrainConfig",
     "TrainedRun",
     "TransientRun",

@@ -113,8 +113,8 @@ class TrainConfig:
     noise_std: float = 0.0  # transient: Gaussian noise on the state input at each step, normalised units (0: off)
     rollout_train: int = 1  # transient: model applications unrolled per training sample, their losses summed
     val_rollout: int = 10  # transient, with val_every: each validation trajectory rolled out this many steps (0: off)
-    lr_schedule: str = "constant"  # constant, cosine or exponential: from lr down to lr * lr_floor at the last step
-    warmup: int = 0  # steps of linear warm-up from lr / warmup to lr (0: none)
+    lr_schedule: str = "cosine"  # constant, cosine or exponential: from lr down to lr * lr_floor at the last step
+    warmup: int = -1  # steps of linear warm-up from lr / warmup to lr (0: none; -1: auto, warmup_steps)
     lr_floor: float = 0.01  # cosine's or exponential's last learning rate, as a fraction of lr
     batch: int = 1  # samples per step for each data-parallel group (their mean loss; one backward)
     max_time: float = 0.0  # seconds of wall time for this process's training (0: no budget); then checkpoint, stop
@@ -137,11 +137,19 @@ def sample_index(seed: int, step: int, data_rank: int, data_parallel: int, num_s
 
 #: The learning-rate schedules of ``--lr-schedule``.
 LR_SCHEDULES = ("constant", "cosine", "exponential")
+#: ``TrainConfig.warmup`` of ``--warmup auto`` (the default): :func:`warmup_steps`.
+AUTO_WARMUP = -1
+
+
+def warmup_steps(cfg: TrainConfig) -> int:
+    """The warm-up steps of ``cfg``: ``cfg.warmup``, or with ``auto`` (-1) 2% of ``cfg.steps``, at
+    most 100 (none for a run of fewer than 50 steps)."""
+    return cfg.warmup if cfg.warmup != AUTO_WARMUP else min(100, cfg.steps // 50)
 
 
 def lr_at(cfg: TrainConfig, step: int) -> float:
     """The learning rate of ``step`` (0-based): ``cfg.lr``, times a linear warm-up over the first
-    ``cfg.warmup`` steps, times for ``cosine`` a half cosine from 1 at step 0 to ``cfg.lr_floor``
+    :func:`warmup_steps` steps, times for ``cosine`` a half cosine from 1 at step 0 to ``cfg.lr_floor``
     at the last step (``cfg.steps - 1``), or for ``exponential`` a geometric decay
     ``cfg.lr_floor ** t`` with ``t`` going linearly from 0 at the end of the warm-up (step
     ``cfg.warmup - 1``, or step 0 without one) to 1 at the last step (MeshGraphNets' exponential
@@ -150,16 +158,17 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
     if cfg.lr_schedule not in LR_SCHEDULES:
         raise ValueError(f"Expected --lr-schedule {', '.join(LR_SCHEDULES[:-1])} or {LR_SCHEDULES[-1]} "
                          f"(got {cfg.lr_schedule!r})")
-    if cfg.warmup < 0 or not 0.0 <= cfg.lr_floor <= 1.0:
-        raise ValueError(f"Expected --warmup >= 0 and 0 <= --lr-floor <= 1 (got {cfg.warmup}, {cfg.lr_floor})")
+    if cfg.warmup < AUTO_WARMUP or not 0.0 <= cfg.lr_floor <= 1.0:
+        raise ValueError(f"Expected --warmup auto or >= 0 and 0 <= --lr-floor <= 1 (got {cfg.warmup}, {cfg.lr_floor})")
     if cfg.lr_schedule == "exponential" and cfg.lr_floor <= 0.0:
         raise ValueError(f"Expected --lr-floor > 0 for --lr-schedule exponential (got {cfg.lr_floor})")
-    rate = cfg.lr * (min(1.0, (step + 1) / cfg.warmup) if cfg.warmup > 0 else 1.0)
+    warmup = warmup_steps(cfg)
+    rate = cfg.lr * (min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0)
     if cfg.lr_schedule == "cosine":
         done = min(1.0, step / max(cfg.steps - 1, 1))
         rate *= cfg.lr_floor + (1.0 - cfg.lr_floor) * 0.5 * (1.0 + math.cos(math.pi * done))
     elif cfg.lr_schedule == "exponential":
-        start = max(cfg.warmup - 1, 0)
+        start = max(warmup - 1, 0)
         done = min(1.0, max(0.0, (step - start) / max(cfg.steps - 1 - start, 1)))
         rate *= cfg.lr_floor**done
     return rate
@@ -531,7 +540,7 @@ def train(cfg: TrainConfig) -> list[float]:
         seconds, done = time.perf_counter() - t0, step + 1
         report = step % cfg.log_every == 0 or done == cfg.steps or stopping
         memory = _report.gather_peak_memory(ctx.device) if report else None  # every rank takes part
-        scheduled = cfg.lr_schedule != "constant" or cfg.warmup > 0
+        scheduled = cfg.lr_schedule != "constant" or warmup_steps(cfg) > 0
         log.step(step, batch_loss, seconds, memory, lr=lr_at(cfg, step) if scheduled else None)
         if report:
             log.plot()

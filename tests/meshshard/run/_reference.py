@@ -15,7 +15,11 @@ from meshshard.tasks import whole_sample
 def whole_mesh_training(cfg: TrainConfig, steps: int, samples_of_step: Callable[[int], Sequence[int]], *,
                         lr_of_step: Callable[[int], float] | None = None,
                         clip: float = 0.0) -> tuple[list[float], dict, list[float]]:
-    """``(losses, state_dict, gradient norms before clipping)`` of ``steps`` steps in float64."""
+    """``(losses, state_dict, gradient norms before clipping)`` of ``steps`` steps in float64, at
+    the learning rate ``lr_of_step(step)`` (default: ``cfg``'s schedule, ``lr_at``)."""
+    from meshshard.run._training import lr_at
+
+    lr_of_step = lr_of_step or (lambda step: lr_at(cfg, step))
     cache: dict[int, tuple] = {}
     torch.manual_seed(cfg.seed)
     model = MeshGraphNet(3, 3, 1, latent_size=cfg.latent_size, hidden_layers=cfg.hidden_layers,
@@ -31,9 +35,8 @@ def whole_mesh_training(cfg: TrainConfig, steps: int, samples_of_step: Callable[
         loss.backward()
         if clip > 0:
             norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip)))
-        if lr_of_step is not None:
-            for group in opt.param_groups:
-                group["lr"] = lr_of_step(step)
+        for group in opt.param_groups:
+            group["lr"] = lr_of_step(step)
         opt.step()
         losses.append(float(loss.detach()))
     return losses, model.state_dict(), norms

@@ -102,7 +102,7 @@ def test_lr_schedules() -> None:
     rates = [lr_at(cosine, s) for s in range(11)]
     assert rates[0] == 1.0 and rates[-1] == pytest.approx(0.1) and rates[5] == pytest.approx(0.55)
     assert all(a > b for a, b in zip(rates, rates[1:]))
-    warm = TrainConfig(partition="", data="", out="", steps=11, lr=2.0, warmup=4)
+    warm = TrainConfig(partition="", data="", out="", steps=11, lr=2.0, lr_schedule="constant", warmup=4)
     assert [lr_at(warm, s) for s in range(6)] == [0.5, 1.0, 1.5, 2.0, 2.0, 2.0]
     expo = TrainConfig(partition="", data="", out="", steps=11, lr=1.0, lr_schedule="exponential", lr_floor=0.01)
     rates = [lr_at(expo, s) for s in range(11)]
@@ -114,6 +114,14 @@ def test_lr_schedules() -> None:
     rates = [lr_at(warm_expo, s) for s in range(13)]
     assert rates[:3] == pytest.approx([2 / 3, 4 / 3, 2.0]) and rates[-1] == pytest.approx(0.2)
     assert rates[7] == pytest.approx(2.0 * 0.1**0.5)  # halfway from step 2 to step 12
+    default = TrainConfig(partition="", data="", out="", steps=1000, lr=1.0)  # cosine after 20 steps of warm-up
+    assert (default.lr_schedule, default.warmup) == ("cosine", -1)
+    rates = [lr_at(default, s) for s in range(1000)]
+    assert rates[:20] == pytest.approx([(s + 1) / 20 for s in range(20)], rel=1e-3) and rates[-1] == pytest.approx(0.01)
+    assert rates[20] < rates[19] and all(a >= b for a, b in zip(rates[19:], rates[20:]))
+    assert lr_at(TrainConfig(partition="", data="", out="", steps=49, lr=1.0), 0) == 1.0  # none under 50 steps
+    long = TrainConfig(partition="", data="", out="", steps=10**6, lr=1.0)  # at most 100 steps of warm-up
+    assert lr_at(long, 98) == pytest.approx(0.99) and lr_at(long, 99) == pytest.approx(1.0)
     with pytest.raises(ValueError, match=r"^Expected --lr-schedule constant, cosine or exponential \(got 'step'\)$"):
         lr_at(TrainConfig(partition="", data="", out="", lr_schedule="step"), 0)
     with pytest.raises(ValueError, match=r"^Expected --lr-floor > 0 for --lr-schedule exponential \(got 0.0\)$"):
@@ -138,3 +146,31 @@ def test_a_scheduled_run_equals_one_process_and_resumes_exactly(setup: dict, sch
     stopped = train(_one_process(setup, f"sched-{schedule}", steps=STEPS, max_time=1e-9, **sched))
     assert stopped == whole[:1]
     assert train(_one_process(setup, f"sched-{schedule}", steps=STEPS, resume=True, **sched)) == whole
+
+
+def test_warmup_auto_on_the_command_line_and_a_run_from_before_schedules_resumes_at_a_constant_rate(
+        setup: dict, capsys: pytest.CaptureFixture) -> None:  # noqa: F811
+    """A run whose checkpoint predates ``lr_schedule`` trained at a constant rate: resumed, it keeps
+    it, though a new run's default is now cosine."""
+    from meshshard.cli import main
+    from meshshard.run._checkpoint import save_checkpoint
+
+    root = Path(setup["root"])
+    args = ["train", str(root / "partition1"), "--data", str(root / "data"), "--out", str(root / "old"), "--steps",
+            "2", "--latent", "8", "--mp-steps", "1", "--dtype", "float64", "--quiet"]
+    assert main([*args, "--warmup", "auto"]) == 0
+    saved = load_checkpoint(root / "old" / "checkpoint.pt")
+    assert (saved["config"]["lr_schedule"], saved["config"]["warmup"]) == ("cosine", -1)
+    for key in ("lr_schedule", "warmup", "lr_floor"):
+        del saved["config"][key]  # as a version before the schedules wrote it
+    save_checkpoint(root / "old" / "checkpoint.pt", saved)
+    args[args.index("--steps") + 1] = "4"
+    assert main([*args, "--resume"]) == 0
+    config = load_checkpoint(root / "old" / "checkpoint.pt")["config"]
+    assert (config["lr_schedule"], config["warmup"]) == ("constant", 0)
+    records = [json.loads(line) for line in (root / "old" / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "loss" in r and "lr" not in r] == [2, 3]  # no schedule: no rate logged
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main([*args, "--warmup", "soon"])
+    assert "Expected auto or a number of steps (got 'soon')" in capsys.readouterr().err

@@ -59,7 +59,8 @@ def case(tmp_path_factory) -> dict:
 
 def _cfg(case: dict, parts: int, name: str, **changes) -> dict:
     cfg = TrainConfig(partition=str(case["root"] / f"parts{parts}"), data=case["data"], out=str(case["root"] / name),
-                      steps=STEPS, lr=1e-2, quiet=True, dtype="float64", model=SPEC, model_args=dict(ARGS))
+                      steps=STEPS, lr=1e-2, quiet=True, dtype="float64", model=SPEC, model_args=dict(ARGS),
+                      lr_schedule="constant")  # the reference's Adam at one rate; the schedules: test_controls
     return asdict(cfg) | changes
 
 

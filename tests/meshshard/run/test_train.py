@@ -40,7 +40,8 @@ def setup(tmp_path_factory) -> dict:
     partition_dataset(root / "data", root / "partition1", 1)
     base = TrainConfig(partition=str(root / "partition"), data=str(root / "data"), out="", steps=STEPS, lr=1e-2,
                        latent_size=8, hidden_layers=1, message_passing_steps=2, checkpoint_every=2,
-                       quiet=True, dtype="float64", data_parallel=2)
+                       quiet=True, dtype="float64", data_parallel=2,
+                       lr_schedule="constant")  # the loop's exactness here; the schedules' in test_controls
     return {"root": root, "mesh": path, "cfg": base}
 
 
@@ -118,7 +119,7 @@ def _cli(setup: dict, out: str, extra: list[str]) -> list[str]:
     cfg = setup["cfg"]
     return [sys.executable, "-m", "meshshard", "train", cfg.partition, "--data", cfg.data, "--out", out,
             "--steps", str(STEPS), "--lr", str(cfg.lr), "--latent", "8", "--hidden-layers", "1", "--mp-steps", "2",
-            "--every", "2", "--dtype", "float64", "--quiet", *extra]
+            "--every", "2", "--dtype", "float64", "--lr-schedule", cfg.lr_schedule, "--quiet", *extra]
 
 
 @pytest.mark.slow

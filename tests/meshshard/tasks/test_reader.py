@@ -92,7 +92,8 @@ def test_normalisation_is_the_datasets_and_round_trips(setup: dict) -> None:
 def _cfg(setup: dict, name: str, parts: int, data_parallel: int) -> TrainConfig:
     return TrainConfig(partition=str(setup["root"] / f"parts-{parts}"), data=setup["data"], out=str(setup["root"] / name),
                        steps=STEPS, lr=1e-2, latent_size=8, hidden_layers=1, message_passing_steps=2,
-                       checkpoint_every=2, quiet=True, dtype="float64", data_parallel=data_parallel, val_every=2)
+                       checkpoint_every=2, quiet=True, dtype="float64", data_parallel=data_parallel, val_every=2,
+                       lr_schedule="constant")  # the reference's Adam at one rate; the schedules: test_controls
 
 
 def _train_rank(rank: int, world: int, cfg: dict) -> list[float]:

@@ -132,7 +132,8 @@ def test_training_with_noise_on_three_ranks_equals_one_process(setup: dict, unro
     root = setup["root"]
     cfg = TrainConfig(partition=setup[3], data=setup["data"], out=str(root / f"run3-{unroll}"), steps=2, lr=1e-2,
                       latent_size=8, hidden_layers=1, message_passing_steps=2, quiet=True, dtype="float64",
-                      noise_std=SIGMA, seed=SEED, val_every=2, rollout_train=unroll)
+                      noise_std=SIGMA, seed=SEED, val_every=2, rollout_train=unroll,
+                      lr_schedule="constant")  # the reference's Adam at one rate; the schedules: test_controls
     sharded = run_ranks(_train_rank, 3, asdict(cfg), timeout=120)[0]
     one_cfg = TrainConfig(**(asdict(cfg) | {"partition": setup[1], "out": str(root / f"run1-{unroll}")}))
     one = train(one_cfg)
