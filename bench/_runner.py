@@ -65,7 +65,7 @@ def emit(result: Any, path: str | Path | None) -> None:
 
 def ensure_partition(data: Path, parts: Path, num_parts: int) -> float:
     """``meshshard partition DATA --parts P`` into PARTS unless a partition of this dataset is there."""
-    from meshshard.partition import check_partition_matches
+    from meshshard.data import check_partition_matches
 
     if (parts / "partition.json").is_file():
         try:

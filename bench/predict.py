@@ -74,7 +74,7 @@ def main() -> int:
 
 def write_box_dataset(folder: Path, side: int) -> int:
     """Two samples of the analytic fields on the ``side^3`` box; returns the node count."""
-    from meshshard.partition import write_dataset
+    from meshshard.data import write_dataset
 
     points, tets = make_box_mesh(side)
     inputs = np.stack([np.stack([np.sin(3 * points[:, 0] + s), points[:, 1] * points[:, 2]], 1) for s in range(2)])
@@ -85,7 +85,7 @@ def write_box_dataset(folder: Path, side: int) -> int:
 
 
 def measure(args: argparse.Namespace, work: Path) -> int:
-    from meshshard.partition import partition_dataset
+    from meshshard.data import partition_dataset
 
     nodes = write_box_dataset(work / "data", args.side)
     partition_dataset(work / "data", work / "parts", 2)

@@ -67,7 +67,7 @@ def ensure_wave_dataset(cache: Path, side: int, states: int, speeds: tuple[float
     """The trajectory dataset of ``len(speeds)`` waves on the ``side^2`` grid, ``states`` steps each (the
     last trajectory for validation when there are two or more); built when missing. Returns it and the
     seconds spent."""
-    from meshshard.partition import Trajectory, write_trajectories
+    from meshshard.data import Trajectory, write_trajectories
 
     out = cache / f"rollout-wave-{side}-{states}-{len(speeds)}"
     if (out / "dataset.json").is_file():

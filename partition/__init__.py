@@ -15,22 +15,16 @@ or in one call: ``partition_file(...)`` (the ``meshshard partition`` command), o
 ``partition_points(pos, R)``, ``partition_grid(shape, R, proc_grid=...)`` (a structured grid's
 box decomposition, see ``_grid.py``). ``verify_partition(DIR)`` checks every invariant of a folder.
 
-Datasets (format: :mod:`meshshard.partition._dataset`): ``build_dataset(files, DATA, inputs=...,
-targets=...)`` (``meshshard dataset``; ``read_vtk`` reads the ``.vtp``, ``.vtm``, ``.pvtu`` and
-``.vtkhdf`` files meshio does not), ``write_dataset`` / ``write_dataset_from_pyg``,
-``open_dataset(DATA)``, ``partition_dataset(DATA, PARTS, R)`` and
-``check_partition_matches(DATA, PARTS)``; trajectories (``meshshard dataset --state``):
-``build_trajectories``, ``write_trajectories``, ``open_trajectories(DATA)``.
-
-Boundaries (:mod:`meshshard.partition._surface`): ``named_boundaries(mesh)`` (a mesh's patches,
-node sets, gmsh groups), ``boundary_area_vectors`` (the area each boundary node stands for, out of
-the mesh), ``surface_area_vectors`` (a surface's per-point normals times areas) and
-``boundary_force`` (the force of a pressure and a wall shear stress on them).
+Datasets, the files they are built from, boundaries and surfaces are the dataset layer's,
+:mod:`meshshard.data` (which imports this one, never the other way round). Their old names here
+(``meshshard.partition.open_dataset`` ...) still work for one release, with a DeprecationWarning.
 
 Point clouds (:mod:`meshshard.partition._points`): ``parse_graph_rule`` / ``GraphRule``
-(``--graph knn:K``), ``point_graph``, ``read_npz_cloud``, ``surface_fields`` (a surface's per-point
-normal, area and area vectors), ``check_radius(parts_meta, model_radius)`` (a model's ball radius
-against the halo radius a partition was made for).
+(``--graph knn:K``), ``point_graph``, ``check_radius(parts_meta, model_radius)`` (a model's ball
+radius against the halo radius a partition was made for).
+
+Safe files (:mod:`meshshard.partition.files`): the checked readers, staged writers, folder locks and
+guards every layer and command uses.
 """
 
 from __future__ import annotations
@@ -41,34 +35,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time see __getattr__ below
     from ._api import GRAPHS, build_graph, partition_file, partition_graph, partition_mesh, partition_points
     from ._assign import METHODS, assign_parts, edge_cut, imbalance, refine_balance
-    from ._dataset import (
-        Dataset,
-        Normalisation,
-        check_partition_matches,
-        dataset_partition_folder,
-        open_dataset,
-        write_dataset,
-        write_dataset_from_pyg,
-    )
-    from ._dataset_build import build_dataset, partition_dataset
     from ._format import FORMAT_NAME, FORMAT_VERSION, load_partition, read_metadata, save_partition
     from ._graph import Graph
     from ._grid import GridLayout, grid_layout, partition_grid
     from ._io import InputData, read_input
     from ._partition import Partition
     from ._plan import build_partitions
-    from ._points import GraphRule, check_radius, parse_graph_rule, point_graph, read_npz_cloud, surface_fields
-    from ._surface import boundary_area_vectors, boundary_force, named_boundaries, surface_area_vectors
-    from ._trajectories import (
-        Trajectories,
-        Trajectory,
-        build_trajectories,
-        is_trajectory_dataset,
-        open_trajectories,
-        write_trajectories,
-    )
+    from ._points import GraphRule, check_radius, parse_graph_rule, point_graph
     from ._verify import check_partitions, verify_partition
-    from ._vtk_io import VTK_SUFFIXES, read_vtk
 
 # name -> module that defines it, relative to this package (``._api`` is ``_api.py`` beside this
 # file). Resolved on first use, so that a training rank that only loads its part
@@ -80,15 +54,6 @@ _LAZY: dict[str, str] = {
     "partition_graph": "._api",
     "partition_mesh": "._api",
     "partition_points": "._api",
-    "Dataset": "._dataset",
-    "Normalisation": "._dataset",
-    "check_partition_matches": "._dataset",
-    "dataset_partition_folder": "._dataset",
-    "open_dataset": "._dataset",
-    "write_dataset": "._dataset",
-    "write_dataset_from_pyg": "._dataset",
-    "build_dataset": "._dataset_build",
-    "partition_dataset": "._dataset_build",
     "METHODS": "._assign",
     "assign_parts": "._assign",
     "edge_cut": "._assign",
@@ -112,22 +77,9 @@ _LAZY: dict[str, str] = {
     "MAX_LISTED": "._text",
     "listed": "._text",
     "plural": "._text",
-    "PARTITIONS_FILE": "._dataset",
-    "is_dataset": "._dataset",
-    "read_dataset_metadata": "._dataset",
-    "read_partitions_metadata": "._dataset",
     "Steps": "._progress",
     "print_summary": "._report",
     "plot_partition": "._plot",
-    "list_sources": "._dataset_build",
-    "held_note": "._dataset_build",
-    "read_parameters": "._dataset_build",
-    "read_vtk": "._vtk_io",
-    "VTK_SUFFIXES": "._vtk_io",
-    "evaluate_expression": "._expressions",
-    "check_expression": "._expressions",
-    "evaluate_columns": "._expressions",
-    "parse_target_scales": "._expressions",
     "check_output_dir": "._format",
     "halo_windows": "._grid",
     "window_plan": "._grid",
@@ -148,133 +100,157 @@ _LAZY: dict[str, str] = {
     "WriteError": "._json_io",
     "naming_write_errors": "._json_io",
     "Refusals": "._safe_io",
-    "FOLDER_KINDS": "._kinds",
-    "FolderKind": "._kinds",
-    "kinds_of": "._kinds",
-    "Trajectories": "._trajectories",
-    "Trajectory": "._trajectories",
-    "build_trajectories": "._trajectories",
-    "is_trajectory_dataset": "._trajectories",
-    "open_trajectories": "._trajectories",
-    "write_trajectories": "._trajectories",
-    "boundary_area_vectors": "._surface",
-    "boundary_force": "._surface",
-    "named_boundaries": "._surface",
-    "surface_area_vectors": "._surface",
     "GraphRule": "._points",
     "check_radius": "._points",
     "parse_graph_rule": "._points",
     "point_graph": "._points",
-    "read_npz_cloud": "._points",
-    "surface_fields": "._points",
+    "Cells": "._graph",
+    "nodal_graph": "._graph",
+    "meshio_failure": "._io",
+    "run_pipeline": "._api",
+    "check_num_parts": "._assign",
+    "check_is_partition": "._format",
+    "write_partitions": "._format",
+    "check_halo_radius": "._points",
+    "record_halo_radius": "._points",
+    "sample_graph": "._points",
+    "halo_radius_of": "._points",
+    "geometric_halo_counts": "._points",
+    "DEFAULT_POINT_GRAPH": "._points",
 }
+
+#: Dataset names that lived here before the dataset layer moved to :mod:`meshshard.data`: they
+#: keep working, for one release, with a DeprecationWarning naming the new place (the forwarded
+#: object is the moved one itself; ``tests/data/test_forwarding.py`` checks each).
+_MOVED: tuple[str, ...] = (
+    "Dataset",
+    "FOLDER_KINDS",
+    "FolderKind",
+    "Normalisation",
+    "PARTITIONS_FILE",
+    "Trajectories",
+    "Trajectory",
+    "VTK_SUFFIXES",
+    "boundary_area_vectors",
+    "boundary_force",
+    "build_dataset",
+    "build_trajectories",
+    "check_expression",
+    "check_partition_matches",
+    "dataset_partition_folder",
+    "dump_dataset_metadata",
+    "evaluate_columns",
+    "evaluate_expression",
+    "held_note",
+    "is_dataset",
+    "is_trajectory_dataset",
+    "kinds_of",
+    "list_sources",
+    "named_boundaries",
+    "open_dataset",
+    "open_trajectories",
+    "parse_target_scales",
+    "partition_dataset",
+    "read_dataset_metadata",
+    "read_npz_cloud",
+    "read_parameters",
+    "read_partitions_metadata",
+    "read_vtk",
+    "surface_area_vectors",
+    "surface_fields",
+    "write_dataset",
+    "write_dataset_from_pyg",
+    "write_trajectories",
+)
 
 #: Public names for attributes that carry another name in their module.
 _ALIASES: dict[str, tuple[str, str]] = {
     "dump_partition_metadata": ("._format", "dump_metadata"),
-    "dump_dataset_metadata": ("._dataset", "dump_metadata"),
+    "PARTITION_METADATA_FILE": ("._format", "METADATA_FILE"),
 }
 
 __all__ = [
-    "Dataset",
-    "FOLDER_KINDS",
-    "FORMAT_NAME",
-    "FORMAT_VERSION",
-    "FolderKind",
-    "GRAPHS",
-    "Graph",
-    "GridLayout",
-    "InputData",
-    "MAX_LISTED",
-    "METHODS",
-    "Normalisation",
-    "PARTITIONS_FILE",
-    "Partition",
-    "Refusals",
-    "Steps",
-    "Trajectories",
-    "Trajectory",
-    "VTK_SUFFIXES",
-    "WriteError",
-    "GraphRule",
     "assign_parts",
-    "build_dataset",
-    "boundary_area_vectors",
-    "boundary_force",
     "build_graph",
     "build_partitions",
-    "build_trajectories",
+    "Cells",
     "check_apart",
     "check_destination",
-    "check_expression",
-    "check_radius",
+    "check_halo_radius",
     "check_input_folders",
+    "check_is_partition",
+    "check_num_parts",
     "check_output_dir",
     "check_output_folder",
-    "check_partition_matches",
     "check_partitions",
-    "dataset_partition_folder",
-    "dump_dataset_metadata",
+    "check_radius",
+    "DEFAULT_POINT_GRAPH",
     "dump_partition_metadata",
     "dumps_json",
     "edge_cut",
-    "evaluate_columns",
-    "evaluate_expression",
     "folder_lock",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "geometric_halo_counts",
+    "Graph",
+    "GraphRule",
+    "GRAPHS",
     "grid_layout",
-    "held_note",
+    "GridLayout",
+    "halo_radius_of",
     "halo_windows",
     "imbalance",
-    "is_dataset",
+    "InputData",
     "is_lock_file",
-    "is_trajectory_dataset",
-    "kinds_of",
-    "list_sources",
     "listed",
     "load_partition",
     "loads_json",
     "max_expansion",
-    "named_boundaries",
+    "MAX_LISTED",
+    "meshio_failure",
+    "METHODS",
     "naming_write_errors",
-    "open_dataset",
-    "open_trajectories",
+    "nodal_graph",
+    "parse_graph_rule",
     "parse_max_expansion",
-    "partition_dataset",
+    "Partition",
     "partition_file",
     "partition_graph",
     "partition_grid",
     "partition_mesh",
+    "PARTITION_METADATA_FILE",
     "partition_points",
-    "parse_graph_rule",
-    "parse_target_scales",
     "plot_partition",
-    "point_graph",
     "plural",
+    "point_graph",
     "print_summary",
-    "read_dataset_metadata",
     "read_input",
+    "read_inside",
     "read_json",
     "read_json_inside",
-    "read_parameters",
-    "read_vtk",
-    "read_inside",
     "read_metadata",
-    "read_npz_cloud",
-    "read_partitions_metadata",
+    "record_halo_radius",
     "refine_balance",
+    "Refusals",
+    "run_pipeline",
+    "sample_graph",
     "save_partition",
-    "surface_area_vectors",
-    "surface_fields",
+    "Steps",
     "verify_partition",
     "window_plan",
-    "write_dataset",
-    "write_dataset_from_pyg",
+    "write_partitions",
     "write_text_file",
-    "write_trajectories",
+    "WriteError",
 ]
 
 
 def __getattr__(name: str) -> Any:
+    if name in _MOVED:  # the one import of the dataset layer from here: lazy, and only for old paths
+        import warnings
+
+        warnings.warn(f"meshshard.partition.{name} moved to meshshard.data.{name}; import it from there "
+                      "(the old path goes in the next release)", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module("meshshard.data"), name)
     module, attribute = _ALIASES.get(name, (_LAZY.get(name), name))
     if module is None:
         raise AttributeError(f"module 'meshshard.partition' has no attribute {name!r}")
@@ -284,4 +260,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY) | set(_ALIASES))
+    return sorted(set(globals()) | set(_LAZY) | set(_ALIASES) | set(_MOVED))

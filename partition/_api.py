@@ -64,7 +64,7 @@ def build_graph(
     return radius_graph(data.pos, radius)
 
 
-def _run(
+def run_pipeline(
     graph: Graph,
     num_parts: int,
     steps: Steps,
@@ -177,7 +177,7 @@ def partition_graph(
         graph = Graph.from_edge_index(edge_index, num_nodes, pos=pos_np)
     if graph.num_nodes == 0:
         raise ValueError("Expected at least one node (got an empty graph)")
-    _, partitions = _run(graph, num_parts, Steps(), method=method, parts=parts,
+    _, partitions = run_pipeline(graph, num_parts, Steps(), method=method, parts=parts,
                          halo_hops=halo_hops, imbalance=imbalance, seed=seed,
                          recursive=recursive, tries=tries, tpwgts=tpwgts,
                          attrs={"graph": graph.kind, "input": _memory_input(graph)})
@@ -306,7 +306,7 @@ def partition_file(
         if g.kind == "dual":
             params["ncommon"] = ncommon
         attrs = {"graph": g.kind, "input": source, "parameters": params}
-        metadata, partitions = _run(g, num_parts, steps, method=method, halo_hops=halo_hops,
+        metadata, partitions = run_pipeline(g, num_parts, steps, method=method, halo_hops=halo_hops,
                                     imbalance=imbalance, seed=seed, recursive=recursive,
                                     tries=tries, tpwgts=tpwgts, attrs=attrs)
         with steps.step("write", total=num_parts) as advance:  # each part built, written, let go

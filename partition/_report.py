@@ -34,7 +34,7 @@ def print_summary(meta: Mapping[str, Any], seconds: Mapping[str, float] | None =
     from rich.console import Console
     from rich.table import Table
 
-    from ._dataset import plural
+    from ._text import plural
 
     console = Console(file=file or sys.stdout, highlight=False, soft_wrap=True)
     table = Table(title=f"{plural(meta['num_parts'], 'part')}, {meta['method']} on the "

@@ -1,6 +1,8 @@
 """The layer rules of DESIGN.md, and the rooms of the top layer.
 
-- partition and comm never import each other nor the top layer (partition never torch);
+- partition and comm never import each other nor the top layer (partition never torch); the
+  dataset layer (``meshshard/data``, ``meshshard.data``) imports partition and no other layer, never
+  torch, and only tasks, run and the commands import it (not the containers, ``nn`` or ``comm``);
 - inside a layer, imports are relative (``from ._format import ...``), so a reader can follow them
   to the file next door; across layers they are absolute (``from meshshard.comm import ...``);
 - across layers (and across the rooms of the top layer), imports go through public names: never
@@ -10,9 +12,9 @@
   ``_spec``, ``_tensor``, ``_graph``, ``_grid_tensor``) and ``nn``, then ``tasks``, then ``run``,
   then ``cli``; a room never imports one above it.
 
-Checked statically, over every module of the three folders (every import statement, those inside
+Checked statically, over every module of the four layers (every import statement, those inside
 functions and under ``if TYPE_CHECKING:`` too, relative ones resolved), and at run time (importing
-one layer in a fresh interpreter loads neither the other nor torch, for partition).
+one layer in a fresh interpreter loads neither the other nor torch, for partition and data).
 """
 
 from __future__ import annotations
@@ -33,7 +35,12 @@ REPO = Path(__file__).resolve().parents[1]
 RULES = {
     "partition": ("meshshard.partition", ("torch",)),
     "comm": ("meshshard.comm", ()),
+    "meshshard/data": ("meshshard.data", ("torch",)),
 }
+
+# lower layer -> the other layers it may import, by their public names (the dataset layer sits on
+# the partition layer; partition and comm import no other).
+ALLOWED = {"meshshard.data": ("meshshard.partition",)}
 
 # The folders of the repository and the import names they are installed under (pyproject.toml's
 # package-dir).
@@ -44,8 +51,8 @@ COMMANDS = ("meshshard.cli", "meshshard.__main__")
 
 # room of the top layer -> the rooms above it, which it never imports.
 ROOMS = {
-    "containers": ("meshshard.run", "meshshard.tasks", "meshshard.cli"),
-    "nn": ("meshshard.run", "meshshard.tasks", "meshshard.cli"),
+    "containers": ("meshshard.data", "meshshard.run", "meshshard.tasks", "meshshard.cli"),
+    "nn": ("meshshard.data", "meshshard.run", "meshshard.tasks", "meshshard.cli"),
     "tasks": ("meshshard.run", "meshshard.cli"),
     "run": ("meshshard.cli",),
 }
@@ -83,7 +90,7 @@ def violations(source: str, package: str, forbidden: tuple[str, ...], layer: str
     layer = layer or package
     bad = set()
     for name in imports_of(source, package):
-        own = name == layer or name.startswith(layer + ".")
+        own = any(_is(name, unit) for unit in (layer, *ALLOWED.get(layer, ())))
         top = name == "meshshard" or name.startswith("meshshard.")
         if (top and not own) or any(name == f or name.startswith(f + ".") for f in forbidden):
             bad.add(name)
@@ -93,7 +100,7 @@ def violations(source: str, package: str, forbidden: tuple[str, ...], layer: str
 def unit_of(name: str) -> str | None:
     """Which side of a layer boundary the module ``name`` is on: a lower layer, the commands, the
     library of the top layer; ``None`` outside meshshard."""
-    for prefixes in (("meshshard.partition",), ("meshshard.comm",), COMMANDS):
+    for prefixes in (("meshshard.partition",), ("meshshard.comm",), ("meshshard.data",), COMMANDS):
         if any(_is(name, prefix) for prefix in prefixes):
             return prefixes[0]
     return "meshshard" if _is(name, "meshshard") else None
@@ -208,8 +215,8 @@ def test_the_checker_catches_violations() -> None:
     assert private_violations("from ..tasks._reader import Normaliser\nfrom . import _folder\n", "meshshard.run") == [
         "meshshard.tasks._reader", "meshshard.tasks._reader.Normaliser",
     ]
-    assert private_violations("from meshshard.partition._dataset import plural\n", "meshshard.cli") == [
-        "meshshard.partition._dataset", "meshshard.partition._dataset.plural",
+    assert private_violations("from meshshard.data._dataset import plural\n", "meshshard.cli") == [
+        "meshshard.data._dataset", "meshshard.data._dataset.plural",
     ]
     src = "from meshshard import __version__\nfrom .._grid_tensor import _Place\n"
     assert private_violations(src, "meshshard.nn") == []
@@ -341,6 +348,13 @@ def test_importing_partition_loads_neither_torch_nor_comm() -> None:
     assert "torch" not in loaded and "meshshard.comm" not in loaded
 
 
+def test_importing_data_loads_no_torch_and_partition_not_data() -> None:
+    loaded = _loaded_after("import meshshard.data; meshshard.data.open_dataset; meshshard.data.build_dataset")
+    assert "torch" not in loaded and "meshshard.comm" not in loaded and "meshshard.nn" not in loaded
+    loaded = _loaded_after("import meshshard.partition; meshshard.partition.build_graph")
+    assert "meshshard.data" not in loaded
+
+
 def test_importing_comm_does_not_load_partition() -> None:
     loaded = _loaded_after("import meshshard.comm")
     assert "meshshard.partition" not in loaded and "pymetis" not in loaded
@@ -351,7 +365,7 @@ def test_a_training_rank_loads_no_partitioning_libraries() -> None:
     # sample and the layers needs numpy and torch only. Partitioning modules are imported on use.
     loaded = _loaded_after("import meshshard.nn, meshshard.comm, meshshard.run; "
                            "from meshshard import ShardGraph, ShardTensor, edge_features; "
-                           "from meshshard.partition import load_partition, open_dataset")
+                           "from meshshard.data import open_dataset\nfrom meshshard.partition import load_partition")
     assert not {"scipy", "pymetis", "meshio"} & loaded, sorted({"scipy", "pymetis", "meshio"} & loaded)
     from meshshard import partition
 

@@ -55,7 +55,7 @@ from pathlib import Path
 import meshio
 import numpy as np
 
-from meshshard.partition import boundary_force, open_dataset
+from meshshard.data import boundary_force, open_dataset
 
 FIELDS = ("p", "U")
 WALLS = ("lowerWall", "upperWall")

@@ -8,7 +8,7 @@ blobs) and the conductivity field ``kappa`` (a smooth random field), and returns
 state) pairs as MeshGraphNet training samples.
 
 ``write_dataset`` writes the samples as a dataset folder (the format of
-:mod:`meshshard.partition._dataset`): inputs ``u`` (the state), ``kappa`` (the conductivity)
+:mod:`meshshard.data._dataset`): inputs ``u`` (the state), ``kappa`` (the conductivity)
 and ``boundary`` (1 on the boundary, 0 inside), target ``du`` (``u_{t+1} - u_t``), all in
 physical units; the dataset's statistics normalise them, nothing else does.
 
@@ -164,7 +164,7 @@ def _boundary_nodes(cells: np.ndarray, n: int) -> np.ndarray:
 def write_dataset(data: HeatDataset, out: str | os.PathLike[str], **options: object) -> Path:
     """Write the samples as a dataset folder (:func:`meshshard.partition.write_dataset`; the
     ``options`` go to it, e.g. ``val_fraction``, ``dtype``, ``force``)."""
-    from meshshard.partition import write_dataset as write
+    from meshshard.data import write_dataset as write
 
     if data.points is None or data.cells is None:
         raise ValueError("Expected a HeatDataset from simulate_heat (with its points and cells)")

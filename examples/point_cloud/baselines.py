@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 from scipy.spatial import cKDTree
 
-from meshshard.partition import open_dataset
+from meshshard.data import open_dataset
 
 
 def directions(points: np.ndarray) -> np.ndarray:
@@ -95,7 +95,7 @@ def read_prediction(pred: Path, name: str, field: str, n: int) -> tuple[np.ndarr
     recorded = entry["fields"].get(field, {}).get("rel_l2")
     file = pred / entry["file"]
     if file.suffix == ".vtp":
-        from meshshard.partition import read_vtk  # .vtp, through the vtk package
+        from meshshard.data import read_vtk  # .vtp, through the vtk package
 
         point_data = read_vtk(file).point_data
     else:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from meshshard.partition import open_trajectories
+from meshshard.data import open_trajectories
 
 FIRST = 10  # "the first 10 steps": the applications the verdict compares
 

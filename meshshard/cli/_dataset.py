@@ -88,7 +88,8 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
     """The readable summary ``meshshard info DATA`` prints."""
     import numpy as np
 
-    from meshshard.partition import held_note, plural
+    from meshshard.data import held_note
+    from meshshard.partition import plural
 
     if meta.get("task") == "transient":
         from ._trajectories import describe_trajectories
@@ -173,8 +174,9 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
 
 def run_info(folder: str, as_json: bool) -> int:
     """``meshshard info DATA`` (a dataset folder) or ``meshshard info PARTS`` (a dataset's partitions)."""
-    from meshshard.partition import PARTITIONS_FILE, plural, read_dataset_metadata, read_partitions_metadata
-    from meshshard.partition import dump_dataset_metadata as dump_metadata
+    from meshshard.data import PARTITIONS_FILE, read_dataset_metadata, read_partitions_metadata
+    from meshshard.data import dump_dataset_metadata as dump_metadata
+    from meshshard.partition import plural
 
     try:
         if (Path(folder) / PARTITIONS_FILE).is_file():
@@ -200,7 +202,8 @@ def run_info(folder: str, as_json: bool) -> int:
 def run_verify(folder: str, verify_one: Callable[[argparse.Namespace], int]) -> int:
     """``meshshard verify PARTS`` for a dataset's partitions: every mesh's partition folder, and
     that each was made from the mesh ``partitions.json`` names (exit 1 when anything fails)."""
-    from meshshard.partition import PARTITIONS_FILE, read_metadata, read_partitions_metadata
+    from meshshard.data import PARTITIONS_FILE, read_partitions_metadata
+    from meshshard.partition import read_metadata
 
     try:
         meta = read_partitions_metadata(folder)
@@ -223,7 +226,8 @@ def run_verify(folder: str, verify_one: Callable[[argparse.Namespace], int]) -> 
 
 def run_partition_dataset(args: argparse.Namespace) -> int:
     """``meshshard partition DATA --parts K --out PARTS``."""
-    from meshshard.partition import Steps, open_dataset, partition_dataset, plural
+    from meshshard.data import open_dataset, partition_dataset
+    from meshshard.partition import Steps, plural
 
     ignored = [flag for flag, value in (("--graph", args.graph), ("--tpwgts", args.tpwgts),
                                         ("--grid", getattr(args, "grid", None))) if value is not None]
@@ -257,7 +261,8 @@ def _cmd_dataset(args: argparse.Namespace) -> int:
 
 
 def _dataset(args: argparse.Namespace) -> int:
-    from meshshard.partition import Steps, build_dataset, list_sources, read_dataset_metadata
+    from meshshard.data import build_dataset, list_sources, read_dataset_metadata
+    from meshshard.partition import Steps
 
     from ._trajectories import check_steady, run_trajectories
 

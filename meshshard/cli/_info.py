@@ -110,7 +110,7 @@ def _either(words: list[str]) -> str:
 def _not_described(path: Path) -> str | None:
     """Why ``meshshard info`` cannot describe ``path`` (a file, or a folder of none of its kinds);
     None when it may be one of them, or is missing (the partition layer's error says so)."""
-    from meshshard.partition import FOLDER_KINDS, kinds_of
+    from meshshard.data import FOLDER_KINDS, kinds_of
 
     # the kinds info describes, in the table's order; a dataset's partitions (a folder with
     # partitions.json) an error need not name
@@ -125,7 +125,7 @@ def _not_described(path: Path) -> str | None:
 
 def _is_prediction(path: Path) -> bool:
     """A folder with metrics.json and none of a partition or dataset folder's own files."""
-    from meshshard.partition import kinds_of
+    from meshshard.data import kinds_of
 
     found = {kind.name for kind in kinds_of(path)}
     return "prediction" in found and not found & {"partition", "dataset", "partitions"}
@@ -141,7 +141,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     why = _not_described(path)
     if why is not None:
         return _fail(why)
-    from meshshard.partition import FOLDER_KINDS
+    from meshshard.data import FOLDER_KINDS
 
     run = (path / FOLDER_KINDS["run"].marker).is_file()
     if not run and not _is_prediction(path):

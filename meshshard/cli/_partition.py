@@ -43,11 +43,11 @@ def _cmd_partition(args: argparse.Namespace) -> int:
 
 
 def _partition(args: argparse.Namespace) -> int:
+    from meshshard.data import is_dataset
     from meshshard.partition import (
         Steps,
         WriteError,
         check_output_dir,
-        is_dataset,
         max_expansion,
         parse_max_expansion,
         partition_file,
@@ -96,8 +96,9 @@ def _partition(args: argparse.Namespace) -> int:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from meshshard.partition import PARTITIONS_FILE, is_dataset, print_summary, read_metadata
+    from meshshard.data import PARTITIONS_FILE, is_dataset
     from meshshard.partition import dump_partition_metadata as dump_metadata
+    from meshshard.partition import print_summary, read_metadata
 
     if is_dataset(args.dir) or (Path(args.dir) / PARTITIONS_FILE).is_file():
         from ._dataset import run_info
@@ -119,7 +120,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from meshshard.partition import PARTITIONS_FILE, plural, read_metadata, verify_partition
+    from meshshard.data import PARTITIONS_FILE
+    from meshshard.partition import plural, read_metadata, verify_partition
 
     if (Path(args.dir) / PARTITIONS_FILE).is_file():
         from ._dataset import run_verify
@@ -142,7 +144,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from meshshard.partition import PARTITIONS_FILE, WriteError, plot_partition, read_partitions_metadata
+    from meshshard.data import PARTITIONS_FILE, read_partitions_metadata
+    from meshshard.partition import WriteError, plot_partition
 
     try:
         if (Path(args.dir) / PARTITIONS_FILE).is_file():  # a dataset's partitions, found as verify finds them

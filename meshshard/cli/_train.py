@@ -186,7 +186,7 @@ def _max_points(args: Any, saved: dict[str, Any]) -> str | None:
         args.max_points = int(saved.get("max_points") or 0)
         return None
     try:
-        from meshshard.partition import open_dataset
+        from meshshard.data import open_dataset
 
         recorded = int(open_dataset(args.data).meta.get("max_points") or 0)
     except (ValueError, OSError, TypeError):

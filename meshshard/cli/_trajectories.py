@@ -1,5 +1,5 @@
 """``meshshard dataset SOURCES --state NAMES``: trajectories to a dataset folder, and what
-``meshshard info DATA`` prints of one (format: :mod:`meshshard.partition._trajectories`).
+``meshshard info DATA`` prints of one (format: :mod:`meshshard.data._trajectories`).
 
 Called from :mod:`meshshard.cli._dataset`, which parses the arguments: errors are one line
 ``meshshard dataset: error: ...`` and exit 2, with nothing left behind.
@@ -43,7 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run_trajectories(args: argparse.Namespace, note: Callable[[str], None],
                      error: Callable[[str, BaseException], int]) -> int:
     """``meshshard dataset SOURCES --out DATA --state NAMES ...``."""
-    from meshshard.partition import Steps, build_trajectories, read_dataset_metadata
+    from meshshard.data import build_trajectories, read_dataset_metadata
+    from meshshard.partition import Steps
 
     given = [flag for flag, attr in _STEADY_ONLY.items() if getattr(args, attr, None) not in (None, False)]
     if given:

@@ -9,7 +9,7 @@ physical group; ``meshshard info DATA`` lists them) and each sample:
 - ``force``: the force the fluid exerts on the boundary, ``sum_i p_i a_i (+ tau_i |a_i|)``, from
   the pressure field (``--pressure``, default ``p``) and, when given, a wall shear stress field
   (``--shear``), with the area vectors ``a_i`` the dataset stores with the boundary
-  (:mod:`meshshard.partition._surface`): ``true``, ``pred`` and ``rel_error`` ``|pred - true| /
+  (:mod:`meshshard.data._surface`): ``true``, ``pred`` and ``rel_error`` ``|pred - true| /
   |true|``;
 - with ``--force-reference EXPR`` (the reference dynamic pressure ``q``, arithmetic of the sample's
   parameters, e.g. ``0.5*speed**2``) or ``--reference-area A``: the force coefficients ``force / (q A)``
@@ -43,7 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from meshshard.partition import boundary_force, check_expression, evaluate_expression, plural
+from meshshard.data import boundary_force, check_expression, evaluate_expression
+from meshshard.partition import plural
 
 __all__ = ["BoundaryScoring", "boundary_record", "boundary_rows", "boundary_summary", "boundary_sums",
            "check_boundary_names", "check_boundary_request", "check_force_options", "parse_direction"]

@@ -54,15 +54,14 @@ from meshshard.comm import (
     is_peer_failure,
     sum_across,
 )
+from meshshard.data import check_partition_matches, open_dataset
 from meshshard.partition import (
     Refusals,
     check_apart,
     check_destination,
     check_input_folders,
-    check_partition_matches,
     dumps_json,
     is_lock_file,
-    open_dataset,
     plural,
     read_json,
     read_json_inside,
@@ -317,7 +316,7 @@ def check_model_request(ckpt: dict[str, Any], run: str, model: str | None) -> No
 
 def normalisation_of(ckpt: dict[str, Any], data: Any) -> Any:
     """The statistics the run trained with (stored in its checkpoint's config), or else the dataset's."""
-    from meshshard.partition import Normalisation
+    from meshshard.data import Normalisation
 
     stored = ckpt.get("config", {}).get("normalisation")
     if stored is None:

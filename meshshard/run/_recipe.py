@@ -486,7 +486,8 @@ def check_model_radius(config: Mapping[str, Any], partition: Any) -> None:
     radii = model_radii(config)
     if not radii:
         return
-    from meshshard.partition import check_radius, read_partitions_metadata
+    from meshshard.data import read_partitions_metadata
+    from meshshard.partition import check_radius
 
     try:
         check_radius(read_partitions_metadata(partition), max(radii))

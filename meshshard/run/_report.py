@@ -26,7 +26,8 @@ def partition_counts(parts: str | os.PathLike[str],
                      partition_meta: Mapping[str, Any]) -> tuple[int, list[int], list[int]]:
     """(nodes of the largest mesh, owned counts, ghost counts) over every part of every mesh's
     partition, from the partitions' metadata files (no communication, no part file read)."""
-    from meshshard.partition import dataset_partition_folder, read_metadata
+    from meshshard.data import dataset_partition_folder
+    from meshshard.partition import read_metadata
 
     nodes, owned, ghost = 0, [], []
     for entry in partition_meta.get("meshes", []):

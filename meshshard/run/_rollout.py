@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from meshshard.comm import barrier, gather_rows, init_distributed, sum_across
-from meshshard.partition import open_dataset, open_trajectories
+from meshshard.data import open_dataset, open_trajectories
 
 from ..tasks import get_task
 from ._folder import read_run

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from meshshard.partition import Normalisation
+from meshshard.data import Normalisation
 
 from ..tasks import TensorNormalisation, get_task
 from ._folder import read_run
@@ -119,7 +119,7 @@ class TrainedRun:
         scales = self.config.get("target_scales") or {}
         if not scales:
             return out
-        from meshshard.partition import evaluate_columns
+        from meshshard.data import evaluate_columns
 
         x = x.to(out.device, out.dtype)
         columns = {name: x[:, i] for i, name in enumerate(self.input_channels)}
@@ -308,7 +308,7 @@ def load_run(run: str | os.PathLike[str], *, model: str | nn.Module | None = Non
     if transient:
         node_types = cfg.get("node_types")
         if not node_types and data is not None:
-            from meshshard.partition import open_dataset
+            from meshshard.data import open_dataset
 
             node_types = open_dataset(data).meta.get("node_types")
         if not node_types:

@@ -39,14 +39,8 @@ import numpy as np
 import torch
 
 from meshshard.comm import all_reduce_sum, backend_name, barrier, is_peer_failure
-from meshshard.partition import (
-    check_apart,
-    check_input_folders,
-    check_partition_matches,
-    dumps_json,
-    open_dataset,
-    plural,
-)
+from meshshard.data import check_partition_matches, open_dataset
+from meshshard.partition import check_apart, check_input_folders, dumps_json, plural
 
 from .._tensor import ShardTensor
 from ..tasks import dataset_task, get_task

@@ -37,14 +37,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from meshshard.partition import (
+from meshshard.data import (
     Dataset,
     Normalisation,
     check_partition_matches,
     dataset_partition_folder,
-    load_partition,
     open_dataset,
 )
+from meshshard.partition import load_partition
 
 from .._graph import ShardGraph, edge_features
 from .._tensor import ShardTensor

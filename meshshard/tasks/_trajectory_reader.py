@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from meshshard.partition import Dataset, Trajectories, open_trajectories
+from meshshard.data import Dataset, Trajectories, open_trajectories
 
 from .._graph import ShardGraph
 from .._tensor import ShardTensor

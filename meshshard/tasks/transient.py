@@ -39,7 +39,7 @@ import torch
 from torch import Tensor
 
 from meshshard.comm import all_reduce_sum
-from meshshard.partition import Dataset, Normalisation
+from meshshard.data import Dataset, Normalisation
 
 from .._tensor import ShardTensor
 from ._base import Task

@@ -61,7 +61,7 @@ def test_readme_python_blocks_run_on_two_ranks(tmp_path: Path) -> None:
     wall and T: ../shared/data/sfepy/big.mesh, or its generated stand-in)."""
     import numpy as np
 
-    from meshshard.partition import partition_dataset, write_dataset
+    from meshshard.data import partition_dataset, write_dataset
     from tests._meshes import mesh_input
 
     blocks = [code for language, code in runnable_blocks(README) if language == "python"]

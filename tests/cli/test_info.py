@@ -13,7 +13,7 @@ import torch
 
 from meshshard.cli import main
 from meshshard.cli._info import describe_run
-from meshshard.partition import open_dataset, partition_dataset, write_dataset
+from meshshard.data import open_dataset, partition_dataset, write_dataset
 from meshshard.run import PredictConfig, TrainConfig, predict, train
 from meshshard.run._recipe import build_user_model
 from tests.partition.conftest import grid_triangles
@@ -144,7 +144,7 @@ def test_info_describes_a_prediction_finished_stopped_part_way_or_of_an_older_ve
 def test_the_kinds_table_names_the_run_layers_own_files() -> None:
     """partition may not import meshshard.run, so its table of folder kinds states a run's and a
     prediction's marker files again: they must be the ones meshshard.run writes."""
-    from meshshard.partition import FOLDER_KINDS
+    from meshshard.data import FOLDER_KINDS
     from meshshard.run import CHECKPOINT, METRICS_FILE
 
     assert FOLDER_KINDS["run"].marker == CHECKPOINT

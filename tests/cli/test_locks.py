@@ -18,7 +18,7 @@ import meshio
 import numpy as np
 import pytest
 
-from meshshard.partition import partition_dataset, write_dataset
+from meshshard.data import partition_dataset, write_dataset
 from meshshard.run import load_checkpoint
 from tests._processes import hold_folder_lock, wait_for_line
 from tests.partition.conftest import grid_triangles

@@ -39,7 +39,7 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path) -> None:
 
     import numpy as np
 
-    from meshshard.partition import write_dataset
+    from meshshard.data import write_dataset
 
     values = np.ones((1, 3, 1))
     write_dataset(tmp_path / "d", values, values, pos=np.array([[0.0, 0], [1, 0], [0, 1]]),

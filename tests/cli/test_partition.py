@@ -201,7 +201,7 @@ def test_help_and_partition_never_import_torch(mesh_file: Path, tmp_path: Path) 
 def test_plot_of_a_datasets_partitions_names_the_mesh_folders_to_plot(tmp_path: Path, capsys) -> None:
     """A partition of a dataset of several meshes (one folder per mesh, no partition.json of its
     own): plot names, in one line, the folders to plot, found as verify finds them."""
-    from meshshard.partition import partition_dataset, write_dataset
+    from meshshard.data import partition_dataset, write_dataset
     from tests.partition.conftest import grid_triangles
 
     meshes = [grid_triangles(n, 5) for n in (6, 7, 8)]

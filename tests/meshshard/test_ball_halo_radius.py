@@ -12,17 +12,15 @@ import pytest
 import torch
 
 from meshshard import ShardSpec
-from meshshard.nn import BallQueryPlan
-from meshshard.partition import (
+from meshshard.data import (
     build_dataset,
-    check_radius,
     dataset_partition_folder,
-    load_partition,
     open_dataset,
     partition_dataset,
-    read_metadata,
     read_partitions_metadata,
 )
+from meshshard.nn import BallQueryPlan
+from meshshard.partition import check_radius, load_partition, read_metadata
 from tests._dist import run_ranks
 
 RADIUS = 0.12

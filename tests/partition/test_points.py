@@ -11,20 +11,22 @@ import numpy as np
 import pytest
 
 from meshshard.cli import main
-from meshshard.partition import (
+from meshshard.data import (
     build_dataset,
     check_partition_matches,
-    check_radius,
     dataset_partition_folder,
-    load_partition,
     open_dataset,
-    parse_graph_rule,
     partition_dataset,
+    read_partitions_metadata,
+    write_dataset,
+)
+from meshshard.partition import (
+    check_radius,
+    load_partition,
+    parse_graph_rule,
     point_graph,
     read_metadata,
-    read_partitions_metadata,
     verify_partition,
-    write_dataset,
 )
 
 # the unit cube, point i at (x, y, z) = (i & 1, (i >> 1) & 1, (i >> 2) & 1), its faces wound outward

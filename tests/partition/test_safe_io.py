@@ -278,9 +278,9 @@ def test_a_datasets_output_is_checked_after_an_interrupted_replace_is_put_back(t
     over the current folder, --force or not."""
     import subprocess
 
-    from meshshard.partition import write_dataset
-    from meshshard.partition._dataset import check_dataset_output
-    from meshshard.partition._dataset_build import _check_parts_output
+    from meshshard.data import write_dataset
+    from meshshard.data._dataset import check_dataset_output
+    from meshshard.data._dataset_build import _check_parts_output
 
     from .conftest import grid_triangles
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from meshshard.cli import main
-from meshshard.partition import partition_dataset, write_dataset
+from meshshard.data import partition_dataset, write_dataset
 from meshshard.run import PredictConfig, TrainConfig, predict, train
 from meshshard.run._boundaries import BoundaryScoring, boundary_record, boundary_summary
 from tests._dist import run_ranks
@@ -127,8 +127,8 @@ def test_coefficients_and_r2_over_cases() -> None:
 def _box_surface(root) -> str:
     """The outer quads of a 4 x 4 x 4 box of hexahedra (1 x 2 x 3), wound outward, as a .ply with
     ``p = x`` at its points."""
-    from meshshard.partition._surface import _boundary_facets
-    from tests.partition.test_surface import _box_3d
+    from meshshard.data._surface import _boundary_facets
+    from tests.data.test_surface import _box_3d
 
     pts, cells = _box_3d(4, tets=False)
     [(quads, owner)] = _boundary_facets(pts, cells)
@@ -146,7 +146,7 @@ def _box_surface(root) -> str:
 
 @pytest.mark.slow
 def test_the_force_on_a_whole_surface_equals_the_divergence_theorem_on_shards_and_one_process(tmp_path) -> None:
-    from meshshard.partition import build_dataset
+    from meshshard.data import build_dataset
 
     data = str(build_dataset([_box_surface(tmp_path)], tmp_path / "data", inputs="pos,normal", targets="p,q",
                              val_fraction=0, dtype="float64"))
@@ -168,6 +168,6 @@ def test_the_force_on_a_whole_surface_equals_the_divergence_theorem_on_shards_an
 
 
 def open_dataset_names(data: str) -> list[str]:
-    from meshshard.partition import open_dataset
+    from meshshard.data import open_dataset
 
     return open_dataset(data).boundary_names(0)

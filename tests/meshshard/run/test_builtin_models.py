@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from meshshard.cli import main
-from meshshard.partition import partition_dataset, write_dataset
+from meshshard.data import partition_dataset, write_dataset
 from meshshard.run import TrainConfig, load_checkpoint, train
 from tests._dist import run_ranks
 from tests._meshes import mesh_file

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from meshshard.cli._train import parse_duration
-from meshshard.partition import open_dataset
+from meshshard.data import open_dataset
 from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
 from tests._dist import run_ranks
 from tests.meshshard.run._reference import whole_mesh_training

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from meshshard.partition import partition_dataset
+from meshshard.data import partition_dataset
 from meshshard.run import _folder, _report
 from tests._examples import example_module
 

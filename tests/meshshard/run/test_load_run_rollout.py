@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from meshshard import load_run
-from meshshard.partition import open_dataset
+from meshshard.data import open_dataset
 from meshshard.run import PredictConfig, TrainConfig, TransientRun, predict, train
 from tests._dist import run_ranks
 from tests.meshshard.run.test_rollout import _steps

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from meshshard.cli import main
-from meshshard.partition import build_dataset, partition_dataset
+from meshshard.data import build_dataset, partition_dataset
 from meshshard.run import TrainConfig, keep_points, load_checkpoint, train
 from meshshard.run._subsample import sample_epoch
 from tests._dist import run_ranks

@@ -11,7 +11,7 @@ import meshio
 import numpy as np
 import pytest
 
-from meshshard.partition import build_dataset, partition_dataset
+from meshshard.data import build_dataset, partition_dataset
 from meshshard.run import PredictConfig, TrainConfig, predict, train
 from meshshard.run._vtk import read_vtp
 from tests._dist import run_ranks
@@ -216,7 +216,7 @@ def test_force_coefficients_on_a_surface_match_the_divergence_theorem_and_three_
 
 
 def test_a_uniform_pressure_on_a_closed_surface_gives_no_force(surface) -> None:
-    from meshshard.partition import open_dataset
+    from meshshard.data import open_dataset
     from meshshard.run._boundaries import boundary_record, boundary_sums, check_boundary_request
 
     data = open_dataset(surface["data"])

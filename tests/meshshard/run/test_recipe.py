@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import torch
 
-from meshshard.partition import open_dataset, partition_dataset, write_dataset
+from meshshard.data import open_dataset, partition_dataset, write_dataset
 from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
 from meshshard.run._folder import check_resume
 from meshshard.run._recipe import build_user_model, load_factory, normalise_spec, parse_model_args

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from meshshard.cli import main
-from meshshard.partition import partition_dataset, write_dataset
+from meshshard.data import partition_dataset, write_dataset
 from meshshard.run import load_run
 from tests.partition.conftest import grid_triangles
 

@@ -190,7 +190,7 @@ def test_memory_is_recorded_after_steps_0_1_10_100_and_the_last() -> None:
 
 
 def test_a_3d_mesh_is_animated_on_its_middle_slab(tmp_path: Path) -> None:
-    from meshshard.partition import Trajectory, partition_dataset, write_trajectories
+    from meshshard.data import Trajectory, partition_dataset, write_trajectories
     from tests._meshes import synthetic_mesh
 
     mesh = synthetic_mesh("a-3d-box.mesh")  # 336 nodes of jittered tetrahedra

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from meshshard.partition import open_dataset, partition_dataset
+from meshshard.data import open_dataset, partition_dataset
 from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
 from tests._dist import RankFailure, free_port, run_ranks
 from tests._examples import example_module

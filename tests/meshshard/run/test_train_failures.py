@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 import torch
 
-from meshshard.partition import load_partition, open_dataset
+from meshshard.data import open_dataset
+from meshshard.partition import load_partition
 from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
 from tests._dist import free_port, run_ranks
 from tests._processes import wait_for_line

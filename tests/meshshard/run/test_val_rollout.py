@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from meshshard.partition import open_dataset
+from meshshard.data import open_dataset
 from meshshard.run import PredictConfig, TrainConfig, load_checkpoint, predict, read_log, train
 from tests._dist import run_ranks
 from tests.meshshard.run.test_rollout import _steps

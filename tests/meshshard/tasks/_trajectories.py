@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from meshshard.partition import Trajectory, partition_dataset, write_trajectories
+from meshshard.data import Trajectory, partition_dataset, write_trajectories
 from tests.partition.conftest import grid_triangles
 
 NX, NY = 11, 7  # 77 nodes: uneven shards on 2, 3 and 4 ranks

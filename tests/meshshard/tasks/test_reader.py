@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import torch
 
+from meshshard.data import open_dataset, partition_dataset, write_dataset
 from meshshard.nn import MeshGraphNet
-from meshshard.partition import open_dataset, partition_dataset, write_dataset
 from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
 from meshshard.tasks import DatasetReader, Normaliser, whole_sample
 from tests._dist import run_ranks

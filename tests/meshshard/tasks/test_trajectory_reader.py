@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from meshshard.partition import Trajectory, open_dataset, partition_dataset, write_trajectories
+from meshshard.data import Trajectory, open_dataset, partition_dataset, write_trajectories
 from meshshard.tasks import TrajectoryReader, get_task
 from tests._dist import run_ranks
 from tests.partition.conftest import grid_triangles
@@ -102,7 +102,7 @@ def test_the_steady_task_refuses_trajectories(setup: dict) -> None:
 
 
 def test_a_steady_dataset_is_no_trajectory_dataset(tmp_path: Path) -> None:
-    from meshshard.partition import open_trajectories, write_dataset
+    from meshshard.data import open_trajectories, write_dataset
 
     pts, tri = grid_triangles(3, 3)
     write_dataset(tmp_path / "d", [np.ones((9, 1))], [np.ones((9, 1))], pos=[pts], cells=[[("triangle", tri)]])

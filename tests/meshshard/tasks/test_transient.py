@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
+from meshshard.data import open_dataset
 from meshshard.nn import MeshGraphNet
-from meshshard.partition import open_dataset
 from meshshard.run import TrainConfig, load_checkpoint, read_log, sample_index, train
 from meshshard.tasks import PairReader, TensorNormalisation, TransientTask, get_task, step_noise
 from tests._dist import run_ranks
@@ -150,7 +150,7 @@ def test_training_with_noise_on_three_ranks_equals_one_process(setup: dict, unro
 
 
 def test_the_transient_task_refuses_a_steady_dataset_and_a_bad_noise(setup: dict, tmp_path: Path) -> None:
-    from meshshard.partition import write_dataset
+    from meshshard.data import write_dataset
     from tests.partition.conftest import grid_triangles
 
     pts, tri = grid_triangles(3, 3)

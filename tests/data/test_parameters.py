@@ -14,7 +14,7 @@ import torch
 from scipy.spatial import Delaunay
 
 from meshshard.cli import main
-from meshshard.partition import open_dataset, read_parameters
+from meshshard.data import open_dataset, read_parameters
 from meshshard.run import load_run
 
 CASES = {"aoa+00": (0.0, 10.0), "aoa+02": (2.0, 10.0), "aoa-02": (-2.0, 20.0), "aoa+04": (4.0, 20.0)}

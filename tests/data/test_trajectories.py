@@ -14,18 +14,17 @@ import numpy as np
 import pytest
 
 from meshshard.cli import main
-from meshshard.partition import (
+from meshshard.data import (
     Trajectory,
     _trajectories,
     check_partition_matches,
     dataset_partition_folder,
-    load_partition,
     open_dataset,
     open_trajectories,
-    verify_partition,
     write_trajectories,
 )
-from meshshard.partition._trajectories import _tag_classes
+from meshshard.data._trajectories import _tag_classes
+from meshshard.partition import load_partition, verify_partition
 
 from ._solver_files import FOAM_CAVITY
 from .conftest import grid_triangles

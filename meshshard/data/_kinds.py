@@ -13,9 +13,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from meshshard.partition import PARTITION_METADATA_FILE as _PARTITION_FILE
+
 from ._dataset import METADATA_FILE as _DATASET_FILE
 from ._dataset import PARTITIONS_FILE as _PARTITIONS_FILE
-from ._format import METADATA_FILE as _PARTITION_FILE
 
 __all__ = ["FOLDER_KINDS", "FolderKind", "kinds_of"]
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ._text import plural
+from meshshard.partition import plural
 
 __all__ = ["foam_iteration", "sample_stem", "foam_folder", "foam_sources"]
 

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from meshshard.cli import main
-from meshshard.partition import build_dataset, open_dataset
-from meshshard.partition._mesh_ops import cell_data_to_points, collapse_2d, one_cell_thick_note, wall_distance
+from meshshard.data import build_dataset, open_dataset
+from meshshard.data._mesh_ops import cell_data_to_points, collapse_2d, one_cell_thick_note, wall_distance
 
 from ._solver_files import FOAM_CAVITY, extruded, foam_case, write_vtu
 from .conftest import grid_triangles

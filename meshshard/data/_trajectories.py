@@ -1,5 +1,5 @@
 """Trajectory datasets (``meshshard dataset SOURCES --state NAMES``): what a transient task
-trains its one-step map on, in the dataset format of :mod:`meshshard.partition._dataset`.
+trains its one-step map on, in the dataset format of :mod:`meshshard.data._dataset`.
 
 Sources (:func:`trajectory_steps`), one trajectory each: a ``.pvd`` collection (steps ordered by
 their ``timestep``), an ``.xdmf`` time series (meshio's ``TimeSeriesReader``; its order and
@@ -114,6 +114,9 @@ from typing import Any
 
 import numpy as np
 
+from meshshard.partition import listed, plural
+from meshshard.partition.files import write_text_file
+
 from ._dataset import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -134,9 +137,7 @@ from ._dataset import (
     open_dataset,
     split_samples,
 )
-from ._json_io import write_text_file
 from ._surface import boundary_classes
-from ._text import listed, plural
 
 __all__ = ["TASK", "Trajectory", "Trajectories", "build_trajectories", "write_trajectories", "open_trajectories",
            "is_trajectory_dataset", "trajectory_steps"]
@@ -259,7 +260,7 @@ def _series_times(folder: Path, files: list[Path]) -> list[float] | None:
     """The times a ``.series`` file of the folder gives these files (ParaView's file series, which
     foamToVTK writes: ``{"files": [{"name": "case_100.vtm", "time": 0.5}, ...]}``), when one names
     exactly them; None otherwise (the numbers in the names are then the times)."""
-    from ._json_io import read_json
+    from meshshard.partition.files import read_json
 
     want = {p.name for p in files}
     for series in sorted(folder.glob("*.series")):
@@ -344,7 +345,7 @@ def _field_classes(mesh: Any, name: str, path: Path) -> np.ndarray:
 
 
 def _tag_classes(mesh: Any, registry: dict[str, int]) -> np.ndarray:
-    """``(N,)`` int64 classes from the boundary sets (:func:`meshshard.partition._surface.boundary_classes`)."""
+    """``(N,)`` int64 classes from the boundary sets (:func:`meshshard.data._surface.boundary_classes`)."""
     return boundary_classes(mesh, registry)
 
 
@@ -375,7 +376,7 @@ class Trajectory:
 
 def _store_mesh(tmp: Path, index: int, pos: np.ndarray, cells: list[tuple[str, np.ndarray]],
                 digest: str) -> tuple[dict[str, Any], _Running]:
-    from ._graph import nodal_graph
+    from meshshard.partition import nodal_graph
 
     graph = nodal_graph(cells, len(pos))
     folder = tmp / "meshes" / f"{index:05d}"
@@ -442,7 +443,7 @@ def write_trajectories(
         time_stride: S, the steps from an input state to its target.
         node_type_source: What the classes came from, recorded (``None``: no classes, all 0).
         interior_classes: Classes (ids or names) that are not boundary (default: class 0).
-        Others: as :func:`meshshard.partition._dataset.write_samples`.
+        Others: as :func:`meshshard.data._dataset.write_samples`.
     """
     out = check_dataset_output(out, force, sources)
     if dtype not in ("float32", "float64"):

@@ -49,13 +49,13 @@ new cases to predict on must be read the same way. A mesh's ``"boundaries"`` (wr
 file names boundaries: a ``.vtm``'s patches, node sets, gmsh physical groups) lists them in name
 order, ``[{"name", "num_nodes", "area"}]``; boundary ``k`` is stored as
 ``meshes/{m:05d}/boundary-{k:03d}.npy`` (sorted node ids) and ``boundary-{k:03d}-area.npy`` (the
-area vector each node stands for, :mod:`meshshard.partition._surface`). A mesh whose graph was built
+area vector each node stands for, :mod:`meshshard.data._surface`). A mesh whose graph was built
 from its points (``meshshard dataset --graph``; a point cloud's by default, see
 :mod:`meshshard.partition._points`) records the rule, ``"graph": {"rule": "knn", "k": 8,
 "symmetric": true}`` or ``{"rule": "radius", "radius": R}``, and stores the edges as
 ``edge_index.npy`` beside any cells (the cells are kept for writing predictions, the edges are the
 graph; the mesh checksum covers both), and the dataset records the rule as ``"graph": "knn:8"``.
-``"mean_field": {"of", "samples", "sha256"}`` (``--mean-field``, :mod:`meshshard.partition._mean_field`)
+``"mean_field": {"of", "samples", "sha256"}`` (``--mean-field``, :mod:`meshshard.data._mean_field`)
 says the last input fields, ``<target>_mean`` (marked ``"mean_of"``), hold the training samples'
 node-wise mean of the targets, and ``normalisation.target_offset`` (with ``offset_sha256``, the
 mean field's checksum) that the targets are normalised as their difference from it. A surface in 3-D
@@ -167,7 +167,7 @@ The torch side (normalised owned rows as tensors, de-normalisation of prediction
 ``meshshard._data``.
 
 Trajectory datasets (``"task": "transient"``, ``state.npy`` and ``node_type.npy`` per sample) add
-to this format what :mod:`meshshard.partition._trajectories` documents.
+to this format what :mod:`meshshard.data._trajectories` documents.
 """
 
 from __future__ import annotations
@@ -183,12 +183,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._json_io import dumps_json, naming_write_errors, read_json, write_text_file
-from ._safe_io import Refusals, check_destination, is_lock_file
-from ._text import MAX_LISTED, listed, plural  # noqa: F401 - also imported from here
+from meshshard.partition import MAX_LISTED, listed, plural  # noqa: F401 - also imported from here
+from meshshard.partition.files import (
+    Refusals,
+    check_destination,
+    dumps_json,
+    is_lock_file,
+    naming_write_errors,
+    read_json,
+    write_text_file,
+)
 
 if TYPE_CHECKING:  # imported where used: a training rank reading samples needs no scipy
-    from ._graph import Cells, Graph
+    from meshshard.partition import Cells, Graph
 
 __all__ = [
     "FORMAT_NAME",
@@ -411,7 +418,7 @@ class Normalisation:
     targets: ChannelStats
     edges: ChannelStats
     #: Per target channel, the input channel (raw, before normalisation) subtracted from it first:
-    #: the training cases' mean field of ``--mean-field`` (:mod:`meshshard.partition._mean_field`).
+    #: the training cases' mean field of ``--mean-field`` (:mod:`meshshard.data._mean_field`).
     target_offset: tuple[int, ...] | None = None
     #: The SHA-256 of the mean field that offset holds (the dataset's ``mean_field.sha256``), so
     #: that a run predicts only on cases given the very mean field it trained with.
@@ -689,8 +696,8 @@ def write_samples(
         max_points: Training's points per sample and epoch (``--max-points``): recorded as
             ``"max_points"``.
         mean_field: ``True``: the training samples' mean field as input channels, and the targets'
-            offset (``--mean-field``, :mod:`meshshard.partition._mean_field`); or another dataset's,
-            :func:`~meshshard.partition._mean_field.mean_field_of` (``--mean-field-from``).
+            offset (``--mean-field``, :mod:`meshshard.data._mean_field`); or another dataset's,
+            :func:`~meshshard.data._mean_field.mean_field_of` (``--mean-field-from``).
 
     Returns:
         The dataset folder.
@@ -722,7 +729,7 @@ def write_samples(
             meta["collapsed_2d"] = True
         rules = [m["graph"] for m in meta["meshes"] if "graph" in m]
         if rules:
-            from ._points import GraphRule
+            from meshshard.partition import GraphRule
 
             meta["graph"] = str(GraphRule(rules[0]["rule"], rules[0].get("k"), rules[0].get("radius")))
         if max_points is not None:
@@ -741,7 +748,7 @@ def atomic_folder(out: Path) -> Iterator[Path]:
     (whose safety the caller checked), on any error it is removed and the old ``out`` kept
     (:func:`meshshard.partition._safe_io.staged_folder`). What a killed run left beside ``out``
     is tidied, or put back, first."""
-    from ._safe_io import recover_interrupted, staged_folder
+    from meshshard.partition.files import recover_interrupted, staged_folder
 
     recover_interrupted(out)
     with staged_folder(out) as staging:
@@ -782,7 +789,7 @@ def _write_all(tmp: Path, samples: Iterable[Sample], names: Sequence[str], train
                 raise ValueError(f"{where}: Expected {meshes[0]['pos_dim']}-D points like the first sample "
                                  f"(got {pos.shape[1]}-D)")
             mesh_of[digest] = len(meshes)
-            from ._graph import Graph, nodal_graph
+            from meshshard.partition import Graph, nodal_graph
 
             graph = Graph.from_edge_index(ei, len(pos)) if ei is not None else nodal_graph(cells, len(pos))
             folder = tmp / "meshes" / f"{len(meshes):05d}"
@@ -831,7 +838,7 @@ def _write_all(tmp: Path, samples: Iterable[Sample], names: Sequence[str], train
 def _write_surface_area(folder: Path, pos: np.ndarray, cells: Cells) -> dict[str, Any]:
     """Store a surface's per-point area vectors (``surface-area.npy``, :mod:`meshshard.partition._points`);
     the mesh's ``"surface_area"`` entry (the total area), or nothing for another mesh."""
-    from ._points import surface_faces, surface_fields
+    from ._clouds import surface_faces, surface_fields
 
     faces = surface_faces(pos, cells)
     if not faces:
@@ -1041,7 +1048,7 @@ class Mesh:
 
     def graph(self) -> Graph:
         """The nodal graph training uses (edges of the cells, or the stored edge_index)."""
-        from ._graph import Graph, nodal_graph
+        from meshshard.partition import Graph, nodal_graph
 
         if self.edge_index is None:
             return nodal_graph(self.cells, self.num_nodes, pos=self.points)
@@ -1201,7 +1208,7 @@ class Dataset:
 
     def boundary(self, index: int, name: str) -> tuple[np.ndarray, np.ndarray]:
         """Boundary ``name`` of mesh ``index``: its sorted node ids ``(n,)`` and the area vector
-        each stands for ``(n, D)`` (out of the mesh; :mod:`meshshard.partition._surface`). A
+        each stands for ``(n, D)`` (out of the mesh; :mod:`meshshard.data._surface`). A
         boundary is a small part of a mesh, so both are read whole."""
         names = self.boundary_names(index)
         if name not in names:
@@ -1321,7 +1328,7 @@ def dataset_partition_folder(parts: str | os.PathLike[str], mesh: int) -> Path:
 def read_partitions_metadata(parts: str | os.PathLike[str]) -> dict[str, Any]:
     """The partitions of a dataset, as ``{"num_parts", "meshes": [{"mesh", "num_nodes", "sha256"}]}``,
     from a ``partitions.json`` folder or a single partition folder."""
-    from ._format import read_metadata
+    from meshshard.partition import read_metadata
 
     parts = Path(parts)
     file = parts / PARTITIONS_FILE

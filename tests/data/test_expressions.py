@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from meshshard.partition import evaluate_expression, parse_target_scales
+from meshshard.data import evaluate_expression, parse_target_scales
 
 
 @pytest.mark.parametrize(("text", "value"), [("0.5*speed**2", 50.0), ("-speed / (2 + aoa)", -2.5),

@@ -13,19 +13,17 @@ import numpy as np
 import pytest
 
 from meshshard.cli import main
-from meshshard.partition import (
+from meshshard.data import (
     _dataset,
     build_dataset,
     check_partition_matches,
     dataset_partition_folder,
-    load_partition,
     open_dataset,
     partition_dataset,
-    read_metadata,
-    verify_partition,
     write_dataset,
     write_dataset_from_pyg,
 )
+from meshshard.partition import load_partition, read_metadata, verify_partition
 
 from .conftest import grid_triangles
 
@@ -404,7 +402,7 @@ def test_files_of_one_name_in_two_folders_are_named_after_their_folders(tmp_path
             "2 samples: a/case-0, b/case-0; name one of them)")
     assert not (tmp_path / "e").exists()
     # Folders of the same name: as many folders as it takes.
-    from meshshard.partition._dataset_build import list_sources, sample_names
+    from meshshard.data._dataset_build import list_sources, sample_names
 
     files = list_sources([a, b, xb])
     assert sample_names(files) == ([f"{tmp_path.name}/a/case-0", "case-1", f"{tmp_path.name}/b/case-0", "x/b/case-0"],
@@ -659,7 +657,7 @@ def test_a_dataset_replaced_with_force_is_never_left_half_deleted(tmp_path: Path
     the old one is whole, aside, and the next run puts it back before it does anything else."""
     import subprocess
 
-    from meshshard.partition import write_dataset
+    from meshshard.data import write_dataset
     from meshshard.partition._safe_io import recover_interrupted
 
     pts, tri = grid_triangles(5, 4)

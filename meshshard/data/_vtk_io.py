@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ._text import listed, plural
+from meshshard.partition import listed, plural
 
 __all__ = ["VTK_SUFFIXES", "read_vtk", "match_nodes"]
 

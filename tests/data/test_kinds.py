@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from meshshard.partition import FOLDER_KINDS, PARTITIONS_FILE, FolderKind, kinds_of
+from meshshard.data import FOLDER_KINDS, PARTITIONS_FILE, FolderKind, kinds_of
 
 
 def test_every_kind_has_its_marker_and_a_one_line_description() -> None:
-    from meshshard.partition import _dataset, _format
+    from meshshard.data import _dataset
+    from meshshard.partition import _format
 
     assert {name: kind.marker for name, kind in FOLDER_KINDS.items()} == {
         "partition": "partition.json", "dataset": "dataset.json", "partitions": "partitions.json",

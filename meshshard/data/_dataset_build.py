@@ -1,5 +1,5 @@
 """``meshshard dataset`` and ``meshshard partition DATA``: mesh files to a dataset folder, and a
-dataset folder to its partitions (format: :mod:`meshshard.partition._dataset`).
+dataset folder to its partitions (format: :mod:`meshshard.data._dataset`).
 
 Field names (``--inputs`` / ``--targets``): a ``point_data`` array by name (all its components:
 ``u`` of shape ``(N, 3)`` is the channels ``u[0..2]``), one component of it (``u[1]``), or the
@@ -27,6 +27,17 @@ from typing import Any
 
 import numpy as np
 
+from meshshard.partition import GraphRule, parse_graph_rule, sample_graph
+from meshshard.partition.files import (
+    check_destination,
+    dumps_json,
+    folder_lock,
+    is_lock_file,
+    read_regular,
+    write_text_file,
+)
+
+from ._clouds import add_surface_fields, is_legacy_polydata, read_npz_cloud, triangulate
 from ._dataset import (
     PARTITIONS_FILE,
     PARTITIONS_FORMAT,
@@ -42,19 +53,8 @@ from ._dataset import (
 )
 from ._expressions import check_expression, evaluate_expression, parse_target_scales
 from ._foam import foam_folder, foam_sources, sample_stem
-from ._json_io import dumps_json, write_text_file
 from ._mesh_ops import WALL_DISTANCE, cell_data_to_points, collapse_2d, one_cell_thick_note
 from ._mesh_ops import wall_distance as nearest_wall_distance
-from ._points import (
-    GraphRule,
-    add_surface_fields,
-    is_legacy_polydata,
-    parse_graph_rule,
-    read_npz_cloud,
-    sample_graph,
-    triangulate,
-)
-from ._safe_io import check_destination, folder_lock, is_lock_file, read_regular
 from ._surface import boundary_classes, named_boundaries
 from ._vtk_io import VTK_SUFFIXES, read_vtk
 
@@ -70,7 +70,7 @@ def list_sources(sources: Sequence[str | os.PathLike[str]], notes: Callable[[str
     Subfolders are not searched; ``notes`` is called once with what a folder held that was
     skipped (other files, subfolders).
 
-    OpenFOAM's ``foamToVTK`` output (:mod:`meshshard.partition._foam`): a case folder stands for
+    OpenFOAM's ``foamToVTK`` output (:mod:`meshshard.data._foam`): a case folder stands for
     its ``VTK/`` folder, and of a ``VTK/`` folder the last iteration's ``.vtm`` of each case is
     taken (a note says so when there are several), its other files and folders silently."""
     import meshio
@@ -143,7 +143,7 @@ def _read(path: Path, notes: Callable[[str], None] | None = None) -> Any:
             warnings.simplefilter("ignore")
             return meshio.read(path)
     except (Exception, SystemExit) as err:
-        from ._io import meshio_failure
+        from meshshard.partition import meshio_failure
 
         raise ValueError(f"{path}: {meshio_failure(err, chatter.getvalue())}") from None
 
@@ -406,7 +406,7 @@ def build_dataset(
             the nodes (the mean over the cells that use each node); without it, such a field is
             refused, saying so (``--cell-data-to-points``).
         collapse_2d: Every mesh is one cell thick in z (OpenFOAM's 2-D cases) and becomes the
-            2-D mesh of its lower plane (:func:`meshshard.partition._mesh_ops.collapse_2d`); a
+            2-D mesh of its lower plane (:func:`meshshard.data._mesh_ops.collapse_2d`); a
             mesh of another shape is refused. Recorded as ``"collapsed_2d": true``
             (``--collapse-2d``). Without it, a first mesh of that shape is a note.
         wall_distance: Named boundaries (patches of a foamToVTK ``.vtm``), comma-separated or a
@@ -427,10 +427,10 @@ def build_dataset(
             of a point model draws about this many at random (``train --max-points`` overrides it).
         mean_field: The training samples' node-wise mean of the targets as input channels
             ``<target>_mean``, and the model trained on the difference from it (``--mean-field``,
-            :mod:`meshshard.partition._mean_field`); every sample must be on one mesh.
+            :mod:`meshshard.data._mean_field`); every sample must be on one mesh.
         mean_field_from: The same input channels from another dataset made with ``--mean-field``
             (``--mean-field-from DATA``), on the same mesh: new cases for its runs to predict on.
-        Others: as :func:`meshshard.partition._dataset.write_samples`.
+        Others: as :func:`meshshard.data._dataset.write_samples`.
     """
     with folder_lock(out):  # one writer per folder (held already under meshshard dataset)
         in_names = parse_field_names(inputs, "--inputs")
@@ -765,11 +765,14 @@ def partition_dataset(
     part's exact ghost count at that radius, ``"radius_ghosts"``; a model with a larger ball
     radius is then refused (:func:`meshshard.partition._points.check_radius`)."""
     with folder_lock(out):  # one writer per folder (held already under meshshard partition)
-        from ._api import _run
-        from ._assign import check_num_parts
-        from ._format import write_partitions
-        from ._points import check_halo_radius, record_halo_radius
-        from ._progress import Steps
+        from meshshard.partition import (
+            Steps,
+            check_halo_radius,
+            check_num_parts,
+            record_halo_radius,
+            run_pipeline,
+            write_partitions,
+        )
 
         dataset = open_dataset(data)
         out = Path(out)
@@ -788,7 +791,7 @@ def partition_dataset(
             rule = dataset.meta["meshes"][m].get("graph") or {}
             source = {"kind": "dataset", "name": f"{dataset.path.name}/meshes/{m:05d}", "sha256": mesh.sha256}
             attrs = {"graph": rule.get("rule") or graph.kind, "input": source, "parameters": {}}
-            metadata, partitions = _run(graph, num_parts, Steps(), method=method, halo_hops=halo_hops,
+            metadata, partitions = run_pipeline(graph, num_parts, Steps(), method=method, halo_hops=halo_hops,
                                         imbalance=imbalance, seed=seed, tries=tries, attrs=attrs)
             owner = np.zeros(mesh.num_nodes, dtype=np.int64)
 
@@ -829,7 +832,7 @@ def _check_parts_output(out: Path, force: bool) -> None:
 def _check_is_partitions(out: Path) -> None:
     """Raise unless ``out`` holds a dataset's partitions (``partitions.json`` and ``mesh-NNNNN``
     partition folders, each only a partition) or one partition, and nothing else."""
-    from ._format import METADATA_FILE, check_is_partition
+    from meshshard.partition import PARTITION_METADATA_FILE, check_is_partition
 
     if not (out / PARTITIONS_FILE).is_file():
         check_is_partition(out)
@@ -837,7 +840,7 @@ def _check_is_partitions(out: Path) -> None:
     for child in out.iterdir():
         ours = child.name == PARTITIONS_FILE or is_lock_file(child) or (
             re.fullmatch(r"mesh-\d{5}", child.name) and child.is_dir() and not child.is_symlink()
-            and (child / METADATA_FILE).is_file())
+            and (child / PARTITION_METADATA_FILE).is_file())
         if not ours:
             raise ValueError(f"{out}: holds {child.name}, which meshshard did not write; "
                              "refusing to replace it, even with --force")

@@ -14,9 +14,9 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
 from meshshard.cli import main
-from meshshard.partition import build_dataset, list_sources, open_dataset
+from meshshard.data import build_dataset, list_sources, open_dataset
+from meshshard.data._vtk_io import VTK_SUFFIXES, read_vtk
 from meshshard.partition._graph import nodal_graph
-from meshshard.partition._vtk_io import VTK_SUFFIXES, read_vtk
 
 from ._solver_files import extruded, polydata, vtk_grid, write_vtk, write_vtm, write_vtu
 from .conftest import grid_triangles

@@ -7,7 +7,7 @@ import meshio
 import numpy as np
 import pytest
 
-from meshshard.partition._surface import (
+from meshshard.data._surface import (
     boundary_area_vectors,
     boundary_force,
     named_boundaries,

@@ -3,8 +3,8 @@ nodes, a one-cell-thick 3-D mesh collapsed to 2-D, the distance to a named bound
 
 All of it vectorised (``np.bincount``, fancy indexing, one k-d tree query): no Python loop over
 nodes or cells, only over cell blocks and field components. The mesh is a ``meshio.Mesh`` (what
-:func:`meshshard.partition._dataset_build._read` gives, from meshio or from
-:mod:`meshshard.partition._vtk_io`); named boundaries are its ``point_sets`` (node ids).
+:func:`meshshard.data._dataset_build._read` gives, from meshio or from
+:mod:`meshshard.data._vtk_io`); named boundaries are its ``point_sets`` (node ids).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ._text import listed, plural
+from meshshard.partition import listed, plural
 
 __all__ = ["cell_data_to_points", "collapse_2d", "one_cell_thick_note", "wall_distance", "WALL_DISTANCE"]
 

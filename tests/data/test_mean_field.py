@@ -13,7 +13,7 @@ import torch
 from scipy.spatial import Delaunay
 
 from meshshard.cli import main
-from meshshard.partition import open_dataset, write_dataset
+from meshshard.data import open_dataset, write_dataset
 from meshshard.run import load_run
 from meshshard.tasks import DatasetReader, whole_sample
 
