@@ -34,7 +34,7 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow"
 
-# The benchmarks of the README's table that the issues set targets for, at their default sizes
+# The benchmarks of docs/benchmarks.md that the issues set targets for, at their default sizes
 # (about half an hour on 2 cores; building the peers' torch-scatter takes 5 minutes of it).
 bench: $(STAMP)
 	$(PY) bench/partition.py

@@ -1,4 +1,6 @@
 """Every runnable code block of docs/*.md runs: blocks marked ```bash test or ```python test.
+Blocks marked ```python torchrun (docs) and the README's ```python test blocks run under ``torchrun
+--nproc-per-node 2`` on the ``data/`` and ``parts/`` of the README's four commands.
 
 The blocks of one page run in order, in one temporary folder, so a page can make the files its
 later commands use. A block marked ```python file=NAME.py is a file the page asks you to save: it is
@@ -52,20 +54,23 @@ def test_docs_page_runs(page: str, tmp_path: Path) -> None:
 
 
 README = DOCS.parent / "README.md"
+TORCHRUN = re.compile(r"^```python torchrun\n(.*?)^```", re.S | re.M)
 
 
 @pytest.mark.slow
-def test_readme_python_blocks_run_on_two_ranks(tmp_path: Path) -> None:
-    """The README's Python blocks, as written, under ``torchrun --nproc-per-node 2``, on the
-    ``data/`` and ``parts/`` its four commands make (made here from a real mesh with fields k, f,
-    wall and T: ../shared/data/sfepy/big.mesh, or its generated stand-in)."""
+def test_readme_and_docs_torchrun_blocks_run_on_two_ranks(tmp_path: Path) -> None:
+    """The README's Python blocks and the docs' ```python torchrun blocks, as written, under ``torchrun
+    --nproc-per-node 2``, on the ``data/`` and ``parts/`` the README's four commands make (made here
+    from a real mesh with fields k, f, wall and T: ../shared/data/sfepy/big.mesh, or its generated stand-in)."""
     import numpy as np
 
     from meshshard.data import partition_dataset, write_dataset
     from tests._meshes import mesh_input
 
-    blocks = [code for language, code in runnable_blocks(README) if language == "python"]
-    assert len(blocks) == 2, "the README's blocks marked ```python test changed: update this test"
+    readme = [code for language, code in runnable_blocks(README) if language == "python"]
+    assert len(readme) == 1, "the README's blocks marked ```python test changed: update this test"
+    docs = [(page.name, m.group(1)) for page in sorted(DOCS.glob("*.md")) for m in TORCHRUN.finditer(page.read_text())]
+    assert [name for name, _ in docs] == ["parallelism.md"], "the docs' ```python torchrun blocks changed: update it"
     mesh = mesh_input("sfepy/big.mesh")
     pos = np.asarray(mesh.pos, dtype=np.float64)
     inputs = np.stack([np.stack([np.cos(pos[:, 0] + s), np.sin(pos[:, 1]), pos[:, 0] > s], 1) for s in (0.0, 0.5, 1.0)])
@@ -74,10 +79,13 @@ def test_readme_python_blocks_run_on_two_ranks(tmp_path: Path) -> None:
                   target_names=["T"])
     partition_dataset(tmp_path / "data", tmp_path / "parts", 2)
     env = os.environ | {"OMP_NUM_THREADS": "1", "MESHSHARD_TIMEOUT": "60"}
-    for n, code in enumerate(blocks):
-        script = tmp_path / f"readme-{n}.py"
+    stdout = {}
+    for n, (where, code) in enumerate([("README.md", readme[0]), *docs]):
+        script = tmp_path / f"block-{n}.py"
         script.write_text(code)
         proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(script)],
                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
-        assert proc.returncode == 0, f"README block {n + 1} failed:\n{code}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    assert proc.stdout.count("indexed_all_to_all_v/forward: 1") == 2, proc.stdout  # the collectives block, each rank
+        assert proc.returncode == 0, f"{where} block failed:\n{code}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        stdout[where] = proc.stdout
+    # the collectives block (parallelism.md) prints its log on each rank
+    assert stdout["parallelism.md"].count("indexed_all_to_all_v/forward: 1") == 2, stdout["parallelism.md"]
