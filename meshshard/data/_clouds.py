@@ -119,13 +119,13 @@ def surface_fields(points: np.ndarray, faces: Sequence[tuple[str, np.ndarray]]
     Shapes:
         points ``(N, 3)`` -> normal ``(N, 3)``, area ``(N,)``, area vectors ``(N, 3)``.
     """
-    from ._surface import _facet_vectors, surface_area_vectors
+    from ._surface import facet_vectors, surface_area_vectors
 
     points = np.asarray(points, dtype=np.float64)
     vectors = surface_area_vectors(points, faces)
     area = np.zeros(len(points))
     for _, conn in faces:
-        size = np.linalg.norm(_facet_vectors(points, conn, None), axis=1)
+        size = np.linalg.norm(facet_vectors(points, conn, None), axis=1)
         k = conn.shape[1]
         area += np.bincount(conn.reshape(-1), weights=np.repeat(size / k, k), minlength=len(points))
     length = np.linalg.norm(vectors, axis=1, keepdims=True)

@@ -34,6 +34,9 @@ from typing import Any
 
 import numpy as np
 
+from ._dataset import channel_names, save_npy
+from ._statistics import ChannelStats, Normalisation, Running
+
 __all__ = ["MEAN_SUFFIX", "add_mean_field", "mean_field_of", "target_offset_channels"]
 
 #: The input field of a target field ``f``'s mean is named ``f`` + this.
@@ -80,8 +83,6 @@ def add_mean_field(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype:
 
     ``given``: :func:`mean_field_of` another dataset (``--mean-field-from``), else the mean of
     this dataset's training samples' targets."""
-    from ._dataset import ChannelStats, Normalisation, _Running, _save_npy, channel_names
-
     if meta["kind"] != "one-mesh":
         raise ValueError(f"Expected every sample on one mesh for a mean field (got {len(meta['meshes'])} meshes); "
                          "--mean-field is for a sweep of cases on one mesh (--same-mesh checks it)")
@@ -122,14 +123,14 @@ def add_mean_field(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype:
     meta["inputs"] = [dict(f) for f in meta["inputs"]] + fields
     meta["input_channels"] = channel_names(meta["inputs"])
     stored_mean = mean.astype(dtype)
-    run_in = _Running(len(meta["input_channels"]))
-    run_out = _Running(len(meta["target_channels"]))
+    run_in = Running(len(meta["input_channels"]))
+    run_out = Running(len(meta["target_channels"]))
     train_set = set(int(i) for i in train)
     has_targets = bool(meta["target_channels"])
     offset = target_offset_channels(meta["input_channels"], meta["targets"], meta["inputs"]) if has_targets else None
     for i in range(num):
         inputs = np.concatenate([load(i, "inputs"), stored_mean], axis=1)
-        _save_npy(samples / f"{i:05d}" / "inputs.npy", inputs)
+        save_npy(samples / f"{i:05d}" / "inputs.npy", inputs)
         if i in train_set:
             run_in.add(inputs.astype(np.float64))
             if has_targets:

@@ -3,7 +3,7 @@ nodes, a one-cell-thick 3-D mesh collapsed to 2-D, the distance to a named bound
 
 All of it vectorised (``np.bincount``, fancy indexing, one k-d tree query): no Python loop over
 nodes or cells, only over cell blocks and field components. The mesh is a ``meshio.Mesh`` (what
-:func:`meshshard.data._dataset_build._read` gives, from meshio or from
+:func:`meshshard.data._sources.read_mesh` gives, from meshio or from
 :mod:`meshshard.data._vtk_io`); named boundaries are its ``point_sets`` (node ids).
 """
 

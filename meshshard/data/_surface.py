@@ -140,7 +140,7 @@ def _boundary_facets(points: np.ndarray,
     return out
 
 
-def _facet_vectors(points: np.ndarray, facets: np.ndarray, owner: np.ndarray | None) -> np.ndarray:
+def facet_vectors(points: np.ndarray, facets: np.ndarray, owner: np.ndarray | None) -> np.ndarray:
     """Area vectors ``(F, D)`` of facets ``(F, k)``: edges (k = 2) of a 2-D mesh, triangles and
     quads (k = 3, 4) in 3-D; turned away from ``owner`` (centroids) when given."""
     p = points[facets]
@@ -196,7 +196,7 @@ def boundary_area_vectors(points: np.ndarray, cells: Sequence[tuple[str, np.ndar
     for facets, owner in _boundary_facets(points, cells):
         keep = inside[facets].all(axis=1)
         if keep.any():
-            out += _lump(facets[keep], _facet_vectors(points, facets[keep], owner[keep]), ids)
+            out += _lump(facets[keep], facet_vectors(points, facets[keep], owner[keep]), ids)
     return out
 
 
@@ -215,7 +215,7 @@ def surface_area_vectors(points: np.ndarray, faces: Sequence[tuple[str, np.ndarr
         if cell_type not in ("triangle", "quad"):
             continue
         conn = np.asarray(conn, dtype=np.int64)
-        out += _lump(conn, _facet_vectors(points, conn, None), ids)
+        out += _lump(conn, facet_vectors(points, conn, None), ids)
     return out
 
 

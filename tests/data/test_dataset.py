@@ -23,6 +23,8 @@ from meshshard.data import (
     write_dataset,
     write_dataset_from_pyg,
 )
+from meshshard.data._statistics import edge_moments
+from meshshard.data._writer import Sample, write_samples
 from meshshard.partition import load_partition, read_metadata, verify_partition
 
 from .conftest import grid_triangles
@@ -402,7 +404,7 @@ def test_files_of_one_name_in_two_folders_are_named_after_their_folders(tmp_path
             "2 samples: a/case-0, b/case-0; name one of them)")
     assert not (tmp_path / "e").exists()
     # Folders of the same name: as many folders as it takes.
-    from meshshard.data._dataset_build import list_sources, sample_names
+    from meshshard.data._sources import list_sources, sample_names
 
     files = list_sources([a, b, xb])
     assert sample_names(files) == ([f"{tmp_path.name}/a/case-0", "case-1", f"{tmp_path.name}/b/case-0", "x/b/case-0"],
@@ -496,12 +498,12 @@ def test_samples_are_written_one_at_a_time(tmp_path: Path) -> None:
         for i in range(4):
             tmp = next(tmp_path.glob(".d.meshshard-new-*"))
             seen.append(sorted(p.name for p in (tmp / "samples").glob("*")) if (tmp / "samples").exists() else [])
-            yield _dataset.Sample(f"s{i}", pts, np.full((len(pts), 1), float(i)), np.ones((len(pts), 1)),
-                                  cells=[("triangle", tri)])
+            yield Sample(f"s{i}", pts, np.full((len(pts), 1), float(i)), np.ones((len(pts), 1)),
+                         cells=[("triangle", tri)])
 
-    _dataset.write_samples(tmp_path / "d", samples(), [f"s{i}" for i in range(4)],
-                           input_fields=[{"name": "T", "components": 1}],
-                           target_fields=[{"name": "u", "components": 1}], val_samples=[3])
+    write_samples(tmp_path / "d", samples(), [f"s{i}" for i in range(4)],
+                  input_fields=[{"name": "T", "components": 1}],
+                  target_fields=[{"name": "u", "components": 1}], val_samples=[3])
     assert seen == [[], ["00000"], ["00000", "00001"], ["00000", "00001", "00002"]]
     stats = open_dataset(tmp_path / "d").normalisation.inputs
     np.testing.assert_allclose(stats.mean, [1.0])
@@ -549,7 +551,7 @@ def test_edge_statistics_in_chunks_equal_numpy(chunk: int) -> None:
 
     pts, tri = grid_triangles(13, 7)
     graph = nodal_graph([("triangle", tri)], len(pts))
-    run = _dataset._edge_moments(graph, pts, chunk=chunk)
+    run = edge_moments(graph, pts, chunk=chunk)
     values = _edge_values(pts, tri)
     assert run.n == len(values)
     np.testing.assert_allclose(run.mean, values.mean(0), rtol=0, atol=1e-14)

@@ -17,7 +17,7 @@ import pytest
 
 from meshshard.cli import main
 from meshshard.data import build_dataset, list_sources, open_dataset
-from meshshard.data._dataset_build import sample_names
+from meshshard.data._sources import sample_names
 from meshshard.data._vtk_io import read_vtk
 
 from ._solver_files import FOAM_CAVITY, extruded, foam_case

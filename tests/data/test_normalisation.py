@@ -13,7 +13,7 @@ from scipy.spatial import Delaunay
 
 from meshshard.cli import main
 from meshshard.data import Normalisation, held_note, open_dataset, write_dataset
-from meshshard.data._dataset import HOLD_RELATIVE, held_channels
+from meshshard.data._statistics import HOLD_RELATIVE, held_channels
 
 
 def _velocity_case(root: Path) -> Path:
@@ -49,7 +49,7 @@ def test_the_held_flags_survive_a_checkpoints_round_trip(tmp_path: Path) -> None
 
 def test_statistics_stored_without_held_flags_keep_their_scale() -> None:
     stored = {"mean": [0.0, 1.0], "std": [1e-16, 2.0], "scale": [1e-16, 2.0], "count": 10}
-    from meshshard.data._dataset import ChannelStats
+    from meshshard.data._statistics import ChannelStats
 
     stats = ChannelStats.from_dict(stored, ["w", "p"])
     assert stats.scale.tolist() == [1e-16, 2.0]  # what an older dataset or run trained with
@@ -71,7 +71,7 @@ def test_a_held_or_constant_target_is_predicted_as_its_constant_whatever_the_mod
     of a 2-D velocity's w (its few hundredths against a w of 1e-15). Prediction gives the mean."""
     import torch
 
-    from meshshard.data._dataset import ChannelStats
+    from meshshard.data._statistics import ChannelStats
     from meshshard.tasks import TensorNormalisation
 
     norm = open_dataset(_velocity_case(tmp_path)).normalisation

@@ -23,7 +23,7 @@ from meshshard.data import (
     open_trajectories,
     write_trajectories,
 )
-from meshshard.data._trajectories import _tag_classes
+from meshshard.data._trajectory_build import _tag_classes
 from meshshard.partition import load_partition, verify_partition
 
 from ._solver_files import FOAM_CAVITY

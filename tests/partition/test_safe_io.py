@@ -279,8 +279,8 @@ def test_a_datasets_output_is_checked_after_an_interrupted_replace_is_put_back(t
     import subprocess
 
     from meshshard.data import write_dataset
-    from meshshard.data._dataset import check_dataset_output
-    from meshshard.data._dataset_build import _check_parts_output
+    from meshshard.data._dataset_partitions import _check_parts_output
+    from meshshard.data._folder_guard import check_dataset_output
 
     from .conftest import grid_triangles
 
