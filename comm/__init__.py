@@ -46,14 +46,9 @@ from ._collectives import (
     gather_v,
     group_rank_and_size,
     indexed_all_to_all_v,
-    note_replicated_result,
     release_workspace,
-    replicated_results,
     scatter_v,
     set_debug,
-    sum_gradients,
-    sum_of_parts,
-    sum_to_replicated,
 )
 from ._context import (
     DeviceMesh2D,
@@ -80,6 +75,13 @@ from ._group import (
 )
 from ._halo import HaloPlan
 from ._launch import RankFailed, Terminated, fix_mmap_threshold, free_port, launch_local
+from ._reductions import (
+    note_replicated_result,
+    replicated_results,
+    sum_gradients,
+    sum_of_parts,
+    sum_to_replicated,
+)
 from ._slurm import expand_hostlist, first_slurm_host
 
 __all__ = [

@@ -20,8 +20,9 @@ from ._io import InputData, check_finite, read_input
 from ._partition import Partition
 from ._plan import check_assignment, plan_partitions
 from ._progress import Steps
-from ._safe_io import folder_lock, parse_max_expansion
-from ._safe_io import max_expansion as _max_expansion
+from ._readers import max_expansion as _max_expansion
+from ._readers import parse_max_expansion
+from ._safe_io import folder_lock
 
 __all__ = ["GRAPHS", "build_graph", "partition_file", "partition_graph", "partition_mesh",
            "partition_points"]

@@ -146,17 +146,10 @@ from typing import Any
 import numpy as np
 
 from ._invariants import part_problems
-from ._json_io import dumps_json, naming_write_errors, write_text_file
+from ._json_io import dumps_json, naming_write_errors, read_json_inside, write_text_file
 from ._partition import PART_ARRAYS, Partition
-from ._safe_io import (
-    check_destination,
-    interrupted_hint,
-    is_lock_file,
-    read_inside,
-    read_json_inside,
-    read_npz,
-    write_folder,
-)
+from ._readers import read_inside, read_npz
+from ._safe_io import check_destination, interrupted_hint, is_lock_file, write_folder
 
 __all__ = [
     "FORMAT_NAME",

@@ -31,7 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._graph import Cells, Graph
-from ._safe_io import decompress, hash_regular, read_npy, read_npz, read_regular
+from ._readers import decompress, hash_regular, read_npy, read_npz, read_regular
 
 __all__ = ["InputData", "read_input", "read_metis_graph", "read_metis_mesh", "meshio_failure", "FORMATS"]
 

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ._safe_io import read_regular
+from ._readers import read_inside, read_regular
 
 __all__ = [
     "WriteError",
@@ -33,6 +33,7 @@ __all__ = [
     "loads_json",
     "naming_write_errors",
     "read_json",
+    "read_json_inside",
     "write_text_file",
 ]
 
@@ -69,6 +70,13 @@ def read_json(path: str | os.PathLike[str], *, max_bytes: int = MAX_JSON_BYTES) 
     refused), parsed by :func:`loads_json`."""
     return loads_json(read_regular(path, max_bytes=max_bytes), path)
 
+
+
+def read_json_inside(folder: str | os.PathLike[str], name: str, *, max_bytes: int) -> Any:
+    """The JSON value of the file ``name`` inside ``folder`` (read as :func:`read_inside` reads,
+    parsed strictly as :func:`loads_json` parses);
+    ``ValueError("FOLDER/NAME: not valid JSON (...)")`` when it does not parse."""
+    return loads_json(read_inside(folder, name, max_bytes=max_bytes), Path(folder) / name)
 
 class WriteError(OSError):
     """A write that failed, its message starting with the file's name (``PATH: cannot write

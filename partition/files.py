@@ -1,16 +1,19 @@
-"""Reading and writing files safely: the utilities every layer and command uses.
+"""File safety for the offline folders a user may receive (partitions, datasets, runs, predictions),
+in one public place: the checked readers, the strict JSON, and the guards of an output folder.
 
-Everything meshshard reads from a folder a user may have received goes through these: a file is
-read only when it is a regular file inside its folder (no links out, no FIFOs or devices, no
-``..``), within a size bound, and arrays are parsed without unpickling (:func:`read_npy`,
-:func:`read_npz`). What meshshard writes is staged in a temporary folder and renamed into place
-(:func:`write_folder`, :func:`staged_folder`), under a lock per output folder (:func:`folder_lock`),
-and ``--force`` replaces only a folder that holds nothing but meshshard's own files
-(:func:`check_destination` with the kind's ``is_ours``). JSON is written and read with the limits
-and one-line errors of :func:`dumps_json`, :func:`read_json`, :func:`write_text_file`.
+- reading, checked and bounded (:mod:`._readers`): :func:`read_regular`, :func:`read_inside`,
+  :func:`hash_regular`, :func:`decompress` (with :func:`max_expansion`,
+  :func:`parse_max_expansion`, :data:`MAX_EXPANSION`), :func:`read_npy`, :func:`read_npz`;
+- metadata JSON, strict both ways (:mod:`._json_io`): :func:`dumps_json`, :func:`loads_json`,
+  :func:`read_json`, :func:`read_json_inside`, :func:`write_text_file`, :func:`naming_write_errors`,
+  :class:`WriteError`;
+- an output folder (:mod:`._safe_io`): :func:`check_destination` (with :class:`Refusals`),
+  :func:`check_input_folders`, :func:`check_apart`, :func:`check_output_folder`,
+  :func:`write_folder`, :func:`staged_folder`, :func:`recover_interrupted`,
+  :func:`interrupted_hint`, and one writer per
+  folder: :func:`folder_lock`, :func:`lock_path`, :func:`is_lock_file`.
 
-This is the public face of the private modules ``_safe_io`` and ``_json_io``; the dataset layer
-(:mod:`meshshard.data`), the run and the commands import these names from here.
+Every problem is a one-line ``ValueError``.
 """
 
 from __future__ import annotations
@@ -22,28 +25,30 @@ from ._json_io import (
     loads_json,
     naming_write_errors,
     read_json,
+    read_json_inside,
     write_text_file,
 )
-from ._safe_io import (
+from ._readers import (
     MAX_EXPANSION,
+    decompress,
+    hash_regular,
+    max_expansion,
+    parse_max_expansion,
+    read_inside,
+    read_npy,
+    read_npz,
+    read_regular,
+)
+from ._safe_io import (
     Refusals,
     check_apart,
     check_destination,
     check_input_folders,
     check_output_folder,
-    decompress,
     folder_lock,
-    hash_regular,
     interrupted_hint,
     is_lock_file,
     lock_path,
-    max_expansion,
-    parse_max_expansion,
-    read_inside,
-    read_json_inside,
-    read_npy,
-    read_npz,
-    read_regular,
     recover_interrupted,
     staged_folder,
     write_folder,

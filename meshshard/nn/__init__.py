@@ -19,9 +19,10 @@ from __future__ import annotations
 from ._attention import BallQueryAttention
 from ._ball_halo import BallQueryPlan
 from ._ball_query import BallQueryResult, ball_query
+from ._data_parallel import ddp_comm_hook, fsdp_device_mesh, fully_shard_data_parallel
 from ._grid_layers import GridConv, GridPool, GridUpsample, shard_grid_layers
 from ._meshgraphnet import MLP, MeshGraphNet, ProcessorBlock
-from ._parallel import DomainParallel, ddp_comm_hook, fsdp_device_mesh, fully_shard_data_parallel
+from ._parallel import DomainParallel
 from ._point_models import BallAttentionNet
 from ._pyg import ShardConv, ShardNorm
 from ._transolver import PhysicsAttention, Transolver, TransolverBlock

@@ -37,15 +37,8 @@ from ._folder import (
                       resume_hint,
                       run_summary,
 )
-from ._prediction import (
-                      GATHER_MAX_NODES,
-                      METRICS_FILE,
-                      PredictConfig,
-                      check_prediction_request,
-                      parse_view,
-                      predict,
-                      prediction_summary,
-)
+from ._pred_folder import METRICS_FILE, prediction_summary
+from ._prediction import predict
 from ._recipe import (
                       BALL_ATTENTION_DEFAULTS,
                       BUILTIN_MODELS,
@@ -61,9 +54,11 @@ from ._recipe import (
                       parse_model_args,
                       transolver_args,
 )
+from ._request import PredictConfig, check_prediction_request, parse_view
 from ._subsample import POINT_MODELS, keep_points
 from ._trained_run import TrainedRun, TransientRun, load_run
 from ._training import AUTO_WARMUP, TrainConfig, check_max_points, check_training, sample_index, train
+from ._writer import GATHER_MAX_NODES
 
 __all__ = [
     "CHECKPOINT",

@@ -47,28 +47,19 @@ from meshshard.data import open_dataset, open_trajectories
 from ..tasks import get_task
 from ._folder import read_run
 from ._pictures import PLOT_MAX_NODES, RolloutFrames, animation_steps, gather_plot_rows, plot_rows, rollout_animation
-from ._prediction import (
-    _METRICS_FORMAT,
-    GATHER_MAX_NODES,
-    PredictConfig,
-    _delete,
-    _partition_reader,
-    _shard_layout,
-    _whole_layout,
-    _write_gathered,
-    _write_metrics,
-    _write_pieces,
-    check_model_request,
-    check_prediction_folder,
-    check_rollout_request,
-    field_slices,
-    file_stem,
-    normalisation_of,
-    select_samples,
-)
+from ._pred_folder import METRICS_FORMAT, check_prediction_folder, delete_paths, file_stem, write_metrics
 from ._recipe import build_model
 from ._report import gather_peak_memory, peak_memory_mb, resident_memory_mb
+from ._request import (
+    PredictConfig,
+    check_model_request,
+    check_rollout_request,
+    normalisation_of,
+    partition_reader,
+    select_samples,
+)
 from ._stepping import roll_states
+from ._writer import GATHER_MAX_NODES, field_slices, shard_layout, whole_layout, write_gathered, write_pieces
 
 __all__ = ["ROLLOUT_MARKS", "memory_steps", "rollout", "write_pvd"]
 
@@ -160,19 +151,19 @@ def rollout(cfg: PredictConfig, doing: list[str] | None = None) -> dict[str, Any
     trajectories = open_trajectories(data)
     names, stride = trajectories.names, trajectories.time_stride
     picks = select_samples(cfg.samples, names, [int(v) for v in data.val])
-    parts, reader = _partition_reader(cfg, data, run_cfg, ctx, dtype, normaliser)
+    parts, reader = partition_reader(cfg, data, run_cfg, ctx, dtype, normaliser)
     fields = field_slices(task.output_fields(data, run_cfg))
     out = Path(cfg.out)
     stale = check_prediction_folder(out, cfg.force)  # on every rank, so a refusal stops them all
-    head = {"format": _METRICS_FORMAT, "format_version": 1, "complete": False, "kind": "rollout",
+    head = {"format": METRICS_FORMAT, "format_version": 1, "complete": False, "kind": "rollout",
             "run": str(cfg.run), "data": str(cfg.data), "step": ckpt.get("step"), "checkpoint": cfg.checkpoint,
             "world_size": ctx.world_size, "units": "physical (de-normalised)", "targets_known": True,
             "time_stride": stride, "files": []}
     barrier()
     if ctx.rank == 0:
-        _delete(stale)
+        delete_paths(stale)
         out.mkdir(parents=True, exist_ok=True)
-        _write_metrics(out, head | {"samples": []})
+        write_metrics(out, head | {"samples": []})
     barrier()
     main = ctx.rank == 0 and not cfg.quiet
     if main:
@@ -197,13 +188,13 @@ def rollout(cfg: PredictConfig, doing: list[str] | None = None) -> dict[str, Any
                 print(f"meshshard predict: note: no animation of {names[k]}: its steps are written in pieces "
                       "(--pieces, or a mesh over the gathering limit); --gather draws one", file=sys.stderr,
                       flush=True)
-            _write_metrics(out, head | {"samples": records})
+            write_metrics(out, head | {"samples": records})
             (out / stem).mkdir(exist_ok=True)
         barrier()
         mesh = data.sample_mesh(k)
-        layout = (_whole_layout(data, mesh, model, normaliser, dtype, ctx.device, cfg.model, sizes[2])
+        layout = (whole_layout(data, mesh, model, normaliser, dtype, ctx.device, cfg.model, sizes[2])
                   if reader is None else
-                  _shard_layout(data, reader, mesh, model, ctx, pieces=not gather, model_spec=cfg.model,
+                  shard_layout(data, reader, mesh, model, ctx, pieces=not gather, model_spec=cfg.model,
                                 num_targets=sizes[2]))
         record = {"trajectory": k, "name": names[k], "split": "val" if k in val else "train", "num_nodes": n,
                   "file": f"{stem}.pvd", "folder": stem}
@@ -218,7 +209,7 @@ def rollout(cfg: PredictConfig, doing: list[str] | None = None) -> dict[str, Any
             record["animation"] = _animate(out / f"{stem}.gif", names[k], record.pop("_frames"))
         records.append(record)
         if ctx.rank == 0:
-            _write_metrics(out, head | {"samples": records})
+            write_metrics(out, head | {"samples": records})
         if main:
             print(f"  [{len(records)}/{len(picks)}] {names[k]}: {n:,} nodes, {count} steps, "
                   f"{record['seconds']:.1f} s -> {stem}.pvd", flush=True)
@@ -230,7 +221,7 @@ def rollout(cfg: PredictConfig, doing: list[str] | None = None) -> dict[str, Any
                    "rollout": {key: _mean([r["fields"][name]["rollout"].get(key) for r in records]) for key in keys}}
             for name, _ in fields}
     summary = head | {"complete": True, **memory, "samples": records, "mean": mean}
-    _write_metrics(out, summary)
+    write_metrics(out, summary)
     if main:
         _print_table(records, [name for name, _ in fields])
         print(f"wrote {out}/: {len(records)} rollout(s) (.pvd and one file per step), metrics.json"
@@ -309,12 +300,12 @@ def _roll(cfg: PredictConfig, task: Any, trajectories: Any, k: int, count: int, 
 
         name = f"step-{n:05d}"
         if gather:
-            full = _write_gathered(out / stem / f"{name}.vtu", data, fields, k, layout, pred, ctx, rows_of=rows_of)
+            full = write_gathered(out / stem / f"{name}.vtu", data, fields, k, layout, pred, ctx, rows_of=rows_of)
             entries.append((times[n], f"{stem}/{name}.vtu"))
             if n in frames:
                 _keep_frame(kept, n, times[n], full, take, layout, truth, pred, ctx)
         else:
-            _write_pieces(out / stem / name, out / stem / f"{name}.pvtu", data, fields, k, layout, pred, ctx,
+            write_pieces(out / stem / name, out / stem / f"{name}.pvtu", data, fields, k, layout, pred, ctx,
                           rows_of=rows_of)
             entries.append((times[n], f"{stem}/{name}.pvtu"))
         spent["write"] += time.perf_counter() - clock

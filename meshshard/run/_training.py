@@ -40,14 +40,14 @@ import torch
 
 from meshshard.comm import all_reduce_sum, backend_name, barrier, is_peer_failure
 from meshshard.data import check_partition_matches, open_dataset
-from meshshard.partition import check_apart, check_input_folders, dumps_json, plural
+from meshshard.partition import check_apart, check_input_folders, plural
 
 from .._tensor import ShardTensor
 from ..tasks import dataset_task, get_task
 from . import _folder, _report
 from ._checkpoint import atomic_save as _atomic_save
 from ._checkpoint import load_checkpoint, save_checkpoint
-from ._folder import BEST, CHECKPOINT, FIRST_STEP, LOG, LOSS_PLOT
+from ._folder import BEST, CHECKPOINT, FIRST_STEP, LOG
 from ._recipe import (
     MESHGRAPHNET_DEFAULTS,
     ModelOutputError,
@@ -60,6 +60,7 @@ from ._recipe import (
 )
 from ._stepping import validation_rollout
 from ._subsample import POINT_MODELS, keep_points, sample_epoch, subsample_sample
+from ._train_log import TrainLog, rewrite_log
 
 __all__ = ["TrainConfig", "train", "check_training", "check_max_points", "load_checkpoint", "sample_index",
            "step_samples", "lr_at", "LR_SCHEDULES"]
@@ -305,13 +306,10 @@ def _check_finite(flags: torch.Tensor, *, step: int, samples: list[int], data: s
     return loss
 
 
-def train(cfg: TrainConfig) -> list[float]:
-    """Run (or resume) training; returns the loss of every step so far (on every rank)."""
-    from meshshard.comm import init_device_mesh_2d, init_distributed
-
-    from ..nn import DomainParallel
-
-    ctx = init_distributed()
+def _checked_setup(cfg: TrainConfig, ctx: Any) -> tuple[TrainConfig, Any, Any, dict[str, Any], int, Any]:
+    """Every refusal that the options, DATA and PARTITION decide, before any collective; returns the
+    config with its task recorded, the dataset, the task, the partition's metadata, the domain size
+    (ranks per sample) and the dtype."""
     if cfg.data_parallel < 1 or ctx.world_size % cfg.data_parallel:
         raise ValueError(f"Expected --data-parallel to divide the world size {ctx.world_size} "
                          f"(got {cfg.data_parallel})")
@@ -340,10 +338,183 @@ def train(cfg: TrainConfig) -> list[float]:
     if cfg.precision not in ("fp32", "bf16-mixed") or (cfg.precision == "bf16-mixed" and cfg.dtype != "float32"):
         raise ValueError(f"Expected --precision fp32, or bf16-mixed with --dtype float32 "
                          f"(got {cfg.precision!r}, {cfg.dtype})")
-    # bf16-mixed: matrix products in bfloat16 under autocast; weights, optimizer state, the
-    # aggregation (MeshGraphNet sums half-precision messages in float32) and the loss stay float32
-    def autocast() -> Any:
-        return torch.autocast(ctx.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16-mixed")
+    return cfg, dataset, task, meta, domain, dtype
+
+
+@dataclass
+class _Session:
+    """What one rank's training steps and validations share: the config, the ranks, the reader,
+    the task, the model (``inner`` wrapped in ``DomainParallel``) and its optimizer."""
+
+    cfg: TrainConfig
+    ctx: Any
+    device_mesh: Any
+    reader: Any
+    task: Any
+    inner: Any
+    model: Any
+    opt: Any
+    domain: int
+    dtype: Any
+    ckpt_path: Path
+
+    def autocast(self) -> Any:
+        """bf16-mixed: matrix products in bfloat16 under autocast; weights, optimizer state, the
+        aggregation (MeshGraphNet sums half-precision messages in float32) and the loss stay float32."""
+        return torch.autocast(self.ctx.device.type, dtype=torch.bfloat16, enabled=self.cfg.precision == "bf16-mixed")
+
+    def forward_of(self, b: Any) -> Any:
+        """The model on the graph of ``b``, on this rank's rows (for the validation rollout)."""
+        def forward(x: Any) -> Any:
+            with self.autocast():
+                return self.model(ShardTensor.from_local(x, b.graph.spec), b.graph, b.edge_attr).to_local()
+        return forward
+
+    def validate_rollout(self, at: int) -> float:
+        """The validation rollout RMSE (normalised state units) at step ``at``: data rank d rolls out
+        every dp-th validation trajectory, every rank its rows; one all-reduce sums them all."""
+        cfg, ctx = self.cfg, self.ctx
+        mine = [int(k) for k in np.asarray(self.reader.dataset.val)[self.device_mesh.data_rank::cfg.data_parallel]]
+        try:
+            local = validation_rollout(self.task, self.reader, mine, cfg.val_rollout, self.forward_of)
+        except Exception as err:
+            raise _step_failure(err, f"rank {ctx.rank}: validation rollout at step {at}", self.ckpt_path,
+                                self.inner if cfg.model else None, "forward") from err
+        sums = torch.tensor(local, dtype=torch.float64, device=ctx.device)
+        all_reduce_sum(sums)
+        return math.sqrt(float(sums[0]) / float(sums[1])) if float(sums[1]) > 0 else math.nan
+
+    def validate(self, at: int) -> float:
+        """Mean loss over the validation split at step ``at``; data rank d takes every dp-th sample."""
+        cfg, ctx, reader = self.cfg, self.ctx, self.reader
+        total = torch.zeros(1, dtype=torch.float64, device=ctx.device)
+        with torch.no_grad():
+            for s in reader.val[self.device_mesh.data_rank::cfg.data_parallel]:
+                b = reader.sample(int(s))  # validation: the sample as it is (no training noise)
+                try:
+                    with self.autocast():
+                        pred = self.model(b.x, b.graph, b.edge_attr)
+                except Exception as err:
+                    raise _step_failure(err, f"rank {ctx.rank}: validation at step {at}", self.ckpt_path,
+                                        self.inner if cfg.model else None, "forward") from err
+                if cfg.model:
+                    check_model_output(pred, len(b.owned_ids), reader.num_targets, cfg.model, sharded=True,
+                                 group=self.device_mesh.domain_group)
+                total += float(self.task.loss(pred, b))
+        all_reduce_sum(total)  # every domain rank of a data group holds that group's sum
+        return float(total) / (self.domain * len(reader.val))
+
+    def backward(self, step: int, start: int, checked: dict[int, tuple | None], began: float) -> torch.Tensor:
+        """Step ``step``'s forward and backward on this data rank's ``--batch`` samples; returns the
+        flags summed over every rank (:func:`_local_flags`: the loss, the finite checks and rank 0's
+        clock). ``checked``: each sample's first non-finite row on this rank, filled as read."""
+        cfg, ctx, reader, model = self.cfg, self.ctx, self.reader, self.model
+        mine = step_samples(cfg, step, self.device_mesh.data_rank, reader.train)  # this data rank's --batch samples
+        bad_row = None
+        try:
+            loss = torch.zeros((), dtype=self.dtype, device=ctx.device)
+            for j, k in enumerate(mine):  # one graph for the step's samples: a single backward, exact as for one sample
+                b = self.task.batch(reader, k, step)
+                if k not in checked:  # the data do not change: each sample is checked the first time it is read
+                    checked[k] = _non_finite_row(b.x.to_local(), b.y.to_local(), b.owned_ids, k)
+                bad_row = bad_row or checked[k]
+                if cfg.max_points:  # a point model on about max_points of the sample's points (_subsample)
+                    epoch = sample_epoch(step, j, cfg.batch, cfg.data_parallel, self.device_mesh.data_rank,
+                                         len(reader.train))
+                    b = subsample_sample(b, keep_points(cfg.seed, epoch, k, b.owned_ids, b.graph.spec.num_nodes,
+                                                        cfg.max_points))
+                with self.autocast():
+                    pred = model(b.x, b.graph, b.edge_attr)
+                if cfg.model and step == start:
+                    check_model_output(pred, len(b.owned_ids), reader.num_targets, cfg.model, sharded=True,
+                                       group=self.device_mesh.domain_group)
+                def apply(x: Any, b: Any = b) -> Any:  # the model again, for a task that unrolls it
+                    with self.autocast():
+                        return model(x, b.graph, b.edge_attr)
+
+                loss = loss + self.task.loss(pred, b, apply) / len(mine)
+            _maybe_fail(ctx.rank, step)
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            out_of_time = ctx.rank == 0 and cfg.max_time > 0 and time.monotonic() - began >= cfg.max_time
+            flags = _local_flags(loss, bad_row, model.parameters(), rank=ctx.rank, world=ctx.world_size,
+                                 out_of_time=out_of_time)
+            all_reduce_sum(flags)  # each domain rank holds its sample's loss; and every rank's finite checks
+        except ModelOutputError:
+            raise
+        except Exception as err:  # the model's own error (any type) or a collective's: said which, on one line
+            raise _step_failure(err, f"rank {ctx.rank}: step {step}", self.ckpt_path,
+                                self.inner if cfg.model else None) from err
+        return flags
+
+    def apply_gradients(self, step: int) -> None:
+        """Clip (``--clip-grad``), set the schedule's rate of ``step`` and take the optimizer step."""
+        cfg = self.cfg
+        if cfg.clip_grad > 0:  # the gradients are whole and equal on every rank here: each clips alike
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_grad)
+        for group in self.opt.param_groups:  # the schedule's rate of this step (a pure function of it: resumes exactly)
+            group["lr"] = lr_at(cfg, step)
+        self.opt.step()
+
+
+def _resume(session: _Session, saved: dict[str, Any], best_by: str) -> tuple[list[float], int, Any, Any]:
+    """The model, optimizer and random state of a resumed run, from its checkpoint; returns the
+    losses so far, the step to start at, the best validation figure (when kept by ``best_by``) and
+    the learning rate before, when ``--lr`` changed it."""
+    cfg, ctx, opt = session.cfg, session.ctx, session.opt
+    session.model.load_state_dict(saved["model"])
+    opt.load_state_dict(saved["optimizer"])
+    losses, start = list(saved["losses"]), int(saved["step"])
+    best_val = saved.get("best_val_loss") if saved.get("best_by", "val_loss") == best_by else None
+    note = _check_steps_left(start, cfg)
+    if note and ctx.rank == 0 and not cfg.quiet:
+        print(note, file=sys.stderr)
+    torch.set_rng_state(saved["rng"].cpu())
+    old_lr = _folder.lr_change(saved.get("config", {}), cfg.lr)
+    for group in opt.param_groups:
+        group["lr"] = cfg.lr  # a changed learning rate is applied (and logged below)
+    return losses, start, best_val, old_lr
+
+
+def _open_log(session: _Session, stale: list[Path], losses: list[float], start: int, meta: dict[str, Any],
+              num_parameters: int, saved: dict[str, Any] | None, digest: str | None, old_lr: Any) -> TrainLog:
+    """Rank 0 clears what ``--force`` replaces, makes RUN and rewrites its log as of the checkpoint,
+    prints the banner; every rank opens the log (rank 0's writes) and says what a resume changed."""
+    cfg, ctx, out = session.cfg, session.ctx, Path(session.cfg.out)
+    if ctx.rank == 0:
+        _folder.delete_run_files(stale)
+        out.mkdir(parents=True, exist_ok=True)
+        rewrite_log(out / LOG, losses)
+        if not cfg.quiet:
+            print(_report.banner(world_size=ctx.world_size, data_parallel=cfg.data_parallel, device=ctx.device,
+                                 backend=backend_name() or "single process",
+                                 parameters=num_parameters, partition=cfg.partition,
+                                 model=(f"{type(session.inner).__name__} from {cfg.model}" if cfg.model
+                                        else ModelRecipe.from_config(asdict(cfg)).name),
+                                 partition_meta=meta, data=cfg.data, steps=cfg.steps, start=start), flush=True)
+    log = TrainLog(ctx.rank == 0, cfg, start, round(session.reader.mean_nodes()) * cfg.data_parallel)
+    if saved is not None:
+        log.event(None, f"resuming from step {start}")
+        was = saved.get("config", {}).get("model_sha256")
+        if cfg.model and was and digest and was != digest:
+            log.event({"step": start, "event": "model file changed", "from": was, "to": digest},
+                      f"note: {cfg.model.rpartition(':')[0]} changed since step {start} was saved "
+                      f"(SHA-256 {was[:12]} -> {digest[:12]}); the weights load, but the resumed steps repeat the "
+                      "uninterrupted run's only if the model computes what it did")
+    if old_lr is not None:
+        log.event({"step": start, "event": "lr", "from": old_lr, "to": cfg.lr},
+                  f"learning rate changed on resume: {old_lr:g} -> {cfg.lr:g} (applied from step {start})")
+    return log
+
+
+def train(cfg: TrainConfig) -> list[float]:
+    """Run (or resume) training; returns the loss of every step so far (on every rank)."""
+    from meshshard.comm import init_device_mesh_2d, init_distributed
+
+    from ..nn import DomainParallel
+
+    ctx = init_distributed()
+    cfg, dataset, task, meta, domain, dtype = _checked_setup(cfg, ctx)
     # RUN: refused, started over or resumed, decided on every rank from files, before any collective
     stale = _folder.check_run_folder(cfg.out, cfg.resume, cfg.force)
     identity = _folder.run_identity(meta, cfg.data)
@@ -364,6 +535,7 @@ def train(cfg: TrainConfig) -> list[float]:
     num_parameters = sum(p.numel() for p in model.parameters())  # the weights trained (not buffers)
     out = Path(cfg.out)
     ckpt_path = out / CHECKPOINT
+    run = _Session(cfg, ctx, device_mesh, reader, task, inner, model, opt, domain, dtype, ckpt_path)
     losses: list[float] = []
     start = 0
     old_lr = None
@@ -372,41 +544,9 @@ def train(cfg: TrainConfig) -> list[float]:
     rolling = cfg.val_rollout > 0 and bool(getattr(task, "rolls_out", False))
     best_by = "val_rollout_rmse" if rolling else "val_loss"
     if saved is not None:
-        model.load_state_dict(saved["model"])
-        opt.load_state_dict(saved["optimizer"])
-        losses, start = list(saved["losses"]), int(saved["step"])
-        best_val = saved.get("best_val_loss") if saved.get("best_by", "val_loss") == best_by else None
-        note = _check_steps_left(start, cfg)
-        if note and ctx.rank == 0 and not cfg.quiet:
-            print(note, file=sys.stderr)
-        torch.set_rng_state(saved["rng"].cpu())
-        old_lr = _folder.lr_change(saved.get("config", {}), cfg.lr)
-        for group in opt.param_groups:
-            group["lr"] = cfg.lr  # a changed learning rate is applied (and logged below)
+        losses, start, best_val, old_lr = _resume(run, saved, best_by)
     last_saved = f"{ckpt_path} (step {start})" if start else "none yet"
-    if ctx.rank == 0:
-        _folder.delete_run_files(stale)
-        out.mkdir(parents=True, exist_ok=True)
-        _rewrite_log(out / LOG, losses)
-        if not cfg.quiet:
-            print(_report.banner(world_size=ctx.world_size, data_parallel=cfg.data_parallel, device=ctx.device,
-                                 backend=backend_name() or "single process",
-                                 parameters=num_parameters, partition=cfg.partition,
-                                 model=(f"{type(inner).__name__} from {cfg.model}" if cfg.model
-                                        else ModelRecipe.from_config(asdict(cfg)).name),
-                                 partition_meta=meta, data=cfg.data, steps=cfg.steps, start=start), flush=True)
-    log = _Logger(ctx.rank == 0, cfg, start, round(reader.mean_nodes()) * cfg.data_parallel)
-    if saved is not None:
-        log.event(None, f"resuming from step {start}")
-        was = saved.get("config", {}).get("model_sha256")
-        if cfg.model and was and digest and was != digest:
-            log.event({"step": start, "event": "model file changed", "from": was, "to": digest},
-                      f"note: {cfg.model.rpartition(':')[0]} changed since step {start} was saved "
-                      f"(SHA-256 {was[:12]} -> {digest[:12]}); the weights load, but the resumed steps repeat the "
-                      "uninterrupted run's only if the model computes what it did")
-    if old_lr is not None:
-        log.event({"step": start, "event": "lr", "from": old_lr, "to": cfg.lr},
-                  f"learning rate changed on resume: {old_lr:g} -> {cfg.lr:g} (applied from step {start})")
+    log = _open_log(run, stale, losses, start, meta, num_parameters, saved, digest, old_lr)
 
     def state(done: int) -> dict[str, Any]:
         """What a checkpoint of the run after ``done`` steps holds (checkpoint.pt and best.pt alike)."""
@@ -421,10 +561,11 @@ def train(cfg: TrainConfig) -> list[float]:
             "world_size": ctx.world_size, "identity": identity, "best_val_loss": best_val, "best_by": best_by,
         }
 
-    def keep_best(at: int, val_loss: float, rollout_rmse: float | None = None) -> None:
-        """Log the validation loss (and rollout error) after ``at`` steps; rank 0 keeps RUN/best.pt
+    def keep_best(at: int) -> None:
+        """Validate after ``at`` steps and log the loss (and rollout error); rank 0 keeps RUN/best.pt
         at the lowest so far of ``best_by``: the rollout error where it is measured, else the loss."""
         nonlocal best_val
+        val_loss, rollout_rmse = run.validate(at), run.validate_rollout(at) if rolling else None
         log.eval(at, val_loss, rollout_rmse, cfg.val_rollout if rollout_rmse is not None else None)
         value = rollout_rmse if best_by == "val_rollout_rmse" else val_loss
         if value is not None and math.isfinite(value) and (best_val is None or value < best_val):
@@ -432,45 +573,6 @@ def train(cfg: TrainConfig) -> list[float]:
             if ctx.rank == 0:
                 extra = {"val_loss": val_loss} | ({} if rollout_rmse is None else {"val_rollout_rmse": rollout_rmse})
                 save_checkpoint(out / BEST, state(at) | extra)
-
-    def forward_of(b: Any) -> Any:
-        """The model on the graph of ``b``, on this rank's rows (for the validation rollout)."""
-        def forward(x: Any) -> Any:
-            with autocast():
-                return model(ShardTensor.from_local(x, b.graph.spec), b.graph, b.edge_attr).to_local()
-        return forward
-
-    def validate_rollout(at: int) -> float:
-        """The validation rollout RMSE (normalised state units) at step ``at``: data rank d rolls out
-        every dp-th validation trajectory, every rank its rows; one all-reduce sums them all."""
-        mine = [int(k) for k in np.asarray(reader.dataset.val)[device_mesh.data_rank::cfg.data_parallel]]
-        try:
-            local = validation_rollout(task, reader, mine, cfg.val_rollout, forward_of)
-        except Exception as err:
-            raise _step_failure(err, f"rank {ctx.rank}: validation rollout at step {at}", ckpt_path,
-                                inner if cfg.model else None, "forward") from err
-        sums = torch.tensor(local, dtype=torch.float64, device=ctx.device)
-        all_reduce_sum(sums)
-        return math.sqrt(float(sums[0]) / float(sums[1])) if float(sums[1]) > 0 else math.nan
-
-    def validate(at: int) -> float:
-        """Mean loss over the validation split at step ``at``; data rank d takes every dp-th sample."""
-        total = torch.zeros(1, dtype=torch.float64, device=ctx.device)
-        with torch.no_grad():
-            for s in reader.val[device_mesh.data_rank::cfg.data_parallel]:
-                b = reader.sample(int(s))  # validation: the sample as it is (no training noise)
-                try:
-                    with autocast():
-                        pred = model(b.x, b.graph, b.edge_attr)
-                except Exception as err:
-                    raise _step_failure(err, f"rank {ctx.rank}: validation at step {at}", ckpt_path,
-                                        inner if cfg.model else None, "forward") from err
-                if cfg.model:
-                    check_model_output(pred, len(b.owned_ids), reader.num_targets, cfg.model, sharded=True,
-                                 group=device_mesh.domain_group)
-                total += float(task.loss(pred, b))
-        all_reduce_sum(total)  # every domain rank of a data group holds that group's sum
-        return float(total) / (domain * len(reader.val))
 
     validating = cfg.val_every > 0 and len(reader.val) > 0
     if cfg.val_every > 0 and not validating and ctx.rank == 0 and not cfg.quiet:
@@ -480,55 +582,17 @@ def train(cfg: TrainConfig) -> list[float]:
     began = time.monotonic()  # --max-time counts this process's training, from here
     for step in range(start, cfg.steps):
         if validating and step % cfg.val_every == 0:
-            keep_best(step, validate(step), validate_rollout(step) if rolling else None)
+            keep_best(step)
         t0 = time.perf_counter()
-        mine = step_samples(cfg, step, device_mesh.data_rank, reader.train)  # this data rank's --batch samples
-        s = mine[0]
-        bad_row = None
-        try:
-            loss = torch.zeros((), dtype=dtype, device=ctx.device)
-            for j, k in enumerate(mine):  # one graph for the step's samples: a single backward, exact as for one sample
-                b = task.batch(reader, k, step)
-                if k not in checked:  # the data do not change: each sample is checked the first time it is read
-                    checked[k] = _non_finite_row(b.x.to_local(), b.y.to_local(), b.owned_ids, k)
-                bad_row = bad_row or checked[k]
-                if cfg.max_points:  # a point model on about max_points of the sample's points (_subsample)
-                    epoch = sample_epoch(step, j, cfg.batch, cfg.data_parallel, device_mesh.data_rank,
-                                         len(reader.train))
-                    b = subsample_sample(b, keep_points(cfg.seed, epoch, k, b.owned_ids, b.graph.spec.num_nodes,
-                                                        cfg.max_points))
-                with autocast():
-                    pred = model(b.x, b.graph, b.edge_attr)
-                if cfg.model and step == start:
-                    check_model_output(pred, len(b.owned_ids), reader.num_targets, cfg.model, sharded=True,
-                                       group=device_mesh.domain_group)
-                def apply(x: Any, b: Any = b) -> Any:  # the model again, for a task that unrolls it
-                    with autocast():
-                        return model(x, b.graph, b.edge_attr)
-
-                loss = loss + task.loss(pred, b, apply) / len(mine)
-            _maybe_fail(ctx.rank, step)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            out_of_time = ctx.rank == 0 and cfg.max_time > 0 and time.monotonic() - began >= cfg.max_time
-            flags = _local_flags(loss, bad_row, model.parameters(), rank=ctx.rank, world=ctx.world_size,
-                                 out_of_time=out_of_time)
-            all_reduce_sum(flags)  # each domain rank holds its sample's loss; and every rank's finite checks
-        except ModelOutputError:
-            raise
-        except Exception as err:  # the model's own error (any type) or a collective's: said which, on one line
-            raise _step_failure(err, f"rank {ctx.rank}: step {step}", ckpt_path, inner if cfg.model else None) from err
+        flags = run.backward(step, start, checked, began)
         batch = [k for d in range(cfg.data_parallel) for k in step_samples(cfg, step, d, reader.train)]
         batch_loss = _check_finite(flags, step=step, samples=batch, data=cfg.data, last=last_saved, names=names)
         if step == 0 and ctx.rank == 0:
             grads = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)  # unused: zeros,
                                for p in model.parameters()])  # as DomainParallel gives them on several ranks
+            s = step_samples(cfg, step, device_mesh.data_rank, reader.train)[0]
             _atomic_save({"loss": batch_loss, "grads": grads.cpu(), "sample": s}, out / FIRST_STEP)
-        if cfg.clip_grad > 0:  # the gradients are whole and equal on every rank here: each clips alike
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad)
-        for group in opt.param_groups:  # the schedule's rate of this step (a pure function of it: resumes exactly)
-            group["lr"] = lr_at(cfg, step)
-        opt.step()
+        run.apply_gradients(step)
         losses.append(batch_loss)
         stopping = bool(flags[-1] > 0) and step + 1 < cfg.steps  # rank 0's clock, on every rank
         seconds, done = time.perf_counter() - t0, step + 1
@@ -550,104 +614,11 @@ def train(cfg: TrainConfig) -> list[float]:
     else:
         stopping = False
     if validating and cfg.steps > start and not stopping:
-        keep_best(cfg.steps, validate(cfg.steps), validate_rollout(cfg.steps) if rolling else None)
+        keep_best(cfg.steps)
     log.plot()
     log.close()
     barrier()
     return losses
-
-
-def log_line(record: dict[str, Any]) -> str:
-    """One line of log.jsonl: the record as strict JSON (``meshshard.partition.dumps_json``), a
-    value that is not finite (a NaN validation loss) written as null, since JSON has no NaN."""
-    def finite(value: Any) -> Any:
-        return None if isinstance(value, float) and not math.isfinite(value) else value
-
-    return dumps_json({key: finite(value) for key, value in record.items()}) + "\n"
-
-
-def _rewrite_log(path: Path, losses: list[float]) -> None:
-    """log.jsonl as of the checkpoint: its earlier records (with memory, evaluations) where they
-    agree with the checkpoint's losses, else one line per loss."""
-    kept = [r for r in _folder.read_log(path) if isinstance(r.get("step"), int) and r["step"] < len(losses)]
-    if [r["loss"] for r in kept if "loss" in r] != losses:
-        kept = [{"step": i, "loss": v} for i, v in enumerate(losses)]
-    tmp = path.with_name(".log.jsonl.tmp")
-    tmp.write_text("".join(log_line(r) for r in kept))
-    os.replace(tmp, path)
-
-
-class _Logger:
-    """Rank 0's view: a progress bar on a terminal, a line every ``log_every`` steps otherwise."""
-
-    def __init__(self, is_main: bool, cfg: TrainConfig, start: int, nodes_per_step: int) -> None:
-        self.enabled, self.cfg, self.nodes = is_main and not cfg.quiet, cfg, nodes_per_step
-        self.file = open(Path(cfg.out) / LOG, "a") if is_main else None  # noqa: SIM115
-        self.bar = None
-        if self.enabled and sys.stderr.isatty():
-            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self.bar = Progress(TextColumn("training"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                                TextColumn("{task.fields[info]}"), TimeRemainingColumn(), transient=False)
-            self.task = self.bar.add_task("train", total=cfg.steps, completed=start, info="")
-            self.bar.start()
-
-    def step(self, step: int, loss: float, seconds: float, memory: dict[str, list[float]] | None = None,
-             lr: float | None = None) -> None:
-        """Log one step (``lr``: the scheduled learning rate, recorded when there is a schedule)."""
-        if self.file is None:
-            return
-        rate = self.nodes / seconds if seconds > 0 else 0.0
-        record = {"step": step, "loss": loss, "seconds": round(seconds, 4), "nodes_per_s": round(rate),
-                  "samples_per_s": round(self.cfg.data_parallel * self.cfg.batch / seconds, 3) if seconds > 0 else 0.0,
-                  **(memory or {})}
-        if lr is not None:
-            record["lr"] = lr
-        self.file.write(log_line(record))
-        self.file.flush()
-        if not self.enabled:
-            return
-        if self.bar is not None:
-            self.bar.update(self.task, advance=1, info=f"loss {loss:.4g}  {rate:,.0f} nodes/s")
-        elif step % self.cfg.log_every == 0 or step + 1 == self.cfg.steps:
-            print(f"step {step:>5}  loss {loss:.5f}  {seconds * 1e3:7.1f} ms  {rate:>10,.0f} nodes/s", flush=True)
-
-    def eval(self, step: int, loss: float, rollout_rmse: float | None = None, rollout_steps: int | None = None) -> None:
-        """Log a validation: the one-step loss and, for a transient run, its rollout RMSE."""
-        record: dict[str, Any] = {"step": step, "val_loss": loss}
-        if rollout_rmse is not None:
-            record |= {"val_rollout_rmse": rollout_rmse, "val_rollout_steps": rollout_steps}
-        if self.file is not None:
-            self.file.write(log_line(record))
-            self.file.flush()
-        if self.enabled and self.bar is None:
-            extra = "" if rollout_rmse is None else f"  rollout RMSE ({rollout_steps} steps) {rollout_rmse:.5f}"
-            print(f"step {step:>5}  validation loss {loss:.5f}{extra}", flush=True)
-
-    def event(self, record: dict[str, Any] | None, message: str) -> None:
-        """A line in log.jsonl (a learning-rate change) and, unless quiet, on the terminal."""
-        if self.file is not None and record is not None:
-            self.file.write(log_line(record))
-            self.file.flush()
-        if self.enabled:
-            print(message, flush=True)
-
-    def plot(self) -> None:
-        """Rewrite RUN/loss.png from log.jsonl (rank 0; a note once if matplotlib is missing)."""
-        if self.file is None:
-            return
-        self.file.flush()
-        out = Path(self.cfg.out)
-        if not _report.write_loss_plot(_folder.read_log(out / LOG), out / LOSS_PLOT, f"meshshard train: {out}"):
-            if self.enabled and not getattr(self, "_noted", False):
-                print("note: matplotlib is not installed, so no loss.png (pip install matplotlib)", flush=True)
-            self._noted = True
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-        if self.file is not None:
-            self.file.close()
 
 
 def _check_steps_left(done: int, cfg: TrainConfig) -> str | None:

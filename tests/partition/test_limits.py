@@ -71,7 +71,7 @@ def test_declared_sizes_are_checked_before_allocating(mesh_file: Path, tmp_path:
 
 
 def test_the_expansion_cap_is_configurable(monkeypatch) -> None:
-    from meshshard.partition._safe_io import decompress
+    from meshshard.partition._readers import decompress
 
     with pytest.raises(ValueError, match="decompresses to more than 67,108,864 bytes"):
         decompress(_BZ2_64MIB * 2, ".bz2")

@@ -373,7 +373,7 @@ def test_the_expansion_cap_is_checked_alike_from_the_flag_and_the_environment(
 
 
 def test_a_valid_expansion_cap_is_taken(mesh_file: Path, tmp_path: Path, monkeypatch) -> None:
-    from meshshard.partition._safe_io import max_expansion, parse_max_expansion
+    from meshshard.partition._readers import max_expansion, parse_max_expansion
 
     assert parse_max_expansion("250", "--max-expansion") == 250.0
     monkeypatch.setenv("MESHSHARD_MAX_EXPANSION", "1e6")

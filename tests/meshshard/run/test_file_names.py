@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from meshshard.run._prediction import check_prediction_folder, file_stem
+from meshshard.run._pred_folder import check_prediction_folder, file_stem
 
 
 @pytest.mark.parametrize(("name", "stem"), [

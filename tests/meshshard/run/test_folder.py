@@ -291,7 +291,7 @@ def test_a_damaged_log_is_named_on_resume_not_answered_with_resume(tmp_path: Pat
 def test_log_records_are_strict_json() -> None:
     """A validation loss that is NaN is logged as null: log.jsonl stays strict JSON."""
     from meshshard.partition import loads_json
-    from meshshard.run._training import log_line
+    from meshshard.run._train_log import log_line
 
     line = log_line({"step": 3, "val_loss": float("nan"), "loss": float("inf"), "lr": 1e-3})
     assert line.endswith("\n") and loads_json(line, "line") == {"step": 3, "val_loss": None, "loss": None, "lr": 1e-3}

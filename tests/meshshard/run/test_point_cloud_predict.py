@@ -258,7 +258,7 @@ def test_bad_force_options_are_refused_in_one_line_before_any_rank_starts(surfac
 
 
 def test_which_meshes_are_point_clouds() -> None:
-    from meshshard.run._prediction import is_point_cloud
+    from meshshard.run._writer import is_point_cloud
 
     assert is_point_cloud({"pos_dim": 3, "cells": {"triangle": 8, "quad": 2}})  # a surface
     assert is_point_cloud({"pos_dim": 3, "cells": {"triangle": 8}, "surface_area": 1.0})

@@ -141,7 +141,7 @@ def test_missing_folders_and_a_file_as_output_folder_are_one_line_and_exit_2(
 ) -> None:
     """train and predict share these refusals (meshshard.partition.check_apart), made before any rank starts."""
     from meshshard.cli import main
-    from meshshard.run._prediction import check_prediction_folder as check_output
+    from meshshard.run._pred_folder import check_prediction_folder as check_output
 
     for name in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "MESHSHARD_DEBUG"):
         monkeypatch.delenv(name, raising=False)
