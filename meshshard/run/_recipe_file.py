@@ -136,13 +136,16 @@ def _kind(annotation: Any) -> tuple[tuple[type, ...], str]:
 
 
 def read_recipe(path: str | os.PathLike[str], config_class: Any,
-                convert: Mapping[str, Callable[[Any], Any]] | None = None) -> dict[str, Any]:
+                convert: Mapping[str, Callable[[Any], Any]] | None = None,
+                other_names: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The settings of the recipe file ``path``, checked against ``config_class``'s fields.
 
     ``path`` must be a regular file, not a link (it is read from its own folder, never through a
     link); every key must be a field of ``config_class`` and its value of the field's type (an
     integer is a number too). ``convert[key]`` first turns a value the field's type does not take
     into one it does (``max_time = "13m"``, ``warmup = "auto"``), raising ``ValueError`` if it cannot.
+    ``other_names`` (a flag's name -> the field's: ``latent`` -> ``latent_size``) only words the
+    refusal of such a key.
 
     Returns:
         ``{field name: value}``, only the keys the file holds.
@@ -160,7 +163,8 @@ def read_recipe(path: str | os.PathLike[str], config_class: Any,
     out: dict[str, Any] = {}
     for key, value in table.items():
         if key not in known:
-            close = difflib.get_close_matches(key, list(known), n=1)
+            named = (other_names or {}).get(key.replace("-", "_"), key.replace("-", "_"))
+            close = [named] if named in known else difflib.get_close_matches(key, list(known), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else f" (the keys are {', '.join(known)})"
             raise ValueError(f"{path}: unknown key {key!r}{hint}")
         types, described = _kind(known[key])
