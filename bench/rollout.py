@@ -15,7 +15,7 @@ What it runs and reports (each figure from ``PRED/metrics.json``, the rollout's 
 record; see docs/transient.md):
 
 - for each rank count R of ``--ranks`` (default 1, 2, 4): ``meshshard predict RUN --data BIG
-  --rollout --steps S --samples all`` (R > 1: ``--nproc R --partition PARTS-R``; the files as the
+  --rollout --rollout-steps S --samples all`` (R > 1: ``--nproc R --partition PARTS-R``; the files as the
   command writes them by default: one gathered ``.vtu`` per step on one process, one piece per
   rank and a ``.pvtu`` on R ranks of a mesh over 200,000 nodes). Throughput: steps per second and
   node-steps per second over the whole rollout loop of the slowest rank (reading the truth,
@@ -91,7 +91,7 @@ def roll(run: Path, data: Path, cache: Path, ranks: int, steps: int, work: Path,
     """``meshshard predict --rollout`` of one trajectory of ``data`` (``samples``: ``all`` of a dataset
     of one, or ``val``) on ``ranks`` ranks; its figures from ``metrics.json``."""
     out = work / f"pred-{data.name}-{ranks}"
-    cmd = [*MS, "predict", str(run), "--data", str(data), "--out", str(out), "--rollout", "--steps", str(steps),
+    cmd = [*MS, "predict", str(run), "--data", str(data), "--out", str(out), "--rollout", "--rollout-steps", str(steps),
            "--samples", samples, "--no-plots", "--force", "--quiet"]
     partition_s = 0.0
     if ranks > 1:

@@ -8,15 +8,16 @@ before it runs)::
         --params SWEEP/params.csv --target-scale 'p=speed**2,U=speed' --val-samples <the held-out cases> \\
         --same-mesh --collapse-2d --mean-field
     meshshard partition TAG/data --parts 2 --out TAG/parts
-    meshshard train TAG/parts --data TAG/data --out TAG/run --nproc 2 --steps S --batch B --lr LR \\
-        --lr-schedule cosine --warmup W --val-every V --max-time T --latent L --mp-steps M
+    meshshard train TAG/parts --data TAG/data --out TAG/run --nproc 2 --config recipe.toml [train options]
     meshshard predict TAG/run --data TAG/data --out TAG/pred --nproc 2 --samples val --checkpoint last \\
         --boundary lowerWall,upperWall
 
 (``--checkpoint last``: the validation cases are the held-out cases of the table, so the checkpoint
 of the lowest validation loss, predict's default, would be chosen by the very cases it is scored on)
 where ``TAG`` is ``SWEEP/<--tag>`` (one folder per recipe, so recipes can be compared side by
-side). Then, on the held-out cases and in physical units, it computes the relative L2 error per
+side). The model's recipe is a file, ``recipe.toml`` beside this script (``--config`` another one);
+any ``meshshard train`` option given to this script after its own (``--seed 1``, ``--steps 100``)
+overrides it, and the run keeps what it trained with in ``TAG/run/config.toml``. Then, on the held-out cases and in physical units, it computes the relative L2 error per
 field (``p``; ``U`` as a vector: all its components together) of
 
 - **meshshard**: the ``p_pred`` and ``U_pred`` that ``predict`` wrote (``TAG/pred/<case>.vtu``);
@@ -37,7 +38,7 @@ dataset keeps) is scored the same way, ``|F - F_true| / |F_true|``, for the mode
 ``metrics.json``) and every baseline. It prints the tables and writes ``TAG/results.json``
 (every error per case, the commands, the wall time of each stage).
 
-    python examples/cfd_sweep/run.py cfd-sweep --tag base
+    python examples/cfd_sweep/run.py cfd-sweep --tag base --config examples/cfd_sweep/recipe.toml
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ import numpy as np
 
 from meshshard.data import boundary_force, open_dataset
 
+RECIPE = Path(__file__).resolve().parent / "recipe.toml"
 FIELDS = ("p", "U")
 WALLS = ("lowerWall", "upperWall")
 
@@ -188,30 +190,19 @@ def force_table(rows: dict[str, dict[str, list[float]]], cases: list[str]) -> st
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
+                                epilog="Any other option is meshshard train's (--seed 1, --steps 100), given to it after "
+                                       "--config: it overrides the recipe.")
     p.add_argument("sweep", type=Path, help="the sweep folder sweep.py wrote")
     p.add_argument("--tag", default="base", help="this recipe's folder, SWEEP/TAG (default base)")
+    p.add_argument("--config", type=Path, default=RECIPE,
+                   help="meshshard train's recipe (default recipe.toml beside this script)")
     p.add_argument("--inputs", default="pos[0],pos[1]",
                    help="meshshard dataset --inputs (default 'pos[0],pos[1]': the 2-D case's plane; the "
                         "parameters speed and nu are added by --params)")
     p.add_argument("--target-scale", default="p=speed**2,U=speed",
                    help="meshshard dataset --target-scale, or 'none' (default 'p=speed**2,U=speed')")
-    p.add_argument("--nproc", type=int, default=2, help="ranks for train and predict (default 2)")
-    p.add_argument("--steps", type=int, default=4000, help="train --steps (default 4000)")
-    p.add_argument("--max-time", default="13m", help="train --max-time (default 13m)")
-    p.add_argument("--batch", type=int, default=1, help="train --batch (default 1)")
-    p.add_argument("--lr", type=float, default=3e-3, help="train --lr (default 3e-3)")
-    p.add_argument("--lr-schedule", default="cosine", help="train --lr-schedule (default cosine)")
-    p.add_argument("--warmup", type=int, default=20, help="train --warmup (default 20)")
-    p.add_argument("--val-every", type=int, default=250, help="train --val-every (default 250)")
-    p.add_argument("--latent", type=int, default=32, help="train --latent (default 32)")
-    p.add_argument("--mp-steps", type=int, default=2, help="train --mp-steps (default 2)")
-    p.add_argument("--global-attention", type=int, default=1,
-                   help="train --global-attention: a physics-attention block every K message-passing steps "
-                        "(default 1; 0: none)")
-    p.add_argument("--attention-heads", type=int, default=4, help="train --attention-heads (default 4)")
-    p.add_argument("--attention-slices", type=int, default=16, help="train --attention-slices (default 16)")
-    p.add_argument("--train-args", default="", help="more meshshard train options, as one string")
+    p.add_argument("--nproc", type=int, default=2, help="ranks for train and predict, and parts (default 2)")
     p.add_argument("--no-mean-field", action="store_true",
                    help="train on the fields themselves instead of their difference from the training cases' mean "
                         "field (dataset --mean-field)")
@@ -219,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="train on the one-cell-thick 3-D mesh as foamToVTK writes it (both z-planes) instead of "
                         "its 2-D plane (dataset --collapse-2d)")
     p.add_argument("--force", action="store_true", help="make SWEEP/TAG over (its data, parts, run, pred)")
-    args = p.parse_args(argv)
+    args, train_options = p.parse_known_args(argv)
 
     sweep: Path = args.sweep
     info = json.loads((sweep / "sweep.json").read_text())
@@ -241,12 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     command(["partition", str(tag / "data"), "--parts", str(args.nproc), "--out", str(tag / "parts"), *force],
             log, "partition")
     train = ["train", str(tag / "parts"), "--data", str(tag / "data"), "--out", str(tag / "run"),
-             "--nproc", str(args.nproc), "--steps", str(args.steps), "--batch", str(args.batch), "--lr", str(args.lr),
-             "--lr-schedule", args.lr_schedule, "--warmup", str(args.warmup), "--val-every", str(args.val_every),
-             "--max-time", args.max_time, "--latent", str(args.latent), "--mp-steps", str(args.mp_steps),
-             *(["--global-attention", str(args.global_attention), "--attention-heads", str(args.attention_heads),
-                "--attention-slices", str(args.attention_slices)] if args.global_attention else []),
-             *shlex.split(args.train_args), *force]
+             "--nproc", str(args.nproc), "--config", str(args.config), *train_options, *force]
     command(train, log, "train")
     command(["predict", str(tag / "run"), "--data", str(tag / "data"), "--out", str(tag / "pred"),
              "--nproc", str(args.nproc), "--samples", "val", "--checkpoint", "last", "--boundary", ",".join(WALLS),
@@ -307,7 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     train_log = [json.loads(line) for line in (tag / "run" / "log.jsonl").read_text().splitlines() if line.strip()]
     steps_done = max((r["step"] for r in train_log if "loss" in r), default=-1) + 1
     val = [r["val_loss"] for r in train_log if "val_loss" in r]
-    results = {"sweep": str(sweep), "tag": args.tag, "held_out": held, "settings": vars(args) | {"sweep": str(sweep)},
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()} | {"train_options": train_options}
+    recipe = (tag / "run" / "config.toml").read_text()  # what train resolved: the file, the options, the defaults
+    results = {"sweep": str(sweep), "tag": args.tag, "held_out": held, "settings": settings, "recipe": recipe,
                "steps_done": steps_done, "best_val_loss": min(val) if val else None,
                "checkpoint": {"name": metrics.get("checkpoint"), "step": metrics.get("step")},
                "summary": {m: {f: {"mean": float(np.mean(e[f])), "worst": float(np.max(e[f]))} for f in FIELDS}

@@ -1,6 +1,6 @@
 """The heat-diffusion example: the whole job end to end, in about a minute on 2 cores.
 
-    python examples/heat_diffusion/demo.py [--out meshshard-demo] [--steps 100] [--nodes 20000] [--ranks 2]
+    python examples/heat_diffusion/demo.py [--out meshshard-demo] [--steps 100] [--nodes 20000] [--nproc 2]
 
 (``make demo`` runs it with the defaults.) The steps:
 
@@ -133,13 +133,14 @@ def run_demo(out: Path, steps: int, nodes: int, ranks: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="meshshard's heat-diffusion example, end to end")
-    p.add_argument("--out", default="meshshard-demo", help="output folder (default ./meshshard-demo)")
+    p.add_argument("--out", "-o", default="meshshard-demo", help="output folder (default ./meshshard-demo)")
     p.add_argument("--steps", type=int, default=100, help="training steps (default 100)")
     p.add_argument("--nodes", type=int, default=20000, help="approximate mesh size (default 20000)")
-    p.add_argument("--ranks", type=int, default=2, help="local ranks (default 2; on the CPU unless there is a GPU for each)")
+    p.add_argument("--nproc", type=int, default=2, help="local ranks (default 2; on the CPU unless there is a GPU for each)")
+    p.add_argument("--ranks", dest="nproc", type=int, help=argparse.SUPPRESS)  # the old spelling
     args = p.parse_args(argv)
     try:
-        return run_demo(Path(args.out), args.steps, args.nodes, args.ranks)
+        return run_demo(Path(args.out), args.steps, args.nodes, args.nproc)
     except RuntimeError as err:
         print(f"demo: error: {err}", file=sys.stderr)
         return 1

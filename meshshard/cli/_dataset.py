@@ -13,9 +13,12 @@ import argparse
 import json
 import shlex
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+from ._fields import field_list, stats_lines
+from ._trajectories import add_arguments, check_steady, describe_trajectories, run_trajectories
 
 __all__ = ["register", "describe_dataset", "mesh_usage", "odd_meshes_note", "run_partition_dataset", "run_info",
            "run_verify"]
@@ -25,18 +28,6 @@ def _error(command: str, err: BaseException) -> int:
     message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     print(f"meshshard {command}: error: {message}", file=sys.stderr)
     return 2
-
-
-def _stats_line(name: str, channels: list[str], stats: Mapping[str, Any]) -> list[str]:
-    lines = [f"  {name:<8} {'channel':<12} {'mean':>12} {'std':>12} {'scale':>12}   ({stats['count']:,} rows)"]
-    for ch, mean, std, scale in zip(channels, stats["mean"], stats["std"], stats["scale"]):
-        lines.append(f"  {'':<8} {ch:<12} {mean:>12.5g} {std:>12.5g} {scale:>12.5g}")
-    return lines
-
-
-def field_list(fields: Sequence[Mapping[str, Any]]) -> str:
-    """``T, u (3)``: field names, with the component count of vector fields."""
-    return ", ".join(f["name"] if f["components"] == 1 else f"{f['name']} ({f['components']})" for f in fields)
 
 
 def mesh_usage(meta: Mapping[str, Any], limit: int = 8) -> list[str]:
@@ -92,8 +83,6 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
     from meshshard.partition import plural
 
     if meta.get("task") == "transient":
-        from ._trajectories import describe_trajectories
-
         return describe_trajectories(folder, meta)
     nodes = [m["num_nodes"] for m in meta["meshes"]]
     split = meta["split"]
@@ -119,9 +108,9 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
         f"  cells    {', '.join(f'{t} {c:,}' for t, c in cells.items()) or 'none (edge_index)'}; "
         f"stored {meta['dtype']}",
         f"  normalisation over the training split: {norm['rule']}",
-        *_stats_line("inputs", meta["input_channels"], norm["inputs"]),
-        *(_stats_line("targets", meta["target_channels"], norm["targets"]) if meta["target_channels"] else []),
-        *_stats_line("edges", meta["edge_channels"], norm["edges"]),
+        *stats_lines("inputs", meta["input_channels"], norm["inputs"]),
+        *(stats_lines("targets", meta["target_channels"], norm["targets"]) if meta["target_channels"] else []),
+        *stats_lines("edges", meta["edge_channels"], norm["edges"]),
     ]
     params = meta.get("parameters")
     if params:
@@ -264,8 +253,6 @@ def _dataset(args: argparse.Namespace) -> int:
     from meshshard.data import build_dataset, list_sources, read_dataset_metadata
     from meshshard.partition import Steps
 
-    from ._trajectories import check_steady, run_trajectories
-
     val_samples = None if args.val_samples is None else [t for v in args.val_samples for t in v.split(",") if t.strip()]
 
     def note(text: str) -> None:
@@ -366,6 +353,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="stored precision")
     p.add_argument("--force", action="store_true", help="replace an existing dataset folder (only one)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no summary")
-    from ._trajectories import add_arguments
-
     add_arguments(p)

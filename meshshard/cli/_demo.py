@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ._spelling import add_deprecated
+
 __all__ = ["register"]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "heat_diffusion" / "demo.py"
@@ -24,7 +26,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"meshshard demo: error: the example is not installed with the package: run "
               f"examples/heat_diffusion/demo.py from a clone of the repository (looked for {EXAMPLE})", file=sys.stderr)
         return 2
-    forwarded = ["--out", args.out, "--steps", str(args.steps), "--nodes", str(args.nodes), "--ranks", str(args.ranks)]
+    forwarded = ["--out", args.out, "--steps", str(args.steps), "--nodes", str(args.nodes), "--nproc", str(args.nproc)]
     return subprocess.call([sys.executable, str(EXAMPLE), *forwarded])
 
 
@@ -33,9 +35,10 @@ def register(subparsers: Any) -> None:
                               help="run examples/heat_diffusion/demo.py (the heat-diffusion example) of a clone",
                               description="Run the heat-diffusion example from examples/heat_diffusion/; "
                               "the arguments are passed on.")
-    p.add_argument("--out", default="meshshard-demo", help="output folder (default ./meshshard-demo)")
+    p.add_argument("--out", "-o", default="meshshard-demo", help="output folder (default ./meshshard-demo)")
     p.add_argument("--steps", type=int, default=100, help="training steps (default 100)")
     p.add_argument("--nodes", type=int, default=20000, help="approximate mesh size (default 20000)")
-    p.add_argument("--ranks", type=int, default=2,
+    p.add_argument("--nproc", type=int, default=2,
                    help="local ranks (default 2; on the CPU unless there is a GPU for each)")
+    add_deprecated(p, "--ranks", "--nproc", "demo", dest="nproc", type=int)
     p.set_defaults(func=_run)

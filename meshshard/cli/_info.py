@@ -19,13 +19,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ._fields import field_list
+
 __all__ = ["describe_prediction", "describe_run", "register"]
 
 
 def describe_run(summary: dict[str, Any]) -> str:
     """The readable summary ``meshshard info RUN`` prints."""
-    from ._dataset import field_list
-
     m = summary["model"]
     if m["kind"] == "your own":
         args = f" --model-args {shlex.quote(json.dumps(m['model_args']))}" if m["model_args"] else ""

@@ -13,6 +13,7 @@ import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 __all__ = ["register"]
 
@@ -30,6 +31,29 @@ def _weights(text: str) -> list[float]:
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated numbers (got {text!r})") from None
+
+
+class _GraphAction(argparse.Action):
+    """``--graph``: ``nodal``, ``dual``, ``knn``, ``radius`` (with ``--knn`` / ``--radius``), or
+    ``knn:K`` / ``radius:R`` as ``meshshard dataset --graph`` spells them (``mesh``: ``nodal``)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        word, sep, value = str(values).partition(":")
+        word = "nodal" if word == "mesh" else word
+        kinds = {"nodal": None, "dual": None, "knn": int, "radius": float}
+        if word not in kinds or sep and kinds[word] is None:
+            parser.error(f"argument --graph: Expected nodal, dual, knn, knn:K, radius or radius:R (got {values!r})")
+        if sep:
+            try:
+                number = kinds[word](value)
+            except ValueError:
+                number = None
+            if number is None or not 0 < number < float("inf"):
+                parser.error(f"argument --graph: Expected {word}:{'K' if word == 'knn' else 'R'} with a positive "
+                             f"{'integer' if word == 'knn' else 'number'} (got {values!r})")
+            setattr(namespace, word, number)
+        setattr(namespace, self.dest, word)
 
 
 def _cmd_partition(args: argparse.Namespace) -> int:
@@ -178,10 +202,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--parts", "-k", type=int, required=True, help="number of parts (ranks)")
     p.add_argument("--out", "-o", required=True, help="partition folder to create")
     p.add_argument("--method", choices=("metis", "rcb", "morton"), default="metis")
-    p.add_argument("--graph", choices=("nodal", "dual", "knn", "radius"), default=None,
-                   help="graph to partition (default: nodal for meshes, knn for point "
-                   "clouds, the file's own graph for METIS graphs)")
-    p.add_argument("--knn", type=int, default=6, help="neighbours per point for --graph knn")
+    p.add_argument("--graph", action=_GraphAction, default=None, metavar="nodal|dual|knn:K|radius:R",
+                   help="graph to partition (default: nodal for meshes, knn for point clouds, the file's own graph "
+                   "for METIS graphs); knn:K and radius:R as meshshard dataset --graph spells them (mesh is nodal; "
+                   "knn and radius alone take --knn and --radius)")
+    p.add_argument("--knn", type=int, default=6, help="neighbours per point for --graph knn (default 6)")
     p.add_argument("--radius", type=float, default=None, help="radius for --graph radius")
     p.add_argument("--ncommon", type=int, default=None,
                    help="shared nodes joining two cells in the dual graph (default: a face)")

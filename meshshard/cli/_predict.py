@@ -22,6 +22,7 @@ from meshshard.run import (
 )
 
 from ._launch import as_rank, run_command, writing_command
+from ._spelling import add_deprecated
 
 __all__ = ["register"]
 
@@ -49,7 +50,8 @@ def _predict(args: argparse.Namespace) -> int:
                         force=args.force, plots=not args.no_plots, quiet=args.quiet, model=model, model_args=model_args,
                         checkpoint=args.checkpoint, boundary=args.boundary, pressure=args.pressure, shear=args.shear,
                         force_reference=args.force_reference, reference_area=args.reference_area,
-                        direction=direction, lift_direction=lift, view=view, rollout=args.rollout, steps=args.steps)
+                        direction=direction, lift_direction=lift, view=view, rollout=args.rollout,
+                        steps=args.rollout_steps)
     def check() -> None:  # one line before any rank starts
         check_prediction_request(cfg)
 
@@ -67,7 +69,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("run", help="run folder of meshshard train (checkpoint.pt)")
     p.add_argument("--data", required=True, help="dataset folder (meshshard dataset)")
-    p.add_argument("--out", required=True, help="folder for the predictions")
+    p.add_argument("--out", "-o", required=True, help="folder for the predictions")
     p.add_argument("--samples", default=None,
                    help="val (default when the dataset has a validation split), train, all, or names/indices, "
                    "comma-separated")
@@ -108,8 +110,9 @@ def register(subparsers: Any) -> None:
                    help="a run trained on trajectories: from each trajectory's first state, apply the model step "
                    "after step; PRED/<trajectory>.pvd, one .vtu per step, rollout.rmse in metrics.json "
                    "(docs/transient.md)")
-    p.add_argument("--steps", type=int, default=None, metavar="N",
+    p.add_argument("--rollout-steps", type=int, default=None, metavar="N",
                    help="with --rollout: model applications (default: as many strides as the trajectory holds)")
+    add_deprecated(p, "--steps", "--rollout-steps", "predict", dest="rollout_steps", type=int, metavar="N")
     p.add_argument("--dtype", default=None, choices=["float32", "float64"], help="default: the run's")
     p.add_argument("--no-plots", action="store_true", help="no PNG pictures")
     p.add_argument("--force", action="store_true",

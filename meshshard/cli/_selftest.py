@@ -20,6 +20,8 @@ import sys
 import time
 from typing import Any
 
+from ._spelling import add_deprecated
+
 __all__ = ["register", "run_worker"]
 
 
@@ -152,8 +154,8 @@ def _run_model(args: argparse.Namespace) -> int:
         return 2
 
     if "RANK" in os.environ or "SLURM_PROCID" in os.environ:
-        return error("--model starts its own --ranks local ranks: run it without torchrun or srun")
-    ranks = 3 if args.ranks is None else args.ranks
+        return error("--model starts its own --nproc local ranks: run it without torchrun or srun")
+    ranks = 3 if args.nproc is None else args.nproc
 
     def starting(what: str) -> None:
         print(f"meshshard selftest: --model {args.model} on {what} ...", flush=True)
@@ -173,8 +175,8 @@ def _run_model(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.model is not None:
         return _run_model(args)
-    if args.ranks is None:
-        args.ranks = 2
+    if args.nproc is None:
+        args.nproc = 2
     if "RANK" in os.environ or "SLURM_PROCID" in os.environ:  # already launched by torchrun / srun
         summary = run_worker(args.features)
         _report(summary)
@@ -182,12 +184,12 @@ def _run(args: argparse.Namespace) -> int:
         return 1 if summary["failures"] else 0
     from meshshard.comm import launch_local
 
-    if args.ranks < 1:
-        print(f"meshshard selftest: error: Expected --ranks >= 1 (got {args.ranks})")
+    if args.nproc < 1:
+        print(f"meshshard selftest: error: Expected --nproc >= 1 (got {args.nproc})")
         return 2
-    print(f"meshshard selftest: starting {args.ranks} local ranks on 127.0.0.1 ...", flush=True)
+    print(f"meshshard selftest: starting {args.nproc} local ranks on 127.0.0.1 ...", flush=True)
     try:
-        launch_local(_check_on_this_rank, args.ranks, args.features)
+        launch_local(_check_on_this_rank, args.nproc, args.features)
     except RuntimeError as err:
         print(f"meshshard selftest: FAILED: {err}")
         return 1
@@ -200,8 +202,9 @@ def register(subparsers: Any) -> None:
         description="Check the collectives on R local ranks (or under torchrun). With --model FILE.py:NAME: build "
         "your model as meshshard train --model does, run it on R METIS parts of a small mesh and on one process "
         "with the same weights, and compare the output and every gradient (exit 0 exact, 1 not).")
-    p.add_argument("--ranks", type=int, default=None,
+    p.add_argument("--nproc", type=int, default=None,
                    help="local ranks to start when not under torchrun (default 2; with --model 3)")
+    add_deprecated(p, "--ranks", "--nproc", "selftest", dest="nproc", type=int)
     p.add_argument("--features", type=int, default=16, help="feature columns per row (default 16)")
     p.add_argument("--model", default=None, metavar="FILE.py:NAME",
                    help="check your model: NAME(node_in, edge_in, node_out, **model_args), as meshshard train --model")

@@ -1,14 +1,20 @@
 
 """``meshshard train``: the command line of :func:`meshshard.run.train`.
 
-Argument parsing, the settings a resumed run takes from its checkpoint, the checks made before any
-rank starts, and the launch; the training itself is the library's (:mod:`meshshard.run`).
+Argument parsing, a recipe file (``--config FILE``: TrainConfig's fields as TOML, the flags given
+override it; ``--print-config`` prints the resolved recipe and trains nothing), the settings a
+resumed run takes from its checkpoint, the checks made before any rank starts, and the launch; the
+training itself is the library's (:mod:`meshshard.run`).
+
+Precedence, highest first: a flag on the command line, the recipe file, on ``--resume`` the run's
+checkpoint, then TrainConfig's defaults.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import shlex
 import sys
@@ -29,6 +35,8 @@ from meshshard.run import (
     load_checkpoint,
     normalise_spec,
     parse_model_args,
+    read_recipe,
+    recipe_text,
     resume_hint,
     train,
 )
@@ -115,6 +123,13 @@ _RUN_SETTINGS = {"steps": "steps", "latent": "latent_size", "hidden_layers": "hi
                  "attention_slices": "attention_slices", "noise_std": "noise_std",
                  "rollout_train": "rollout_train", "val_rollout": "val_rollout"}
 _DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
+#: TrainConfig's fields that the parsed arguments hold under another name (the flag's).
+_ARGUMENT = {"latent_size": "latent", "message_passing_steps": "mp_steps", "checkpoint_every": "every"}
+#: The values a setting may take, for the flag and the recipe file alike.
+_CHOICES = {"dtype": ("float32", "float64"), "precision": ("fp32", "bf16-mixed"),
+            "lr_schedule": ("constant", "cosine", "exponential")}
+#: What must be given, on the command line or in the recipe: argument name -> how usage names it.
+_REQUIRED = {"partition": "PARTS", "data": "--data", "out": "--out"}
 #: What a run of a version before a setting existed trained with, where that is not today's default.
 _BEFORE = {"lr_schedule": "constant", "warmup": 0}
 
@@ -210,7 +225,72 @@ def _selftest_hint(model: str | None, model_args: str | None, resume: bool) -> s
             f"meshshard selftest {given}")
 
 
+def _file_value(parse: Any) -> Any:
+    """A flag's parser made one for a recipe file's text value (``max_time = "13m"``, ``warmup = "auto"``)."""
+    def convert(value: Any) -> Any:
+        if not isinstance(value, str):
+            raise ValueError(f"Expected a number or a string (got {value!r})")
+        try:
+            return parse(value)
+        except argparse.ArgumentTypeError as err:
+            raise ValueError(str(err)) from None
+    return convert
+
+
+def _model_from_recipe(args: Any, recipe: dict[str, Any], where: str) -> str | None:
+    """The recipe's model (``model``, or a built-in's ``architecture`` when ``model`` is empty) and
+    ``model_args`` (a table, or its JSON text), where the command line gave none."""
+    model, architecture = recipe.pop("model", None), recipe.pop("architecture", None)
+    if architecture is not None and architecture not in BUILTIN_MODELS:
+        return f"{where}: Expected 'architecture' to be one of {', '.join(BUILTIN_MODELS)} (got {architecture!r})"
+    model_args = recipe.pop("model_args", None)
+    names_one = bool(model or architecture)
+    from_file = args.model is None and names_one
+    if from_file:
+        args.model = model or architecture
+    # the file's arguments go with the file's model (or with the command line's, when the file names none)
+    if args.model_args is None and model_args and (from_file or not names_one):
+        args.model_args = model_args if isinstance(model_args, str) else json.dumps(model_args)
+    return None
+
+
+def _apply_recipe(args: Any) -> str | None:
+    """``--config FILE``: its settings fill what the command line left out (a flag given overrides
+    the file); then what must be given is checked. A one-line problem, or None."""
+    if args.config:
+        where = args.config
+        try:
+            recipe = read_recipe(where, TrainConfig, convert={"max_time": _file_value(_duration),
+                                                              "warmup": _file_value(_warmup)},
+                                 other_names={flag: key for key, flag in _ARGUMENT.items()})
+        except ValueError as err:
+            return str(err)
+        for key, choices in _CHOICES.items():
+            if key in recipe and recipe[key] not in choices:
+                return f"{where}: Expected {key!r} to be one of {', '.join(choices)} (got {recipe[key]!r})"
+        problem = _model_from_recipe(args, recipe, where)
+        if problem:
+            return problem
+        other_model = args.model not in (None, "meshgraphnet")
+        for key, value in recipe.items():
+            name = _ARGUMENT.get(key, key)
+            if other_model and name in _MESHGRAPHNET_FLAGS and value == _DEFAULTS[key]:
+                continue  # a printed recipe of another model holds MeshGraphNet's defaults: nothing was set
+            if getattr(args, name, None) is None or getattr(args, name) is False:  # not on the command line
+                setattr(args, name, value)
+    missing = [shown for name, shown in _REQUIRED.items() if not getattr(args, name)]
+    if missing:
+        return f"the following arguments are required: {', '.join(missing)} (on the command line or in --config)"
+    return None
+
+
 def _run(args: Any) -> int:  # one writer per RUN, before the checkpoint is read or any rank starts
+    problem = _apply_recipe(args)
+    if problem:
+        print(f"meshshard train: error: {problem}", file=sys.stderr)
+        return 2
+    if args.print_config:  # nothing is written: no lock
+        return _train(args)
     return writing_command("train", args.out, lambda: _train(args))
 
 
@@ -235,8 +315,11 @@ def _train(args: Any) -> int:
         lr_schedule=args.lr_schedule,
         warmup=args.warmup, lr_floor=args.lr_floor, noise_std=args.noise_std,
         rollout_train=args.rollout_train,
-        val_rollout=args.val_rollout,
+        val_rollout=args.val_rollout, task=args.task or "",
     )
+    if args.print_config:  # the resolved recipe: --config reads it back to the same run
+        print(recipe_text(cfg), end="")
+        return 0
     def check() -> None:  # the RUN checks here too, so that a refusal is one line before any rank starts
         check_training(cfg, saved_ckpt)
         if hint:
@@ -262,9 +345,18 @@ def register(subparsers: Any) -> None:
         description="Train MeshGraphNet, or your own model (--model), on a partitioned mesh. Run under torchrun "
         "(torchrun --nproc-per-node R -m meshshard train ...) or start R local ranks with --nproc R.",
     )
-    p.add_argument("partition", help="partitions of the dataset (meshshard partition DATA)")
-    p.add_argument("--data", required=True, help="dataset folder (meshshard dataset)")
-    p.add_argument("--out", required=True, help="run folder: checkpoint.pt, log.jsonl")
+    p.add_argument("partition", nargs="?", default=None, metavar="PARTS",
+                   help="partitions of the dataset (meshshard partition DATA); required, here or in --config")
+    p.add_argument("--data", default=None, help="dataset folder (meshshard dataset); required, here or in --config")
+    p.add_argument("--out", "-o", default=None,
+                   help="run folder: checkpoint.pt, log.jsonl, config.toml; required, here or in --config")
+    p.add_argument("--config", default=None, metavar="FILE.toml",
+                   help="a recipe: any of these settings under TrainConfig's names (latent_size, "
+                   "message_passing_steps, checkpoint_every, ...) as TOML; a flag given overrides the file "
+                   "(docs/training.md, \"Recipes as files\")")
+    p.add_argument("--print-config", action="store_true",
+                   help="print the resolved recipe as TOML (every setting, as the run would use it) and exit "
+                   "without training; --config reads it back")
     p.add_argument("--steps", type=int, default=None,
                    help=f"total training steps (default {_DEFAULTS['steps']}; on --resume the run's: "
                    "a resumed run goes on up to this many)")
@@ -306,12 +398,12 @@ def register(subparsers: Any) -> None:
                    help="mean loss over the validation split every K steps and at the end (default 0: off)")
     p.add_argument("--checkpoint-steps", action="store_true", default=None,
                    help="MeshGraphNet: recompute each message-passing step in backward (less memory, more time)")
-    p.add_argument("--dtype", default=None, choices=["float32", "float64"],
+    p.add_argument("--dtype", default=None, choices=_CHOICES["dtype"],
                    help=f"parameters and data (default {_DEFAULTS['dtype']})")
-    p.add_argument("--precision", default=None, choices=["fp32", "bf16-mixed"],
+    p.add_argument("--precision", default=None, choices=_CHOICES["precision"],
                    help="fp32 (default), or bf16-mixed: bfloat16 matrix products under autocast, float32 weights, "
                    "sums and loss")
-    p.add_argument("--lr-schedule", default=None, choices=["constant", "cosine", "exponential"],
+    p.add_argument("--lr-schedule", default=None, choices=_CHOICES["lr_schedule"],
                    help="cosine (default: a half cosine), exponential (geometric, after --warmup) or constant: "
                    "from --lr down to --lr x --lr-floor at the last step")
     p.add_argument("--warmup", type=_warmup, default=None, metavar="STEPS|auto",
@@ -345,4 +437,4 @@ def register(subparsers: Any) -> None:
     p.add_argument("--nproc", type=int, default=0, help="start this many local ranks (when not under torchrun)")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="no banner, no per-step lines (errors and notes still print)")
-    p.set_defaults(func=_run)
+    p.set_defaults(func=_run, task=None)  # the task: a recipe's, else the dataset's

@@ -11,6 +11,8 @@ import argparse
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ._fields import field_list, stats_lines
+
 __all__ = ["TRAJECTORY_ONLY", "add_arguments", "check_steady", "describe_trajectories", "run_trajectories"]
 
 #: The options of trajectories alone, with the value that means "not given".
@@ -81,8 +83,6 @@ def describe_trajectories(folder: Any, meta: Mapping[str, Any], limit: int = 8) 
     """The readable summary ``meshshard info DATA`` prints of a trajectory dataset."""
     from meshshard.partition import plural
 
-    from ._dataset import _stats_line, field_list
-
     nodes = [m["num_nodes"] for m in meta["meshes"]]
     split = meta["split"]
     mesh = (f"one mesh, {nodes[0]:,} nodes" if len(nodes) == 1 else
@@ -110,10 +110,10 @@ def describe_trajectories(folder: Any, meta: Mapping[str, Any], limit: int = 8) 
                      f"{'boundary' if c['boundary'] else 'interior'}")
     norm = meta["normalisation"]
     lines += [f"  normalisation over the training trajectories: {norm['rule']}",
-              *(_stats_line("inputs", meta["input_channels"], norm["inputs"]) if meta["input_channels"] else []),
-              *_stats_line("state", meta["state_channels"], norm["state"]),
-              *_stats_line("change", meta["target_channels"], norm["targets"]),
-              *_stats_line("edges", meta["edge_channels"], norm["edges"])]
+              *(stats_lines("inputs", meta["input_channels"], norm["inputs"]) if meta["input_channels"] else []),
+              *stats_lines("state", meta["state_channels"], norm["state"]),
+              *stats_lines("change", meta["target_channels"], norm["targets"]),
+              *stats_lines("edges", meta["edge_channels"], norm["edges"])]
     return "\n".join(lines)
 
 

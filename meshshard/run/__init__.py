@@ -15,7 +15,8 @@ as library code that the ``meshshard train / predict / info`` commands only call
   output and every gradient (``meshshard selftest --model``);
 - :func:`load_run`, :class:`TrainedRun`, :class:`TransientRun` (its rollout): a trained run's
   model, weights and normalisation for code of your own;
-- the run folder: :data:`CHECKPOINT`, :data:`LOG`, :data:`RUN_FILES`, :func:`read_run`,
+- recipes as files: :func:`recipe_text` (TOML), :func:`read_recipe` (checked), :func:`write_recipe`;
+- the run folder: :data:`CHECKPOINT`, :data:`LOG`, :data:`CONFIG`, :data:`RUN_FILES`, :func:`read_run`,
   :func:`load_checkpoint` (tensors and plain values only, checksum checked), :func:`run_summary`,
   :func:`resume_hint`; a prediction folder: :func:`prediction_summary`.
 """
@@ -27,6 +28,7 @@ from ._checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from ._exactness import ExactnessReport, check_model_exact
 from ._folder import (
                       CHECKPOINT,
+                      CONFIG,
                       FIRST_STEP,
                       LOG,
                       LOSS_PLOT,
@@ -54,6 +56,7 @@ from ._recipe import (
                       parse_model_args,
                       transolver_args,
 )
+from ._recipe_file import read_recipe, recipe_text, write_recipe
 from ._request import PredictConfig, check_prediction_request, parse_view
 from ._subsample import POINT_MODELS, keep_points
 from ._trained_run import TrainedRun, TransientRun, load_run
@@ -62,6 +65,7 @@ from ._writer import GATHER_MAX_NODES
 
 __all__ = [
     "CHECKPOINT",
+    "CONFIG",
     "FIRST_STEP",
     "GATHER_MAX_NODES",
     "LOG",
@@ -99,6 +103,9 @@ __all__ = [
     "predict",
     "prediction_summary",
     "read_log",
+    "read_recipe",
+    "recipe_text",
+    "write_recipe",
     "read_run",
     "resume_hint",
     "run_summary",

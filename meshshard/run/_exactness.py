@@ -136,7 +136,7 @@ def small_mesh(shape: tuple[int, int, int] = SMALL_MESH_SHAPE, seed: int = 0) ->
 def _check_arguments(model_args: Mapping[str, Any] | str | None, ranks: int, dtype: str, node_in: int,
                      node_out: int) -> dict[str, Any]:
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
-        raise ValueError(f"Expected --ranks to be 1 or more (got {ranks!r})")
+        raise ValueError(f"Expected --nproc to be 1 or more (got {ranks!r})")
     if dtype not in TOLERANCES:
         raise ValueError(f"Expected --dtype float64 or float32 (got {dtype!r})")
     for flag, value in (("--node-in", node_in), ("--node-out", node_out)):

@@ -8,8 +8,10 @@
       log.jsonl       one record per step (loss, seconds, memory), per validation, per event
       first_step.pt   the batch-0 loss and the synced gradients of the first step (for checks)
       loss.png        training and validation loss (:func:`meshshard.run._report.write_loss_plot`)
+      config.toml     the resolved recipe the run trains with (:mod:`._recipe_file`; rewritten on
+                      --resume, whose changes the checkpoint's config was checked against)
 
-- :data:`CHECKPOINT`, :data:`LOG`, :data:`FIRST_STEP`, :data:`LOSS_PLOT`: the names, stated once;
+- :data:`CHECKPOINT`, :data:`LOG`, :data:`FIRST_STEP`, :data:`LOSS_PLOT`, :data:`CONFIG`: the names, stated once;
   :data:`RUN_FILES`: all of them, the only files ``--force`` may delete.
 - :func:`read_run`: the checkpoint of a run folder (read from inside it only).
 - :func:`check_run_folder`: an existing RUN is never silently replaced. A RUN holding a
@@ -38,6 +40,7 @@ from typing import Any
 from meshshard.partition import Refusals, check_destination, loads_json, read_json
 
 from ._checkpoint import load_checkpoint, peek
+from ._recipe_file import RECIPE_HEADER
 
 __all__ = [
     "CHECKPOINT",
@@ -47,6 +50,7 @@ __all__ = [
     "LOG",
     "FIRST_STEP",
     "LOSS_PLOT",
+    "CONFIG",
     "RUN_FILES",
     "EXACTNESS_KEYS",
     "read_run",
@@ -75,8 +79,10 @@ LOG = "log.jsonl"
 FIRST_STEP = "first_step.pt"
 #: The loss curve.
 LOSS_PLOT = "loss.png"
+#: The resolved recipe of the run (``meshshard train --config RUN/config.toml`` trains it again).
+CONFIG = "config.toml"
 #: The files ``meshshard train`` writes in RUN (and ``--force`` may delete); nothing else is touched.
-RUN_FILES = (CHECKPOINT, BEST, LOG, FIRST_STEP, LOSS_PLOT)
+RUN_FILES = (CHECKPOINT, BEST, LOG, FIRST_STEP, LOSS_PLOT, CONFIG)
 #: Settings that a resumed run must keep, or its steps would not repeat the uninterrupted run's.
 EXACTNESS_KEYS = ("model", "model_args", "architecture", "latent_size", "hidden_layers", "message_passing_steps",
                   "activation", "global_attention", "attention_heads", "attention_slices", "dtype",
@@ -159,6 +165,9 @@ def why_not_a_run(out: Path) -> str | None:
     best = out / BEST
     if best.is_file() and (peek(best) or {}).get("format") != "meshshard-checkpoint":
         return "best.pt, which is not a readable meshshard checkpoint (another program's, or damaged)"
+    config = out / CONFIG
+    if config.is_file() and not _starts_with(config, RECIPE_HEADER):
+        return "config.toml, which is not a recipe meshshard train wrote"
     first = out / FIRST_STEP
     if first.is_file():
         if set(peek(first) or {}) != {"loss", "grads", "sample"}:
@@ -167,6 +176,11 @@ def why_not_a_run(out: Path) -> str | None:
         present = [name for name in RUN_FILES if (out / name).is_file()]
         return f"{' and '.join(present)} but no run of meshshard train's (no checkpoint.pt or log.jsonl)"
     return None
+
+
+def _starts_with(path: Path, header: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(len(header.encode())) == header.encode()
 
 
 def delete_run_files(paths: Sequence[Path]) -> None:

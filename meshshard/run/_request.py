@@ -50,7 +50,7 @@ class PredictConfig:
     lift_direction: tuple[float, ...] | None = None  # --lift-direction X,Y,Z: the lift coefficient along it
     view: tuple[float, float, float, float] | None = None  # --view: the pictures' x and y ranges
     rollout: bool = False  # --rollout: a transient run applied step after step from each trajectory's first state
-    steps: int | None = None  # --steps N: model applications of a rollout (default: the trajectory's, T - 1 strides)
+    steps: int | None = None  # --rollout-steps N: a rollout's model applications (default: T - 1 strides)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> PredictConfig:
@@ -173,10 +173,10 @@ def partition_reader(cfg: PredictConfig, data: Any, run_cfg: dict[str, Any], ctx
 
 def check_rollout_request(cfg: PredictConfig, run_cfg: dict[str, Any]) -> None:
     """A run of a task of trajectories predicts rollouts (``--rollout``), any other run does not;
-    ``--steps`` is a positive count, with ``--rollout`` only. One line, before any collective."""
+    ``--rollout-steps`` is a positive count, with ``--rollout`` only. One line, before any collective."""
     task = get_task(str(run_cfg.get("task") or "steady"), run_cfg)
     if cfg.steps is not None and (not cfg.rollout or int(cfg.steps) < 1):
-        raise ValueError(f"Expected --steps to be a positive number of steps, with --rollout (got {cfg.steps}"
+        raise ValueError(f"Expected --rollout-steps to be a positive number of steps, with --rollout (got {cfg.steps}"
                          + ("" if cfg.rollout else " without --rollout") + ")")
     if task.rolls_out and not cfg.rollout:
         raise ValueError(f"{cfg.run}: trained the {task.name} task, whose predictions are rollouts: pass --rollout")

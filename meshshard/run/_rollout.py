@@ -1,4 +1,4 @@
-"""``meshshard predict RUN --data DATA --out PRED --rollout [--steps N]``: a transient run applied
+"""``meshshard predict RUN --data DATA --out PRED --rollout [--rollout-steps N]``: a transient run applied
 step after step, from each chosen trajectory's first state.
 
 Each chosen trajectory (``--samples``; default: the validation trajectories) starts from its state

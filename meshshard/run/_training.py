@@ -47,7 +47,7 @@ from ..tasks import dataset_task, get_task
 from . import _folder, _report
 from ._checkpoint import atomic_save as _atomic_save
 from ._checkpoint import load_checkpoint, save_checkpoint
-from ._folder import BEST, CHECKPOINT, FIRST_STEP, LOG
+from ._folder import BEST, CHECKPOINT, CONFIG, FIRST_STEP, LOG
 from ._recipe import (
     MESHGRAPHNET_DEFAULTS,
     ModelOutputError,
@@ -58,6 +58,7 @@ from ._recipe import (
     model_digest,
     shard_hint,
 )
+from ._recipe_file import write_recipe
 from ._stepping import validation_rollout
 from ._subsample import POINT_MODELS, keep_points, sample_epoch, subsample_sample
 from ._train_log import TrainLog, rewrite_log
@@ -485,6 +486,8 @@ def _open_log(session: _Session, stale: list[Path], losses: list[float], start: 
         _folder.delete_run_files(stale)
         out.mkdir(parents=True, exist_ok=True)
         rewrite_log(out / LOG, losses)
+        # the recipe this run trains with (how RUN is treated, --resume or --force, is the command line's)
+        write_recipe(out / CONFIG, cfg, leave_out=("resume", "force"))
         if not cfg.quiet:
             print(_report.banner(world_size=ctx.world_size, data_parallel=cfg.data_parallel, device=ctx.device,
                                  backend=backend_name() or "single process",

@@ -1,7 +1,7 @@
 """The CFD-sweep example (``examples/cfd_sweep/``) runs as its README says, at a tiny size: a real
-OpenFOAM sweep of 3 pitzDaily cases of 20 solver iterations, two training steps of a small model,
-and the table of meshshard against every baseline. Where OpenFOAM is not installed it skips,
-saying so.
+OpenFOAM sweep of 3 pitzDaily cases of 20 solver iterations, two training steps of a small model
+(the example's ``recipe.toml`` with its sizes shrunk), and the table of meshshard against every
+baseline. Where OpenFOAM is not installed it skips, saying so.
 """
 
 from __future__ import annotations
@@ -13,12 +13,23 @@ from pathlib import Path
 
 import pytest
 
-from tests.apps.test_examples import run_example
+from meshshard.cli._train import parse_duration
+from meshshard.run import TrainConfig, read_recipe
+from meshshard.run._recipe_file import toml_text
+from tests.apps.test_examples import REPO, run_example
 
 TUTORIAL = Path("/usr/share/doc/openfoam-examples/examples/incompressible/simpleFoam/pitzDaily")
 
-SIZES = {"--cases": "3", "--iterations": "20", "--steps": "2", "--batch": "1", "--latent": "8", "--mp-steps": "1",
-         "--warmup": "0", "--val-every": "1", "--max-time": "5m"}
+SIZES = {"--cases": "3", "--iterations": "20"}
+#: The recipe's sizes, shrunk (its other settings, global attention included, are the example's).
+RECIPE_SIZES = {"steps": 2, "batch": 1, "latent_size": 8, "message_passing_steps": 1, "warmup": 0, "val_every": 1,
+                "max_time": 300.0, "attention_slices": 4}
+
+
+def test_the_recipe_is_a_recipe_train_reads() -> None:
+    recipe = read_recipe(REPO / "examples" / "cfd_sweep" / "recipe.toml", TrainConfig, convert={"max_time": parse_duration})
+    assert (recipe["latent_size"], recipe["message_passing_steps"], recipe["global_attention"],
+            recipe["attention_slices"], recipe["steps"], recipe["max_time"]) == (32, 2, 1, 16, 4000, 780.0)
 
 
 @pytest.mark.slow
@@ -28,7 +39,10 @@ def test_cfd_sweep_example_runs_as_its_readme_says(tmp_path: Path) -> None:
                     "openfoam-examples)")
     if not TUTORIAL.is_dir():
         pytest.skip(f"OpenFOAM's pitzDaily tutorial is not at {TUTORIAL} (Debian: apt-get install openfoam-examples)")
-    outputs = run_example("cfd_sweep", SIZES, tmp_path, timeout=120)
+    recipe = read_recipe(REPO / "examples" / "cfd_sweep" / "recipe.toml", TrainConfig, convert={"max_time": parse_duration})
+    tiny = tmp_path / "tiny.toml"
+    tiny.write_text(toml_text(recipe | RECIPE_SIZES))
+    outputs = run_example("cfd_sweep", SIZES | {"--config": str(tiny)}, tmp_path, timeout=120)
     assert len(outputs) == 2
     sweep = tmp_path / "cfd-sweep"
     info = json.loads((sweep / "sweep.json").read_text())
@@ -53,5 +67,6 @@ def test_cfd_sweep_example_runs_as_its_readme_says(tmp_path: Path) -> None:
             case["metrics.json force"][wall]["rel_error"], rel=1e-3)
         assert set(results["force_summary"]) == methods
     assert results["steps_done"] == 2
+    assert "global_attention = 1" in results["recipe"] and "steps = 2" in results["recipe"]  # RUN/config.toml
     for method in methods:
         assert method in outputs[1], outputs[1][-3000:]

@@ -18,8 +18,8 @@ def test_console_script_help() -> None:
 
 
 def test_selftest_rejects_zero_ranks(capsys) -> None:
-    assert main(["selftest", "--ranks", "0"]) == 2
-    assert "Expected --ranks >= 1 (got 0)" in capsys.readouterr().out
+    assert main(["selftest", "--nproc", "0"]) == 2
+    assert "Expected --nproc >= 1 (got 0)" in capsys.readouterr().out
 
 
 def test_ctrl_c_while_the_commands_load_is_one_line(monkeypatch, capsys) -> None:

@@ -44,7 +44,7 @@ def test_an_exact_model_passes_with_a_table_and_a_verdict() -> None:
 
 @pytest.mark.slow
 def test_a_layer_declared_local_by_mistake_fails_naming_the_worst_tensor() -> None:
-    proc = _selftest("--model", f"{MODELS}:DeclaredLocal", "--ranks", "2", "--dtype", "float32")
+    proc = _selftest("--model", f"{MODELS}:DeclaredLocal", "--nproc", "2", "--dtype", "float32")
     assert proc.returncode == 1, proc.stderr
     assert re.search(r"^output +\[210, 2\] +\S+  > tolerance$", proc.stdout, re.M)
     verdict = proc.stdout.splitlines()[-1]
@@ -64,9 +64,9 @@ def _tiny_mesh(folder: Path) -> Path:
     (["--model", f"{MODELS}:nothing"], r"defines no 'nothing'"),
     (["--model", f"{MODELS}:exact", "--model-args", "{hidden: 6}"], r"Expected --model-args to be a JSON object"),
     (["--model", f"{MODELS}:exact", "--model-args", "[6]"], r"a JSON object of keyword arguments"),
-    (["--model", f"{MODELS}:exact", "--ranks", "0"], r"Expected --ranks to be 1 or more \(got 0\)"),
+    (["--model", f"{MODELS}:exact", "--nproc", "0"], r"Expected --nproc to be 1 or more \(got 0\)"),
     (["--model", f"{MODELS}:exact", "--node-out", "0"], r"Expected --node-out to be a positive integer"),
-    (["--model", f"{MODELS}:exact", "--mesh", "TINY", "--ranks", "3"],
+    (["--model", f"{MODELS}:exact", "--mesh", "TINY", "--nproc", "3"],
      r"--mesh \S+tiny\.vtu: 4 nodes and 12 edges, too small for 3 parts"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2_before_any_rank_starts(argv, message, tmp_path, monkeypatch,
@@ -87,5 +87,5 @@ def test_bad_arguments_are_one_line_and_exit_2_before_any_rank_starts(argv, mess
 def test_with_model_it_refuses_to_run_under_torchrun(monkeypatch, capsys) -> None:
     monkeypatch.setenv("RANK", "0")
     assert main(["selftest", "--model", f"{MODELS}:exact"]) == 2
-    assert capsys.readouterr().err == ("meshshard selftest: error: --model starts its own --ranks local ranks: "
+    assert capsys.readouterr().err == ("meshshard selftest: error: --model starts its own --nproc local ranks: "
                                        "run it without torchrun or srun\n")

@@ -206,7 +206,7 @@ def test_selftest_under_torchrun_three_ranks() -> None:
 
 
 def test_selftest_starting_its_own_ranks() -> None:
-    proc = subprocess.run([sys.executable, "-m", "meshshard", "selftest", "--ranks", "2"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "meshshard", "selftest", "--nproc", "2"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "selftest passed: 2 ranks" in proc.stdout
 

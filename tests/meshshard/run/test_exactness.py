@@ -75,7 +75,7 @@ def test_a_layer_declared_local_by_mistake_is_caught() -> None:
     ({"model_spec": f"{MODELS}:not_a_module"}, r"returned a Tensor, not a torch.nn.Module"),
     ({"model_spec": f"{MODELS}:exact", "model_args": "{bad"}, r"Expected --model-args to be a JSON object"),
     ({"model_spec": f"{MODELS}:exact", "model_args": {"width": 3}}, r"exact\(3, 4, 2, width=3\) failed"),
-    ({"model_spec": f"{MODELS}:exact", "ranks": 0}, r"Expected --ranks to be 1 or more \(got 0\)"),
+    ({"model_spec": f"{MODELS}:exact", "ranks": 0}, r"Expected --nproc to be 1 or more \(got 0\)"),
     ({"model_spec": f"{MODELS}:exact", "dtype": "float16"}, r"Expected --dtype float64 or float32"),
     ({"model_spec": f"{MODELS}:exact", "ranks": 106}, r"210 nodes .* too small for 106 parts"),
     ({"model_spec": f"{MODELS}:exact", "mesh": "missing.vtu"}, r"--mesh missing.vtu: no such file"),

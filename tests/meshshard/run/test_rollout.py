@@ -98,7 +98,8 @@ def test_the_metrics_the_files_and_force(setup: dict, capsys) -> None:
     out = root / "short"
     args = ["predict", setup["run"], "--data", setup["data"], "--out", str(out), "--rollout", "--samples", "run0,run2",
             "--quiet"]
-    assert main([*args, "--steps", "12"]) == 0
+    assert main([*args, "--steps", "12"]) == 0  # the old spelling of --rollout-steps: it works, with a note
+    assert "meshshard predict: --steps is deprecated; use --rollout-steps\n" in capsys.readouterr().err
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["files"] == ["run0.pvd", "run0", "run0_error.png", "run0.gif",
                                 "run2.pvd", "run2", "run2_error.png", "run2.gif"]
@@ -124,7 +125,7 @@ def test_the_metrics_the_files_and_force(setup: dict, capsys) -> None:
     assert peaks == sorted(peaks) and peaks[-1] <= metrics["peak_rss_mb"][0]  # a peak never falls
     assert all(0 < m["rss_mb"][0] <= m["peak_rss_mb"][0] + 1 for m in timing["memory"])
     # past the trajectory's end: the state goes on (boundary held), its errors are null, its times extrapolated
-    assert main([*args, "--steps", "23", "--force", "--samples", "run2"]) == 0
+    assert main([*args, "--rollout-steps", "23", "--force", "--samples", "run2"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     record = metrics["samples"][0]
     assert record["fields"]["u"]["rollout"]["rmse"][STEPS:] == [None] * 3 and record["times"][-1] == pytest.approx(2.3)
@@ -134,7 +135,7 @@ def test_the_metrics_the_files_and_force(setup: dict, capsys) -> None:
     assert "no truth past step 20" in capsys.readouterr().err
     with Image.open(out / "run2.gif") as gif:  # the steps whose truth is known: 0 .. 20
         assert gif.n_frames == 21
-    assert main([*args, "--steps", "3", "--force", "--no-plots"]) == 0
+    assert main([*args, "--rollout-steps", "3", "--force", "--no-plots"]) == 0
     assert not list(out.glob("*.gif")) and not list(out.glob("*.png"))
 
 
@@ -163,8 +164,8 @@ def test_rollout_refusals_are_one_line(setup: dict, tmp_path: Path, capsys) -> N
     base = ["predict", setup["run"], "--data", setup["data"], "--out", str(tmp_path / "p")]
     for extra, message in (
         ([], "trained the transient task, whose predictions are rollouts: pass --rollout"),
-        (["--rollout", "--steps", "0"], "Expected --steps to be a positive number of steps, with --rollout (got 0)"),
-        (["--steps", "3"], "(got 3 without --rollout)"),
+        (["--rollout", "--rollout-steps", "0"], "Expected --rollout-steps to be a positive number of steps, with --rollout (got 0)"),
+        (["--rollout-steps", "3"], "(got 3 without --rollout)"),
     ):
         assert main(base + extra) == 2
         err = capsys.readouterr().err
