@@ -389,7 +389,7 @@ def test_new_cases_read_unlike_the_runs_dataset_are_refused_with_the_option_to_u
     pytest.importorskip("vtkmodules.vtkIOXML", reason="the vtk package is not installed")
     from meshshard.data import build_dataset
     from meshshard.run._request import normalisation_of
-    from tests.partition._solver_files import FOAM_CAVITY
+    from tests.data._solver_files import FOAM_CAVITY
 
     last = FOAM_CAVITY / "VTK" / "cavity_2.vtm"
     flat = open_dataset(build_dataset([last], tmp_path / "flat", inputs=["pos[0]"], targets=["p"], collapse_2d=True))
