@@ -62,7 +62,8 @@ import torch
 from torch import Tensor, nn
 
 from .._graph import ShardGraph
-from .._tensor import ShardTensor, _RowsUseReplicated
+from .._tensor import ShardTensor
+from .._tensor_functions import RowsUseReplicated
 from ._multihop import MULTIHOP, MULTIHOP_VERIFIED, REFUSED, hops_of, run_multihop
 
 __all__ = ["ShardConv", "ShardNorm", "SUPPORTED", "PYG_VERIFIED", "PYG_CHECKED_ENV", "pyg_fingerprints"]
@@ -713,7 +714,7 @@ def _global_max(graph: ShardGraph, values: Tensor, dtype: torch.dtype) -> Tensor
     group = graph.spec.group
     top = sum_to_replicated((values * ties).sum(), group=group) / sum_to_replicated(ties.sum(), group=group)
     # each rank scales its own rows by the maximum: the gradients reaching it are parts, summed backward
-    return _RowsUseReplicated.apply(top, group) if graph.spec.world_size > 1 else top
+    return RowsUseReplicated.apply(top, group) if graph.spec.world_size > 1 else top
 
 
 _HANDLERS: dict[str, Callable[..., Tensor]] = {
