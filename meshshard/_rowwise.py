@@ -46,6 +46,9 @@ class OwnedRows:
         self._local = local
         self._spec = spec
 
+
+#: Element-wise work (arithmetic, comparisons, logic, rounding, activations, dropout, dtype and device
+#: casts): any operands of one layout; plain tensors broadcast over features only.
 ELEMENTWISE: set[Callable[..., Any]] = {
     torch.add, torch.sub, torch.subtract, torch.mul, torch.multiply, torch.div, torch.divide,
     torch.true_divide, torch.neg, torch.pow, torch.exp, torch.log, torch.sqrt, torch.rsqrt,
