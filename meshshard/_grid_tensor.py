@@ -32,8 +32,9 @@ from torch.autograd import Function
 from meshshard.comm import HaloPlan, all_gather_v, group_rank_and_size
 from meshshard.partition import GridLayout, grid_layout, halo_windows, window_plan
 
+from ._rowwise import ELEMENTWISE
 from ._spec import ShardSpec
-from ._tensor import _ELEMENTWISE, ShardTensor
+from ._tensor import ShardTensor
 
 __all__ = ["GridTensor", "GridLayout", "grid_layout"]
 
@@ -459,11 +460,11 @@ class GridTensor:
         # DTensor interop: torch's DTensor types and placements; nothing is sent by importing them
         from torch.distributed.tensor import DTensor, Replicate, Shard
 
-        from ._tensor import _device_mesh
+        from ._tensor import device_mesh_of
 
         axis = self._slab_axis()
         if device_mesh is None:
-            device_mesh = _device_mesh(self._group, self.device)
+            device_mesh = device_mesh_of(self._group, self.device)
         if axis is None:
             return DTensor.from_local(self._local, device_mesh, [Replicate()], run_check=False)
         n, p = self._layout.shape[axis], self._layout.proc_grid[axis]
@@ -518,7 +519,7 @@ class GridTensor:
                            kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         name = getattr(func, "__name__", str(func))
-        if func in _ELEMENTWISE:
+        if func in ELEMENTWISE:
             grids = [a for a in (*args, *kwargs.values()) if isinstance(a, GridTensor)]
             first = grids[0]
             for g in grids[1:]:

@@ -534,9 +534,10 @@ def _add_prefix(module: nn.Module, state_dict: dict[str, Any], prefix: str, *arg
 def _parameter_uses(out: Any) -> tuple[set[int], set[int]]:
     """The leaf tensors (ids) that ``out``'s autograd graph reaches (1) through replicated values
     only, (2) through rows. Replicated: a plain output computed from a global reduction, and what
-    lies between a replicated value used on rows (``_RowsUseReplicated``) and the reduction that
+    lies between a replicated value used on rows (``RowsUseReplicated``) and the reduction that
     made it; the reduction's own inputs are rows again."""
-    from .._tensor import _REPLICATING, ShardTensor, _from_replicated
+    from .._tensor import ShardTensor
+    from .._tensor_functions import REPLICATING, ROWS_USE_REPLICATED, from_replicated
 
     starts: list[tuple[Any, bool]] = []
 
@@ -545,7 +546,7 @@ def _parameter_uses(out: Any) -> tuple[set[int], set[int]]:
             starts.append((obj.to_local().grad_fn, False))
         elif isinstance(obj, Tensor):
             if obj.grad_fn is not None:
-                starts.append((obj.grad_fn, _from_replicated(obj)))
+                starts.append((obj.grad_fn, from_replicated(obj)))
         elif isinstance(obj, dict):
             for v in obj.values():
                 collect(v)
@@ -566,9 +567,9 @@ def _parameter_uses(out: Any) -> tuple[set[int], set[int]]:
         if kind == "AccumulateGrad":
             (on_replicated if replicated else on_rows).add(id(node.variable))
             continue
-        if kind in _REPLICATING:
+        if kind in REPLICATING:
             replicated = False
-        elif kind == "_RowsUseReplicatedBackward":
+        elif kind == ROWS_USE_REPLICATED:
             replicated = True
         starts.extend((n, replicated) for n, _ in node.next_functions)
     return on_replicated, on_rows
