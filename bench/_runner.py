@@ -8,6 +8,7 @@ that run the commands themselves share :func:`ensure_partition` (a cached ``mesh
 
 from __future__ import annotations
 
+import argparse
 import json
 import resource
 import subprocess
@@ -17,12 +18,20 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["peak_rss_mb", "worker_command", "run_workers", "read_json", "emit", "ensure_partition"]
+__all__ = ["peak_rss_mb", "worker_arguments", "worker_command", "run_workers", "read_json", "emit", "ensure_partition"]
 
 
 def peak_rss_mb(children: bool = False) -> float:
     """Peak resident set so far of this process, or (``children``) of its largest finished child, in MiB."""
     return resource.getrusage(resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def worker_arguments(parser: argparse.ArgumentParser) -> None:
+    """The hidden options of a script's ``--worker`` mode: ``--worker``, ``--partition`` (the folder
+    each rank loads its part from) and ``--out-json`` (where the worker writes its figures)."""
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--partition", help=argparse.SUPPRESS)
+    parser.add_argument("--out-json", help=argparse.SUPPRESS)
 
 
 def worker_command(script: str | Path, flags: Sequence[str], ranks: int, torchrun: bool | None = None) -> list[str]:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _runner import peak_rss_mb, read_json, run_workers
+from _runner import peak_rss_mb, read_json, run_workers, worker_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -132,10 +132,8 @@ def main() -> int:
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--partition", help=argparse.SUPPRESS)
+    worker_arguments(parser)
     parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
-    parser.add_argument("--out-json", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args)

@@ -82,14 +82,14 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def main() -> int:
+    from _runner import read_json, run_workers, worker_arguments
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--side", type=int, default=59)
     parser.add_argument("--features", type=int, default=128)
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--partition", help=argparse.SUPPRESS)
-    parser.add_argument("--out-json", help=argparse.SUPPRESS)
+    worker_arguments(parser)
     args = parser.parse_args()
     if args.worker:
         worker(args)
@@ -97,7 +97,6 @@ def main() -> int:
 
     import meshio
     from _meshes import make_box_mesh
-    from _runner import read_json, run_workers
 
     from meshshard.partition import partition_file
 

@@ -39,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _runner import peak_rss_mb, run_workers
+from _runner import peak_rss_mb, run_workers, worker_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -155,10 +155,8 @@ def main() -> int:
     parser.add_argument("--default-malloc", action="store_true", help="keep glibc's dynamic mmap threshold")
     parser.add_argument("--mmap-threshold", type=int, default=2**20,
                         help="MALLOC_MMAP_THRESHOLD_ of every process, in bytes (default 1 MiB)")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--partition", help=argparse.SUPPRESS)
+    worker_arguments(parser)
     parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
-    parser.add_argument("--out-json", help=argparse.SUPPRESS)
     parser.add_argument("--cap-mb", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:

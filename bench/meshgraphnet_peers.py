@@ -72,7 +72,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _runner import peak_rss_mb, run_workers
+from _runner import peak_rss_mb, run_workers, worker_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
 STUBS = Path(__file__).resolve().parent / "_stubs"
@@ -440,13 +440,11 @@ def main() -> int:
     parser.add_argument("--json")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                         help="cuda: on the first GPU; memory is then the peak GPU memory allocated (see above)")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    worker_arguments(parser)
     parser.add_argument("--impl", help=argparse.SUPPRESS)
     parser.add_argument("--mesh", help=argparse.SUPPRESS)
-    parser.add_argument("--partition", help=argparse.SUPPRESS)
     parser.add_argument("--num-nodes", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=2, help=argparse.SUPPRESS)
-    parser.add_argument("--out-json", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args)

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _runner import emit, read_json, run_workers
+from _runner import emit, read_json, run_workers, worker_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL_MESH = ROOT.parent / "shared" / "data" / "sfepy" / "wheelset.vtk"
@@ -121,9 +121,7 @@ def main() -> int:
     parser.add_argument("--features", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--partition", help=argparse.SUPPRESS)
-    parser.add_argument("--out-json", help=argparse.SUPPRESS)
+    worker_arguments(parser)
     args = parser.parse_args()
     if args.worker:
         worker(args)

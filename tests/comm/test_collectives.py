@@ -24,18 +24,8 @@ from meshshard.comm import (
     sum_of_parts,
 )
 from tests._dist import RankFailure, run_ranks
+from tests._tolerance import assert_close
 from tests.comm._plans import make_plan, reference_indexed
-
-TOL = {torch.float64: 1e-10, torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 1e-3}
-
-
-def _close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, what: str) -> None:
-    if actual.shape != expected.shape:
-        raise AssertionError(f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}")
-    if not dtype.is_floating_point:
-        assert torch.equal(actual, expected), what
-        return
-    torch.testing.assert_close(actual.double(), expected.double(), rtol=TOL[dtype], atol=TOL[dtype], msg=what)
 
 
 def _check_indexed(rank: int, world: int, dtype: torch.dtype, seed: int) -> None:
@@ -46,7 +36,7 @@ def _check_indexed(rank: int, world: int, dtype: torch.dtype, seed: int) -> None
     _check_equal_rows(out, ref_out[rank], f"indexed forward {dtype}")
     if dtype.is_floating_point:
         (out * plan.weights[rank]).sum().backward()
-        _close(x.grad, ref_grad[rank].to(dtype), dtype, f"indexed grad {dtype}")
+        assert_close(x.grad, ref_grad[rank].to(dtype), dtype, f"indexed grad {dtype}", scale=1.0)
 
 
 def _check_equal_rows(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
@@ -61,7 +51,7 @@ def _check_indexed_dim1(rank: int, world: int) -> None:
     out = indexed_all_to_all_v(x, plan.send_index(rank), plan.send_counts(rank), plan.recv_counts(rank), dim=1)
     _check_equal_rows(out.T, ref_out[rank], "dim=1 forward")
     (out.T * plan.weights[rank]).sum().backward()
-    _close(x.grad.T, ref_grad[rank], torch.float64, "dim=1 grad")
+    assert_close(x.grad.T, ref_grad[rank], torch.float64, "dim=1 grad", scale=1.0)
 
 
 def _check_adjoint(rank: int, world: int) -> None:
@@ -103,7 +93,7 @@ def _check_all_to_all_v(rank: int, world: int, dtype: torch.dtype) -> None:
         (out * plan.weights[rank]).sum().backward()
         # the gradient of the gathered block, scattered back, equals the indexed reference
         grad_rows = torch.zeros_like(plan.xs[rank], dtype=torch.float64).index_add_(0, blocks[rank], x.grad.double())
-        _close(grad_rows, ref_grad[rank], dtype, f"all_to_all_v grad {dtype}")
+        assert_close(grad_rows, ref_grad[rank], dtype, f"all_to_all_v grad {dtype}", scale=1.0)
 
 
 def _check_gathers(rank: int, world: int, dtype: torch.dtype) -> None:
@@ -117,7 +107,7 @@ def _check_gathers(rank: int, world: int, dtype: torch.dtype) -> None:
     out = all_gather_v(x, counts)
     _check_equal_rows(out, full, "all_gather_v forward")
     (out * w.to(dtype)).sum().backward()  # every rank's loss uses w: the gradient is world * w
-    _close(x.grad, (world * w[own]).to(dtype), dtype, "all_gather_v grad")
+    assert_close(x.grad, (world * w[own]).to(dtype), dtype, "all_gather_v grad", scale=1.0)
 
     dst = world - 1
     x = plan.xs[rank].clone().requires_grad_(True)
@@ -125,7 +115,7 @@ def _check_gathers(rank: int, world: int, dtype: torch.dtype) -> None:
     expected = full if rank == dst else full[:0]
     _check_equal_rows(out, expected, "gather_v forward")
     (out * (w.to(dtype) if rank == dst else w[:0].to(dtype))).sum().backward()
-    _close(x.grad, w[own].to(dtype), dtype, "gather_v grad")
+    assert_close(x.grad, w[own].to(dtype), dtype, "gather_v grad", scale=1.0)
 
     src = 0
     x_src = full.clone().requires_grad_(True) if rank == src else None
@@ -134,7 +124,7 @@ def _check_gathers(rank: int, world: int, dtype: torch.dtype) -> None:
     assert out.requires_grad, "scatter_v result on every rank requires grad when src's input does"
     (out * w[own].to(dtype)).sum().backward()
     if rank == src:
-        _close(x_src.grad, w.to(dtype), dtype, "scatter_v grad")
+        assert_close(x_src.grad, w.to(dtype), dtype, "scatter_v grad", scale=1.0)
 
 
 def _check_counter(rank: int, world: int) -> None:
@@ -172,7 +162,7 @@ def _check_append_halo(rank: int, world: int, dtype: torch.dtype) -> None:
         for q in range(world)
     )
     total.backward()
-    _close(x.grad, xs[rank].grad.to(dtype), dtype, f"append_halo grad {dtype}")
+    assert_close(x.grad, xs[rank].grad.to(dtype), dtype, f"append_halo grad {dtype}", scale=1.0)
 
 
 def _check_sum_to_owners(rank: int, world: int, dtype: torch.dtype) -> None:
@@ -194,8 +184,8 @@ def _check_sum_to_owners(rank: int, world: int, dtype: torch.dtype) -> None:
     for q in range(world):  # rank q's ghost rows from this rank, grouped by source rank
         start = len(plan.xs[q]) + sum(plan.recv_counts(q)[:rank])
         expected.index_add_(0, plan.index[rank][q], ys[q][start : start + len(plan.index[rank][q])])
-    _close(out.detach(), expected.to(dtype), dtype, f"sum_to_owners forward {dtype}")
-    _close(y.grad, halo.append(ws[rank].to(dtype)), dtype, f"sum_to_owners grad {dtype}")
+    assert_close(out.detach(), expected.to(dtype), dtype, f"sum_to_owners forward {dtype}", scale=1.0)
+    assert_close(y.grad, halo.append(ws[rank].to(dtype)), dtype, f"sum_to_owners grad {dtype}", scale=1.0)
     if dtype == torch.float64:  # sum over ranks <append(x), y> == sum over ranks <x, sum_to_owners(y)>
         x = ws[rank]
         sums = torch.stack([(halo.append(x) * ys[rank]).sum(), (x * halo.sum_to_owners(ys[rank])).sum()])
@@ -234,8 +224,8 @@ def _check_sum_of_parts(rank: int, world: int) -> None:
         (aty,) = torch.autograd.grad(ax, x, ys[rank][:2, :3])
     assert (log.count("sum_of_parts", "forward"), log.count("sum_of_parts", "backward")) == (1, 1), log
     assert log.bytes_sent(phase="forward") == (6 * 8 if world > 1 else 0), log.calls
-    _close(ax, sum(p[:, ::2] for p in parts).T, torch.float64, "sum_of_parts forward")
-    _close(aty, sum(y[:2, :3] for y in ys).T, torch.float64, "sum_of_parts backward")
+    assert_close(ax, sum(p[:, ::2] for p in parts).T, torch.float64, "sum_of_parts forward", scale=1.0)
+    assert_close(aty, sum(y[:2, :3] for y in ys).T, torch.float64, "sum_of_parts backward", scale=1.0)
     sums = torch.stack([(ax * ys[rank][:2, :3]).sum(), (x * aty).sum()]).detach()
     if dist.is_initialized():
         dist.all_reduce(sums)

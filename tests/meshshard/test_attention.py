@@ -26,6 +26,7 @@ from meshshard.nn._ball_halo import BallQueryPlan
 from meshshard.nn._ball_query import ball_query
 from tests._dist import run_ranks
 from tests._meshes import mesh_case
+from tests._tolerance import assert_close
 from tests.meshshard.test_ball_query_sharded import (
     clustered_cloud,
     isolated_layout,
@@ -35,19 +36,10 @@ from tests.meshshard.test_ball_query_sharded import (
 )
 
 MESH = "sfepy/wheelset.vtk"
-TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 
 
 def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
-
-
-def _close(actual, expected, dtype, what):
-    """Relative to each element and to the tensor's scale: a gradient summed over thousands of
-    points in float32 has elements that cancel to far below the size of the terms."""
-    tol = TOL[dtype]
-    scale = max(1.0, float(expected.detach().abs().max())) if expected.numel() else 1.0
-    torch.testing.assert_close(actual, expected.to(actual.dtype), rtol=tol, atol=tol * scale, msg=lambda m: f"{what}: {m}")
 
 
 def _module(dtype, radius, k, seed=0, **kwargs) -> BallQueryAttention:
@@ -80,7 +72,7 @@ def test_whole_cloud_matches_dense_reference_and_gradcheck():
     assert ball_query(pos, pos, 0.25, 6).num_truncated > 0
     y = m(x, pos)
     assert y.shape == (130, 5)
-    _close(y, dense_reference(m, x, pos), torch.float64, "forward")
+    assert_close(y, dense_reference(m, x, pos), torch.float64, "forward", cast=True)
     plan = m.build_plan(pos)
     assert torch.equal(m(x, pos, plan), y)
     # gradcheck on 16 points, with a radius that gives each several neighbours (and truncates)
@@ -156,20 +148,20 @@ def _check_layout(pos: torch.Tensor, spec: ShardSpec, radius: float, k: int, dty
     assert log.count("indexed_all_to_all_v", "forward") == 1 and log.count("indexed_all_to_all_v", "backward") == 1, log
     assert log.count() == 2, log
 
-    _close(y.to_local().detach(), y_ref.detach()[own], dtype, f"{what}: forward")
-    _close(x.grad.to_local(), xr.grad[own], dtype, f"{what}: grad x")
-    _close(p.grad.to_local(), pr.grad[own], dtype, f"{what}: grad pos")
+    assert_close(y.to_local().detach(), y_ref.detach()[own], dtype, f"{what}: forward", cast=True)
+    assert_close(x.grad.to_local(), xr.grad[own], dtype, f"{what}: grad x", cast=True)
+    assert_close(p.grad.to_local(), pr.grad[own], dtype, f"{what}: grad pos", cast=True)
     for (name, a), b in zip(m.named_parameters(), ref.parameters()):
         g = a.grad.clone()
         if dist.is_initialized():
             dist.all_reduce(g)  # parameters are replicated: their gradients add up over ranks
-        _close(g, b.grad, dtype, f"{what}: grad {name}")
+        assert_close(g, b.grad, dtype, f"{what}: grad {name}", cast=True)
 
     # without a plan the module builds one (five more small collectives), same answer
     with count_collectives() as log:
         y2 = m(x.detach(), pos[own])
     assert log.count("indexed_all_to_all_v", "forward") == 2 and log.count() == 6, log
-    _close(y2.to_local(), y.to_local().detach(), dtype, f"{what}: forward without a plan")
+    assert_close(y2.to_local(), y.to_local().detach(), dtype, f"{what}: forward without a plan", cast=True)
 
 
 def _battery(rank: int, world: int) -> str:
@@ -191,7 +183,7 @@ def _battery(rank: int, world: int) -> str:
     m = _module(torch.float32, 0.15, 8)
     x_full = torch.randn(600, 8, generator=_gen(3))
     y = m(ShardTensor.from_local(x_full[spec.global_ids], spec), pos[spec.global_ids])
-    _close(y.to_local(), m(x_full, pos.float()).detach()[spec.global_ids], torch.float32, "mixed dtypes")
+    assert_close(y.to_local(), m(x_full, pos.float()).detach()[spec.global_ids], torch.float32, "mixed dtypes", cast=True)
 
     # a pos laid out by another spec is refused
     other = ShardSpec.chunked(600)

@@ -19,6 +19,7 @@ from torch import nn
 from meshshard import GridTensor, grid_layout
 from meshshard.nn import GridConv, GridPool, GridUpsample, shard_grid_layers
 from tests._dist import run_ranks
+from tests._tolerance import assert_max_relative
 
 TOL = 1e-10
 
@@ -44,17 +45,6 @@ class SmallUNet(nn.Module):
         return self.head(self.dec(torch.cat([a, self.up(b)], dim=1)))
 
 
-def _close(name, got, want, tol=TOL):
-    if got.shape != want.shape:
-        raise AssertionError(f"{name}: shape {tuple(got.shape)}, expected {tuple(want.shape)}")
-    if want.numel() == 0:
-        return
-    scale = max(want.abs().max().item(), 1e-30)
-    err = (got - want).abs().max().item()
-    if err > tol * scale:
-        raise AssertionError(f"{name}: max error {err:.3e} (scale {scale:.3e})")
-
-
 def _check(name, make, x_full, layout, exchanges=None, tol=TOL):
     """Forward, input gradient and summed weight gradients of a layer on shards vs whole."""
     import torch.distributed as dist
@@ -75,13 +65,13 @@ def _check(name, make, x_full, layout, exchanges=None, tol=TOL):
         y = mine(g)
         w_box = GridTensor.distribute(w_out, y.layout).to_local()
         (y.to_local() * w_box).sum().backward()
-    _close(f"{name}: forward", y.full_tensor().detach(), y_ref.detach(), tol)
+    assert_max_relative(y.full_tensor().detach(), y_ref.detach(), tol, f"{name}: forward")
     box = GridTensor.distribute(xr.grad, layout).to_local()
-    _close(f"{name}: input gradient", GridTensor.distribute(xs.grad, layout).to_local(), box, tol)
+    assert_max_relative(GridTensor.distribute(xs.grad, layout).to_local(), box, tol, f"{name}: input gradient")
     for (pname, p_ref), p in zip(ref.named_parameters(), mine.parameters()):
         grad = p.grad if p.grad is not None else torch.zeros_like(p)
         dist.all_reduce(grad)
-        _close(f"{name}: gradient of {pname}", grad, p_ref.grad, tol)
+        assert_max_relative(grad, p_ref.grad, tol, f"{name}: gradient of {pname}")
     if exchanges is not None:
         got = (log.count("indexed_all_to_all_v", "forward"), log.count("indexed_all_to_all_v", "backward"))
         if got != (exchanges, exchanges):

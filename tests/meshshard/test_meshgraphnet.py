@@ -26,23 +26,9 @@ from meshshard.comm import count_collectives
 from meshshard.nn import MeshGraphNet
 from tests._dist import run_ranks
 from tests._meshes import mesh_case
+from tests._tolerance import assert_close_float32_normwise
 
 MESHES = ("sfepy/cube_cylinder.mesh", "sfepy/wheelset.vtk", "sfepy/big.mesh")
-TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
-
-
-def _close(actual, expected, dtype, what, truth=None):
-    """float64: elementwise; float32: normwise against the float64 ``truth`` (see the docstring)."""
-    if dtype == torch.float64:
-        scale = max(1.0, expected.abs().max().item())
-        torch.testing.assert_close(actual, expected, rtol=TOL[dtype], atol=TOL[dtype] * scale, msg=lambda m: f"{what}: {m}")
-        return
-    truth = expected.double() if truth is None else truth.double()
-    norm = max(truth.norm().item(), 1e-30)
-    own_error = (expected.double() - truth).norm().item() / norm
-    tol = max(TOL[dtype], 2 * own_error)
-    error = (actual.double() - expected.double()).norm().item() / norm
-    assert error <= tol, f"{what}: normwise relative difference {error:.2e} > {tol:.2e} (float32 reference's own error {own_error:.2e})"
 
 
 def _model(dtype, steps, edge_in) -> MeshGraphNet:
@@ -82,19 +68,19 @@ def _check(mesh: str, rank: int, world: int, dtype: torch.dtype, halo_hops: int,
     assert got == (exchanges, exchanges), (halo_hops, log)
 
     what = f"{mesh} R={world} {dtype} hops={halo_hops}"
-    _close(loss.detach(), loss_ref.detach(), dtype, f"loss {what}", loss_t)
-    _close(y.to_local().detach(), y_ref[own], dtype, f"output {what}", y_t[own])
-    _close(x.grad.to_local(), xr.grad[own], dtype, f"node input grad {what}", xt.grad[own])
+    assert_close_float32_normwise(loss.detach(), loss_ref.detach(), dtype, f"loss {what}", loss_t)
+    assert_close_float32_normwise(y.to_local().detach(), y_ref[own], dtype, f"output {what}", y_t[own])
+    assert_close_float32_normwise(x.grad.to_local(), xr.grad[own], dtype, f"node input grad {what}", xt.grad[own])
     # every copy of an edge contributes to that edge's gradient: sum them by global edge id
     edge_grad = torch.zeros_like(ear.grad).index_add_(0, graph.global_edge_ids, ea.grad)
     if dist.is_initialized():
         dist.all_reduce(edge_grad)
-    _close(edge_grad, ear.grad, dtype, f"edge input grad {what}", eat.grad)
+    assert_close_float32_normwise(edge_grad, ear.grad, dtype, f"edge input grad {what}", eat.grad)
     for (name, p), p_ref, p_t in zip(model.named_parameters(), ref.parameters(), truth.parameters()):
         grad = p.grad.clone()
         if dist.is_initialized():
             dist.all_reduce(grad)  # replicated parameters: the domain group sums the gradients
-        _close(grad, p_ref.grad, dtype, f"grad of {name} {what}", p_t.grad)
+        assert_close_float32_normwise(grad, p_ref.grad, dtype, f"grad of {name} {what}", p_t.grad)
 
 
 def _whole(model, x_full, pos, edge_index, w_full):

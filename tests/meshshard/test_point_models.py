@@ -20,9 +20,9 @@ import torch.distributed as dist
 from meshshard import ShardSpec, ShardTensor
 from meshshard.nn import BallAttentionNet, Transolver
 from tests._dist import run_ranks
+from tests._tolerance import assert_close
 from tests.meshshard.test_ball_query_sharded import isolated_layout
 
-TOL = 1e-10
 RADII = [0.16, 0.25]
 
 
@@ -51,11 +51,6 @@ def _model(kind: str, checkpoint: bool) -> torch.nn.Module:
     return Transolver(5, 2, width=8, layers=2, heads=2, slices=4, mlp_ratio=2, checkpoint=checkpoint)
 
 
-def _close(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
-    scale = max(1.0, expected.abs().max().item()) if expected.numel() else 1.0
-    torch.testing.assert_close(actual, expected, rtol=TOL, atol=TOL * scale, msg=lambda m: f"{what}: {m}")
-
-
 def _check(rank: int, world: int, kind: str, layout: str, checkpoint: bool) -> None:
     pos_full, owner = _layout(layout, world)
     g = torch.Generator().manual_seed(7)
@@ -76,15 +71,15 @@ def _check(rank: int, world: int, kind: str, layout: str, checkpoint: bool) -> N
 
     what = f"{kind} R={world} {layout} checkpoint={checkpoint}"
     assert isinstance(y, ShardTensor) and y.spec == spec and y.shape == (len(own), 2), what
-    _close(y.to_local().detach(), y_ref.detach()[own], f"output {what}")
-    _close(x.grad.to_local(), xr.grad[own], f"input grad {what}")
+    assert_close(y.to_local().detach(), y_ref.detach()[own], torch.float64, f"output {what}")
+    assert_close(x.grad.to_local(), xr.grad[own], torch.float64, f"input grad {what}")
     if kind == "ball":
-        _close(p.grad.to_local(), pr.grad[own], f"position grad {what}")
+        assert_close(p.grad.to_local(), pr.grad[own], torch.float64, f"position grad {what}")
     for (name, q), q_ref in zip(model.named_parameters(), ref.parameters(), strict=True):
         grad = q.grad.clone()
         if dist.is_initialized():
             dist.all_reduce(grad)  # replicated parameters: the domain group sums the ranks' parts
-        _close(grad, q_ref.grad, f"grad of {name} {what}")
+        assert_close(grad, q_ref.grad, torch.float64, f"grad of {name} {what}")
 
 
 def _battery(rank: int, world: int) -> str:
@@ -114,9 +109,9 @@ def test_checkpointing_changes_nothing_on_one_process() -> None:
         model(x, pos).square().sum().backward()
         grads.append((pos.grad.clone(), [q.grad.clone() for q in model.parameters()]))
     assert [b.attention.radius for b in _model("ball", False).blocks] == [RADII[0], RADII[1], RADII[0]]
-    _close(grads[1][0], grads[0][0], "position grad")
+    assert_close(grads[1][0], grads[0][0], torch.float64, "position grad")
     for a, b in zip(grads[1][1], grads[0][1], strict=True):
-        _close(a, b, "parameter grad")
+        assert_close(a, b, torch.float64, "parameter grad")
 
 
 def test_bad_positions_are_refused_in_one_line() -> None:

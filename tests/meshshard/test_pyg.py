@@ -14,7 +14,6 @@ import copy
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from meshshard import ShardGraph, ShardTensor, edge_features
@@ -22,24 +21,14 @@ from meshshard.comm import count_collectives, sum_gradients
 from meshshard.nn import ShardConv, ShardNorm
 from tests._dist import run_ranks
 from tests._meshes import mesh_case
+from tests._ranks import all_sum
+from tests._tolerance import assert_close
 
 pyg = pytest.importorskip("torch_geometric.nn")
 
 MESH = "sfepy/big.mesh"
 F_IN, F_OUT = 5, 4
 DT = torch.float64
-
-
-def _close(actual, expected, what):
-    scale = max(1.0, expected.abs().max().item()) if expected.numel() else 1.0
-    torch.testing.assert_close(actual, expected, rtol=1e-10, atol=1e-10 * scale, msg=lambda m: f"{what}: {m}")
-
-
-def _all_sum(t: torch.Tensor) -> torch.Tensor:
-    t = t.clone()
-    if dist.is_initialized():
-        dist.all_reduce(t)
-    return t
 
 
 class _Inputs:
@@ -86,15 +75,15 @@ def _check_layer(inp: _Inputs, what: str, layer: nn.Module, edge: str | None = N
         exchanges = (log.count("indexed_all_to_all_v", "forward"), log.count("indexed_all_to_all_v", "backward"))
         assert exchanges == (1, 1), f"{what}: {log}"
 
-    _close(y.to_local().detach(), y_ref.detach()[inp.own], f"{what}: output")
-    _close(_grad(xs.to_local()) if xs.grad is None else xs.grad.to_local(), x.grad[inp.own], f"{what}: input grad")
+    assert_close(y.to_local().detach(), y_ref.detach()[inp.own], DT, f"{what}: output")
+    assert_close(_grad(xs.to_local()) if xs.grad is None else xs.grad.to_local(), x.grad[inp.own], DT, f"{what}: input grad")
     if e is not None:
         grad = torch.zeros_like(e).index_add_(0, graph.global_edge_ids, _grad(es))
-        _close(_all_sum(grad), e.grad, f"{what}: edge input grad")
+        assert_close(all_sum(grad), e.grad, DT, f"{what}: edge input grad")
     for (name, p), p_ref in zip(shard.layer.named_parameters(), ref.parameters()):
-        _close(_all_sum(p.grad if p.grad is not None else torch.zeros_like(p)), p_ref.grad if p_ref.grad is not None else torch.zeros_like(p_ref), f"{what}: grad of {name}")
+        assert_close(all_sum(p.grad if p.grad is not None else torch.zeros_like(p)), p_ref.grad if p_ref.grad is not None else torch.zeros_like(p_ref), DT, f"{what}: grad of {name}")
     for (name, b), b_ref in zip(shard.layer.named_buffers(), ref.buffers()):
-        _close(b.double(), b_ref.double(), f"{what}: buffer {name}")
+        assert_close(b.double(), b_ref.double(), DT, f"{what}: buffer {name}")
 
 
 def _grad(t: torch.Tensor) -> torch.Tensor:
@@ -176,15 +165,15 @@ def _check_model(inp: _Inputs, world: int) -> None:
         y = model(xs, inp.graph)
         (y * ShardTensor.from_local(inp.w[inp.own, :F_OUT], inp.graph.spec)).sum().backward()
     what = f"GIN(MLP) + BatchNorm + MLP + PairNorm + GEN(batch norm) R={world}"
-    _close(y.to_local().detach(), y_ref.detach()[inp.own], f"{what}: output")
-    _close(xs.grad.to_local(), x.grad[inp.own], f"{what}: input grad")
+    assert_close(y.to_local().detach(), y_ref.detach()[inp.own], DT, f"{what}: output")
+    assert_close(xs.grad.to_local(), x.grad[inp.own], DT, f"{what}: input grad")
     for (name, p), p_ref in zip(model.named_parameters(), ref.parameters()):
-        _close(_all_sum(p.grad), p_ref.grad, f"{what}: grad of {name}")
+        assert_close(all_sum(p.grad), p_ref.grad, DT, f"{what}: grad of {name}")
     for (name, b), b_ref in zip(model.named_buffers(), ref.buffers()):
-        _close(b.double(), b_ref.double(), f"{what}: buffer {name}")
+        assert_close(b.double(), b_ref.double(), DT, f"{what}: buffer {name}")
     assert model.state_dict().keys() == ref.state_dict().keys()
     model.eval(), ref.eval()
-    _close(model(xs, inp.graph).to_local().detach(), ref(inp.x, inp.edge_index).detach()[inp.own], f"{what}: eval output")
+    assert_close(model(xs, inp.graph).to_local().detach(), ref(inp.x, inp.edge_index).detach()[inp.own], DT, f"{what}: eval output")
 
 
 def _check_norms(inp: _Inputs, world: int) -> None:
@@ -207,12 +196,12 @@ def _check_norms(inp: _Inputs, world: int) -> None:
             xs = ShardTensor.from_local(inp.x[inp.own].clone().requires_grad_(), inp.graph.spec)
             y = norm(xs, *none)
             (y * ShardTensor.from_local(inp.w[inp.own, :F_IN], inp.graph.spec)).sum().backward()
-            _close(y.to_local().detach(), y_ref.detach()[inp.own], f"{what} {mode}: output")
-            _close(_grad(xs.to_local()) if xs.grad is None else xs.grad.to_local(), x.grad[inp.own], f"{what} {mode}: input grad")
+            assert_close(y.to_local().detach(), y_ref.detach()[inp.own], DT, f"{what} {mode}: output")
+            assert_close(_grad(xs.to_local()) if xs.grad is None else xs.grad.to_local(), x.grad[inp.own], DT, f"{what} {mode}: input grad")
         for (name, p), p_ref in zip(norm.norm.named_parameters(), ref.parameters()):
-            _close(_all_sum(p.grad), p_ref.grad, f"{what}: grad of {name}")
+            assert_close(all_sum(p.grad), p_ref.grad, DT, f"{what}: grad of {name}")
         for (name, b), b_ref in zip(norm.norm.named_buffers(), ref.buffers()):
-            _close(b.double(), b_ref.double(), f"{what}: buffer {name}")
+            assert_close(b.double(), b_ref.double(), DT, f"{what}: buffer {name}")
 
 
 class _GraphSAGE(nn.Module):
@@ -247,12 +236,12 @@ def _check_training(inp: _Inputs, world: int) -> None:
             loss.backward()
             if model is by_hand:
                 sum_gradients(model.parameters())
-            _close(loss.detach(), loss_ref.detach(), f"GraphSAGE training R={world}: loss of step {step}")
+            assert_close(loss.detach(), loss_ref.detach(), DT, f"GraphSAGE training R={world}: loss of step {step}")
         for opt in opts:
             opt.step()
     for model in (by_hand, wrapped):
         for (name, p), p_ref in zip(model.named_parameters(), ref.parameters()):
-            _close(p.detach(), p_ref.detach(), f"GraphSAGE training R={world}: {name} after 4 steps")
+            assert_close(p.detach(), p_ref.detach(), DT, f"GraphSAGE training R={world}: {name} after 4 steps")
 
 
 def _battery(rank: int, world: int, layout: str) -> str:

@@ -18,7 +18,6 @@ import re
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from meshshard import ShardGraph, ShardTensor, edge_features
@@ -26,6 +25,8 @@ from meshshard.nn import ShardConv
 from meshshard.nn._pyg import SUPPORTED
 from tests._dist import run_ranks
 from tests._meshes import mesh_case
+from tests._ranks import all_sum
+from tests._tolerance import assert_close
 
 pyg = pytest.importorskip("torch_geometric.nn")
 
@@ -137,18 +138,6 @@ def _build(name: str, kw: dict, deg: torch.Tensor) -> tuple[nn.Module, int]:
     return cls(F_IN, F_OUT, **kw), F_IN
 
 
-def _close(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
-    scale = max(1.0, expected.abs().max().item()) if expected.numel() else 1.0
-    torch.testing.assert_close(actual, expected, rtol=1e-10, atol=1e-10 * scale, msg=lambda m: f"{what}: {m}")
-
-
-def _all_sum(t: torch.Tensor) -> torch.Tensor:
-    t = t.clone()
-    if dist.is_initialized():
-        dist.all_reduce(t)
-    return t
-
-
 def _grad(t: torch.Tensor) -> torch.Tensor:
     return t.grad if t.grad is not None else torch.zeros_like(t)
 
@@ -190,13 +179,13 @@ def _check(inp: _Inputs, what: str, layer: nn.Module, f_in: int, edge: str | Non
     y = shard(xs, graph, es)
     (y * ShardTensor.from_local(inp.w[inp.own, : y.shape[1]], graph.spec)).sum().backward()
 
-    _close(y.to_local().detach(), y_ref.detach()[inp.own], f"{what}: output")
-    _close(_grad(xs.to_local()) if xs.grad is None else xs.grad.to_local(), x.grad[inp.own], f"{what}: input grad")
+    assert_close(y.to_local().detach(), y_ref.detach()[inp.own], DT, f"{what}: output")
+    assert_close(_grad(xs.to_local()) if xs.grad is None else xs.grad.to_local(), x.grad[inp.own], DT, f"{what}: input grad")
     if e is not None:
         grad = torch.zeros_like(e).index_add_(0, graph.global_edge_ids, _grad(es))
-        _close(_all_sum(grad), _grad(e), f"{what}: edge input grad")
+        assert_close(all_sum(grad), _grad(e), DT, f"{what}: edge input grad")
     for (name, p), p_ref in zip(shard.layer.named_parameters(), layer.parameters()):
-        _close(_all_sum(_grad(p)), _grad(p_ref), f"{what}: grad of {name}")
+        assert_close(all_sum(_grad(p)), _grad(p_ref), DT, f"{what}: grad of {name}")
 
 
 def _label(name: str, kw: dict, edge: str | None) -> str:

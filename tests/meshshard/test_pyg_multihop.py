@@ -16,7 +16,6 @@ import copy
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from meshshard import ShardGraph, ShardTensor, edge_features
@@ -25,6 +24,8 @@ from meshshard.nn import ShardConv
 from meshshard.nn._multihop import MULTIHOP, _edge_parameter, multihop_halo
 from tests._dist import run_ranks
 from tests._meshes import mesh_case
+from tests._ranks import all_sum
+from tests._tolerance import assert_close
 
 pyg = pytest.importorskip("torch_geometric.nn")
 
@@ -32,18 +33,6 @@ MESH = "sfepy/big.mesh"
 F_IN, F_OUT = 5, 4
 DT = torch.float64
 FLOAT32 = ("FeaStConv", "GCN2Conv", "SSGConv(K=3)")  # also checked in float32, to 1e-5
-
-
-def _close(actual, expected, what, tol=1e-10):
-    scale = max(1.0, expected.abs().max().item()) if expected.numel() else 1.0
-    torch.testing.assert_close(actual, expected, rtol=tol, atol=tol * scale, msg=lambda m: f"{what}: {m}")
-
-
-def _all_sum(t: torch.Tensor) -> torch.Tensor:
-    t = t.clone()
-    if dist.is_initialized():
-        dist.all_reduce(t)
-    return t
 
 
 def _grad(t: torch.Tensor) -> torch.Tensor:
@@ -207,15 +196,15 @@ def _check_layer(inp: _Inputs, what: str, layer: nn.Module, x_name: str, nodes: 
         calls = (log.count("indexed_all_to_all_v", "forward"), log.count("indexed_all_to_all_v", "backward"))
         assert calls == (1 + len(nodes) + len(edges), n_float), f"{what}: {log}"
 
-    _close(y.to_local().detach(), y_ref.detach()[inp.own], f"{what}: output", tol)
+    assert_close(y.to_local().detach(), y_ref.detach()[inp.own], DT, f"{what}: output", tol=tol)
     for name, (s, t) in {"x": (xs, x), **{k: (ns[k], full[k]) for k in nodes if full[k].is_floating_point()}}.items():
-        _close(_grad(s.to_local()) if s.grad is None else s.grad.to_local(), t.grad[inp.own], f"{what}: grad of {name}", tol)
+        assert_close(_grad(s.to_local()) if s.grad is None else s.grad.to_local(), t.grad[inp.own], DT, f"{what}: grad of {name}", tol=tol)
     for k, e in e_full.items():
         if e.is_floating_point():
             grad = torch.zeros_like(e).index_add_(0, graph.global_edge_ids, _grad(es[k]))
-            _close(_all_sum(grad), e.grad, f"{what}: grad of {k}", tol)
+            assert_close(all_sum(grad), e.grad, DT, f"{what}: grad of {k}", tol=tol)
     for (name, p), p_ref in zip(shard.layer.named_parameters(), ref.parameters()):
-        _close(_all_sum(_grad(p)), _grad(p_ref), f"{what}: grad of {name}", tol)
+        assert_close(all_sum(_grad(p)), _grad(p_ref), DT, f"{what}: grad of {name}", tol=tol)
 
 
 def _check_halo(inp: _Inputs, hops: int) -> None:

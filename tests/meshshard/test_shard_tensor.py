@@ -17,13 +17,9 @@ from meshshard import ShardSpec, ShardTensor, register_rowwise
 from meshshard.comm import count_collectives
 from tests._dist import run_ranks
 from tests._meshes import mesh_case
+from tests._tolerance import assert_close
 
 MESH = "sfepy/big.mesh"
-TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
-
-
-def _close(actual, expected, dtype, what):
-    torch.testing.assert_close(actual, expected.to(actual.dtype), rtol=TOL[dtype], atol=TOL[dtype], msg=lambda m: f"{what}: {m}")
 
 
 def _global(n: int, shape: tuple[int, ...], seed: int, dtype: torch.dtype) -> torch.Tensor:
@@ -45,12 +41,12 @@ def _check_with_halo(case, rank, dtype):
         (halo * w).sum().backward()
     assert (log.count("indexed_all_to_all_v", "forward"), log.count("indexed_all_to_all_v", "backward")) == (1, 1), log
     assert log.count() == 2, log
-    _close(halo.detach(), x_full[_l2g(case.parts[rank])], dtype, "with_halo forward")
+    assert_close(halo.detach(), x_full[_l2g(case.parts[rank])], dtype, "with_halo forward", scale=1.0, cast=True)
     # the single-process computation: L = sum_r <X[l2g_r], W[l2g_r] (r + 1)>
     x_ref = x_full.double().clone().requires_grad_()
     w_full = _global(case.num_nodes, (3, 2), 2, torch.float64)
     sum(((x_ref[_l2g(p)] * w_full[_l2g(p)] * (r + 1)).sum() for r, p in enumerate(case.parts))).backward()
-    _close(x.grad.to_local(), x_ref.grad[spec.global_ids], dtype, "with_halo grad")
+    assert_close(x.grad.to_local(), x_ref.grad[spec.global_ids], dtype, "with_halo grad", scale=1.0, cast=True)
     assert world == spec.world_size
 
 
@@ -64,28 +60,28 @@ def _check_gathers(case, rank, dtype):
 
     x = ShardTensor.from_local(x_full[own].clone().requires_grad_(), spec)
     full = x.full_tensor()
-    _close(full.detach(), x_full, dtype, "full_tensor forward")
+    assert_close(full.detach(), x_full, dtype, "full_tensor forward", scale=1.0, cast=True)
     (full * w).sum().backward()  # the same replicated loss on every rank
-    _close(x.grad.to_local(), w[own], dtype, "full_tensor grad")
+    assert_close(x.grad.to_local(), w[own], dtype, "full_tensor grad", scale=1.0, cast=True)
 
     dst = world - 1
     x = ShardTensor.from_local(x_full[own].clone().requires_grad_(), spec)
     out = x.gather(dst)
     if rank == dst:
-        _close(out.detach(), x_full, dtype, "gather forward")
+        assert_close(out.detach(), x_full, dtype, "gather forward", scale=1.0, cast=True)
         (out * w).sum().backward()
     else:
         assert out.shape[0] == 0
         out.sum().backward()
-    _close(x.grad.to_local(), w[own], dtype, "gather grad")
+    assert_close(x.grad.to_local(), w[own], dtype, "gather grad", scale=1.0, cast=True)
 
     src = 0
     full_src = x_full.clone().requires_grad_() if rank == src else None
     y = ShardTensor.scatter_tensor(full_src, spec, src=src)
-    _close(y.to_local().detach(), x_full[own], dtype, "scatter_tensor forward")
+    assert_close(y.to_local().detach(), x_full[own], dtype, "scatter_tensor forward", scale=1.0, cast=True)
     (y.to_local() * w[own]).sum().backward()
     if rank == src:
-        _close(full_src.grad, w, dtype, "scatter_tensor grad")
+        assert_close(full_src.grad, w, dtype, "scatter_tensor grad", scale=1.0, cast=True)
 
     # chunked (how data arrives) -> METIS layout -> chunked, one exchange each way
     chunked = ShardSpec.chunked(n)
@@ -93,13 +89,13 @@ def _check_gathers(case, rank, dtype):
     c = ShardTensor.from_local(x_full[lo : lo + chunked.num_owned].clone().requires_grad_(), chunked)
     with count_collectives() as log:
         m = c.redistribute(spec)
-    _close(m.to_local().detach(), x_full[own], dtype, "redistribute forward")
+    assert_close(m.to_local().detach(), x_full[own], dtype, "redistribute forward", scale=1.0, cast=True)
     with count_collectives() as log:
         back = m.redistribute(chunked)
         (back.to_local() * w[lo : lo + chunked.num_owned]).sum().backward()
     assert (log.count("indexed_all_to_all_v", "forward"), log.count("indexed_all_to_all_v", "backward")) == (1, 2), log
-    _close(back.to_local().detach(), x_full[lo : lo + chunked.num_owned], dtype, "redistribute round trip")
-    _close(c.grad.to_local(), w[lo : lo + chunked.num_owned], dtype, "redistribute grad")
+    assert_close(back.to_local().detach(), x_full[lo : lo + chunked.num_owned], dtype, "redistribute round trip", scale=1.0, cast=True)
+    assert_close(c.grad.to_local(), w[lo : lo + chunked.num_owned], dtype, "redistribute grad", scale=1.0, cast=True)
 
 
 def _check_reductions_and_training_loss(case, rank, dtype):
@@ -113,11 +109,11 @@ def _check_reductions_and_training_loss(case, rank, dtype):
     norm = torch.nn.LayerNorm(6).to(dtype)
     x = ShardTensor.from_local(x_full[own].clone().requires_grad_(), spec)
 
-    _close(x.sum().detach(), x_full.sum(), dtype, "sum()")
-    _close(x.sum(0).detach(), x_full.sum(0), dtype, "sum(0)")
-    _close(x.mean().detach(), x_full.mean(), dtype, "mean()")
-    _close(x.mean(0).detach(), x_full.mean(0), dtype, "mean(0)")
-    _close(x.sum(1).to_local().detach(), x_full[own].sum(1), dtype, "row-wise sum(1)")
+    assert_close(x.sum().detach(), x_full.sum(), dtype, "sum()", scale=1.0, cast=True)
+    assert_close(x.sum(0).detach(), x_full.sum(0), dtype, "sum(0)", scale=1.0, cast=True)
+    assert_close(x.mean().detach(), x_full.mean(), dtype, "mean()", scale=1.0, cast=True)
+    assert_close(x.mean(0).detach(), x_full.mean(0), dtype, "mean(0)", scale=1.0, cast=True)
+    assert_close(x.sum(1).to_local().detach(), x_full[own].sum(1), dtype, "row-wise sum(1)", scale=1.0, cast=True)
 
     # a training loss from row-wise ops and a global mean
     h = torch.relu(lin(x)) * 2.0 - 0.5
@@ -135,10 +131,10 @@ def _check_reductions_and_training_loss(case, rank, dtype):
     hr = norm_ref(torch.cat([hr, -hr / 3], dim=1))
     loss_ref = ((F.linear(hr, torch.eye(3, 6, dtype=dtype)) - target_full) ** 2).mean()
     loss_ref.backward()
-    _close(loss.detach(), loss_ref.detach(), dtype, "training loss")
-    _close(x.grad.to_local(), xr.grad[own], dtype, "input grad")
+    assert_close(loss.detach(), loss_ref.detach(), dtype, "training loss", scale=1.0, cast=True)
+    assert_close(x.grad.to_local(), xr.grad[own], dtype, "input grad", scale=1.0, cast=True)
     for g, p in zip(grads, (*lin_ref.parameters(), *norm_ref.parameters())):
-        _close(g, p.grad, dtype, "parameter grad")
+        assert_close(g, p.grad, dtype, "parameter grad", scale=1.0, cast=True)
 
 
 def _copy(module):
@@ -158,13 +154,13 @@ def _check_dtensor(case, rank):
         x.to_dtensor()
     dt = x.redistribute(ShardSpec.chunked(n)).to_dtensor()
     assert dt.placements == (Shard(0),) and tuple(dt.shape) == (n, 2)
-    _close(dt.full_tensor().detach(), x_full, torch.float64, "to_dtensor")
+    assert_close(dt.full_tensor().detach(), x_full, torch.float64, "to_dtensor", scale=1.0, cast=True)
     back = ShardTensor.from_dtensor(dt, spec)
-    _close(back.to_local().detach(), x_full[spec.global_ids], torch.float64, "from_dtensor")
+    assert_close(back.to_local().detach(), x_full[spec.global_ids], torch.float64, "from_dtensor", scale=1.0, cast=True)
     (back.to_local() * 3).sum().backward()
-    _close(x.grad.to_local(), torch.full_like(x_full[spec.global_ids], 3.0), torch.float64, "dtensor round-trip grad")
+    assert_close(x.grad.to_local(), torch.full_like(x_full[spec.global_ids], 3.0), torch.float64, "dtensor round-trip grad", scale=1.0, cast=True)
     rep = ShardTensor.from_dtensor(x.to_dtensor("replicate"), spec)
-    _close(rep.to_local().detach(), x_full[spec.global_ids], torch.float64, "replicate round trip")
+    assert_close(rep.to_local().detach(), x_full[spec.global_ids], torch.float64, "replicate round trip", scale=1.0, cast=True)
 
 
 def _check_errors(case, rank):
@@ -233,8 +229,8 @@ def _check_rowwise_ops(case, rank):
         w = torch.randn(yr.shape, generator=torch.Generator().manual_seed(3), dtype=dt)
         (y * ShardTensor.from_local(w[own], spec)).sum().backward()
         (yr * w).sum().backward()
-        _close(y.to_local().detach(), yr.detach()[own], dt, f"{what} forward")
-        _close(x.grad.to_local(), xr.grad[own], dt, f"{what} grad")
+        assert_close(y.to_local().detach(), yr.detach()[own], dt, f"{what} forward", scale=1.0, cast=True)
+        assert_close(x.grad.to_local(), xr.grad[own], dt, f"{what} grad", scale=1.0, cast=True)
 
     # properties and methods a model reads
     x = ShardTensor.from_local(x_full[own].clone(), spec)
@@ -250,8 +246,8 @@ def _check_rowwise_ops(case, rank):
     loss_ref = loss_ref + ((xr - xr.mean(0)) ** 2).mean() * xr.mean(0).square().sum()
     loss.backward()
     loss_ref.backward()
-    _close(loss.detach(), loss_ref.detach(), dt, "consecutive reductions")
-    _close(x.grad.to_local(), xr.grad[own], dt, "consecutive reductions grad")
+    assert_close(loss.detach(), loss_ref.detach(), dt, "consecutive reductions", scale=1.0, cast=True)
+    assert_close(x.grad.to_local(), xr.grad[own], dt, "consecutive reductions grad", scale=1.0, cast=True)
     # dropout in training: each rank's own mask; kept entries scaled by 1 / (1 - p)
     torch.manual_seed(rank)
     d = torch.nn.Dropout(0.5)(x).to_local()
@@ -291,14 +287,14 @@ def _check_batch_norm(case, rank):
         xr = x_full.clone().requires_grad_()
         (bn(x) * ShardTensor.from_local(w[spec.global_ids], spec)).sum().backward()
         (bn_ref(xr) * w).sum().backward()
-    _close(x.grad.to_local(), xr.grad[spec.global_ids], torch.float64, "batch_norm input grad")
+    assert_close(x.grad.to_local(), xr.grad[spec.global_ids], torch.float64, "batch_norm input grad", scale=1.0, cast=True)
     for name in ("running_mean", "running_var"):
-        _close(getattr(bn, name), getattr(bn_ref, name), torch.float64, f"batch_norm {name}")
+        assert_close(getattr(bn, name), getattr(bn_ref, name), torch.float64, f"batch_norm {name}", scale=1.0, cast=True)
     for p, p_ref in zip(bn.parameters(), bn_ref.parameters()):
         g = p.grad.clone()
         if dist.is_initialized():
             dist.all_reduce(g)
-        _close(g, p_ref.grad, torch.float64, "batch_norm parameter grad")
+        assert_close(g, p_ref.grad, torch.float64, "batch_norm parameter grad", scale=1.0, cast=True)
 
 
 def _battery(rank: int, world: int, layout: str) -> str:

@@ -24,27 +24,10 @@ from meshshard.comm import count_collectives
 from meshshard.nn import DomainParallel, MeshGraphNet, PhysicsAttention, Transolver, TransolverBlock
 from tests._dist import run_ranks
 from tests._meshes import mesh_case
+from tests._tolerance import assert_close, assert_close_float32_normwise
 
 MESH = "sfepy/big.mesh"
-TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 WIDTH, HEADS, SLICES, LAYERS = 12, 3, 5, 2
-
-
-def _close(actual, expected, dtype, what, truth=None) -> None:
-    """float64: elementwise relative. float32: normwise relative to 1e-5, or twice the float32
-    reference's own error against its float64 ``truth`` where that is larger (the loss, a sum of
-    ~6k products of both signs, is that ill-conditioned: the float32 reference is itself 1e-5 off)."""
-    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
-    if dtype == torch.float64:
-        scale = max(1.0, expected.abs().max().item()) if expected.numel() else 1.0  # (an empty rank's rows)
-        torch.testing.assert_close(actual, expected, rtol=TOL[dtype], atol=TOL[dtype] * scale, msg=lambda m: f"{what}: {m}")
-        return
-    truth = expected.double() if truth is None else truth.double()
-    norm = max(truth.norm().item(), 1e-30)
-    own_error = (expected.double() - truth).norm().item() / norm
-    tol = max(TOL[dtype], 2 * own_error)
-    error = (actual.double() - expected.double()).norm().item() / norm
-    assert error <= tol, f"{what}: normwise relative difference {error:.2e} > {tol:.2e} (reference's own {own_error:.2e})"
 
 
 def _transolver(dtype: torch.dtype, learn_temperature: bool = True) -> Transolver:
@@ -90,14 +73,16 @@ def _check_transolver(rank: int, world: int, layout: str, dtype: torch.dtype, le
 
     what = f"R={world} {layout} {dtype} learn_temperature={learn_temperature}"
     assert isinstance(y, ShardTensor) and y.spec == spec and y.shape == (spec.num_owned, 2)
-    _close(loss.detach(), (y_ref * w_full).sum().detach(), dtype, f"loss {what}", (y_t * w_full.double()).sum().detach())
-    _close(y.to_local().detach(), y_ref.detach()[own], dtype, f"output {what}", y_t.detach()[own])
-    _close(x.grad.to_local(), xr.grad[own], dtype, f"input grad {what}", xt.grad[own])
+    # float32 normwise: the loss, a sum of ~6k products of both signs, is ill-conditioned enough that
+    # the float32 reference is itself 1e-5 off
+    assert_close_float32_normwise(loss.detach(), (y_ref * w_full).sum().detach(), dtype, f"loss {what}", (y_t * w_full.double()).sum().detach())
+    assert_close_float32_normwise(y.to_local().detach(), y_ref.detach()[own], dtype, f"output {what}", y_t.detach()[own])
+    assert_close_float32_normwise(x.grad.to_local(), xr.grad[own], dtype, f"input grad {what}", xt.grad[own])
     for (name, p), p_ref, p_t in zip(model.named_parameters(), ref.parameters(), truth.parameters(), strict=True):
         grad = p.grad.clone()
         if dist.is_initialized():
             dist.all_reduce(grad)  # replicated parameters: the domain group sums the ranks' parts
-        _close(grad, p_ref.grad, dtype, f"grad of {name} {what}", p_t.grad)
+        assert_close_float32_normwise(grad, p_ref.grad, dtype, f"grad of {name} {what}", p_t.grad)
     assert model.state_dict().keys() == ref.state_dict().keys()
 
 
@@ -113,7 +98,7 @@ def _check_domain_parallel(rank: int, world: int) -> None:
     own = spec.global_ids
     (model(ShardTensor.from_local(x_full[own], spec)) * ShardTensor.from_local(w_full[own], spec)).sum().backward()
     for (name, p), p_ref in zip(model.module.named_parameters(), ref.parameters(), strict=True):
-        _close(p.grad, p_ref.grad, torch.float64, f"DomainParallel grad of {name} R={world}")
+        assert_close(p.grad, p_ref.grad, torch.float64, f"DomainParallel grad of {name} R={world}")
 
 
 def _meshgraphnet(every: int) -> MeshGraphNet:
@@ -143,13 +128,13 @@ def _check_meshgraphnet(rank: int, world: int, halo_hops: int, every: int) -> No
     blocks = 3 // every
     assert (log.count("sum_of_parts", "forward"), log.count("sum_of_parts", "backward")) == (blocks, blocks), log
     what = f"MeshGraphNet global_attention={every} R={world} hops={halo_hops}"
-    _close(y.to_local().detach(), y_ref.detach()[own], torch.float64, f"output {what}")
-    _close(x.grad.to_local(), xr.grad[own], torch.float64, f"input grad {what}")
+    assert_close(y.to_local().detach(), y_ref.detach()[own], torch.float64, f"output {what}")
+    assert_close(x.grad.to_local(), xr.grad[own], torch.float64, f"input grad {what}")
     for (name, p), p_ref in zip(model.named_parameters(), ref.parameters(), strict=True):
         grad = p.grad.clone()
         if dist.is_initialized():
             dist.all_reduce(grad)
-        _close(grad, p_ref.grad, torch.float64, f"grad of {name} {what}")
+        assert_close(grad, p_ref.grad, torch.float64, f"grad of {name} {what}")
 
 
 def _battery(rank: int, world: int) -> str:

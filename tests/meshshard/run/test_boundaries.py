@@ -14,6 +14,7 @@ from meshshard.data import partition_dataset, write_dataset
 from meshshard.run import PredictConfig, TrainConfig, predict, train
 from meshshard.run._boundaries import BoundaryScoring, boundary_record, boundary_summary
 from tests._dist import run_ranks
+from tests._ranks import predict_rank
 
 
 def _grid(nx: int = 24, ny: int = 12) -> tuple[np.ndarray, np.ndarray]:
@@ -42,17 +43,13 @@ def case(tmp_path_factory) -> dict:
     return {"root": root, "data": str(root / "data"), "run": str(root / "run"), "pts": pts, "walls": walls}
 
 
-def _predict_rank(rank: int, world: int, cfg: dict) -> dict | None:
-    return predict(PredictConfig(**cfg))
-
-
 @pytest.mark.slow
 def test_boundary_errors_and_forces_on_shards_equal_one_process_and_the_files(case: dict) -> None:
     root = case["root"]
     common = {"run": case["run"], "data": case["data"], "samples": "all", "boundary": "bottom,left",
               "quiet": True, "plots": True}
     one = predict(PredictConfig(out=str(root / "p1"), **common))
-    three = run_ranks(_predict_rank, 3, {"out": str(root / "p3"), "partition": str(root / "parts3"), **common},
+    three = run_ranks(predict_rank, 3, {"out": str(root / "p3"), "partition": str(root / "parts3"), **common},
                       timeout=120)[0]
     for a, b in zip(one["samples"], three["samples"]):
         for wall in ("bottom", "left"):
@@ -157,7 +154,7 @@ def test_the_force_on_a_whole_surface_equals_the_divergence_theorem_on_shards_an
                       latent_size=8, hidden_layers=1, message_passing_steps=1, quiet=True, dtype="float64"))
     common = {"run": str(tmp_path / "run"), "data": data, "samples": "all", "boundary": "surface", "quiet": True}
     one = predict(PredictConfig(out=str(tmp_path / "p1"), **common))
-    three = run_ranks(_predict_rank, 3, {"out": str(tmp_path / "p3"), "partition": str(tmp_path / "parts3"),
+    three = run_ranks(predict_rank, 3, {"out": str(tmp_path / "p3"), "partition": str(tmp_path / "parts3"),
                                          **common}, timeout=120)[0]
     a, b = one["samples"][0]["boundaries"]["surface"], three["samples"][0]["boundaries"]["surface"]
     # p = x on a closed surface: the force sum p a = -(integral of x n dA) = -volume e_x, exactly for faces

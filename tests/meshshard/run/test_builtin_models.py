@@ -11,45 +11,28 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-import meshio
 import numpy as np
 import pytest
 import torch
 
 from meshshard.cli import main
-from meshshard.data import partition_dataset, write_dataset
-from meshshard.run import TrainConfig, load_checkpoint, train
+from meshshard.run import TrainConfig, load_checkpoint
 from tests._dist import run_ranks
-from tests._meshes import mesh_file
+from tests._ranks import train_rank
+from tests.meshshard.run._cases import waves_on_big_mesh
 
 SMALL = {"width": 8, "layers": 2, "heads": 2, "slices": 4, "mlp_ratio": 2}
 
 
 @pytest.fixture(scope="module")
 def case(tmp_path_factory) -> dict:
-    root = tmp_path_factory.mktemp("builtin")
-    mesh = meshio.read(mesh_file("sfepy/big.mesh", root))
-    points = np.asarray(mesh.points[:, :2], dtype=np.float64)
-    tri = np.concatenate([b.data for b in mesh.cells if b.type == "triangle"]).astype(np.int64)
-    rng = np.random.default_rng(3)
-    waves = rng.normal(size=(4, 2, 2)) * 3
-    inputs = np.stack([np.cos(points @ w) for w in waves])
-    targets = inputs[:, :, :1] * inputs[:, :, 1:] + 0.5
-    write_dataset(root / "data", inputs, targets, pos=points, cells=[("triangle", tri)],
-                  input_names=["a", "b"], target_names=["T"], val_samples=[3], dtype="float64")
-    for k in (1, 3):
-        partition_dataset(root / "data", root / f"parts{k}", k)
-    return {"root": root, "data": str(root / "data")}
+    return waves_on_big_mesh(tmp_path_factory.mktemp("builtin"), 4, 3, 1.0, 0.5, (1, 3))
 
 
 def _cfg(case: dict, parts: int, name: str, **settings) -> dict:
     return asdict(TrainConfig(partition=str(case["root"] / f"parts{parts}"), data=case["data"],
                               out=str(case["root"] / name), steps=3, lr=1e-2, quiet=True, dtype="float64",
                               **settings))
-
-
-def _train_rank(rank: int, world: int, cfg: dict) -> list[float]:
-    return train(TrainConfig.from_dict(cfg))
 
 
 @pytest.mark.slow
@@ -60,8 +43,8 @@ def _train_rank(rank: int, world: int, cfg: dict) -> list[float]:
 ], ids=["transolver", "meshgraphnet-global-attention"])
 def test_builtin_models_train_on_shards_exactly_as_one_process(case: dict, settings: dict) -> None:
     name = settings.get("architecture", "mgn")
-    one = run_ranks(_train_rank, 1, _cfg(case, 1, f"{name}-1", **settings), timeout=120)[0]
-    three = run_ranks(_train_rank, 3, _cfg(case, 3, f"{name}-3", **settings), timeout=180)
+    one = run_ranks(train_rank, 1, _cfg(case, 1, f"{name}-1", **settings), timeout=120)[0]
+    three = run_ranks(train_rank, 3, _cfg(case, 3, f"{name}-3", **settings), timeout=180)
     np.testing.assert_allclose(three[0], one, rtol=1e-10)
     a = load_checkpoint(case["root"] / f"{name}-1" / "checkpoint.pt")
     b = load_checkpoint(case["root"] / f"{name}-3" / "checkpoint.pt")

@@ -16,9 +16,10 @@ import pytest
 
 from meshshard.cli import main
 from meshshard.data import build_dataset, partition_dataset
-from meshshard.run import TrainConfig, keep_points, load_checkpoint, train
+from meshshard.run import TrainConfig, keep_points, load_checkpoint
 from meshshard.run._subsample import sample_epoch
 from tests._dist import run_ranks
+from tests._ranks import train_rank
 
 ARGS = {"ball-attention": {"width": 8, "layers": 2, "heads": 2, "radius": 0.3, "max_neighbors": 8},
         "ball-attention-checkpoint": {"width": 8, "layers": 3, "heads": 2, "radius": [0.2, 0.3], "max_neighbors": 8,
@@ -41,10 +42,6 @@ def clouds(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _train_rank(rank: int, world: int, cfg: dict) -> list[float]:
-    return train(TrainConfig.from_dict(cfg))
-
-
 def _cfg(root: Path, parts: int, name: str, case: str, max_points: int) -> dict:
     return asdict(TrainConfig(partition=str(root / f"parts{parts}"), data=str(root / "data"), out=str(root / name),
                               steps=4, lr=1e-2, quiet=True, dtype="float64",
@@ -55,8 +52,8 @@ def _cfg(root: Path, parts: int, name: str, case: str, max_points: int) -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", sorted(ARGS))
 def test_training_on_a_subset_is_the_same_on_two_ranks(clouds: Path, arch: str) -> None:
-    one = run_ranks(_train_rank, 1, _cfg(clouds, 1, f"{arch}-1", arch, 50), timeout=120)[0]
-    two = run_ranks(_train_rank, 2, _cfg(clouds, 2, f"{arch}-2", arch, 50), timeout=120)
+    one = run_ranks(train_rank, 1, _cfg(clouds, 1, f"{arch}-1", arch, 50), timeout=120)[0]
+    two = run_ranks(train_rank, 2, _cfg(clouds, 2, f"{arch}-2", arch, 50), timeout=120)
     np.testing.assert_allclose(two[0], one, rtol=1e-10)
     np.testing.assert_allclose(two[1], one, rtol=1e-10)
     a = load_checkpoint(clouds / f"{arch}-1" / "checkpoint.pt")
@@ -67,7 +64,7 @@ def test_training_on_a_subset_is_the_same_on_two_ranks(clouds: Path, arch: str) 
         # query leaves its softmax unchanged), which Adam turns into steps of rounding noise, ~1e-11
         error = (b["model"][key] - value).norm() / max(value.norm(), 1e-30)
         assert error <= 1e-10, (key, float(error))
-    every = run_ranks(_train_rank, 1, _cfg(clouds, 1, f"{arch}-all", arch, 0), timeout=120)[0]
+    every = run_ranks(train_rank, 1, _cfg(clouds, 1, f"{arch}-all", arch, 0), timeout=120)[0]
     assert not np.allclose(every, one, rtol=1e-6)  # the subset is not the whole cloud
 
 

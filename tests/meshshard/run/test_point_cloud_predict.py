@@ -15,6 +15,7 @@ from meshshard.data import build_dataset, partition_dataset
 from meshshard.run import PredictConfig, TrainConfig, predict, train
 from meshshard.run._vtk import read_vtp
 from tests._dist import run_ranks
+from tests._ranks import predict_rank
 
 
 def _sphere(n_lat: int = 10, n_lon: int = 16) -> tuple[np.ndarray, np.ndarray]:
@@ -63,10 +64,6 @@ def surface(tmp_path_factory) -> dict:
     return {"root": root, "data": data, "run": str(root / "run")}
 
 
-def _predict_rank(rank: int, world: int, cfg: dict) -> dict | None:
-    return predict(PredictConfig(**cfg))
-
-
 def _pieces(index) -> list[dict]:
     root = ET.parse(index).getroot()
     assert root.attrib["type"] == "PPolyData"
@@ -79,7 +76,7 @@ def test_a_surface_is_written_as_vtp_with_its_faces_and_as_pvtp_pieces_holding_e
     common = {"run": surface["run"], "data": surface["data"], "samples": "all", "quiet": True, "plots": False}
     one = predict(PredictConfig(out=str(root / "p1"), **(common | {"plots": True, "samples": "body-1"})))
     assert one["samples"][0]["picture"] == "body-1.png" and (root / "p1" / "body-1.png").stat().st_size > 0
-    three = run_ranks(_predict_rank, 3, {"out": str(root / "p3"), "partition": str(root / "parts3"), "gather": False,
+    three = run_ranks(predict_rank, 3, {"out": str(root / "p3"), "partition": str(root / "parts3"), "gather": False,
                                          **common}, timeout=120)[0]
     source = meshio.read(root / "body-1.vtu")
     whole = read_vtp(root / "p1" / "body-1.vtp")
@@ -125,7 +122,7 @@ def test_a_cloud_without_faces_is_written_with_vertex_cells(tmp_path) -> None:
                       latent_size=8, hidden_layers=1, message_passing_steps=1, quiet=True, dtype="float64"))
     common = {"run": str(tmp_path / "run"), "data": data, "samples": "all", "quiet": True}
     predict(PredictConfig(out=str(tmp_path / "p1"), plots=False, **common))
-    two = run_ranks(_predict_rank, 2, {"out": str(tmp_path / "p2"), "partition": str(tmp_path / "parts2"),
+    two = run_ranks(predict_rank, 2, {"out": str(tmp_path / "p2"), "partition": str(tmp_path / "parts2"),
                                        "gather": False, **common}, timeout=120)[0]
     whole = read_vtp(tmp_path / "p1" / "c2.vtp")
     assert [len(v) for v in whole["verts"]] == [1] * 60 and not whole["polys"]
@@ -152,7 +149,7 @@ def test_area_weighted_errors_equal_the_files_and_are_the_same_on_three_ranks(su
     root = surface["root"]
     common = {"run": surface["run"], "data": surface["data"], "samples": "all", "quiet": True, "plots": False}
     one = predict(PredictConfig(out=str(root / "m1"), **common))
-    three = run_ranks(_predict_rank, 3, {"out": str(root / "m3"), "partition": str(root / "parts3"), **common},
+    three = run_ranks(predict_rank, 3, {"out": str(root / "m3"), "partition": str(root / "parts3"), **common},
                       timeout=120)[0]
     for k, (a, b) in enumerate(zip(one["samples"], three["samples"])):
         source = meshio.read(root / f"body-{k}.vtu")
@@ -187,7 +184,7 @@ def test_force_coefficients_on_a_surface_match_the_divergence_theorem_and_three_
     common = {"run": surface["run"], "data": surface["data"], "samples": "all", "quiet": True, "plots": False,
               **FORCE}  # no --boundary: a dataset of surfaces takes "surface"
     one = predict(PredictConfig(out=str(root / "f1"), **common))
-    three = run_ranks(_predict_rank, 3, {"out": str(root / "f3"), "partition": str(root / "parts3"), **common},
+    three = run_ranks(predict_rank, 3, {"out": str(root / "f3"), "partition": str(root / "parts3"), **common},
                       timeout=120)[0]
     pairs = []
     for k, (a, b) in enumerate(zip(one["samples"], three["samples"])):

@@ -25,6 +25,7 @@ from meshshard.run import PredictConfig, TrainConfig, predict, read_run, train
 from meshshard.run._vtk import read_pvtu
 from tests._dist import run_ranks
 from tests._meshes import DATA
+from tests._ranks import predict_rank
 
 
 def _lattice_hexes(side: int = 14) -> tuple[np.ndarray, np.ndarray]:
@@ -85,10 +86,6 @@ def _reference(case: dict, sample: int) -> np.ndarray:
         return normaliser.denormalise_targets(model(x, edge_index, ea)).numpy()
 
 
-def _predict_rank(rank: int, world: int, cfg: dict) -> dict | None:
-    return predict(PredictConfig(**cfg))
-
-
 def _by_id(meshes: list, fields: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
     ids = np.concatenate([m.point_data["global_id"] for m in meshes]).astype(np.int64)
     pts = np.concatenate([m.points for m in meshes])
@@ -125,9 +122,9 @@ def test_sharded_prediction_equals_one_process_and_files_hold_the_values_at_thei
     assert metrics["samples"][4]["split"] == "val" and metrics["samples"][0]["split"] == "train"
 
     # 2 ranks, one piece per rank plus a .pvtu; 3 ranks gathered into one .vtu; default samples: val
-    two = run_ranks(_predict_rank, 2, base | {"out": str(root / "pred2"), "partition": str(root / "parts2"),
+    two = run_ranks(predict_rank, 2, base | {"out": str(root / "pred2"), "partition": str(root / "parts2"),
                                               "gather": False}, timeout=180)[0]
-    three = run_ranks(_predict_rank, 3, base | {"out": str(root / "pred3"), "partition": str(root / "parts3"),
+    three = run_ranks(predict_rank, 3, base | {"out": str(root / "pred3"), "partition": str(root / "parts3"),
                                                 "gather": True, "plots": False}, timeout=180)[0]
     assert [r["sample"] for r in two["samples"]] == [3, 4] == [r["sample"] for r in three["samples"]]
     assert len(two["peak_rss_mb"]) == 2 and len(three["peak_rss_mb"]) == 3 and min(three["peak_rss_mb"]) > 50
@@ -245,7 +242,7 @@ def test_new_cases_without_targets_are_predicted_with_no_truth_and_the_same_valu
     base = asdict(PredictConfig(run=case["run"], data=str(root / "new"), out="", dtype="float64", quiet=True))
     predict(PredictConfig(**(base | {"data": case["data"], "out": str(root / "new-ref"), "samples": "all", "plots": False})))
     one = predict(PredictConfig(**(base | {"out": str(root / "new-pred1")})))
-    two = run_ranks(_predict_rank, 2, base | {"out": str(root / "new-pred2"), "partition": str(root / "parts2"),
+    two = run_ranks(predict_rank, 2, base | {"out": str(root / "new-pred2"), "partition": str(root / "parts2"),
                                               "gather": False}, timeout=180)[0]
     assert one["targets_known"] is False and [r["sample"] for r in one["samples"]] == list(range(5))  # default: all
     assert two["targets_known"] is False and len(two["samples"]) == 5 and len(two["peak_rss_mb"]) == 2

@@ -24,14 +24,15 @@ import numpy as np
 import pytest
 import torch
 
-from meshshard.data import open_dataset, partition_dataset, write_dataset
+from meshshard.data import open_dataset
 from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
 from meshshard.run._folder import check_resume
 from meshshard.run._recipe import build_user_model, load_factory, normalise_spec, parse_model_args
 from meshshard.run._recipe import check_model_output as check_output
 from meshshard.tasks import whole_sample
 from tests._dist import run_ranks
-from tests._meshes import mesh_file
+from tests._ranks import train_rank
+from tests.meshshard.run._cases import waves_on_big_mesh
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples" / "own_model" / "model.py"
@@ -42,19 +43,7 @@ STEPS = 3
 
 @pytest.fixture(scope="module")
 def case(tmp_path_factory) -> dict:
-    root = tmp_path_factory.mktemp("usermodel")
-    mesh = meshio.read(mesh_file("sfepy/big.mesh", root))
-    points = np.asarray(mesh.points[:, :2], dtype=np.float64)
-    tri = np.concatenate([b.data for b in mesh.cells if b.type == "triangle"]).astype(np.int64)
-    rng = np.random.default_rng(0)
-    waves = rng.normal(size=(5, 2, 2)) * 3
-    inputs = np.stack([np.cos(points @ w) for w in waves])  # (5, N, 2)
-    targets = (inputs[:, :, :1] * inputs[:, :, 1:]) * 4.0 + 1.0
-    write_dataset(root / "data", inputs, targets, pos=points, cells=[("triangle", tri)],
-                  input_names=["a", "b"], target_names=["T"], val_samples=[4], dtype="float64")
-    for k in (1, 2, 3):
-        partition_dataset(root / "data", root / f"parts{k}", k)
-    return {"root": root, "data": str(root / "data")}
+    return waves_on_big_mesh(tmp_path_factory.mktemp("usermodel"), 5, 0, 4.0, 1.0, (1, 2, 3))
 
 
 def _cfg(case: dict, parts: int, name: str, **changes) -> dict:
@@ -62,10 +51,6 @@ def _cfg(case: dict, parts: int, name: str, **changes) -> dict:
                       steps=STEPS, lr=1e-2, quiet=True, dtype="float64", model=SPEC, model_args=dict(ARGS),
                       lr_schedule="constant")  # the reference's Adam at one rate; the schedules: test_controls
     return asdict(cfg) | changes
-
-
-def _train_rank(rank: int, world: int, cfg: dict) -> list[float]:
-    return train(TrainConfig.from_dict(cfg))
 
 
 def _reference(case: dict) -> tuple[list[float], dict]:
@@ -91,7 +76,7 @@ def _reference(case: dict) -> tuple[list[float], dict]:
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_your_own_pyg_model_trains_on_shards_exactly_as_one_process(case: dict, ranks: int) -> None:
     cfg = _cfg(case, ranks, f"run{ranks}")
-    losses = run_ranks(_train_rank, ranks, cfg, timeout=180)
+    losses = run_ranks(train_rank, ranks, cfg, timeout=180)
     ref_losses, ref_state = _reference(case)
     np.testing.assert_allclose(losses[0], ref_losses, rtol=1e-10)
     assert all(other == losses[0] for other in losses)

@@ -19,6 +19,7 @@ from meshshard.partition import load_partition
 from meshshard.run import PredictConfig, TrainConfig, predict, train
 from meshshard.run._vtk import read_pvtu
 from tests._dist import run_ranks
+from tests._ranks import predict_rank
 from tests.meshshard.tasks import _trajectories
 
 STEPS = 20
@@ -33,10 +34,6 @@ def setup(tmp_path_factory) -> dict:
     train(cfg)
     out["run"] = cfg.out
     return out
-
-
-def _predict_rank(rank: int, world: int, cfg: dict) -> None:
-    predict(PredictConfig.from_dict(cfg))
 
 
 def _steps(folder: Path, stem: str) -> list[tuple[float, np.ndarray, np.ndarray]]:
@@ -77,7 +74,7 @@ def test_a_rollout_on_2_3_and_4_ranks_equals_one_process_at_every_step(setup: di
         sizes = [len(load_partition(setup[r], p).owned_ids) for p in range(r)]  # one mesh: one partition folder
         assert len(set(sizes)) > 1, sizes  # uneven shards
         cfg = asdict(base) | {"out": str(root / f"pred{r}"), "partition": setup[r], "gather": False if r == 3 else None}
-        run_ranks(_predict_rank, r, cfg, timeout=180)
+        run_ranks(predict_rank, r, cfg, timeout=180)
         got = _steps(root / f"pred{r}", "run2")
         assert len(got) == STEPS + 1
         for n, ((t, pred, truth), (t_ref, pred_ref, _)) in enumerate(zip(got, ref, strict=True)):
@@ -154,7 +151,7 @@ def test_no_animation_when_the_steps_are_written_in_pieces(setup: dict, capfd) -
     out = setup["root"] / "pieces2"
     cfg = PredictConfig(run=setup["run"], data=setup["data"], out=str(out), rollout=True, quiet=True, steps=2,
                         partition=setup[2], gather=False, samples="run2")
-    run_ranks(_predict_rank, 2, asdict(cfg), timeout=120)
+    run_ranks(predict_rank, 2, asdict(cfg), timeout=120)
     metrics = json.loads((out / "metrics.json").read_text())
     assert "run2.gif" not in metrics["files"] and not (out / "run2.gif").exists()
     assert (out / "run2_error.png").is_file()

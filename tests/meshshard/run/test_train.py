@@ -23,6 +23,7 @@ from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
 from tests._dist import RankFailure, free_port, run_ranks
 from tests._examples import example_module
 from tests._meshes import mesh_file
+from tests._ranks import train_rank
 from tests.meshshard.run._reference import whole_mesh_training
 
 STEPS = 4
@@ -45,13 +46,9 @@ def setup(tmp_path_factory) -> dict:
     return {"root": root, "mesh": path, "cfg": base}
 
 
-def _train_rank(rank: int, world: int, cfg: dict) -> list[float]:
-    return train(TrainConfig.from_dict(cfg))
-
-
 def _run(setup: dict, name: str, **changes) -> tuple[list[float], dict]:
     cfg = asdict(setup["cfg"]) | {"out": str(setup["root"] / name)} | changes
-    losses = run_ranks(_train_rank, 4, cfg, timeout=180)[0]
+    losses = run_ranks(train_rank, 4, cfg, timeout=180)[0]
     return losses, load_checkpoint(Path(cfg["out"]) / "checkpoint.pt")
 
 
@@ -168,7 +165,7 @@ def test_partition_and_world_size_must_agree(setup: dict) -> None:
     with pytest.raises(RankFailure, match=r"\nValueError: Expected a partition into 4 parts \(4 ranks / 1 data-parallel\) "
                                           r"\(got 2 parts in .*partition\); make one with meshshard partition .*data "
                                           r"--parts 4 --out NEW_PARTS\n$") as err:
-        run_ranks(_train_rank, 4, cfg, timeout=60)
+        run_ranks(train_rank, 4, cfg, timeout=60)
     assert "in train\n" in err.value.details  # raised by train() itself, before any training step
 
 
@@ -197,5 +194,5 @@ def test_bf16_mixed_precision_trains_close_to_float32(setup: dict) -> None:
 
 def _run_one(setup: dict, name: str, **changes) -> tuple[list[float], dict]:
     cfg = asdict(setup["cfg"]) | {"out": str(setup["root"] / name)} | changes
-    losses = run_ranks(_train_rank, 1, cfg, timeout=180)[0]
+    losses = run_ranks(train_rank, 1, cfg, timeout=180)[0]
     return losses, load_checkpoint(Path(cfg["out"]) / "checkpoint.pt")

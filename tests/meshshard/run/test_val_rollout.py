@@ -14,6 +14,7 @@ import pytest
 from meshshard.data import open_dataset
 from meshshard.run import PredictConfig, TrainConfig, load_checkpoint, predict, read_log, train
 from tests._dist import run_ranks
+from tests._ranks import train_rank
 from tests.meshshard.run.test_rollout import _steps
 from tests.meshshard.tasks import _trajectories
 
@@ -32,10 +33,6 @@ def _cfg(setup: dict, name: str, parts: int = 1, **changes) -> TrainConfig:
     return TrainConfig(**(asdict(base) | changes))
 
 
-def _train_rank(rank: int, world: int, cfg: dict) -> None:
-    train(TrainConfig(**cfg))
-
-
 def _records(run: str | Path) -> list[dict]:
     return [r for r in read_log(Path(run) / "log.jsonl") if "val_loss" in r]
 
@@ -44,7 +41,7 @@ def test_the_rollout_error_on_two_ranks_equals_one_process_and_predict(setup: di
     one = _cfg(setup, "one")
     train(one)
     two = _cfg(setup, "two", parts=2)
-    run_ranks(_train_rank, 2, asdict(two), timeout=120)
+    run_ranks(train_rank, 2, asdict(two), timeout=120)
     a, b = _records(one.out), _records(two.out)
     assert [r["step"] for r in a] == [0, 2, 4] and all(r["val_rollout_steps"] == V for r in a)
     rmse = [r["val_rollout_rmse"] for r in a]
@@ -72,7 +69,7 @@ def test_data_parallel_groups_share_the_trajectories_and_agree(setup: dict) -> N
     one = _cfg(setup, "dp-one", steps=1)
     train(one)
     dp = _cfg(setup, "dp-two", steps=1, data_parallel=2)
-    run_ranks(_train_rank, 2, asdict(dp), timeout=120)
+    run_ranks(train_rank, 2, asdict(dp), timeout=120)
     a, b = _records(one.out), _records(dp.out)
     assert a[0]["step"] == b[0]["step"] == 0
     assert b[0]["val_rollout_rmse"] == pytest.approx(a[0]["val_rollout_rmse"], rel=1e-10)

@@ -21,9 +21,10 @@ import torch
 
 from meshshard.data import open_dataset, partition_dataset, write_dataset
 from meshshard.nn import MeshGraphNet
-from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
+from meshshard.run import TrainConfig, load_checkpoint, sample_index
 from meshshard.tasks import DatasetReader, Normaliser, whole_sample
 from tests._dist import run_ranks
+from tests._ranks import train_rank
 from tests.partition.conftest import grid_triangles
 
 STEPS = 4
@@ -96,10 +97,6 @@ def _cfg(setup: dict, name: str, parts: int, data_parallel: int) -> TrainConfig:
                        lr_schedule="constant")  # the reference's Adam at one rate; the schedules: test_controls
 
 
-def _train_rank(rank: int, world: int, cfg: dict) -> list[float]:
-    return train(TrainConfig.from_dict(cfg))
-
-
 def _reference(cfg: TrainConfig) -> tuple[list[float], list[float], dict]:
     data = open_dataset(cfg.data)
     samples = {s: whole_sample(data, s, dtype=torch.float64) for s in range(data.num_samples)}
@@ -137,7 +134,7 @@ def _reference(cfg: TrainConfig) -> tuple[list[float], list[float], dict]:
 @pytest.mark.parametrize(("world", "data_parallel"), [(1, 1), (2, 2), (3, 1), (4, 2)])
 def test_training_on_many_meshes_equals_one_process(setup: dict, world: int, data_parallel: int) -> None:
     cfg = _cfg(setup, f"run-{world}-{data_parallel}", world // data_parallel, data_parallel)
-    losses = run_ranks(_train_rank, world, asdict(cfg), timeout=120)[0]
+    losses = run_ranks(train_rank, world, asdict(cfg), timeout=120)[0]
     ref_losses, ref_vals, ref_state = _reference(cfg)
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-10)
     records = [json.loads(line) for line in (Path(cfg.out) / "log.jsonl").read_text().splitlines()]

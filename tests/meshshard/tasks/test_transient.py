@@ -16,6 +16,7 @@ from meshshard.nn import MeshGraphNet
 from meshshard.run import TrainConfig, load_checkpoint, read_log, sample_index, train
 from meshshard.tasks import PairReader, TensorNormalisation, TransientTask, get_task, step_noise
 from tests._dist import run_ranks
+from tests._ranks import train_rank
 from tests.meshshard.tasks import _trajectories
 
 SIGMA, SEED = 0.3, 5
@@ -68,10 +69,6 @@ def test_the_noise_on_three_ranks_is_the_noise_of_one_process_node_for_node(setu
         got = np.concatenate([r[i][1] for r in ranks])[np.argsort(np.concatenate([r[i][0] for r in ranks]))]
         np.testing.assert_allclose(got, dx, rtol=1e-12, atol=1e-14)
         assert all(abs(r[i][4] - loss) <= 1e-10 * abs(loss) for r in ranks)
-
-
-def _train_rank(rank: int, world: int, cfg: dict) -> list[float]:
-    return train(TrainConfig.from_dict(cfg))
 
 
 def _reference(cfg: TrainConfig, whole: list[dict], steps: int) -> tuple[list[float], dict, list[float]]:
@@ -134,7 +131,7 @@ def test_training_with_noise_on_three_ranks_equals_one_process(setup: dict, unro
                       latent_size=8, hidden_layers=1, message_passing_steps=2, quiet=True, dtype="float64",
                       noise_std=SIGMA, seed=SEED, val_every=2, rollout_train=unroll,
                       lr_schedule="constant")  # the reference's Adam at one rate; the schedules: test_controls
-    sharded = run_ranks(_train_rank, 3, asdict(cfg), timeout=120)[0]
+    sharded = run_ranks(train_rank, 3, asdict(cfg), timeout=120)[0]
     one_cfg = TrainConfig(**(asdict(cfg) | {"partition": setup[1], "out": str(root / f"run1-{unroll}")}))
     one = train(one_cfg)
     ref_losses, ref_state, ref_val = _reference(cfg, setup["whole"], 2)
