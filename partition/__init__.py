@@ -29,8 +29,9 @@ guards every layer and command uses.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_names
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time see __getattr__ below
     from ._api import GRAPHS, build_graph, partition_file, partition_graph, partition_mesh, partition_points
@@ -84,6 +85,7 @@ _LAZY: dict[str, str] = {
     "halo_windows": "._grid",
     "window_plan": "._grid",
     "check_apart": "._safe_io",
+    "lazy_names": "._lazy",
     "check_destination": "._safe_io",
     "check_input_folders": "._safe_io",
     "check_output_folder": "._safe_io",
@@ -202,6 +204,7 @@ __all__ = [
     "imbalance",
     "InputData",
     "is_lock_file",
+    "lazy_names",
     "listed",
     "load_partition",
     "loads_json",
@@ -244,20 +247,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:  # the one import of the dataset layer from here: lazy, and only for old paths
-        import warnings
-
-        warnings.warn(f"meshshard.partition.{name} moved to meshshard.data.{name}; import it from there "
-                      "(the old path goes in the next release)", DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module("meshshard.data"), name)
-    module, attribute = _ALIASES.get(name, (_LAZY.get(name), name))
-    if module is None:
-        raise AttributeError(f"module 'meshshard.partition' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), attribute)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY) | set(_ALIASES) | set(_MOVED))
+# the one import of the dataset layer from here: lazy, and only for the old paths of _MOVED
+__getattr__, __dir__ = lazy_names(globals(), _LAZY, _ALIASES, moved=(_MOVED, "meshshard.data"))

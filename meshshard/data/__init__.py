@@ -26,8 +26,7 @@ this one; the containers, ``nn`` and ``comm`` never do (``tests/test_layers.py``
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from meshshard.partition import lazy_names
 
 # name -> module that defines it, relative to this package; resolved on first use, so importing
 # meshshard.data costs nothing until a name is used (meshio, vtk and scipy load only then).
@@ -200,14 +199,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module, attribute = _ALIASES.get(name, (_LAZY.get(name), name))
-    if module is None:
-        raise AttributeError(f"module 'meshshard.data' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), attribute)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY) | set(_ALIASES))
+__getattr__, __dir__ = lazy_names(globals(), _LAZY, _ALIASES)
