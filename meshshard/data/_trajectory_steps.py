@@ -27,6 +27,7 @@ from ._trajectories import check_increasing
 __all__ = ["Step", "trajectory_steps", "step_mesh", "open_series", "step_label"]
 
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")
+_MAX_PVD_BYTES = 64 << 20  # a collection's XML: a line per step
 
 
 @dataclass(frozen=True)
@@ -56,9 +57,15 @@ def trajectory_steps(source: str | os.PathLike[str]) -> tuple[str, list[Step]]:
 
 
 def _pvd_steps(path: Path) -> list[Step]:
-    """The ``<DataSet timestep=... file=...>`` entries of a ParaView collection, by time."""
+    """The ``<DataSet timestep=... file=...>`` entries of a ParaView collection, by time; each file
+    checked as a file given on the command line, and inside the collection's folder
+    (:func:`~meshshard.data._vtk_checks.check_reference`)."""
+    from meshshard.partition.files import read_regular
+
+    from ._vtk_checks import check_reference
+
     try:
-        root = ET.fromstring(path.read_bytes())
+        root = ET.fromstring(read_regular(path, max_bytes=_MAX_PVD_BYTES))
     except ET.ParseError as err:
         raise ValueError(f"{path}: not a readable .pvd (XML: {err})") from None
     entries = root.findall("./Collection/DataSet")
@@ -76,7 +83,7 @@ def _pvd_steps(path: Path) -> list[Step]:
             time = float(stamp)
         except ValueError:
             raise ValueError(f"{path}: Expected a number as timestep (got {stamp!r} for {file})") from None
-        steps.append(Step(time, path.parent / file))
+        steps.append(Step(time, check_reference(path, file)))
     steps.sort(key=lambda s: s.time)  # stable: equal times stay in file order, and are refused below
     check_increasing([s.time for s in steps], [s.file.name for s in steps], path)
     return steps

@@ -24,6 +24,7 @@ one of these files is a one-line ``ValueError`` that says ``pip install vtk``.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -34,6 +35,8 @@ from typing import Any
 import numpy as np
 
 from meshshard.partition import listed, plural
+
+from ._vtk_checks import cell_type_refusal, check_vtk_file
 
 __all__ = ["VTK_SUFFIXES", "read_vtk", "match_nodes"]
 
@@ -50,9 +53,9 @@ _TYPES: dict[int, tuple[str, int, tuple[int, ...] | None]] = {
     24: ("tetra10", 3, None), 25: ("hexahedron20", 3, None), 26: ("wedge15", 3, None),
     27: ("pyramid13", 3, None), 28: ("quad9", 2, None), 29: ("hexahedron27", 3, None),
 }
-_VARYING = {2: ("poly-vertex", 0), 4: ("poly-line", 1), 6: ("triangle strip", 2), 7: ("polygon", 2),
-            42: ("polyhedron", 3)}
 _GHOST = "vtkGhostType"
+#: The VTK cell types read here (others are refused before vtk reads the file, where it says them).
+_READ_TYPES = frozenset(_TYPES) | {2, 4, 6, 7}
 
 
 @dataclass(eq=False)
@@ -82,6 +85,7 @@ def read_vtk(path: str | Path, notes: Callable[[str], None] | None = None) -> An
         raise ValueError(f"{path}: Expected one of {', '.join(VTK_SUFFIXES)} (got {suffix or 'no extension'})")
     if not path.is_file():
         raise ValueError(f"{path}: no such file")
+    check_vtk_file(path, _READ_TYPES)  # sizes, cell types and the files it names, before vtk allocates anything
     output, pieces = _read_object(path, suffix)
     found = list(_leaves(output, ()))
     if not found:
@@ -158,13 +162,33 @@ def _captured(core: Any) -> Iterator[Callable[[], str | None]]:
         core.vtkLogger.SetStderrVerbosity(core.vtkLogger.ConvertToVerbosity(cutoff))
 
 
+@contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """File descriptor 2 sent to a scratch file while vtk reads (vtk's HDF5 library prints its
+    diagnostics there, past vtk's output window); the error comes back as one line."""
+    import sys
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with tempfile.TemporaryFile() as scratch:
+            os.dup2(scratch.fileno(), 2)
+            try:
+                yield
+            finally:
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
+
+
 def _read_object(path: Path, suffix: str) -> tuple[Any, int]:
     """The data object vtk reads from ``path``, and the number of pieces it was written in."""
     core, _, xml, hdf, _ = _modules(path)
     reader = {".vtp": xml.vtkXMLPolyDataReader, ".vtm": xml.vtkXMLMultiBlockDataReader,
               ".pvtu": xml.vtkXMLPUnstructuredGridReader, ".vtkhdf": hdf.vtkHDFReader,
               ".vtk": _legacy_polydata_reader}[suffix]()
-    with _captured(core) as error:
+    with _captured(core) as error, _quiet_stderr():  # the HDF5 library in vtk prints its error stack there
         reader.SetFileName(str(path))
         ok = reader.Update()
         problem = error()
@@ -224,6 +248,7 @@ def _piece(ds: Any, names: tuple[str, ...], path: Path) -> _Piece:
         offsets = ns.vtk_to_numpy(cells.GetOffsetsArray()).astype(np.int64)
         conn = ns.vtk_to_numpy(cells.GetConnectivityArray()).astype(np.int64)
     points = ns.vtk_to_numpy(ds.GetPoints().GetData()).astype(np.float64).reshape(-1, 3)
+    _check_cells(offsets, conn, len(points), path)
     point_data = _fields(ds.GetPointData(), len(points), ns)
     cell_data = _fields(ds.GetCellData(), len(types), ns)
     keep = np.ones(len(types), dtype=bool)
@@ -234,6 +259,17 @@ def _piece(ds: Any, names: tuple[str, ...], path: Path) -> _Piece:
     blocks, rows, dim = _blocks(types[keep], offsets[:-1][keep], np.diff(offsets)[keep], conn, path)
     name = "/".join(names) if names else path.stem
     return _Piece(name, points, blocks, rows, point_data, cell_data, dim)
+
+
+def _check_cells(offsets: np.ndarray, conn: np.ndarray, n: int, path: Path) -> None:
+    """Offsets from 0, not decreasing, within the connectivity; node ids within the points."""
+    if len(offsets) and (offsets[0] != 0 or offsets[-1] > len(conn) or (np.diff(offsets) < 0).any()):
+        raise ValueError(f"{path}: Expected cell offsets from 0, increasing, up to the {len(conn):,} connectivity ids "
+                         f"(got {int(offsets[0]):,} to {int(offsets[-1]):,})")
+    bad = np.flatnonzero((conn < 0) | (conn >= n))
+    if len(bad):
+        raise ValueError(f"{path}: Expected node ids below the {n:,} points in the cells (got node "
+                         f"{int(conn[bad[0]])}, {plural(len(bad), 'id')} out of range)")
 
 
 def _poly_cells(poly: Any, ns: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -300,11 +336,7 @@ def _blocks(types: np.ndarray, starts: np.ndarray, sizes: np.ndarray, conn: np.n
             dim = max(dim, 2)
             continue
         if t not in _TYPES:
-            what, _ = _VARYING.get(t, (f"VTK type {t}", 0))
-            hint = (" (foamToVTK writes polyhedral cells as they are: decompose them first, or write the "
-                    "mesh with only hexahedra, prisms, pyramids and tetrahedra)" if t == 42 else "")
-            raise ValueError(f"{path}: Expected cells of a fixed node count (got {what} cells, which meshshard "
-                             f"does not read){hint}")
+            raise cell_type_refusal(int(t), path)
         name, cell_dim, order = _TYPES[t]
         block = conn[starts[sel][:, None] + np.arange(int(sizes[sel[0]]))]
         if order is not None:
