@@ -125,6 +125,9 @@ def check_vtk_file(path: Path, cell_types: Collection[int], *, _seen: tuple[Path
     if suffix in _HDF:
         _check_hdf(path, cell_types)
         return
+    if suffix == ".vtk":
+        _check_legacy(path)
+        return
     if suffix not in _XML:
         with _opened(path, path):
             return
@@ -425,6 +428,43 @@ def _inflater(compressor: str) -> Callable[[bytes], bytes] | None:
     except ImportError:
         return None
     return lambda data: lz4.block.decompress(data, uncompressed_size=_FLOOR)
+
+
+# ---------------------------------------------------------------------------------------------
+# Legacy .vtk (PolyData, which vtk reads here)
+
+_LEGACY = re.compile(rb"^[ \t]*(POINTS|VERTICES|LINES|POLYGONS|TRIANGLE_STRIPS|OFFSETS|CONNECTIVITY|POINT_DATA"
+                     rb"|CELL_DATA|SCALARS|COLOR_SCALARS|VECTORS|NORMALS|TENSORS|TEXTURE_COORDINATES|FIELD)"
+                     rb"[ \t]+([^\r\n]*)$"
+                     rb"|^[ \t]*([A-Za-z_][^ \t\r\n]*)[ \t]+(\d+)[ \t]+(\d+)[ \t]+([a-z_]+)[ \t]*\r?$", re.MULTILINE)
+
+
+def _check_legacy(path: Path) -> None:
+    """Every count a legacy file's keyword lines declare (points, cells, attribute values, field
+    arrays) against the file's size: a value takes a byte at least."""
+    with _opened(path, path) as fd:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            raise ValueError(f"{path}: empty file, expected a legacy VTK file")
+        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as buf:
+            tuples = 0
+            for m in _LEGACY.finditer(buf):
+                if m.group(1) is None:  # a FIELD array: name, components, tuples, type
+                    key, values = m.group(3).decode("utf-8", "replace"), int(m.group(4)) * int(m.group(5))
+                else:
+                    key = m.group(1).decode()
+                    words = m.group(2).split()
+                    numbers = [int(w) for w in words if w.isdigit()]
+                    per = {"SCALARS": numbers[-1] if len(words) > 2 and numbers else 1, "VECTORS": 3, "NORMALS": 3,
+                           "TENSORS": 9, "COLOR_SCALARS": numbers[-1] if numbers else 1,
+                           "TEXTURE_COORDINATES": numbers[0] if numbers else 1}.get(key)
+                    if key in ("POINT_DATA", "CELL_DATA"):
+                        tuples = numbers[0] if numbers else 0
+                    values = per * tuples if per is not None else 3 * numbers[0] if key == "POINTS" and numbers \
+                        else max(numbers, default=0)
+                if values > size:
+                    raise ValueError(f"{path}: {key} declares {values:,} values, more than the file's {size:,} bytes "
+                                     "can hold")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -86,6 +86,10 @@ def test_declared_counts_of_a_vtp_are_checked_before_vtk_allocates(tmp_path: Pat
         _vtp(tmp_path / "offsets.vtp", 'NumberOfPoints="1" NumberOfVerts="1"',
              _POINT + _VERT.format(last=1000000000000)),
     ]
+    legacy = tmp_path / "legacy.vtk"  # legacy PolyData, which vtk reads here too
+    legacy.write_text("# vtk DataFile Version 3.0\nx\nASCII\nDATASET POLYDATA\nPOINTS 1 float\n0 0 0\n"
+                      "VERTICES 4000000000 8000000000\n1 0\n")
+    files.append(legacy)
     out = _read(files)
     for path, line in zip(files, out):
         assert line.startswith(f"{path}: ") and re.search(r"declares|more than", line), line
