@@ -478,6 +478,9 @@ def _check_hdf(path: Path, cell_types: Collection[int]) -> None:
     except ImportError:
         raise ValueError(f"{path}: reading {path.suffix} files needs the h5py package, which is not installed "
                          "(pip install h5py)") from None
+    silence = getattr(getattr(h5py, "_errors", None), "silence_errors", None)
+    if silence is not None:
+        silence()  # h5py's HDF5 prints its error stack in threads but the main one: the error is ours, one line
     with _opened(path, path) as fd:
         size = os.fstat(fd).st_size
     try:
