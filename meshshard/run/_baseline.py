@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from meshshard.data import node_map, open_dataset
+from meshshard.data import is_trajectory_dataset, node_map, open_dataset
 from meshshard.partition import plural
 
 from ._boundaries import boundary_record, boundary_rows, boundary_sums, check_boundary_request
@@ -227,6 +227,9 @@ def baseline(cfg: BaselineConfig) -> dict[str, Any]:
     ``--force``) come before anything is written."""
     method = parse_method(cfg.method)
     data = open_dataset(cfg.data)
+    if is_trajectory_dataset(data.meta):
+        raise ValueError(f"{data.path}: Expected a dataset of steady samples (it holds trajectories, whose baselines "
+                         "are rollouts: examples/transient)")
     if not data.target_channels:
         raise ValueError(f"{data.path}: Expected a dataset with targets (it holds inputs only): a baseline is made "
                          "of its training samples' targets and scored against each sample's own")

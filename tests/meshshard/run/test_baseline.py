@@ -202,3 +202,17 @@ def test_the_comparison_table(one_mesh: dict, tmp_path: Path) -> None:
     lift = next(line for line in lines if line.startswith("bottom: lift Spearman"))
     assert format(mine["boundaries"]["bottom"]["coefficients"]["lift"]["spearman"], ".4g") in lift
     assert any(line.startswith("bottom: U rel L2") for line in lines)
+
+
+def test_a_trajectory_dataset_is_refused_in_one_line(tmp_path: Path) -> None:
+    from meshshard.data import Trajectory, write_trajectories
+
+    pts, tri = grid(3)
+    runs = [Trajectory(f"r{k}", pts, [("triangle", tri)], np.arange(3) * 0.1, iter(np.ones((3, len(pts), 1)) * k),
+                       np.zeros((len(pts), 1)), np.zeros(len(pts), np.int64)) for k in range(2)]
+    write_trajectories(tmp_path / "data", iter(runs), ["r0", "r1"], state_fields=[{"name": "u", "components": 1}],
+                       input_fields=[{"name": "c", "components": 1}], node_type_source="test", val_samples=["r1"],
+                       dtype="float64")
+    with pytest.raises(ValueError, match=r"Expected a dataset of steady samples \(it holds trajectories"):
+        baseline(BaselineConfig(data=str(tmp_path / "data"), out=str(tmp_path / "pred"), quiet=True))
+    assert not (tmp_path / "pred").exists()
