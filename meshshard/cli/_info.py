@@ -87,7 +87,9 @@ def describe_prediction(summary: dict[str, Any]) -> str:
              for r in samples[:MAX_LISTED]]
     lines = [
         f"{summary['prediction']}: meshshard prediction{ranks}, {state}",
-        f"  run        {summary['run']}" + (f" (step {summary['step']})" if summary["step"] is not None else ""),
+        (f"  baseline   {summary['baseline'].get('method')} of {summary['baseline'].get('training_samples')} "
+         "training samples (meshshard baseline)" if summary.get("baseline") else
+         f"  run        {summary['run']}" + (f" (step {summary['step']})" if summary["step"] is not None else "")),
         f"  data       {summary['data']}",
         f"  samples    {listed(shown, len(samples)) or 'none yet'}",
     ]

@@ -41,7 +41,7 @@ def test_the_command_writes_predicts_files_and_guards_its_folder(sweep: dict, tm
     assert main(command + ["--force", "--samples", "v1", "--no-plots"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["metrics.json", "v1.vtu"]
     assert main(["info", str(out)]) == 0
-    assert "meshshard prediction" in capsys.readouterr().out
+    assert "  baseline   knn:2 of 8 training samples (meshshard baseline)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(("extra", "message"), [
