@@ -37,6 +37,8 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
      "point_data fields"),
     ("train", "meshshard.cli._train", "train a sharded MeshGraphNet, or your own model, on a partition"),
     ("predict", "meshshard.cli._predict", "predict with a trained run: ParaView files, metrics, pictures"),
+    ("baseline", "meshshard.cli._baseline", "what a model must beat (mean, nearest cases, interpolation), "
+     "written as predict writes"),
     ("demo", "meshshard.cli._demo", "run the heat-diffusion example (examples/heat_diffusion) of a clone"),
     ("selftest", "meshshard.cli._selftest", "check the collectives on R local ranks"),
 )

@@ -7,7 +7,9 @@ checked) and its ``log.jsonl``: the model and how to rebuild it for ``meshshard 
 settings, the data and partition it trained on, the steps done and the loss. A prediction folder of
 ``meshshard predict`` (``metrics.json``) is described from that file alone
 (:func:`meshshard.run.prediction_summary`): the run and data it came from, the step, the samples,
-whether it finished, and the mean errors per target field.
+whether it finished, and the mean errors per target field; with ``--compare PRED_BASE``, its
+errors beside another prediction folder's (:func:`meshshard.run.comparison_table`), such as a
+``meshshard baseline``'s.
 """
 
 from __future__ import annotations
@@ -85,7 +87,9 @@ def describe_prediction(summary: dict[str, Any]) -> str:
              for r in samples[:MAX_LISTED]]
     lines = [
         f"{summary['prediction']}: meshshard prediction{ranks}, {state}",
-        f"  run        {summary['run']}" + (f" (step {summary['step']})" if summary["step"] is not None else ""),
+        (f"  baseline   {summary['baseline'].get('method')} of {summary['baseline'].get('training_samples')} "
+         "training samples (meshshard baseline)" if summary.get("baseline") else
+         f"  run        {summary['run']}" + (f" (step {summary['step']})" if summary["step"] is not None else "")),
         f"  data       {summary['data']}",
         f"  samples    {listed(shown, len(samples)) or 'none yet'}",
     ]
@@ -148,12 +152,18 @@ def _cmd_info(args: argparse.Namespace) -> int:
         from ._partition import _cmd_info as partition_info
 
         return partition_info(args)
-    from meshshard.run import prediction_summary, run_summary
+    from meshshard.run import comparison_table, prediction_summary, run_summary
 
+    if args.compare is not None and run:
+        return _fail(f"{path}: --compare takes a prediction folder (of meshshard predict or baseline), not a run")
     try:
         summary = run_summary(args.dir) if run else prediction_summary(args.dir)
+        table = comparison_table(args.dir, args.compare) if args.compare is not None else None
     except (ValueError, OSError) as err:
         return _fail(str(err))
+    if table is not None:
+        print(table)
+        return 0
     describe = describe_run if run else describe_prediction
     print(json.dumps(summary, indent=2) if args.json else describe(summary))
     return 0
@@ -166,4 +176,7 @@ def register(subparsers: Any) -> None:
                               "(--json: as one JSON object).")
     p.add_argument("dir", help="partition, dataset, run or prediction folder")
     p.add_argument("--json", action="store_true", help="print the metadata as JSON")
+    p.add_argument("--compare", default=None, metavar="PRED_BASE",
+                   help="with a prediction folder: a table of its errors beside those of another prediction folder "
+                   "(a meshshard baseline's): per target, per boundary, the force coefficients' MAE, R² and Spearman")
     p.set_defaults(func=_cmd_info)

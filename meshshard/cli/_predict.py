@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
 from dataclasses import asdict
 from typing import Any
@@ -14,11 +15,13 @@ from meshshard.run import (
     GATHER_MAX_NODES,
     PredictConfig,
     check_prediction_request,
+    comparison_table,
     normalise_spec,
     parse_direction,
     parse_model_args,
     parse_view,
     predict,
+    prediction_summary,
 )
 
 from ._launch import as_rank, run_command, writing_command
@@ -54,9 +57,18 @@ def _predict(args: argparse.Namespace) -> int:
                         steps=args.rollout_steps)
     def check() -> None:  # one line before any rank starts
         check_prediction_request(cfg)
+        if args.baseline is not None:
+            prediction_summary(args.baseline)  # a folder with the metrics.json of predict or baseline
 
     worker = functools.partial(as_rank, predict, PredictConfig.from_dict)
-    return run_command("predict", worker, args.nproc, asdict(cfg), check)
+    code = run_command("predict", worker, args.nproc, asdict(cfg), check)
+    if code == 0 and args.baseline is not None and os.environ.get("RANK", "0") == "0":
+        try:
+            print(comparison_table(args.out, args.baseline), flush=True)
+        except (ValueError, OSError) as err:
+            print(f"meshshard predict: error: {err}", file=sys.stderr)
+            return 2
+    return code
 
 
 def register(subparsers: Any) -> None:
@@ -113,6 +125,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--rollout-steps", type=int, default=None, metavar="N",
                    help="with --rollout: model applications (default: as many strides as the trajectory holds)")
     add_deprecated(p, "--steps", "--rollout-steps", "predict", dest="rollout_steps", type=int, metavar="N")
+    p.add_argument("--baseline", default=None, metavar="PRED_BASE",
+                   help="a prediction folder of meshshard baseline (or predict): print the model's errors beside its "
+                   "(meshshard info PRED --compare PRED_BASE prints the same)")
     p.add_argument("--dtype", default=None, choices=["float32", "float64"], help="default: the run's")
     p.add_argument("--no-plots", action="store_true", help="no PNG pictures")
     p.add_argument("--force", action="store_true",

@@ -109,6 +109,8 @@ _LAZY: dict[str, str] = {
     "HOLD_RELATIVE": "._statistics",
     "edge_channel_names": "._dataset",
     "held_channels": "._statistics",
+    "NodeMap": "._mapping",
+    "node_map": "._mapping",
 }
 
 #: Public names for attributes that carry another name in their module.
@@ -160,6 +162,8 @@ __all__ = [
     "mesh_checksum",
     "METADATA_FILE",
     "named_boundaries",
+    "node_map",
+    "NodeMap",
     "Normalisation",
     "one_cell_thick_note",
     "open_dataset",

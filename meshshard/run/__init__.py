@@ -8,6 +8,9 @@ as library code that the ``meshshard train / predict / info`` commands only call
   domain parallel, exact resume); the workload (:mod:`meshshard.tasks`) plugs into it;
 - :class:`PredictConfig`, :func:`predict`: the one prediction writer (ParaView files, metrics,
   pictures), on whole meshes or on shards;
+- :class:`BaselineConfig`, :func:`baseline`: what a model must beat (the training mean, the
+  nearest cases, interpolation), made of the training samples and written as predict writes;
+  :func:`comparison_table`: a prediction beside a baseline, from their ``metrics.json``;
 - :class:`ModelRecipe`, :data:`BUILTIN_MODELS`, :data:`MESHGRAPHNET_DEFAULTS`, :data:`TRANSOLVER_DEFAULTS`:
   which model a run trains, with its
   defaults stated once, built for the dataset's channel counts;
@@ -23,8 +26,10 @@ as library code that the ``meshshard train / predict / info`` commands only call
 
 from __future__ import annotations
 
-from ._boundaries import parse_direction
+from ._baseline import BaselineConfig, BaselineMethod, baseline, baseline_sources, parse_method
+from ._boundaries import over_samples, parse_direction
 from ._checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from ._compare import comparison_table
 from ._exactness import ExactnessReport, check_model_exact
 from ._folder import (
                       CHECKPOINT,
@@ -79,6 +84,13 @@ __all__ = [
     "check_model_radius",
     "METRICS_FILE",
     "RUN_FILES",
+    "BaselineConfig",
+    "BaselineMethod",
+    "baseline",
+    "baseline_sources",
+    "comparison_table",
+    "over_samples",
+    "parse_method",
     "CheckpointError",
     "ExactnessReport",
     "ModelRecipe",

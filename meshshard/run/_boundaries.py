@@ -24,10 +24,14 @@ names the pressure, ``--shear-field`` (alias ``--shear``) the wall shear stress;
 surfaces, any of the force options without ``--boundary`` takes the boundary ``surface`` (every
 point).
 
-Over the samples, ``boundaries[name]`` of the summary holds the mean errors and, per component,
-the R² of the force (or coefficient) over the cases: ``1 - sum (pred - true)^2 / sum (true -
-mean true)^2``, null with fewer than two cases or none that differ; for the drag and lift
-coefficients, their mean absolute error and R².
+Over the samples, ``boundaries[name]`` of the summary holds the mean errors and, per component
+of the force (or coefficient), over the cases: ``mae`` the mean absolute error, ``r2`` the R²
+``1 - sum (pred - true)^2 / sum (true - mean true)^2`` (null with fewer than two cases or none
+that differ), ``spearman`` Spearman's rank correlation, the Pearson correlation of the ranks
+(ties share their mean rank; null with fewer than three cases, with a ``note`` saying so, or
+where either does not vary): whether the model ranks the designs as the solver does. The drag and
+lift coefficients get the same three. :func:`over_samples` is the one place they are computed,
+for ``meshshard predict`` and ``meshshard baseline`` alike.
 
 On shards each rank sums over the boundary nodes it owns; one ``all_reduce`` per sample adds the
 sums (the boundary's ids and area vectors are read whole on each rank: a boundary is a small part
@@ -47,7 +51,7 @@ from meshshard.data import boundary_force, check_expression, evaluate_expression
 from meshshard.partition import plural
 
 __all__ = ["BoundaryScoring", "boundary_record", "boundary_rows", "boundary_summary", "boundary_sums",
-           "check_boundary_names", "check_boundary_request", "check_force_options", "parse_direction"]
+           "check_boundary_names", "check_boundary_request", "check_force_options", "over_samples", "parse_direction"]
 
 #: The force options, as the command line names them (for the refusals).
 _FORCE_FLAGS = "--force-field, --shear-field, --force-reference, --reference-area or --direction"
@@ -280,8 +284,51 @@ def _r2(true: np.ndarray, pred: np.ndarray) -> list[float | None]:
     return out
 
 
+#: The fewest samples a rank correlation is given for (with 2 it is always +-1).
+SPEARMAN_MIN_SAMPLES = 3
+
+
+def _spearman(true: np.ndarray, pred: np.ndarray) -> list[float | None]:
+    """Per column: Spearman's rank correlation of ``pred`` with ``true`` over the rows (the
+    cases): the Pearson correlation of their ranks (ties share their mean rank); None with fewer
+    than :data:`SPEARMAN_MIN_SAMPLES` rows, or for a column where either does not vary (the true
+    beyond round-off of the largest true value, as :func:`_r2`)."""
+    from scipy.stats import rankdata
+
+    out: list[float | None] = []
+    size = float(np.abs(true).max()) if true.size else 0.0
+    for t, p in zip(true.T, pred.T):
+        if len(t) < SPEARMAN_MIN_SAMPLES or float(((t - t.mean()) ** 2).sum()) <= len(t) * (1e-12 * size) ** 2:
+            out.append(None)
+            continue
+        rt, rp = rankdata(t) - (len(t) + 1) / 2, rankdata(p) - (len(p) + 1) / 2
+        spread = float(np.sqrt((rt ** 2).sum() * (rp ** 2).sum()))
+        out.append(_finite(float(rt @ rp) / spread) if spread > 0 else None)
+    return out
+
+
+def over_samples(true: np.ndarray, pred: np.ndarray) -> dict[str, list[float | None]]:
+    """Per column of ``(cases, k)`` arrays: the mean absolute error, the R² (:func:`_r2`) and
+    Spearman's rank correlation (:func:`_spearman`) over the cases; what the summary gives of each
+    force component and coefficient, for predict and baseline alike."""
+    true, pred = np.asarray(true, dtype=np.float64), np.asarray(pred, dtype=np.float64)
+    if not len(true):
+        k = true.shape[1] if true.ndim == 2 else 0
+        return {"mae": [None] * k, "r2": [None] * k, "spearman": [None] * k}
+    return {"mae": [_finite(float(v)) for v in np.abs(pred - true).mean(0)], "r2": _r2(true, pred),
+            "spearman": _spearman(true, pred)}
+
+
+def _spearman_note(count: int) -> str | None:
+    return (f"Spearman's rank correlation needs at least {SPEARMAN_MIN_SAMPLES} samples (got {count}): null"
+            if count < SPEARMAN_MIN_SAMPLES else None)
+
+
 def boundary_summary(records: list[dict[str, Any]], scoring: BoundaryScoring) -> dict[str, Any]:
-    """Per boundary, over the samples: mean errors, and the R² of the force (or coefficient) per component."""
+    """Per boundary, over the samples: mean errors; per component of the force (or coefficient)
+    its mean absolute error, R² and Spearman's rank correlation (:func:`over_samples`); per
+    drag or lift coefficient the same; a ``note`` where there are too few samples for a rank
+    correlation."""
     out: dict[str, Any] = {}
     for name in scoring.names:
         entries = [r["boundaries"][name] for r in records if r.get("boundaries")]
@@ -294,20 +341,22 @@ def boundary_summary(records: list[dict[str, Any]], scoring: BoundaryScoring) ->
             pairs = [(e[key]["true"], e[key]["pred"]) for e in entries
                      if e[key]["true"] is not None and None not in e[key]["true"] + e[key]["pred"]]
             errors = [e["force"]["rel_error"] for e in entries if e["force"]["rel_error"] is not None]
-            summary["force"] = {"rel_error": float(np.mean(errors)) if errors else None,
-                                "r2_of": key,
-                                "r2": _r2(np.array([t for t, _ in pairs]), np.array([p for _, p in pairs]))
-                                if pairs else [None] * scoring.dim}
+            stats = (over_samples(np.array([t for t, _ in pairs]), np.array([p for _, p in pairs])) if pairs else
+                     {"mae": [None] * scoring.dim, "r2": [None] * scoring.dim, "spearman": [None] * scoring.dim})
+            summary["force"] = {"rel_error": float(np.mean(errors)) if errors else None, "r2_of": key, **stats}
+            note = _spearman_note(len(pairs))
             if scoring.directions:
                 summary["coefficients"] = {}
             for coefficient, _ in scoring.directions:
                 got = [e["coefficients"][coefficient] for e in entries if "coefficients" in e]
-                pairs = np.array([(c["true"], c["pred"]) for c in got
-                                  if c["true"] is not None and c["pred"] is not None]).reshape(-1, 2)
+                pairs_c = np.array([(c["true"], c["pred"]) for c in got
+                                    if c["true"] is not None and c["pred"] is not None]).reshape(-1, 2)
                 rel = [c["rel_error"] for c in got if c["rel_error"] is not None]
+                figures = over_samples(pairs_c[:, :1], pairs_c[:, 1:])
                 summary["coefficients"][coefficient] = {
-                    "mae": float(np.abs(pairs[:, 1] - pairs[:, 0]).mean()) if len(pairs) else None,
-                    "r2": _r2(pairs[:, :1], pairs[:, 1:])[0] if len(pairs) else None,
-                    "mean_rel_error": float(np.mean(rel)) if rel else None, "samples": len(pairs)}
+                    **{key: figures[key][0] if len(pairs_c) else None for key in ("mae", "r2", "spearman")},
+                    "mean_rel_error": float(np.mean(rel)) if rel else None, "samples": len(pairs_c)}
+            if note is not None:
+                summary["note"] = note
         out[name] = summary
     return out

@@ -203,6 +203,7 @@ def prediction_summary(pred: str | Path) -> dict[str, Any]:
     return {
         "prediction": str(pred),
         "run": meta.get("run"),
+        "baseline": meta.get("baseline") if isinstance(meta.get("baseline"), dict) else None,
         "data": meta.get("data"),
         "step": meta.get("step"),
         "world_size": meta.get("world_size"),

@@ -346,9 +346,9 @@ def _boundary_view(data: Any, mesh: int, scoring: BoundaryScoring) -> tuple[floa
 
 
 def _print_boundaries(summary: dict[str, Any], scoring: BoundaryScoring, records: list[dict[str, Any]]) -> None:
-    """One line per boundary: its mean errors and the force's R² over the samples; with
-    ``--direction``, a table of the drag (and lift) coefficients per sample and a line of their
-    mean absolute error and R²."""
+    """One line per boundary: its mean errors and the force's R² and Spearman over the samples;
+    with ``--direction``, a table of the drag (and lift) coefficients per sample and a line of
+    their mean absolute error, R² and Spearman."""
     for name, entry in summary.items():
         if "coefficients" in entry:
             coefficients = list(entry["coefficients"])
@@ -362,14 +362,19 @@ def _print_boundaries(summary: dict[str, Any], scoring: BoundaryScoring, records
                             for k in ("true", "pred", "abs_error")) for c in coefficients))
             print(f"{name} over {plural(len(records), 'sample')}: " + "; ".join(
                 f"{c} MAE {'-' if v['mae'] is None else format(v['mae'], '.4g')}, "
-                f"R² {'-' if v['r2'] is None else format(v['r2'], '.4f')}" for c, v in entry["coefficients"].items()),
+                f"R² {'-' if v['r2'] is None else format(v['r2'], '.4f')}, "
+                f"Spearman {'-' if v.get('spearman') is None else format(v['spearman'], '.4f')}"
+                for c, v in entry["coefficients"].items()),
                 flush=True)
         parts = [f"{field} rel L2 {_percent(v['rel_l2'])}" for field, v in entry["fields"].items()]
         if "force" in entry:
             r2 = ", ".join("-" if v is None else f"{v:.4f}" for v in entry["force"]["r2"])
+            rho = ", ".join("-" if v is None else f"{v:.4f}" for v in entry["force"].get("spearman", []))
             parts.append(f"force error {_percent(entry['force']['rel_error'])}, R² of the {entry['force']['r2_of']} "
-                         f"over the samples ({r2})")
+                         f"over the samples ({r2}), Spearman ({rho})")
         print(f"on {name}: " + "; ".join(parts), flush=True)
+        if entry.get("note"):
+            print(f"note: {name}: {entry['note']}", file=sys.stderr, flush=True)
 
 
 def _percent(value: float | None) -> str:

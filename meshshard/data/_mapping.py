@@ -1,0 +1,140 @@
+"""Mapping a node field of one mesh onto the nodes of another (``meshshard baseline``'s training
+cases on a sample's own mesh).
+
+:func:`node_map` builds, once per pair of meshes, a :class:`NodeMap`: for every target node the
+source nodes it takes its value from and their weights, so that mapping any field is one gather
+and one weighted sum (:meth:`NodeMap.apply`), never a loop over nodes:
+
+- **identical meshes** (the same points, in the same order): the identity;
+- **inside the source's convex hull**: piecewise-linear interpolation, the barycentric weights of
+  the target node in the simplex of the Delaunay triangulation of the source's points that holds
+  it (``scipy.spatial.Delaunay``; the same as ``scipy.interpolate.LinearNDInterpolator``): a field
+  linear in the coordinates maps exactly, and a smooth field converges at second order as the
+  source mesh is refined. The triangulation is of the source's points, not of its cells: across a
+  hole of the source (a body) it interpolates between the nodes around it;
+- **outside the hull**: the value of the nearest source node;
+- in 1-D: linear between the two neighbouring source nodes, the nearest end outside;
+- **point clouds and surfaces** (``cloud=True``: points on a surface in 3-D, where a volume
+  triangulation does not apply): inverse-distance weights of the 3 nearest source points (a
+  target point on a source point takes its value alone).
+
+A coordinate that is the same constant in both meshes (a 2-D mesh written with z = 0) is left
+out before triangulating.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["NodeMap", "node_map"]
+
+#: Source points an unstructured cloud's value is taken from (inverse-distance weighted).
+CLOUD_NEIGHBOURS = 3
+
+
+@dataclass(frozen=True, eq=False)
+class NodeMap:
+    """Target node ``i`` takes ``sum_j weights[i, j] * values[index[i, j]]``.
+
+    Shapes:
+        index, weights: ``(N_target, k)``; ``outside``: ``(N_target,)`` bool, the target nodes
+        given their nearest source node's value (outside the source's hull).
+    """
+
+    index: np.ndarray
+    weights: np.ndarray
+    outside: np.ndarray
+    num_source: int
+
+    def apply(self, values: np.ndarray) -> np.ndarray:
+        """``values`` ``(N_source, F)`` (or ``(N_source,)``) on the target nodes, float64."""
+        v = np.asarray(values, dtype=np.float64)
+        if v.shape[0] != self.num_source:
+            raise ValueError(f"Expected values with {self.num_source} rows, one per source node (got {v.shape[0]})")
+        flat = v.reshape(len(v), -1)
+        out = np.einsum("nk,nkf->nf", self.weights, flat[self.index])
+        return out.reshape((len(self.index),) + v.shape[1:])
+
+
+def _identity(n: int) -> NodeMap:
+    return NodeMap(np.arange(n, dtype=np.int64)[:, None], np.ones((n, 1)), np.zeros(n, bool), n)
+
+
+def _shared_axes(src: np.ndarray, tgt: np.ndarray) -> np.ndarray:
+    """The coordinates that are not one constant shared by both meshes."""
+    both = np.concatenate([src, tgt])
+    low, high = both.min(0), both.max(0)
+    size = float(np.abs(both).max()) if both.size else 0.0
+    return np.flatnonzero(high - low > 1e-12 * max(size, 1e-300))
+
+
+def _one_dimensional(src: np.ndarray, tgt: np.ndarray) -> NodeMap:
+    order = np.argsort(src, kind="stable")
+    xs = src[order]
+    right = np.clip(np.searchsorted(xs, tgt, side="right"), 1, max(len(xs) - 1, 1))
+    left = right - 1
+    if len(xs) == 1:
+        return NodeMap(np.zeros((len(tgt), 1), np.int64), np.ones((len(tgt), 1)), tgt != xs[0], 1)
+    span = xs[right] - xs[left]
+    t = np.clip(np.divide(tgt - xs[left], span, out=np.zeros(len(tgt)), where=span > 0), 0.0, 1.0)
+    outside = (tgt < xs[0]) | (tgt > xs[-1])
+    return NodeMap(np.stack([order[left], order[right]], 1), np.stack([1 - t, t], 1), outside, len(src))
+
+
+def _cloud(src: np.ndarray, tgt: np.ndarray) -> NodeMap:
+    from scipy.spatial import cKDTree
+
+    k = min(CLOUD_NEIGHBOURS, len(src))
+    dist, index = cKDTree(src).query(tgt, k=k)
+    dist, index = dist.reshape(len(tgt), k), index.reshape(len(tgt), k)
+    on_point = dist[:, 0] == 0.0
+    w = 1.0 / np.where(on_point[:, None], 1.0, dist)
+    w[on_point] = 0.0
+    w[on_point, 0] = 1.0
+    return NodeMap(index.astype(np.int64), w / w.sum(1, keepdims=True), np.zeros(len(tgt), bool), len(src))
+
+
+def node_map(source: np.ndarray, target: np.ndarray, *, cloud: bool = False, where: str = "source mesh") -> NodeMap:
+    """The map of a node field from the points ``source`` ``(N_s, D)`` onto ``target`` ``(N_t, D)``
+    (see the module docstring); ``cloud``: points on a surface (inverse-distance weights). A
+    one-line ``ValueError`` naming ``where`` for points of different dimensions, or a source whose
+    points span no simplex (all on a line in 2-D)."""
+    src = np.asarray(source, dtype=np.float64)
+    tgt = np.asarray(target, dtype=np.float64)
+    if src.ndim != 2 or tgt.ndim != 2 or src.shape[1] != tgt.shape[1] or not len(src):
+        raise ValueError(f"{where}: Expected points of the same dimension as the target's (got {src.shape} and "
+                         f"{tgt.shape})")
+    if src.shape == tgt.shape and np.array_equal(src, tgt):
+        return _identity(len(src))
+    if cloud:
+        return _cloud(src, tgt)
+    axes = _shared_axes(src, tgt)
+    src, tgt = src[:, axes], tgt[:, axes]
+    if len(axes) == 0:
+        return NodeMap(np.zeros((len(tgt), 1), np.int64), np.ones((len(tgt), 1)), np.zeros(len(tgt), bool), len(src))
+    if len(axes) == 1:
+        return _one_dimensional(src[:, 0], tgt[:, 0])
+    from scipy.spatial import Delaunay, QhullError, cKDTree
+
+    try:
+        tri = Delaunay(src)
+    except QhullError:
+        raise ValueError(f"{where}: Expected points that span a {len(axes)}-D region to interpolate in (its "
+                         f"{len(src)} points are degenerate: on a line or a plane)") from None
+    d = len(axes)
+    simplex = tri.find_simplex(tgt)
+    inside = simplex >= 0
+    index = np.zeros((len(tgt), d + 1), dtype=np.int64)
+    weights = np.zeros((len(tgt), d + 1))
+    s = simplex[inside]
+    transform = tri.transform[s]
+    bary = np.einsum("nij,nj->ni", transform[:, :d], tgt[inside] - transform[:, d])
+    weights[inside] = np.concatenate([bary, 1.0 - bary.sum(1, keepdims=True)], axis=1)
+    index[inside] = tri.simplices[s]
+    if (~inside).any():
+        _, near = cKDTree(src).query(tgt[~inside])
+        index[~inside, 0] = near
+        weights[~inside, 0] = 1.0
+    return NodeMap(index, weights, ~inside, len(src))

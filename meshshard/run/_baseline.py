@@ -1,0 +1,310 @@
+"""``meshshard baseline``: what a model must beat, made from the dataset's training samples alone
+and written as ``meshshard predict`` writes a prediction.
+
+``meshshard baseline DATA --out PRED --method mean|nearest|knn:K|interp:PARAM [--samples LIST]
+[--boundary NAMES ...]`` writes, for each chosen sample (default: the validation samples), the
+same files as predict (``<sample>.vtu`` / ``.vtp`` with ``<target>_pred``, ``<target>``,
+``<target>_error``; the picture) and the same ``metrics.json`` (per target RMSE and relative L2,
+per boundary errors and forces, the summary over the samples), with a ``baseline`` entry in
+place of a run. Its prediction of sample ``s`` is a weighted sum of training samples' target
+fields (:func:`baseline_sources` chooses them), each mapped onto ``s``'s mesh
+(:func:`meshshard.data.node_map`: identical meshes as the identity, else piecewise-linear
+interpolation from the source's points, the nearest source node outside its hull):
+
+- ``mean``: every training sample, weight ``1 / n``;
+- ``nearest``: the training sample nearest in parameter space: the dataset's ``--params``
+  columns, each divided by its standard deviation over the training samples (1 where they do not
+  vary), Euclidean distance; a tie goes to the lower sample index;
+- ``knn:K``: the ``K`` nearest, weights ``1 / d`` normalised to sum to 1; training samples at
+  distance 0 (an exact parameter match) take the prediction alone, equally weighted;
+- ``interp:PARAM``: linear interpolation along ``PARAM``. The *line* is the training samples
+  nearest the sample in the other parameters (scaled as above; every training sample within
+  ``1e-9 (1 + d_min)`` of the smallest such distance ``d_min``: with a full grid of cases, those
+  whose other parameters equal the sample's). On it, ``lo`` is the sample with the largest
+  ``PARAM`` at or below the sample's value and ``hi`` the one with the smallest at or above (a tie
+  goes to the lower index); the weights are ``1 - t`` and ``t``, ``t = (v - v_lo) / (v_hi -
+  v_lo)``; an exact value takes that sample alone. Outside the line's range of ``PARAM``: the
+  nearest end alone, with a note.
+
+Targets made non-dimensional (``meshshard dataset --target-scale``) are combined as stored
+(divided by each case's scale) and multiplied by the sample's own scale: the "rescaled"
+baselines of ``examples/cfd_sweep/run.py``. A sample scored among the training samples is one of
+the cases its baseline is made of.
+
+One process, whole meshes: mapping reads whole meshes, and one map per pair of meshes serves every
+field and sample.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from meshshard.data import is_trajectory_dataset, node_map, open_dataset
+from meshshard.partition import plural
+
+from ._boundaries import boundary_record, boundary_rows, boundary_sums, check_boundary_request
+from ._pictures import sample_picture
+from ._pred_folder import METRICS_FORMAT, check_prediction_folder, delete_paths, file_stem, write_metrics
+from ._prediction import _boundary_view, _error_sums, _field_errors, _summary, _surface_weights
+from ._request import select_samples
+from ._writer import MeshOnRank, field_slices, is_point_cloud, physical_rows
+from ._writer import write_gathered as _write_gathered
+
+__all__ = ["BaselineConfig", "BaselineMethod", "baseline", "baseline_sources", "parse_method"]
+
+#: The methods, as ``--method`` spells them.
+METHODS = "mean, nearest, knn:K or interp:PARAM"
+
+
+@dataclass(frozen=True)
+class BaselineMethod:
+    """A parsed ``--method``: ``kind`` one of mean, nearest, knn, interp; ``k`` for knn; ``param`` for interp."""
+
+    kind: str
+    k: int | None = None
+    param: str | None = None
+
+    def __str__(self) -> str:
+        return {"knn": f"knn:{self.k}", "interp": f"interp:{self.param}"}.get(self.kind, self.kind)
+
+
+def parse_method(text: str) -> BaselineMethod:
+    """``mean``, ``nearest``, ``knn:K`` (K >= 1) or ``interp:PARAM``; a one-line ``ValueError`` otherwise."""
+    kind, _, rest = str(text).strip().partition(":")
+    if kind in ("mean", "nearest") and not rest:
+        return BaselineMethod(kind)
+    if kind == "knn":
+        try:
+            k = int(rest)
+        except ValueError:
+            k = 0
+        if k < 1:
+            raise ValueError(f"Expected --method knn:K with K a whole number >= 1 (got {text!r})")
+        return BaselineMethod("knn", k=k)
+    if kind == "interp" and rest.strip():
+        return BaselineMethod("interp", param=rest.strip())
+    raise ValueError(f"Expected --method {METHODS} (got {text!r})")
+
+
+@dataclass
+class BaselineConfig:
+    """A baseline: what ``meshshard baseline`` takes (its options under their long names, the
+    boundary and force options as :class:`meshshard.run.PredictConfig` names them)."""
+
+    data: str
+    out: str
+    method: str = "mean"
+    samples: str | None = None
+    boundary: str | None = None
+    pressure: str | None = None
+    shear: str | None = None
+    force_reference: str | None = None
+    reference_area: float | None = None
+    direction: tuple[float, ...] | None = None
+    lift_direction: tuple[float, ...] | None = None
+    view: tuple[float, float, float, float] | None = None
+    force: bool = False
+    plots: bool = True
+    quiet: bool = False
+
+
+def _check_method(method: BaselineMethod, data: Any) -> tuple[np.ndarray, list[str]]:
+    """The training samples' parameters ``(n_train, P)`` and their names; a one-line refusal for a
+    method the dataset cannot give."""
+    table = data.meta.get("parameters") or {}
+    names = [str(n) for n in table.get("names", [])]
+    train = np.asarray(data.train, dtype=np.int64)
+    if not len(train):
+        raise ValueError(f"{data.path}: Expected training samples to make a baseline of (the split has none)")
+    if method.kind != "mean" and not names:
+        raise ValueError(f"{data.path}: Expected parameters (meshshard dataset --params) for --method {method}, "
+                         "which measures distances in parameter space (--method mean needs none)")
+    values = np.asarray(table.get("values", []), dtype=np.float64).reshape(data.num_samples, len(names))
+    if method.kind == "knn" and method.k is not None and method.k > len(train):
+        raise ValueError(f"Expected --method knn:K with K at most the {plural(len(train), 'training sample')} of "
+                         f"{data.path} (got K = {method.k})")
+    if method.kind == "interp" and method.param not in names:
+        raise ValueError(f"Expected --method interp:PARAM to name a parameter of {data.path} "
+                         f"({', '.join(names)}) (got {method.param!r})")
+    return values[train], names
+
+
+def baseline_sources(method: BaselineMethod, train_values: np.ndarray, value: np.ndarray,
+                     names: list[str]) -> tuple[list[tuple[int, float]], str | None]:
+    """The training samples a baseline of the sample with parameters ``value`` ``(P,)`` is made
+    of, as ``[(position in train_values, weight)]`` (weights summing to 1), and a note (or None);
+    the rules are the module docstring's. ``train_values``: ``(n_train, P)``."""
+    n = len(train_values)
+    if method.kind == "mean":
+        return [(i, 1.0 / n) for i in range(n)], None
+    std = train_values.std(0) if n else np.ones(len(names))
+    scale = np.where(std > 0, std, 1.0)
+    z, zs = train_values / scale, np.asarray(value, dtype=np.float64) / scale
+    if method.kind in ("nearest", "knn"):
+        dist = np.linalg.norm(z - zs, axis=1)
+        k = 1 if method.kind == "nearest" else int(method.k or 1)
+        order = np.argsort(dist, kind="stable")[:k]
+        exact = [int(i) for i in order if dist[i] == 0.0]
+        if exact:
+            return [(i, 1.0 / len(exact)) for i in exact], None
+        if k == 1:
+            return [(int(order[0]), 1.0)], None
+        w = 1.0 / dist[order]
+        return [(int(i), float(v)) for i, v in zip(order, w / w.sum())], None
+    j = names.index(str(method.param))
+    others = [c for c in range(len(names)) if c != j]
+    d_other = np.linalg.norm(z[:, others] - zs[others], axis=1) if others else np.zeros(n)
+    d_min = float(d_other.min())
+    line = np.flatnonzero(d_other <= d_min + 1e-9 * (1.0 + d_min))
+    v, vs = train_values[line, j], float(value[j])
+    at = line[v == vs]
+    if len(at):
+        return [(int(at[0]), 1.0)], None
+    below, above = line[v < vs], line[v > vs]
+    if len(below) and len(above):
+        lo = int(below[np.argmax(train_values[below, j])])
+        hi = int(above[np.argmin(train_values[above, j])])
+        t = (vs - train_values[lo, j]) / (train_values[hi, j] - train_values[lo, j])
+        return [(lo, float(1.0 - t)), (hi, float(t))], None
+    end = int(above[np.argmin(train_values[above, j])]) if len(above) else int(below[np.argmax(train_values[below, j])])
+    side = "below" if len(above) else "above"
+    return [(end, 1.0)], (f"{names[j]} = {vs:g} is {side} the training range {float(v.min()):g}..{float(v.max()):g} "
+                          f"along {names[j]}: the nearest end, {names[j]} = {float(train_values[end, j]):g}")
+
+
+class _Mapper:
+    """Training samples' stored targets mapped onto a mesh: one :class:`NodeMap` per pair of meshes."""
+
+    def __init__(self, data: Any) -> None:
+        self.data = data
+        self.maps: dict[tuple[int, int], Any] = {}
+        self.combined: dict[tuple[int, tuple[tuple[int, float], ...]], np.ndarray] = {}
+
+    def _map(self, source: int, target: int) -> Any:
+        key = (source, target)
+        if key not in self.maps:
+            meta = self.data.meta["meshes"]
+            if source == target or meta[source]["sha256"] == meta[target]["sha256"]:
+                self.maps[key] = None  # the identity
+            else:
+                self.maps[key] = node_map(np.asarray(self.data.mesh_points(source)),
+                                          np.asarray(self.data.mesh_points(target)), cloud=is_point_cloud(meta[target]),
+                                          where=str(self.data.mesh_folder(source)))
+        return self.maps[key]
+
+    def stored(self, sources: list[tuple[int, float]], mesh: int) -> np.ndarray:
+        """``sum_i w_i * map(stored targets of sample i)`` on mesh ``mesh`` ``(N, F_out)``; kept
+        per mesh and sources (the mean is the same for every sample of a mesh)."""
+        key = (mesh, tuple(sources))
+        if key not in self.combined:
+            total = np.zeros((int(self.data.meta["meshes"][mesh]["num_nodes"]), len(self.data.target_channels)))
+            for i, w in sources:
+                y = np.asarray(self.data.sample_arrays(i)[1], dtype=np.float64)
+                m = self._map(self.data.sample_mesh(i), mesh)
+                total += w * (y if m is None else m.apply(y))
+            self.combined = {key: total}  # one kept: the next sample usually needs another
+        return self.combined[key]
+
+
+def _whole(data: Any, mesh: int) -> MeshOnRank:
+    whole = data.mesh(mesh)
+    ids = np.arange(whole.num_nodes, dtype=np.int64)
+    return MeshOnRank(mesh, whole.num_nodes, ids, None, np.asarray(whole.points), ids,
+                      [(t, np.asarray(c, dtype=np.int64)) for t, c in whole.cells])
+
+
+def baseline(cfg: BaselineConfig) -> dict[str, Any]:
+    """Make the baseline of ``cfg.method``, write PRED (as :func:`meshshard.run.predict` does) and
+    return the metrics. One-line ``ValueError`` refusals (an unknown method, a dataset without
+    targets or training samples, a method that needs parameters it lacks, K beyond the training
+    samples, an unknown PARAM, the boundary options predict refuses, an existing PRED without
+    ``--force``) come before anything is written."""
+    method = parse_method(cfg.method)
+    data = open_dataset(cfg.data)
+    if is_trajectory_dataset(data.meta):
+        raise ValueError(f"{data.path}: Expected a dataset of steady samples (it holds trajectories, whose baselines "
+                         "are rollouts: examples/transient)")
+    if not data.target_channels:
+        raise ValueError(f"{data.path}: Expected a dataset with targets (it holds inputs only): a baseline is made "
+                         "of its training samples' targets and scored against each sample's own")
+    train_values, param_names = _check_method(method, data)
+    train = [int(i) for i in data.train]
+    names = [str(e["name"]) for e in data.meta["samples"]]
+    picks = select_samples(cfg.samples, names, [int(v) for v in data.val])
+    target_fields = field_slices(data.meta["targets"])
+    scoring = check_boundary_request(data, target_fields, cfg.boundary, cfg.pressure, cfg.shear, cfg.force_reference,
+                                     picks, cfg.reference_area, cfg.direction, cfg.lift_direction)
+    out = Path(cfg.out)
+    stale = check_prediction_folder(out, cfg.force)
+    ctx = SimpleNamespace(rank=0, world_size=1, device="cpu")
+    head = {"format": METRICS_FORMAT, "format_version": 1, "complete": False, "run": None,
+            "baseline": {"method": str(method), "training_samples": len(train), "parameters": param_names},
+            "data": str(cfg.data), "step": None, "checkpoint": None, "world_size": 1,
+            "units": "physical (de-normalised)", "targets_known": True, "files": []}
+    delete_paths(stale)
+    out.mkdir(parents=True, exist_ok=True)
+    write_metrics(out, head | {"samples": []})
+    main = not cfg.quiet
+    if main:
+        print(f"meshshard baseline: {method} of {plural(len(train), 'training sample')} of {cfg.data}, "
+              f"{plural(len(picks), 'sample')}", flush=True)
+    mapper = _Mapper(data)
+    stems = [file_stem(name) for name in names]
+    val = set(int(v) for v in data.val)
+    records: list[dict[str, Any]] = []
+    layouts: dict[int, MeshOnRank] = {}
+    walls: dict[int, Any] = {}
+    views: dict[int, Any] = {}
+    areas_of: dict[int, Any] = {}
+    for s in picks:
+        mesh, n = data.sample_mesh(s), data.num_nodes(s)
+        value = np.array([data.parameters(s)[p] for p in param_names])
+        positions, note = baseline_sources(method, train_values, value, param_names)
+        sources = [(train[i], w) for i, w in positions]
+        if note is not None and main:
+            print(f"note: {names[s]}: {note}", file=sys.stderr, flush=True)
+        pred = mapper.stored(sources, mesh) * data.target_factors(s)
+        _, y = physical_rows(data, s, np.arange(n, dtype=np.int64))
+        stem = stems[s] if stems.count(stems[s]) == 1 else f"{stems[s]}-{s}"
+        cloud = is_point_cloud(data.meta["meshes"][mesh])
+        path = out / f"{stem}.{'vtp' if cloud else 'vtu'}"
+        head["files"] += [path.name] + ([f"{stem}.png"] if cfg.plots else [])
+        write_metrics(out, head | {"samples": records})
+        if mesh not in layouts:
+            layouts[mesh] = _whole(data, mesh)
+            areas_of[mesh] = _surface_weights(data, mesh, layouts[mesh].owned_ids)
+        layout = layouts[mesh]
+        sums = _error_sums(pred, y, areas_of[mesh], target_fields, ctx)
+        full = _write_gathered(path, data, target_fields, s, layout, pred, ctx)
+        record: dict[str, Any] = {
+            "sample": s, "name": names[s], "split": "val" if s in val else "train", "num_nodes": n,
+            "file": path.name, "picture": None,
+            "fields": _field_errors(target_fields, sums, n, areas_of[mesh], True, names[s] if main else None),
+            "baseline": {"sources": [{"sample": names[i], "weight": w} for i, w in sources]}}
+        if note is not None:
+            record["baseline"]["note"] = note
+        if scoring is not None:
+            if mesh not in walls:
+                walls[mesh] = boundary_rows(data, mesh, layout.owned_ids, scoring)
+            record["boundaries"] = boundary_record(boundary_sums(walls[mesh], y, pred, scoring), scoring,
+                                                   data.parameters(s), True)
+        if cfg.plots:
+            if cfg.view is None and scoring is not None and mesh not in views:
+                views[mesh] = _boundary_view(data, mesh, scoring)
+            record["picture"] = sample_picture(out / f"{stem}.png", names[s], layout, y, pred, True, full,
+                                               target_fields, ctx, view=cfg.view or views.get(mesh), cloud=cloud)
+        records.append(record)
+        write_metrics(out, head | {"samples": records})
+        if main:
+            made = " + ".join(f"{w:.3g} x {names[i]}" for i, w in sources[:4]) + (" + ..." if len(sources) > 4 else "")
+            print(f"  [{len(records)}/{len(picks)}] {names[s]}: {made} -> {path.name}", flush=True)
+    summary = _summary(cfg, ctx, out, head, records, target_fields, scoring, True, main)
+    assert summary is not None  # rank 0
+    return summary
+
