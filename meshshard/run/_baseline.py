@@ -51,8 +51,8 @@ from meshshard.partition import plural
 from ._boundaries import boundary_record, boundary_rows, boundary_sums, check_boundary_request
 from ._pictures import sample_picture
 from ._pred_folder import METRICS_FORMAT, check_prediction_folder, delete_paths, file_stem, write_metrics
-from ._prediction import _boundary_view, _error_sums, _field_errors, _summary, _surface_weights
 from ._request import select_samples
+from ._scores import boundary_view, error_sums, field_errors, summarise, surface_weights
 from ._writer import MeshOnRank, field_slices, is_point_cloud, physical_rows
 from ._writer import write_gathered as _write_gathered
 
@@ -278,14 +278,14 @@ def baseline(cfg: BaselineConfig) -> dict[str, Any]:
         write_metrics(out, head | {"samples": records})
         if mesh not in layouts:
             layouts[mesh] = _whole(data, mesh)
-            areas_of[mesh] = _surface_weights(data, mesh, layouts[mesh].owned_ids)
+            areas_of[mesh] = surface_weights(data, mesh, layouts[mesh].owned_ids)
         layout = layouts[mesh]
-        sums = _error_sums(pred, y, areas_of[mesh], target_fields, ctx)
+        sums = error_sums(pred, y, areas_of[mesh], target_fields, ctx)
         full = _write_gathered(path, data, target_fields, s, layout, pred, ctx)
         record: dict[str, Any] = {
             "sample": s, "name": names[s], "split": "val" if s in val else "train", "num_nodes": n,
             "file": path.name, "picture": None,
-            "fields": _field_errors(target_fields, sums, n, areas_of[mesh], True, names[s] if main else None),
+            "fields": field_errors(target_fields, sums, n, areas_of[mesh], True, names[s] if main else None),
             "baseline": {"sources": [{"sample": names[i], "weight": w} for i, w in sources]}}
         if note is not None:
             record["baseline"]["note"] = note
@@ -296,7 +296,7 @@ def baseline(cfg: BaselineConfig) -> dict[str, Any]:
                                                    data.parameters(s), True)
         if cfg.plots:
             if cfg.view is None and scoring is not None and mesh not in views:
-                views[mesh] = _boundary_view(data, mesh, scoring)
+                views[mesh] = boundary_view(data, mesh, scoring)
             record["picture"] = sample_picture(out / f"{stem}.png", names[s], layout, y, pred, True, full,
                                                target_fields, ctx, view=cfg.view or views.get(mesh), cloud=cloud)
         records.append(record)
@@ -304,7 +304,7 @@ def baseline(cfg: BaselineConfig) -> dict[str, Any]:
         if main:
             made = " + ".join(f"{w:.3g} x {names[i]}" for i, w in sources[:4]) + (" + ..." if len(sources) > 4 else "")
             print(f"  [{len(records)}/{len(picks)}] {names[s]}: {made} -> {path.name}", flush=True)
-    summary = _summary(cfg, ctx, out, head, records, target_fields, scoring, True, main)
+    summary = summarise(cfg, ctx, out, head, records, target_fields, scoring, True, main)
     assert summary is not None  # rank 0
     return summary
 
