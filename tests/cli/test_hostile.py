@@ -1,0 +1,61 @@
+"""Hostile input at the command level (issue 36): a file of the wrong kind where a command reads or
+writes one, numbers that ask for unbounded work or memory, and what must stay one line and exit 2."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from meshshard.data import write_dataset
+from tests.partition.conftest import grid_triangles
+
+
+def _meshshard(*argv: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``meshshard ARGV`` in a subprocess; one still running after ``timeout`` seconds fails the test
+    (it hung) instead of hanging the suite."""
+    try:
+        return subprocess.run([sys.executable, "-m", "meshshard", *argv], capture_output=True, text=True,
+                              timeout=timeout, env=None if env is None else os.environ | env)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"meshshard {' '.join(argv)} still running after {timeout:g} s (it hangs)")
+
+
+def _one_line_exit_2(proc: subprocess.CompletedProcess, *needles: str) -> str:
+    err = proc.stderr
+    assert proc.returncode == 2, (proc.stdout, err)
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A dataset of 4 samples on a 6 x 6 triangle grid: inputs a, b; target c."""
+    root = tmp_path_factory.mktemp("hostile")
+    points, tri = grid_triangles(6, 6)
+    inputs = np.random.default_rng(0).normal(size=(4, len(points), 2))
+    write_dataset(root / "data", inputs, inputs[:, :, :1] * inputs[:, :, 1:], pos=points, cells=[("triangle", tri)],
+                  input_names=["a", "b"], target_names=["c"], val_samples=[3])
+    return root / "data"
+
+
+def test_predict_with_a_fifo_for_a_checkpoint_is_refused_at_once(data: Path, tmp_path: Path) -> None:
+    """Defect 1 (a regression): ``predict RUN`` with RUN/checkpoint.pt a FIFO hung in a blocking open;
+    so did RUN/best.pt. Both are refused in one line naming the file."""
+    run = tmp_path / "run"
+    run.mkdir()
+    os.mkfifo(run / "checkpoint.pt")
+    for checkpoint in ("last", "best"):  # no best.pt: best is the last one
+        proc = _meshshard("predict", str(run), "--data", str(data), "--out", str(tmp_path / "pred"),
+                          "--checkpoint", checkpoint, timeout=60)
+        _one_line_exit_2(proc, f"{run / 'checkpoint.pt'}: is not a regular file")
+    os.mkfifo(run / "best.pt")
+    proc = _meshshard("predict", str(run), "--data", str(data), "--out", str(tmp_path / "pred"), timeout=60)
+    _one_line_exit_2(proc, f"{run / 'best.pt'}: is not a regular file")
+    assert not (tmp_path / "pred").exists()
