@@ -5,8 +5,8 @@ in one public place: the checked readers, the strict JSON, and the guards of an 
   :func:`hash_regular`, :func:`open_regular`, :func:`decompress` (with :func:`max_expansion`,
   :func:`parse_max_expansion`, :data:`MAX_EXPANSION`), :func:`read_npy`, :func:`read_npz`;
 - metadata JSON, strict both ways (:mod:`._json_io`): :func:`dumps_json`, :func:`loads_json`,
-  :func:`read_json`, :func:`read_json_inside`, :func:`write_text_file` (with :func:`open_own`), :func:`naming_write_errors`,
-  :class:`WriteError`;
+  :func:`read_json`, :func:`read_json_inside`, :func:`write_text_file` (with :func:`open_own`),
+  :func:`naming_write_errors`, :class:`WriteError`;
 - an output folder (:mod:`._safe_io`): :func:`check_destination` (with :class:`Refusals`),
   :func:`check_input_folders`, :func:`check_apart`, :func:`check_output_folder`,
   :func:`write_folder`, :func:`staged_folder`, :func:`recover_interrupted`,
