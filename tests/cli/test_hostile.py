@@ -59,3 +59,13 @@ def test_predict_with_a_fifo_for_a_checkpoint_is_refused_at_once(data: Path, tmp
     proc = _meshshard("predict", str(run), "--data", str(data), "--out", str(tmp_path / "pred"), timeout=60)
     _one_line_exit_2(proc, f"{run / 'best.pt'}: is not a regular file")
     assert not (tmp_path / "pred").exists()
+
+
+def test_selftest_and_predict_refuse_more_local_ranks_than_the_cap(data: Path, tmp_path: Path) -> None:
+    """Defect 8: ``selftest --ranks 100000`` started ranks without a cap; every command that starts
+    local ranks refuses more than the cap in one line, before any rank starts."""
+    proc = _meshshard("selftest", "--nproc", "100000", timeout=60)
+    _one_line_exit_2(proc, "--nproc: Expected at most", "local ranks on this machine", "(got 100000)")
+    assert "starting" not in proc.stdout
+    proc = _meshshard("selftest", "--nproc", "3", timeout=60, env={"MESHSHARD_MAX_LOCAL_RANKS": "2"})
+    _one_line_exit_2(proc, "Expected at most 2 local ranks")
