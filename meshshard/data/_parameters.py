@@ -21,6 +21,10 @@ from meshshard.partition.files import read_regular
 from ._expressions import check_expression, evaluate_expression, parse_target_scales
 from ._writer import Sample
 
+#: The magnitudes a target scale may have: a float32 run multiplies its predictions back by it.
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+_FLOAT32_TINY = float(np.finfo(np.float32).tiny)
+
 __all__ = ["MAX_PARAMS_BYTES", "read_parameters", "target_scales", "with_parameters"]
 
 #: The largest parameter table read (a row per sample: a few dozen bytes each).
@@ -103,6 +107,10 @@ def target_scales(given: str | Mapping[str, str] | None, table: Mapping[str, Any
             if factor == 0:
                 raise ValueError(f"{params}: sample {names[i]}: Expected --target-scale {field}={expression} to be "
                                  "non-zero (got 0), since the targets are divided by it")
+            if not _FLOAT32_TINY <= abs(factor) <= _FLOAT32_MAX:
+                raise ValueError(f"{params}: sample {names[i]}: Expected --target-scale {field}={expression} within "
+                                 f"float32's range ({_FLOAT32_TINY:.3g} to {_FLOAT32_MAX:.3g} in magnitude; got "
+                                 f"{factor:g}), since a run's predictions are multiplied back by it in float32")
     return scales
 
 

@@ -137,6 +137,12 @@ def test_non_dimensional_targets_are_stored_scaled_and_predicted_in_physical_uni
     ("p=aoa", r"sample aoa\+00: Expected --target-scale p=aoa to be non-zero"),
     ("p=__import__('os').system('true')", r"Expected numbers, parameter names, \+ - \* / \*\* and parentheses only"),
     ("p", r"Expected --target-scale as FIELD=EXPRESSION"),
+    # issue 36, defect 12: accepted, then a float32 run's predictions times 1e39 were infinite
+    ("p=speed*1e39", r"sample aoa\+00: Expected --target-scale p=speed\*1e39 within float32's range \(1.18e-38 to "
+                     r"3.4e\+38 in magnitude; got 1e\+40\), since a run's predictions are multiplied back by it"),
+    ("p=1/(speed*1e38)", r"within float32's range"),
+    ("p=" + "+".join(["speed"] * 60000), r"Expected an arithmetic expression of the parameters of at most 500"),
+    ("p=speed,p=aoa", r"Expected each field once in --target-scale"),
 ])
 def test_a_target_scale_that_cannot_work_is_refused(tmp_path: Path, scale: str, message: str,
                                                    capsys: pytest.CaptureFixture) -> None:
