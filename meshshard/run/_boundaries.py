@@ -121,6 +121,11 @@ def check_force_options(area: float | None, drag: Sequence[float] | None, lift: 
             raise ValueError(f"Expected {flag} to have {dim} components, as the meshes have dimensions "
                              f"(got {','.join(f'{x:g}' for x in v)})")
         units.append(tuple(float(x) for x in v / np.linalg.norm(v)))
+    if units[0] is not None and units[1] is not None and abs(float(np.dot(units[0], units[1]))) > 1 - 1e-9:
+        raise ValueError(f"Expected --lift-direction across --direction, the drag direction (got "
+                         f"{','.join(f'{x:g}' for x in units[1])} parallel to {','.join(f'{x:g}' for x in units[0])}, "
+                         "as unit vectors): "
+                         "the lift would be the drag")
     return float(area) if area is not None else 1.0, units[0], units[1]
 
 
