@@ -69,3 +69,17 @@ def test_selftest_and_predict_refuse_more_local_ranks_than_the_cap(data: Path, t
     assert "starting" not in proc.stdout
     proc = _meshshard("selftest", "--nproc", "3", timeout=60, env={"MESHSHARD_MAX_LOCAL_RANKS": "2"})
     _one_line_exit_2(proc, "Expected at most 2 local ranks")
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--warmup", "-1"], "argument --warmup: Expected auto, 0 (none) or a positive number of steps (got '-1')"),
+    (["--warmup", "100", "--steps", "3"], "Expected --warmup at most --steps (got 100 > 3)"),
+    (["--noise-std", "1e300"], "Expected --noise-std in the state's normalised units, at most 10 (got 1e+300)"),
+])
+def test_train_settings_accepted_silently_before_are_refused(tmp_path: Path, argv: list[str], message: str) -> None:
+    """Issue 36 (minors): --warmup -1 (how auto is stored) and --warmup beyond --steps were accepted;
+    --noise-std 1e300 ended in "fix the dataset" instead of naming the flag."""
+    proc = _meshshard("train", str(tmp_path / "parts"), "--data", str(tmp_path / "data"), "--out", str(tmp_path / "run"),
+                      *argv, timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr.strip().splitlines()[-1], proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "run").exists()
