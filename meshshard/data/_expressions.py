@@ -76,9 +76,13 @@ def evaluate_expression(text: str, values: Mapping[str, float]) -> float:
     except (ZeroDivisionError, OverflowError, TypeError):
         result = math.nan
     if isinstance(result, complex) or not math.isfinite(result):
-        raise ValueError(f"Expected {text!r} to be a finite number (got {result} for "
-                         f"{', '.join(f'{k}={v:g}' for k, v in values.items())})")
+        raise ValueError(f"Expected {text!r} to be a finite number (got {result} for {_parameters_of(values)})")
     return float(result)
+
+
+def _parameters_of(values: Mapping[str, float]) -> str:
+    """``aoa=2, speed=10`` for a message; ``no parameters`` for none (never an empty ``for )``)."""
+    return ", ".join(f"{k}={v:g}" for k, v in values.items()) or "no parameters"
 
 
 def evaluate_columns(text: str, columns: Mapping[str, Any]) -> Any:

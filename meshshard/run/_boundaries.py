@@ -255,7 +255,9 @@ def boundary_record(sums: np.ndarray, scoring: BoundaryScoring, parameters: dict
                 ref = float(evaluate_expression(scoring.reference, parameters)) if scoring.reference else 1.0
                 if not math.isfinite(ref) or ref == 0.0:
                     raise ValueError(f"Expected --force-reference {scoring.reference!r} to be a finite non-zero "
-                                     f"number for every sample (got {ref} for {parameters})")
+                                     f"number for every sample (got {ref} for "
+                                     + (", ".join(f"{k}={v:g}" for k, v in parameters.items()) or "no parameters")
+                                     + ")")
                 scale = ref * scoring.area  # q A
                 entry["coefficient"] = {"reference": ref, "reference_area": scoring.area,
                                         "true": [_finite(v / scale) for v in true_f] if truth else None,

@@ -48,6 +48,7 @@ __all__ = [
     "BEST",
     "CHECKPOINTS",
     "checkpoint_path",
+    "checkpoint_used",
     "LOG",
     "FIRST_STEP",
     "LOSS_PLOT",
@@ -292,6 +293,12 @@ def checkpoint_path(run: str | os.PathLike[str], checkpoint: str = "last") -> Pa
         raise ValueError(f"Expected --checkpoint best or last (got {checkpoint!r})")
     best = Path(run) / BEST
     return best if checkpoint == "best" and os.path.lexists(best) else Path(run) / CHECKPOINT
+
+
+def checkpoint_used(run: str | os.PathLike[str], checkpoint: str = "last") -> str:
+    """Which checkpoint :func:`read_run` reads for ``checkpoint``: ``"best"`` only where RUN has a
+    best.pt (``--checkpoint best`` of a run trained without validation reads the last one, and says so)."""
+    return "best" if checkpoint_path(run, checkpoint).name == BEST else "last"
 
 
 def read_run(run: str | os.PathLike[str], checkpoint: str = "last") -> dict[str, Any]:

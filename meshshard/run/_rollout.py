@@ -47,7 +47,7 @@ from meshshard.data import open_dataset, open_trajectories
 from meshshard.partition.files import open_own
 
 from ..tasks import get_task
-from ._folder import read_run
+from ._folder import checkpoint_used, read_run
 from ._pictures import PLOT_MAX_NODES, RolloutFrames, animation_steps, gather_plot_rows, plot_rows, rollout_animation
 from ._pred_folder import METRICS_FORMAT, check_prediction_folder, delete_paths, file_stem, write_metrics
 from ._recipe import build_model
@@ -162,7 +162,8 @@ def rollout(cfg: PredictConfig, doing: list[str] | None = None) -> dict[str, Any
     out = Path(cfg.out)
     stale = check_prediction_folder(out, cfg.force)  # on every rank, so a refusal stops them all
     head = {"format": METRICS_FORMAT, "format_version": 1, "complete": False, "kind": "rollout",
-            "run": str(cfg.run), "data": str(cfg.data), "step": ckpt.get("step"), "checkpoint": cfg.checkpoint,
+            "run": str(cfg.run), "data": str(cfg.data), "step": ckpt.get("step"),
+            "checkpoint": checkpoint_used(cfg.run, cfg.checkpoint),  # what was read: "last" for a run without best.pt
             "world_size": ctx.world_size, "units": "physical (de-normalised)", "targets_known": True,
             "time_stride": stride, "files": []}
     barrier()

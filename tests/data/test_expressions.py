@@ -46,3 +46,9 @@ def test_a_target_named_twice_is_refused() -> None:
     with pytest.raises(ValueError, match=r"^Expected each field once in --target-scale \(got 'p' twice: 'speed' and "
                                          r"'2\*speed'\)$"):
         parse_target_scales("p=speed, p=2*speed")
+
+
+def test_a_value_with_no_parameters_says_so() -> None:
+    """Issue 36 (minor): --force-reference messages ended in "for )" where a dataset has no parameters."""
+    with pytest.raises(ValueError, match=r"^Expected '1/0' to be a finite number \(got nan for no parameters\)$"):
+        evaluate_expression("1/0", {})
