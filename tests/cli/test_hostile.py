@@ -83,3 +83,16 @@ def test_train_settings_accepted_silently_before_are_refused(tmp_path: Path, arg
                       *argv, timeout=60)
     assert proc.returncode == 2 and message in proc.stderr.strip().splitlines()[-1], proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "symlink"])
+def test_a_lock_of_the_wrong_kind_is_one_line_and_exit_2_in_train_and_dataset(tmp_path: Path, kind: str) -> None:
+    """Issue 36 (minor): a symlink or a folder in a lock's place made train exit 1 (dataset 2); a FIFO
+    said only "[Errno 22] Invalid argument"."""
+    lock = tmp_path / ".run.meshshard-lock"
+    {"fifo": lambda: os.mkfifo(lock), "folder": lock.mkdir,
+     "symlink": lambda: lock.symlink_to(tmp_path / "elsewhere")}[kind]()
+    what = {"fifo": "a FIFO", "folder": "a folder", "symlink": "a symbolic link"}[kind]
+    for argv in (["train", str(tmp_path / "parts"), "--data", str(tmp_path / "data"), "--out", str(tmp_path / "run")],
+                 ["dataset", str(tmp_path / "x.vtu"), "--out", str(tmp_path / "run"), "--inputs", "a"]):
+        _one_line_exit_2(_meshshard(*argv, timeout=60), f"{lock}: is {what}, not a lock file of meshshard's")
