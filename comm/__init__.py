@@ -74,7 +74,15 @@ from ._group import (
     shutdown,
 )
 from ._halo import HaloPlan
-from ._launch import RankFailed, Terminated, fix_mmap_threshold, free_port, launch_local
+from ._launch import (
+    RankFailed,
+    Terminated,
+    check_local_ranks,
+    fix_mmap_threshold,
+    free_port,
+    launch_local,
+    max_local_ranks,
+)
 from ._reductions import (
     note_replicated_result,
     replicated_results,
@@ -109,6 +117,8 @@ __all__ = [
     "first_slurm_host",
     "fix_mmap_threshold",
     "free_port",
+    "check_local_ranks",
+    "max_local_ranks",
     "gather_rows",
     "gather_v",
     "group_rank_and_size",

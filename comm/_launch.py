@@ -12,7 +12,11 @@ The launcher owns its ranks:
 - SIGINT (Ctrl-C) or SIGTERM sent to the launcher stops every rank the same way, then raises
   ``KeyboardInterrupt`` (exit 130 from the command line) or :class:`Terminated` (exit 143);
 - the ranks ignore SIGINT themselves (a terminal's Ctrl-C reaches them too; the launcher decides)
-  and, on Linux, receive SIGTERM if the launcher itself is killed.
+  and die with the launcher, however it ends (SIGKILL too): a parent-death signal on Linux, and
+  everywhere a watchdog thread in each rank that ends it when its parent changed, including a
+  launcher that died while the rank was still starting;
+- at most :func:`max_local_ranks` ranks are started (by the cores; ``MESHSHARD_MAX_LOCAL_RANKS``
+  overrides), a larger count refused in one line before any starts.
 """
 
 from __future__ import annotations
@@ -33,9 +37,17 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RankFailed", "Terminated", "launch_local", "free_port", "fix_mmap_threshold"]
+__all__ = ["RankFailed", "Terminated", "launch_local", "free_port", "fix_mmap_threshold", "max_local_ranks",
+           "check_local_ranks"]
 
 GRACE_S = 5.0
+#: Local ranks per core :func:`launch_local` starts at most (``MESHSHARD_MAX_LOCAL_RANKS`` overrides):
+#: ranks beyond the cores only share them, and each holds an interpreter and a process group.
+RANKS_PER_CORE = 4
+#: The cap on a machine of few cores: ranks enough to test a partition on a laptop.
+MIN_RANK_CAP = 8
+#: How often a rank's watchdog looks whether its launcher is still there (seconds).
+WATCHDOG_S = 1.0
 #: The mmap threshold a rank's allocator gets (:func:`fix_mmap_threshold`), in bytes.
 MMAP_THRESHOLD = 1 << 20
 
@@ -103,21 +115,63 @@ def _debug() -> bool:
     return os.environ.get("MESHSHARD_DEBUG", "") not in ("", "0")
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGTERM this process when the launcher dies (so no rank outlives a SIGKILLed launcher)."""
+def max_local_ranks() -> int:
+    """The most local ranks :func:`launch_local` starts: ``MESHSHARD_MAX_LOCAL_RANKS`` when set, else
+    :data:`RANKS_PER_CORE` per core this process may run on (at least :data:`MIN_RANK_CAP`)."""
+    given = os.environ.get("MESHSHARD_MAX_LOCAL_RANKS", "").strip()
+    if given:
+        if not given.isdigit() or int(given) < 1:
+            raise ValueError(f"Expected MESHSHARD_MAX_LOCAL_RANKS to be a positive number of ranks (got {given!r})")
+        return int(given)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity (macOS)
+        cores = os.cpu_count() or 1
+    return max(MIN_RANK_CAP, RANKS_PER_CORE * cores)
+
+
+def check_local_ranks(nprocs: int) -> None:
+    """Raise a one-line ``ValueError`` unless ``nprocs`` local ranks may be started: at least one, at
+    most :func:`max_local_ranks`."""
+    if nprocs < 1:
+        raise ValueError(f"Expected at least one rank (got {nprocs})")
+    cap = max_local_ranks()
+    if nprocs > cap:
+        raise ValueError(f"Expected at most {cap} local ranks on this machine ({RANKS_PER_CORE} per core; "
+                         f"MESHSHARD_MAX_LOCAL_RANKS sets another cap) (got {nprocs})")
+
+
+def _die_with_parent(parent: int) -> None:
+    """This rank ends with its launcher (pid ``parent``), however the launcher ends (SIGKILL too).
+
+    Linux: the kernel sends SIGTERM when the launcher dies (``PR_SET_PDEATHSIG``). That is set only
+    once the rank runs this, after its interpreter started, so a launcher that died before is seen
+    here (the parent is no longer ``parent``) and the rank leaves at once. Everywhere: a watchdog
+    thread looks at the parent every :data:`WATCHDOG_S` seconds and ends the rank when it changed.
+    """
     try:
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):
         pass
+    if os.getppid() != parent:  # the launcher died while this rank was starting
+        os._exit(143)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(WATCHDOG_S)
+        os._exit(143)
+
+    threading.Thread(target=watch, name="meshshard-launcher-watchdog", daemon=True).start()
 
 
 def _entry(
-    local_rank: int, fn: Callable[..., Any], world: int, port: int, args: tuple, report: str, backend: str
+    local_rank: int, fn: Callable[..., Any], world: int, port: int, args: tuple, report: str, backend: str,
+    parent: int,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _die_with_parent()
+    _die_with_parent(parent)
     os.environ.update(
         RANK=str(local_rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local_rank),
         LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), MESHSHARD_BACKEND=backend,
@@ -184,8 +238,7 @@ def launch_local(fn: Callable[..., Any], nprocs: int, *args: Any, grace_s: float
         KeyboardInterrupt: on SIGINT, after every rank has stopped.
         Terminated: (a ``SystemExit`` with code 143) on SIGTERM, after every rank has stopped.
     """
-    if nprocs < 1:
-        raise ValueError(f"Expected at least one rank (got {nprocs})")
+    check_local_ranks(nprocs)
     from ._context import local_ranks_backend
 
     backend, note = local_ranks_backend(nprocs)  # NCCL with a GPU for each rank, else gloo on the CPU
@@ -202,7 +255,8 @@ def launch_local(fn: Callable[..., Any], nprocs: int, *args: Any, grace_s: float
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
     with tempfile.TemporaryDirectory(prefix="meshshard-launch-") as report:
         port = free_port()
-        procs = [ctx.Process(target=_entry, args=(r, fn, nprocs, port, args, report, backend)) for r in range(nprocs)]
+        procs = [ctx.Process(target=_entry, args=(r, fn, nprocs, port, args, report, backend, os.getpid()))
+                 for r in range(nprocs)]
         try:
             for p in procs:
                 if not received:

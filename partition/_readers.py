@@ -6,7 +6,8 @@ numpy and the standard library only. Two concerns:
 - **Reading files named by metadata**: :func:`read_inside` reads only a regular file inside a
   folder (the name resolved and checked for containment, no absolute path, no ``..``, the file
   type checked with ``fstat`` on a descriptor opened non-blocking, so a FIFO never blocks), and
-  at most ``max_bytes`` of it. :func:`read_regular` does the same for a path the user gave.
+  at most ``max_bytes`` of it. :func:`read_regular` does the same for a path the user gave, and
+  :func:`open_regular` hands the checked file to a reader that takes one (``torch.load``).
 - **Decoding what was read, bounded**: :func:`decompress` caps the expansion of ``.bz2`` and
   ``.gz`` files; :func:`read_npy` and :func:`read_npz` check every array's declared shape
   against the bytes actually there before allocating it, and refuse pickles.
@@ -25,9 +26,10 @@ import os
 import stat
 import zipfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -36,6 +38,7 @@ __all__ = [
     "decompress",
     "hash_regular",
     "max_expansion",
+    "open_regular",
     "parse_max_expansion",
     "read_inside",
     "read_npy",
@@ -50,13 +53,9 @@ MAX_EXPANSION = 100.0
 _EXPANSION_FLOOR = 64 << 20
 
 
-def _open_regular(path: Path, label: object, max_bytes: int | None, *,
-                  follow: bool = True, digest: Any = None, head: int | None = None) -> bytes:
-    """Read a regular file through a non-blocking descriptor, at most ``max_bytes``.
-
-    With ``digest`` (a ``hashlib`` object) the file is streamed through it in 16 MiB chunks
-    and only its first ``head`` bytes are returned, so a large file is never held whole.
-    """
+def _checked_fd(path: Path, label: object, max_bytes: int | None, follow: bool) -> tuple[int, os.stat_result]:
+    """A descriptor of the regular file ``path``, opened non-blocking (a FIFO never blocks the
+    open), and its ``fstat``; anything else is refused, and the descriptor closed."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
     if not follow:
         flags |= getattr(os, "O_NOFOLLOW", 0)
@@ -75,17 +74,41 @@ def _open_regular(path: Path, label: object, max_bytes: int | None, *,
         if max_bytes is not None and info.st_size > max_bytes:
             raise ValueError(f"{label}: is larger than expected ({info.st_size:,} bytes, at "
                              f"most {max_bytes:,})")
-        with os.fdopen(fd, "rb", closefd=False) as file:
-            if digest is None:
-                return file.read(info.st_size)
-            first = b""
-            while chunk := file.read(1 << 24):
-                digest.update(chunk)
-                if len(first) < (head or 0):
-                    first += chunk[:(head or 0) - len(first)]
-            return first
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    return fd, info
+
+
+@contextmanager
+def open_regular(path: str | os.PathLike[str], *, label: object = None, max_bytes: int | None = None,
+                 follow: bool = True) -> Iterator[BinaryIO]:
+    """The regular file ``path`` opened for reading (``rb``), for a reader that takes a file (``torch.load``,
+    ``np.load``): the one checked opener under every file a command reads. A FIFO, device, socket or
+    folder is refused in one line (never opened for a blocking read), so is a file over ``max_bytes``
+    and, with ``follow=False``, a symbolic link. ``label`` names the file in errors (default ``path``)."""
+    fd, _ = _checked_fd(Path(path), path if label is None else label, max_bytes, follow)
+    with os.fdopen(fd, "rb") as file:
+        yield file
+
+
+def _open_regular(path: Path, label: object, max_bytes: int | None, *,
+                  follow: bool = True, digest: Any = None, head: int | None = None) -> bytes:
+    """Read a regular file through a non-blocking descriptor, at most ``max_bytes``.
+
+    With ``digest`` (a ``hashlib`` object) the file is streamed through it in 16 MiB chunks
+    and only its first ``head`` bytes are returned, so a large file is never held whole.
+    """
+    fd, info = _checked_fd(path, label, max_bytes, follow)
+    with os.fdopen(fd, "rb") as file:
+        if digest is None:
+            return file.read(info.st_size)
+        first = b""
+        while chunk := file.read(1 << 24):
+            digest.update(chunk)
+            if len(first) < (head or 0):
+                first += chunk[:(head or 0) - len(first)]
+        return first
 
 
 def read_regular(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> bytes:

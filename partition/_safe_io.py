@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from ._json_io import dumps_json, loads_json
+from ._json_io import dumps_json, loads_json, own_descriptor
 
 __all__ = [
     "Refusals",
@@ -388,11 +388,13 @@ def _take(out: Path, path: Path, command: str) -> tuple[int, list[Path]]:
     """Open and lock ``path`` (exclusive, not waiting), write who holds it; ``ValueError`` when
     another process holds it. Returns the descriptor and the folders made for it."""
     made: list[Path] = []
-    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     for _ in range(100):
         made += _make_folders(path.parent)
-        try:
-            fd = os.open(path, flags, 0o644)
+        try:  # never a hard link to a user's file, a link, a folder or a FIFO in its place (a one-line ValueError)
+            fd = own_descriptor(path, os.O_RDWR, what="lock file")
+        except ValueError:
+            _remove_folders(made)
+            raise
         except FileNotFoundError:  # its folder was removed meanwhile by a holder letting go: again
             continue
         except OSError as err:  # the file system's refusal (its parent is a file, no permission): an OSError still

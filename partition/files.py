@@ -2,11 +2,11 @@
 in one public place: the checked readers, the strict JSON, and the guards of an output folder.
 
 - reading, checked and bounded (:mod:`._readers`): :func:`read_regular`, :func:`read_inside`,
-  :func:`hash_regular`, :func:`decompress` (with :func:`max_expansion`,
+  :func:`hash_regular`, :func:`open_regular`, :func:`decompress` (with :func:`max_expansion`,
   :func:`parse_max_expansion`, :data:`MAX_EXPANSION`), :func:`read_npy`, :func:`read_npz`;
 - metadata JSON, strict both ways (:mod:`._json_io`): :func:`dumps_json`, :func:`loads_json`,
-  :func:`read_json`, :func:`read_json_inside`, :func:`write_text_file`, :func:`naming_write_errors`,
-  :class:`WriteError`;
+  :func:`read_json`, :func:`read_json_inside`, :func:`write_text_file` (with :func:`open_own`),
+  :func:`naming_write_errors`, :class:`WriteError`;
 - an output folder (:mod:`._safe_io`): :func:`check_destination` (with :class:`Refusals`),
   :func:`check_input_folders`, :func:`check_apart`, :func:`check_output_folder`,
   :func:`write_folder`, :func:`staged_folder`, :func:`recover_interrupted`,
@@ -24,6 +24,7 @@ from ._json_io import (
     dumps_json,
     loads_json,
     naming_write_errors,
+    open_own,
     read_json,
     read_json_inside,
     write_text_file,
@@ -33,6 +34,7 @@ from ._readers import (
     decompress,
     hash_regular,
     max_expansion,
+    open_regular,
     parse_max_expansion,
     read_inside,
     read_npy,
@@ -73,6 +75,8 @@ __all__ = [
     "lock_path",
     "max_expansion",
     "naming_write_errors",
+    "open_own",
+    "open_regular",
     "parse_max_expansion",
     "read_inside",
     "read_json",

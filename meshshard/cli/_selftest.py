@@ -182,10 +182,15 @@ def _run(args: argparse.Namespace) -> int:
         _report(summary)
         _finish()
         return 1 if summary["failures"] else 0
-    from meshshard.comm import launch_local
+    from meshshard.comm import check_local_ranks, launch_local
 
     if args.nproc < 1:
         print(f"meshshard selftest: error: Expected --nproc >= 1 (got {args.nproc})")
+        return 2
+    try:
+        check_local_ranks(args.nproc)  # a cap by the cores, before any rank starts
+    except ValueError as err:
+        print(f"meshshard selftest: error: --nproc: {err}", file=sys.stderr)
         return 2
     print(f"meshshard selftest: starting {args.nproc} local ranks on 127.0.0.1 ...", flush=True)
     try:

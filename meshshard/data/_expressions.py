@@ -20,10 +20,18 @@ _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
 
 
+#: The longest expression read (a scale is a short formula): bounds the parser's and the walks' recursion,
+#: so that a long chain (60,000 terms, 100,000 unary minuses) is one line, never a ``RecursionError``.
+MAX_EXPRESSION_CHARS = 500
+
+
 def _tree(text: str) -> ast.expr:
+    if len(text) > MAX_EXPRESSION_CHARS:
+        raise ValueError(f"Expected an arithmetic expression of the parameters of at most {MAX_EXPRESSION_CHARS} "
+                         f"characters (got {len(text):,}: {text[:40]!r}...)")
     try:
         return ast.parse(text.strip(), mode="eval").body
-    except SyntaxError:
+    except (SyntaxError, RecursionError, MemoryError):  # the parser's own limits: nesting, parser stack
         raise ValueError(f"Expected an arithmetic expression of the parameters (got {text!r})") from None
 
 
@@ -68,9 +76,13 @@ def evaluate_expression(text: str, values: Mapping[str, float]) -> float:
     except (ZeroDivisionError, OverflowError, TypeError):
         result = math.nan
     if isinstance(result, complex) or not math.isfinite(result):
-        raise ValueError(f"Expected {text!r} to be a finite number (got {result} for "
-                         f"{', '.join(f'{k}={v:g}' for k, v in values.items())})")
+        raise ValueError(f"Expected {text!r} to be a finite number (got {result} for {_parameters_of(values)})")
     return float(result)
+
+
+def _parameters_of(values: Mapping[str, float]) -> str:
+    """``aoa=2, speed=10`` for a message; ``no parameters`` for none (never an empty ``for )``)."""
+    return ", ".join(f"{k}={v:g}" for k, v in values.items()) or "no parameters"
 
 
 def evaluate_columns(text: str, columns: Mapping[str, Any]) -> Any:
@@ -89,5 +101,8 @@ def parse_target_scales(text: str) -> dict[str, str]:
         if not sep or not field.strip() or not expression.strip():
             raise ValueError(f"Expected --target-scale as FIELD=EXPRESSION, comma-separated (got {item!r})")
         _names(_tree(expression), expression)
+        if field.strip() in scales:
+            raise ValueError(f"Expected each field once in --target-scale (got {field.strip()!r} twice: "
+                             f"{scales[field.strip()]!r} and {expression.strip()!r})")
         scales[field.strip()] = expression.strip()
     return scales

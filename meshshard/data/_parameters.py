@@ -7,7 +7,9 @@ field is divided by its scale (:func:`with_parameters`).
 from __future__ import annotations
 
 import io
+import math
 import os
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -20,6 +22,10 @@ from meshshard.partition.files import read_regular
 
 from ._expressions import check_expression, evaluate_expression, parse_target_scales
 from ._writer import Sample
+
+#: The magnitudes a target scale may have: a float32 run multiplies its predictions back by it.
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+_FLOAT32_TINY = float(np.finfo(np.float32).tiny)
 
 __all__ = ["MAX_PARAMS_BYTES", "read_parameters", "target_scales", "with_parameters"]
 
@@ -40,35 +46,36 @@ def read_parameters(path: str | os.PathLike[str], names: Sequence[str],
     import csv
 
     label = Path(path)
-    text = read_regular(path, max_bytes=MAX_PARAMS_BYTES).decode("utf-8-sig", errors="replace")
-    rows = [r for r in csv.reader(io.StringIO(text)) if any(cell.strip() for cell in r)]
-    if not rows:
-        raise ValueError(f"{label}: Expected a CSV table with a header row (got an empty file)")
-    header = [cell.strip() for cell in rows[0]]
-    if "sample" not in header:
-        raise ValueError(f"{label}: Expected a 'sample' column of sample names (got columns {', '.join(header)})")
-    key = header.index("sample")
-    columns = [i for i in range(len(header)) if i != key]
-    if not columns or any(not header[i] for i in columns) or len(set(header)) != len(header):
-        raise ValueError(f"{label}: Expected named parameter columns besides 'sample', each once (got "
-                         f"{', '.join(header)})")
-    table: dict[str, list[float]] = {}
-    for n, row in enumerate(rows[1:], start=2):
-        if len(row) != len(header):
-            raise ValueError(f"{label}: row {n}: Expected {len(header)} values (got {len(row)})")
-        name = row[key].strip()
-        if name in table:
-            raise ValueError(f"{label}: row {n}: sample {name!r} has a row already")
-        values = []
-        for i in columns:
-            try:
-                value = float(row[i])
-            except ValueError:
-                raise ValueError(f"{label}: row {n}, column {header[i]}: Expected a number (got {row[i]!r})") from None
-            if not np.isfinite(value):
-                raise ValueError(f"{label}: row {n}, column {header[i]}: Expected a finite number (got {row[i]!r})")
-            values.append(value)
-        table[name] = values
+    stored = io.BytesIO(read_regular(path, max_bytes=MAX_PARAMS_BYTES))  # decoded as read: never a copy as text
+    reader = csv.reader(io.TextIOWrapper(stored, encoding="utf-8-sig", errors="replace", newline=""))
+    rows = (r for r in reader if any(cell.strip() for cell in r))  # streamed: a row at a time, never all held
+    try:
+        header = [cell.strip() for cell in next(rows, [])]
+        if not header:
+            raise ValueError(f"{label}: Expected a CSV table with a header row (got an empty file)")
+        if "sample" not in header:
+            raise ValueError(f"{label}: Expected a 'sample' column of sample names (got columns "
+                             f"{_shown(', '.join(header))})")
+        key = header.index("sample")
+        columns = [i for i in range(len(header)) if i != key]
+        if not columns or any(not header[i] for i in columns) or len(set(header)) != len(header):
+            raise ValueError(f"{label}: Expected named parameter columns besides 'sample', each once (got "
+                             f"{_shown(', '.join(header))})")
+        table: dict[str, int] = {}  # sample name -> its row among the values
+        values = array("d")  # every row's values, one after another: 8 bytes a value
+        for row in rows:
+            n = reader.line_num
+            if len(row) != len(header):
+                raise ValueError(f"{label}: row {n}: Expected {len(header)} values (got {len(row)})")
+            name = row[key].strip()
+            if name in table:
+                raise ValueError(f"{label}: row {n}: sample {_shown(name)!r} has a row already")
+            table[name] = len(table)
+            values.extend(_number(row[i], label, n, header[i]) for i in columns)
+    except csv.Error as err:
+        raise ValueError(f"{label}: line {reader.line_num}: not a readable CSV table ({err})") from None
+    del stored
+    width = len(columns)
     missing = [s for s in names if s not in table]
     if missing:
         raise ValueError(f"{label}: Expected a row for every sample (no row for {listed(missing)}; the samples are "
@@ -76,7 +83,27 @@ def read_parameters(path: str | os.PathLike[str], names: Sequence[str],
     extra = [s for s in table if s not in set(names)]
     if extra and notes is not None:
         notes(f"{label}: {plural(len(extra), 'row')} of samples not in this dataset, left out: {listed(extra)}")
-    return {"names": [header[i] for i in columns], "values": [table[s] for s in names]}
+    return {"names": [header[i] for i in columns],
+            "values": [values[table[s] * width:(table[s] + 1) * width].tolist() for s in names]}
+
+
+def _shown(text: str, limit: int = 200) -> str:
+    """``text`` cut to ``limit`` characters for a message (a 100k-character cell is no line)."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
+def _number(cell: str, label: Path, n: int, column: str) -> float:
+    """The finite number of a table's cell; a one-line ``ValueError`` naming the row and column."""
+    try:
+        if "_" in cell:  # Python's float() takes 1_000; a table of numbers does not
+            raise ValueError
+        value = float(cell)
+    except ValueError:
+        raise ValueError(f"{label}: row {n}, column {_shown(column)}: Expected a number (got {_shown(cell)!r})"
+                         ) from None
+    if not math.isfinite(value):
+        raise ValueError(f"{label}: row {n}, column {_shown(column)}: Expected a finite number (got {cell!r})")
+    return value
 
 
 def target_scales(given: str | Mapping[str, str] | None, table: Mapping[str, Any] | None,
@@ -103,6 +130,10 @@ def target_scales(given: str | Mapping[str, str] | None, table: Mapping[str, Any
             if factor == 0:
                 raise ValueError(f"{params}: sample {names[i]}: Expected --target-scale {field}={expression} to be "
                                  "non-zero (got 0), since the targets are divided by it")
+            if not _FLOAT32_TINY <= abs(factor) <= _FLOAT32_MAX:
+                raise ValueError(f"{params}: sample {names[i]}: Expected --target-scale {field}={expression} within "
+                                 f"float32's range ({_FLOAT32_TINY:.3g} to {_FLOAT32_MAX:.3g} in magnitude; got "
+                                 f"{factor:g}), since a run's predictions are multiplied back by it in float32")
     return scales
 
 

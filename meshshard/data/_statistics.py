@@ -11,6 +11,7 @@ trajectories' and the mean field's) take them with this module, which sits below
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -83,7 +84,10 @@ def held_channels(channels: Sequence[str], mean: np.ndarray, std: np.ndarray) ->
     largest ``sqrt(mean^2 + std^2)`` among them)."""
     size = np.sqrt(np.asarray(mean, dtype=np.float64) ** 2 + np.asarray(std, dtype=np.float64) ** 2)
     field = [c.rsplit("[", 1)[0] if c.endswith("]") else c for c in channels]
-    magnitude = np.array([max(size[j] for j in range(len(field)) if field[j] == f) for f in field]) if field else size
+    largest: dict[str, float] = {}  # one pass over the channels (100k parameters or components: linear)
+    for f, v in zip(field, size.tolist(), strict=True):
+        largest[f] = max(largest.get(f, -math.inf), v)
+    magnitude = np.array([largest[f] for f in field], dtype=np.float64) if field else size
     return (np.asarray(std) > 0) & (np.asarray(std) <= HOLD_RELATIVE * magnitude)
 
 

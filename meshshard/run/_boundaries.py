@@ -125,6 +125,11 @@ def check_force_options(area: float | None, drag: Sequence[float] | None, lift: 
             raise ValueError(f"Expected {flag} to have {dim} components, as the meshes have dimensions "
                              f"(got {','.join(f'{x:g}' for x in v)})")
         units.append(tuple(float(x) for x in v / np.linalg.norm(v)))
+    if units[0] is not None and units[1] is not None and abs(float(np.dot(units[0], units[1]))) > 1 - 1e-9:
+        raise ValueError(f"Expected --lift-direction across --direction, the drag direction (got "
+                         f"{','.join(f'{x:g}' for x in units[1])} parallel to {','.join(f'{x:g}' for x in units[0])}, "
+                         "as unit vectors): "
+                         "the lift would be the drag")
     return float(area) if area is not None else 1.0, units[0], units[1]
 
 
@@ -254,7 +259,9 @@ def boundary_record(sums: np.ndarray, scoring: BoundaryScoring, parameters: dict
                 ref = float(evaluate_expression(scoring.reference, parameters)) if scoring.reference else 1.0
                 if not math.isfinite(ref) or ref == 0.0:
                     raise ValueError(f"Expected --force-reference {scoring.reference!r} to be a finite non-zero "
-                                     f"number for every sample (got {ref} for {parameters})")
+                                     f"number for every sample (got {ref} for "
+                                     + (", ".join(f"{k}={v:g}" for k, v in parameters.items()) or "no parameters")
+                                     + ")")
                 scale = ref * scoring.area  # q A
                 entry["coefficient"] = {"reference": ref, "reference_area": scoring.area,
                                         "true": [_finite(v / scale) for v in true_f] if truth else None,

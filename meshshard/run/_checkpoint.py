@@ -40,10 +40,13 @@ import hashlib
 import os
 import re
 from collections.abc import Mapping
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from meshshard.partition.files import open_regular
 
 __all__ = ["CheckpointError", "FORMAT", "FORMAT_VERSION", "REQUIRED", "atomic_save", "load_checkpoint",
            "save_checkpoint"]
@@ -177,7 +180,9 @@ def peek(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     it, which step); ``None`` when it does not load that way. Not checked: read a checkpoint with
     :func:`load_checkpoint`."""
     try:
-        value = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        with open_regular(path) as file:  # a FIFO or a folder is none of ours, never opened for a blocking read
+            proc = Path(f"/proc/self/fd/{file.fileno()}")  # the file just checked, not whatever the name is now
+            value = torch.load(proc if proc.exists() else path, map_location="cpu", weights_only=True, mmap=True)
     except Exception:  # noqa: BLE001 - whatever does not load this way is not ours to look into
         return None
     return value if isinstance(value, dict) else None
@@ -233,10 +238,15 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu") -> 
     Raises:
         CheckpointError: (a ``ValueError``) one line naming the file and the problem.
     """
-    try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as err:  # noqa: BLE001 - any unreadable file is reported the same way, on one line
-        raise CheckpointError(f"{path}: not a readable meshshard checkpoint ({_one_line(err)})") from None
+    with ExitStack() as stack:
+        try:  # a FIFO (that would block), a device or a folder: refused in one line, never opened for reading
+            file = stack.enter_context(open_regular(path))
+        except ValueError as err:
+            raise CheckpointError(str(err)) from None
+        try:
+            ckpt = torch.load(file, map_location=map_location, weights_only=True)
+        except Exception as err:  # noqa: BLE001 - any unreadable file is reported the same way, on one line
+            raise CheckpointError(f"{path}: not a readable meshshard checkpoint ({_one_line(err)})") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a meshshard checkpoint (no 'format': {FORMAT!r} entry)")
     version = ckpt.get("format_version")

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from meshshard.partition import Refusals, check_destination, loads_json, read_json
+from meshshard.partition.files import open_regular
 
 from ._checkpoint import load_checkpoint, peek
 from ._recipe_file import RECIPE_HEADER
@@ -47,6 +48,7 @@ __all__ = [
     "BEST",
     "CHECKPOINTS",
     "checkpoint_path",
+    "checkpoint_used",
     "LOG",
     "FIRST_STEP",
     "LOSS_PLOT",
@@ -115,6 +117,9 @@ def _check_is_a_run(out: Path) -> None:
         if (out / name).is_symlink() or (out / name).exists() and not (out / name).is_file():
             raise ValueError(f"{out}: holds {name}, which is not a file meshshard train wrote (a link or a folder); "
                              "refusing to write over it: pick another --out")
+        if (out / name).is_file() and (links := os.lstat(out / name).st_nlink) > 1:
+            raise ValueError(f"{out}: holds {name}, a hard link ({links} names share the file: one may be yours); "
+                             "refusing to write over it: pick another --out")
     not_ours = why_not_a_run(out)
     if not_ours:
         raise ValueError(f"{out}: holds {not_ours}; refusing to write over it, even with --force: pick another --out")
@@ -154,7 +159,7 @@ def why_not_a_run(out: Path) -> str | None:
         if (peek(ckpt) or {}).get("format") != "meshshard-checkpoint":
             return "checkpoint.pt, which is not a readable meshshard checkpoint (another program's, or damaged)"
     if log.is_file() and not log.is_symlink():
-        with open(log, "rb") as f:
+        with open_regular(log) as f:
             first = f.readline(1 << 16)
         try:
             record = loads_json(first, log) if first.strip() else {"step": 0}  # empty: made, nothing logged yet
@@ -179,7 +184,7 @@ def why_not_a_run(out: Path) -> str | None:
 
 
 def _starts_with(path: Path, header: str) -> bool:
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         return f.read(len(header.encode())) == header.encode()
 
 
@@ -287,7 +292,13 @@ def checkpoint_path(run: str | os.PathLike[str], checkpoint: str = "last") -> Pa
     if checkpoint not in CHECKPOINTS:
         raise ValueError(f"Expected --checkpoint best or last (got {checkpoint!r})")
     best = Path(run) / BEST
-    return best if checkpoint == "best" and (best.is_file() or best.is_symlink()) else Path(run) / CHECKPOINT
+    return best if checkpoint == "best" and os.path.lexists(best) else Path(run) / CHECKPOINT
+
+
+def checkpoint_used(run: str | os.PathLike[str], checkpoint: str = "last") -> str:
+    """Which checkpoint :func:`read_run` reads for ``checkpoint``: ``"best"`` only where RUN has a
+    best.pt (``--checkpoint best`` of a run trained without validation reads the last one, and says so)."""
+    return "best" if checkpoint_path(run, checkpoint).name == BEST else "last"
 
 
 def read_run(run: str | os.PathLike[str], checkpoint: str = "last") -> dict[str, Any]:
@@ -296,9 +307,9 @@ def read_run(run: str | os.PathLike[str], checkpoint: str = "last") -> dict[str,
     path = checkpoint_path(run, checkpoint)
     if path.is_symlink():
         raise ValueError(f"{path}: is a link; a run's checkpoint is read from inside its folder only")
-    if not path.is_file():
+    if not path.exists():
         raise ValueError(f"{run}: no {CHECKPOINT} (not a run folder of meshshard train, or no step finished yet)")
-    return load_checkpoint(path)
+    return load_checkpoint(path)  # a FIFO, a device or a folder in its place: refused in one line, never opened
 
 
 def resume_hint(out: str | os.PathLike[str]) -> str | None:

@@ -51,7 +51,7 @@ from ._boundaries import (
     boundary_sums,
     check_boundary_request,
 )
-from ._folder import read_run
+from ._folder import checkpoint_used, read_run
 from ._pictures import sample_picture
 from ._pred_folder import (
     METRICS_FORMAT,
@@ -142,7 +142,7 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
     out = Path(cfg.out)
     stale = check_prediction_folder(out, cfg.force)  # on every rank, so a refusal stops them all before any collective
     head = {"format": METRICS_FORMAT, "format_version": 1, "complete": False, "run": str(cfg.run),
-            "data": str(cfg.data), "step": ckpt.get("step"), "checkpoint": cfg.checkpoint,
+            "data": str(cfg.data), "step": ckpt.get("step"), "checkpoint": checkpoint_used(cfg.run, cfg.checkpoint),
             "world_size": ctx.world_size, "units": "physical (de-normalised)", "targets_known": truth, "files": []}
     barrier()  # every rank has looked at PRED before rank 0 changes it
     if ctx.rank == 0:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +44,10 @@ import numpy as np
 
 from meshshard.comm import barrier, gather_rows, init_distributed, sum_across
 from meshshard.data import open_dataset, open_trajectories
+from meshshard.partition.files import open_own
 
 from ..tasks import get_task
-from ._folder import read_run
+from ._folder import checkpoint_used, read_run
 from ._pictures import PLOT_MAX_NODES, RolloutFrames, animation_steps, gather_plot_rows, plot_rows, rollout_animation
 from ._pred_folder import METRICS_FORMAT, check_prediction_folder, delete_paths, file_stem, write_metrics
 from ._recipe import build_model
@@ -77,20 +79,24 @@ def memory_steps(count: int) -> list[int]:
     return marks if marks[-1] == count else [*marks, count]
 
 
-def write_pvd(path: Path, entries: list[tuple[float, str]]) -> None:
-    """A ParaView collection (``.pvd``) of ``(time, file)`` entries, files relative to ``path``'s folder."""
-    lines = "\n".join(f'    <DataSet timestep="{t!r}" group="" part="0" file="{name}"/>' for t, name in entries)
-    path.write_text('<?xml version="1.0"?>\n<VTKFile type="Collection" version="0.1" byte_order="LittleEndian">\n'
-                    f"  <Collection>\n{lines}\n  </Collection>\n</VTKFile>\n")
+def write_pvd(path: Path, entries: Iterable[tuple[float, str]]) -> None:
+    """A ParaView collection (``.pvd``) of ``(time, file)`` entries, files relative to ``path``'s
+    folder, written as ``entries`` yields them (a long rollout's are never all held)."""
+    with open_own(path) as file:
+        file.write('<?xml version="1.0"?>\n<VTKFile type="Collection" version="0.1" byte_order="LittleEndian">\n'
+                   "  <Collection>\n")
+        for t, name in entries:
+            file.write(f'    <DataSet timestep="{t!r}" group="" part="0" file="{name}"/>\n')
+        file.write("  </Collection>\n</VTKFile>\n")
 
 
-def _step_times(times: np.ndarray, stride: int, count: int) -> list[float]:
-    """The time of rollout steps ``0..count`` (``stride`` trajectory steps each): the trajectory's
-    own, then on past its end at its last time step."""
+def _step_time(times: np.ndarray, stride: int, n: int) -> float:
+    """The time of rollout step ``n`` (``stride`` trajectory steps each): the trajectory's own, then
+    on past its end at its last time step. One step at a time: whatever ``--rollout-steps`` says,
+    nothing is made for the steps not yet done."""
     last = len(times) - 1
-    dt = float(times[-1] - times[-2])
-    return [float(times[n * stride]) if n * stride <= last else float(times[-1] + (n * stride - last) * dt)
-            for n in range(count + 1)]
+    return float(times[n * stride]) if n * stride <= last else float(times[-1] + (n * stride - last)
+                                                                      * float(times[-1] - times[-2]))
 
 
 def _summary_of(rmse: list[float | None], sse: float, count: float) -> dict[str, Any]:
@@ -156,7 +162,8 @@ def rollout(cfg: PredictConfig, doing: list[str] | None = None) -> dict[str, Any
     out = Path(cfg.out)
     stale = check_prediction_folder(out, cfg.force)  # on every rank, so a refusal stops them all
     head = {"format": METRICS_FORMAT, "format_version": 1, "complete": False, "kind": "rollout",
-            "run": str(cfg.run), "data": str(cfg.data), "step": ckpt.get("step"), "checkpoint": cfg.checkpoint,
+            "run": str(cfg.run), "data": str(cfg.data), "step": ckpt.get("step"),
+            "checkpoint": checkpoint_used(cfg.run, cfg.checkpoint),  # what was read: "last" for a run without best.pt
             "world_size": ctx.world_size, "units": "physical (de-normalised)", "targets_known": True,
             "time_stride": stride, "files": []}
     barrier()
@@ -263,10 +270,10 @@ def _roll(cfg: PredictConfig, task: Any, trajectories: Any, k: int, count: int, 
     rows = task.rollout_rows(trajectories, k, ids, normaliser, ctx.device, dtype)
     interior = (~rows.boundary).cpu().numpy()
     state = torch.from_numpy(trajectories.state(k, 0, ids)).to(ctx.device, dtype)
-    times = _step_times(trajectories.times(k), stride, count)
-    mse = {name: [] for name, _ in fields}  # per step: the mean square over interior nodes
+    known_times = trajectories.times(k)
+    times: list[float] = []  # of the steps done: the record grows with the files written, never with count
+    mse = {name: [] for name, _ in fields}  # per step done: the mean square over interior nodes
     counts = sum_across(np.array([float(interior.sum())]), None, ctx.device)[0]
-    entries = []
     read: list[np.ndarray | None] = [None]  # the truth of the step being computed, as read
     frames = set(animation_steps(min(count, (known - 1) // stride))) if animate else set()
     kept = RolloutFrames(fields)
@@ -283,6 +290,7 @@ def _roll(cfg: PredictConfig, task: Any, trajectories: Any, k: int, count: int, 
     states = roll_states(task, normaliser, layout.forward, state, rows, count, truth_of)
     for n in range(count + 1):
         t = n * stride
+        times.append(_step_time(known_times, stride, n))
         clock, reading = time.perf_counter(), spent["read"]
         _, state, _ = next(states)
         truth = read[0]
@@ -301,20 +309,19 @@ def _roll(cfg: PredictConfig, task: Any, trajectories: Any, k: int, count: int, 
         name = f"step-{n:05d}"
         if gather:
             full = write_gathered(out / stem / f"{name}.vtu", data, fields, k, layout, pred, ctx, rows_of=rows_of)
-            entries.append((times[n], f"{stem}/{name}.vtu"))
             if n in frames:
                 _keep_frame(kept, n, times[n], full, take, layout, truth, pred, ctx)
         else:
             write_pieces(out / stem / name, out / stem / f"{name}.pvtu", data, fields, k, layout, pred, ctx,
                           rows_of=rows_of)
-            entries.append((times[n], f"{stem}/{name}.pvtu"))
         spent["write"] += time.perf_counter() - clock
         if n == marks[len(memory)]:
             now = resident_memory_mb()
             memory.append((peak_memory_mb()["rss"], math.nan if now is None else now))
     clock = time.perf_counter()
     if ctx.rank == 0:
-        write_pvd(out / f"{stem}.pvd", entries)
+        suffix = "vtu" if gather else "pvtu"
+        write_pvd(out / f"{stem}.pvd", ((when, f"{stem}/step-{n:05d}.{suffix}") for n, when in enumerate(times)))
     spent["write"] += time.perf_counter() - clock
     mine = [spent["read"], spent["compute"], spent["write"], time.perf_counter() - started, *np.ravel(memory)]
     ranks = gather_rows(np.array([mine]), None, ctx.device)  # (world, 4 + 2 marks) on rank 0 (a collective)

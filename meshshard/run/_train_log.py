@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from meshshard.partition import dumps_json
+from meshshard.partition.files import open_own
 
 from . import _folder, _report
 from ._folder import LOG, LOSS_PLOT
@@ -44,7 +45,7 @@ class TrainLog:
 
     def __init__(self, is_main: bool, cfg: Any, start: int, nodes_per_step: int) -> None:
         self.enabled, self.cfg, self.nodes = is_main and not cfg.quiet, cfg, nodes_per_step
-        self.file = open(Path(cfg.out) / LOG, "a") if is_main else None  # noqa: SIM115
+        self.file = open_own(Path(cfg.out) / LOG, "a") if is_main else None  # never through a hard link
         self.bar = None
         if self.enabled and sys.stderr.isatty():
             from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn

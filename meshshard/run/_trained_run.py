@@ -128,7 +128,17 @@ class TrainedRun:
             expression = scales.get(str(target["name"]))
             value = evaluate_columns(expression, columns) if expression else torch.ones_like(out[:, 0])
             factors += [value] * int(target["components"])
-        return out * torch.stack(factors, dim=1)
+        scaled = out * torch.stack(factors, dim=1)
+        bad = ~torch.isfinite(scaled).all(dim=0) & torch.isfinite(out).all(dim=0)  # finite before, not after
+        if bool(bad.any()):
+            column = int(bad.nonzero()[0, 0])
+            names = [str(t["name"]) for t in self.config.get("target_fields") or []
+                     for _ in range(int(t["components"]))]
+            name = names[column] if column < len(names) else str(column)
+            raise ValueError(f"Expected the predictions of {name} to be finite in physical units (times its target "
+                             f"scale {scales.get(name)}, they overflow {str(out.dtype).removeprefix('torch.')}); "
+                             "predict in float64, or rebuild the dataset with a smaller --target-scale")
+        return scaled
 
     def _check_pos(self, shape: Any) -> None:
         dims = len(self._normaliser.normalisation.edges.channels) - 1  # the edge features: dpos, then |dpos|

@@ -240,6 +240,11 @@ def _maybe_fail(rank: int, step: int) -> None:
         os._exit(17)
 
 
+class SampleReadError(ValueError):
+    """A training sample that could not be read (a damaged or missing file of DATA): a data error
+    (exit 2), never reported as the model's failure."""
+
+
 class NonFiniteLoss(RuntimeError):
     """The loss or a gradient of a step is NaN or infinite: training stops before the optimizer step."""
 
@@ -415,7 +420,10 @@ class _Session:
         try:
             loss = torch.zeros((), dtype=self.dtype, device=ctx.device)
             for j, k in enumerate(mine):  # one graph for the step's samples: a single backward, exact as for one sample
-                b = self.task.batch(reader, k, step)
+                try:
+                    b = self.task.batch(reader, k, step)
+                except (ValueError, OSError) as err:  # a damaged or missing sample file: the data's fault, exit 2
+                    raise SampleReadError(f"rank {ctx.rank}: step {step}: {first_line(err)}") from err
                 if k not in checked:  # the data do not change: each sample is checked the first time it is read
                     checked[k] = _non_finite_row(b.x.to_local(), b.y.to_local(), b.owned_ids, k)
                 bad_row = bad_row or checked[k]
@@ -441,7 +449,7 @@ class _Session:
             flags = _local_flags(loss, bad_row, model.parameters(), rank=ctx.rank, world=ctx.world_size,
                                  out_of_time=out_of_time)
             all_reduce_sum(flags)  # each domain rank holds its sample's loss; and every rank's finite checks
-        except ModelOutputError:
+        except (ModelOutputError, SampleReadError):
             raise
         except Exception as err:  # the model's own error (any type) or a collective's: said which, on one line
             raise _step_failure(err, f"rank {ctx.rank}: step {step}", self.ckpt_path,
@@ -528,6 +536,9 @@ def train(cfg: TrainConfig) -> list[float]:
     reader = task.reader(dataset, cfg.partition, device_mesh.domain_rank, device_mesh.domain_group, device=ctx.device,
                          dtype=dtype, parts_meta=meta)
     names = reader.sample_names  # to name a sample in an error
+    if cfg.batch > len(reader.train):  # every rank alike, from DATA: a step would draw samples again and again
+        raise ValueError(f"Expected --batch at most the training samples ({len(reader.train)} in {cfg.data}) "
+                         f"(got {cfg.batch})")
 
     torch.manual_seed(cfg.seed)
     digest = model_digest(cfg.model) if cfg.model else None  # the model file as it is now, before it is run

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +61,85 @@ def test_a_bad_threshold_setting_is_refused_in_one_line(monkeypatch: pytest.Monk
     with pytest.raises(ValueError, match=r"Expected MESHSHARD_MMAP_THRESHOLD to be a number of bytes, 0 for glibc's own "
                                          r"threshold \(got '1MiB'\)"):
         fix_mmap_threshold()
+
+
+def _never(*_: object) -> None:  # pragma: no cover - the launch is refused before any rank starts
+    raise AssertionError("a rank started")
+
+
+def test_local_ranks_are_capped_by_the_cores_with_an_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 36, defect 8: ``selftest --ranks 100000`` started ranks without a cap."""
+    from meshshard.comm import launch_local, max_local_ranks
+
+    monkeypatch.delenv("MESHSHARD_MAX_LOCAL_RANKS", raising=False)
+    cap = max_local_ranks()
+    assert cap >= 8 and cap >= len(os.sched_getaffinity(0))
+    with pytest.raises(ValueError, match=rf"^Expected at most {cap} local ranks on this machine \(4 per core; "
+                                         rf"MESHSHARD_MAX_LOCAL_RANKS sets another cap\) \(got 100000\)$"):
+        launch_local(_never, 100000)
+    monkeypatch.setenv("MESHSHARD_MAX_LOCAL_RANKS", "1")
+    with pytest.raises(ValueError, match=r"^Expected at most 1 local ranks"):
+        launch_local(_never, 2)
+    monkeypatch.setenv("MESHSHARD_MAX_LOCAL_RANKS", "many")
+    with pytest.raises(ValueError, match=r"^Expected MESHSHARD_MAX_LOCAL_RANKS to be a positive number of ranks"):
+        launch_local(_never, 2)
+
+
+_SLOW_LAUNCHER = """
+import os, sys, time
+if __name__ != "__main__":  # a spawned rank imports this file first: it is still starting when the launcher dies
+    time.sleep(4)
+
+def forever(folder):
+    open(os.path.join(folder, f"rank-{os.environ['RANK']}"), "w").close()
+    time.sleep(600)
+
+if __name__ == "__main__":
+    from meshshard.comm import launch_local
+    print("launching", flush=True)
+    launch_local(forever, 2, sys.argv[1])
+"""
+
+
+def test_every_rank_dies_with_its_launcher_even_one_still_starting(tmp_path: Path) -> None:
+    """Issue 36, defect 8: after the launcher was killed (SIGKILL), ranks kept running: those still
+    starting had not yet asked for a parent-death signal. Each rank ends when its launcher is gone."""
+    import signal
+    import time
+
+    script = tmp_path / "launcher.py"
+    script.write_text(_SLOW_LAUNCHER)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                            env=os.environ | {"MESHSHARD_BACKEND": "gloo"})
+    try:
+        assert proc.stdout.readline() == "launching\n"
+        deadline = time.monotonic() + 60
+        ranks: list[int] = []
+        while len(ranks) < 2 and time.monotonic() < deadline:
+            ranks = [int(c) for task in Path(f"/proc/{proc.pid}/task").iterdir()
+                     for c in (task / "children").read_text().split()
+                     if "spawn_main" in Path(f"/proc/{c}/cmdline").read_text()]
+            time.sleep(0.05)
+        assert len(ranks) == 2, "the launcher did not start its ranks"
+        proc.send_signal(signal.SIGKILL)  # while the ranks are still importing the launcher's file
+        proc.wait()
+        deadline = time.monotonic() + 90
+        alive = ranks
+        while alive and time.monotonic() < deadline:
+            alive = [r for r in alive if _running(r)]
+            time.sleep(0.2)
+        for r in alive:
+            os.kill(r, signal.SIGKILL)
+        assert not alive, "ranks outlived their launcher"
+        assert not list(tmp_path.glob("rank-*")), "a rank ran its work after its launcher died"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")

@@ -30,3 +30,25 @@ def test_target_scales() -> None:
     assert parse_target_scales("p=0.5*speed**2, U = speed") == {"p": "0.5*speed**2", "U": "speed"}
     with pytest.raises(ValueError, match=r"FIELD=EXPRESSION, comma-separated \(got 'p'\)"):
         parse_target_scales("p")
+
+
+@pytest.mark.parametrize("text", ["+".join(["speed"] * 60000), "-" * 100000 + "speed", "(" * 300 + "speed" + ")" * 300])
+def test_an_expression_too_long_or_deep_is_one_line_not_a_recursion_or_memory_error(text: str) -> None:
+    """Issue 36, defect 10: a 60,000-term --target-scale was a RecursionError (and the same parser
+    reads a received dataset.json's target_scales), 100k unary minuses a bare MemoryError."""
+    with pytest.raises(ValueError, match=r"^Expected an arithmetic expression of the parameters"):
+        evaluate_expression(text, {"speed": 2.0})
+    with pytest.raises(ValueError, match=r"^Expected an arithmetic expression of the parameters"):
+        parse_target_scales(f"p={text}")
+
+
+def test_a_target_named_twice_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"^Expected each field once in --target-scale \(got 'p' twice: 'speed' and "
+                                         r"'2\*speed'\)$"):
+        parse_target_scales("p=speed, p=2*speed")
+
+
+def test_a_value_with_no_parameters_says_so() -> None:
+    """Issue 36 (minor): --force-reference messages ended in "for )" where a dataset has no parameters."""
+    with pytest.raises(ValueError, match=r"^Expected '1/0' to be a finite number \(got nan for no parameters\)$"):
+        evaluate_expression("1/0", {})

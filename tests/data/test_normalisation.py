@@ -83,3 +83,30 @@ def test_a_held_or_constant_target_is_predicted_as_its_constant_whatever_the_mod
     np.testing.assert_allclose(tensor.numpy(), physical, rtol=1e-15, atol=1e-18)
     constant = ChannelStats(("T", "w"), np.array([300.0, 0.0]), np.array([2.0, 0.0]), 10)
     assert constant.denormalise(np.array([[1.0, 0.3]])).tolist() == [[302.0, 0.0]]  # std 0: the constant too
+
+
+_MANY_CHANNELS = """
+import numpy as np
+from meshshard.data._statistics import held_channels
+n = 200_000  # 100k parameters took over 2 minutes, each channel looking through every other
+channels = [f"param{i}" for i in range(n // 2)] + [f"U[{i}]" for i in range(n // 2)]
+std = np.ones(n)
+std[-1] = 1e-20
+held = held_channels(channels, np.zeros(n), std)
+print(int(held.sum()), bool(held[-1]))
+"""
+
+
+def test_held_channels_is_linear_in_the_channels() -> None:
+    """Issue 36, defect 9: --params with 100k columns (or a field of 100k components) spent minutes
+    in held_channels (quadratic). 200k channels in a subprocess: a quadratic pass (~10 min) does not
+    finish within the generous bound, which only guards against that hang."""
+    import subprocess
+    import sys
+
+    try:
+        done = subprocess.run([sys.executable, "-c", _MANY_CHANNELS], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("held_channels on 200,000 channels did not finish within 120 s (quadratic)")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "True"]

@@ -73,10 +73,33 @@ def test_parameters_become_input_channels_recorded_and_shown(tmp_path: Path, cap
     ("sample,aoa\naoa+00,1\naoa+00,2\n", r"row 3: sample 'aoa\+00' has a row already"),
     ("sample,aoa\naoa+00,1,2\n", r"row 2: Expected 2 values \(got 3\)"),
     ("", r"Expected a CSV table with a header row"),
+    # issue 36, defect 10: a cell or a column name over csv's field limit was a _csv.Error traceback
+    ("sample,aoa\naoa+00," + "1" * 200_000 + "\n", r"line 2: not a readable CSV table \(field larger than field limit"),
+    ("sample," + "a" * 200_000 + "\n", r"line 1: not a readable CSV table \(field larger than field limit"),
+    ("sample,aoa\naoa+00,1_000\n", r"row 2, column aoa: Expected a number \(got '1_000'\)"),  # float() takes it
 ])
 def test_a_table_that_does_not_fit_is_refused_in_one_line(tmp_path: Path, csv: str, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=message) as info:
         read_parameters(_table(tmp_path, csv), list(CASES))
+    assert "\n" not in str(info.value) and len(str(info.value)) < 1000
+
+
+def test_a_long_table_is_read_a_row_at_a_time(tmp_path: Path) -> None:
+    """Issue 36 (minor): a 20 MB, 2M-row CSV peaked at 750 MB (every row held as a list of strings, then
+    as floats, ~37x the file). 200k rows of other samples besides the four: under 10x the file's size."""
+    import tracemalloc
+
+    text = "sample,aoa,speed\n" + "".join(f"{n},{a},{v}\n" for n, (a, v) in CASES.items())
+    text += "".join(f"other{i},{i % 7}.5,{i % 11}.25\n" for i in range(200_000))
+    table = _table(tmp_path, text)
+    tracemalloc.start()
+    try:
+        got = read_parameters(table, list(CASES))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert got == {"names": ["aoa", "speed"], "values": [list(v) for v in CASES.values()]}
+    assert peak < 10 * len(text), f"{peak / 2**20:.0f} MiB traced reading a {len(text) / 2**20:.1f} MiB table"
 
 
 def test_the_command_refuses_a_bad_table_and_a_name_clash_leaving_nothing(tmp_path: Path,
@@ -137,6 +160,12 @@ def test_non_dimensional_targets_are_stored_scaled_and_predicted_in_physical_uni
     ("p=aoa", r"sample aoa\+00: Expected --target-scale p=aoa to be non-zero"),
     ("p=__import__('os').system('true')", r"Expected numbers, parameter names, \+ - \* / \*\* and parentheses only"),
     ("p", r"Expected --target-scale as FIELD=EXPRESSION"),
+    # issue 36, defect 12: accepted, then a float32 run's predictions times 1e39 were infinite
+    ("p=speed*1e39", r"sample aoa\+00: Expected --target-scale p=speed\*1e39 within float32's range \(1.18e-38 to "
+                     r"3.4e\+38 in magnitude; got 1e\+40\), since a run's predictions are multiplied back by it"),
+    ("p=1/(speed*1e38)", r"within float32's range"),
+    ("p=" + "+".join(["speed"] * 60000), r"Expected an arithmetic expression of the parameters of at most 500"),
+    ("p=speed,p=aoa", r"Expected each field once in --target-scale"),
 ])
 def test_a_target_scale_that_cannot_work_is_refused(tmp_path: Path, scale: str, message: str,
                                                    capsys: pytest.CaptureFixture) -> None:

@@ -54,3 +54,23 @@ def test_a_failed_write_names_its_file(tmp_path: Path) -> None:
         write_text_file(tmp_path / "missing" / "x.json", "{}")
     write_text_file(target, "{}\n")
     assert target.read_text() == "{}\n"
+
+
+def test_nothing_is_written_through_a_hard_link_a_link_or_a_fifo(tmp_path: Path) -> None:
+    """Issue 36, defect 11: a file meshshard writes whose name is a hard link to a user's file
+    replaced the user's file; a FIFO there blocked the writer. Each is refused before a byte is written."""
+    mine = tmp_path / "mine.txt"
+    mine.write_text("the user's words\n")
+    os.link(mine, tmp_path / "metrics.json")
+    with pytest.raises(ValueError, match=r"metrics.json: is a hard link \(2 names share this file"):
+        write_text_file(tmp_path / "metrics.json", "{}\n")
+    (tmp_path / "link.json").symlink_to(mine)
+    with pytest.raises(ValueError, match=r"link.json: is a symbolic link, not a file of meshshard's"):
+        write_text_file(tmp_path / "link.json", "{}\n")
+    os.mkfifo(tmp_path / "fifo.json")
+    with pytest.raises(ValueError, match=r"fifo.json: is a FIFO, not a file of meshshard's"):
+        write_text_file(tmp_path / "fifo.json", "{}\n")
+    assert mine.read_text() == "the user's words\n"
+    write_text_file(tmp_path / "new.json", "{}\n")  # a file of its own: written, and written over
+    write_text_file(tmp_path / "new.json", "[]\n")
+    assert (tmp_path / "new.json").read_text() == "[]\n"

@@ -462,3 +462,24 @@ def test_a_lock_left_by_a_killed_process_is_taken_over_and_counts_as_ours(tmp_pa
     assert verify_partition(parts) == []
     assert main(_partition(mesh_file, parts, 3, "--force")) == 0
     assert read_metadata(parts)["num_parts"] == 3 and not (parts / ".sub.meshshard-lock").exists()
+
+
+def test_a_lock_in_the_place_of_a_hard_link_a_link_a_folder_or_a_fifo_is_refused_in_one_line(tmp_path: Path) -> None:
+    """Issue 36, defect 11: a lock file name that was a hard link to a user's file got the file
+    replaced by the lock's JSON; a FIFO there said only "[Errno 22] Invalid argument", a link or a
+    folder was an OSError (exit 1). Each is one ValueError naming the lock, the user's file untouched."""
+    from meshshard.partition import folder_lock
+
+    mine = tmp_path / "notes.txt"
+    mine.write_text("the user's words\n")
+    lock = tmp_path / ".run.meshshard-lock"
+    for make, what in ((lambda: os.link(mine, lock), r"a hard link \(2 names share this file"),
+                       (lambda: lock.symlink_to(mine), "a symbolic link, not a lock file of meshshard's"),
+                       (lambda: lock.mkdir(), "a folder, not a lock file of meshshard's"),
+                       (lambda: os.mkfifo(lock), "a FIFO, not a lock file of meshshard's")):
+        make()
+        with pytest.raises(ValueError, match=rf"^{re.escape(str(lock))}: is {what}.*\(move it away\)$"):
+            with folder_lock(tmp_path / "run"):
+                pytest.fail("the lock was taken")
+        assert mine.read_text() == "the user's words\n" and not (tmp_path / "run").exists()
+        lock.rmdir() if lock.is_dir() and not lock.is_symlink() else lock.unlink()

@@ -69,3 +69,14 @@ def test_force_deletes_best_pt_only_when_it_is_a_runs(setup: dict, best_run: Pat
 def test_an_unknown_checkpoint_name_is_refused(best_run: Path) -> None:
     with pytest.raises(ValueError, match=r"^Expected --checkpoint best or last \(got 'first'\)$"):
         load_run(best_run, checkpoint="first")
+
+
+def test_metrics_say_the_checkpoint_predict_read(setup: dict) -> None:  # noqa: F811
+    """Issue 36 (minor): --checkpoint best of a run without best.pt read checkpoint.pt while
+    metrics.json said "best"; it says "last", the checkpoint it read."""
+    run = Path(setup["root"]) / "no-val-metrics"
+    train(_cfg(setup, "no-val-metrics", steps=2))
+    assert not (run / "best.pt").exists()
+    metrics = predict(PredictConfig(run=str(run), data=setup["cfg"].data, out=str(Path(setup["root"]) / "pred-nv"),
+                                    samples="all", plots=False, quiet=True, checkpoint="best"))
+    assert metrics["step"] == 2 and metrics["checkpoint"] == "last"

@@ -168,3 +168,16 @@ def open_dataset_names(data: str) -> list[str]:
     from meshshard.data import open_dataset
 
     return open_dataset(data).boundary_names(0)
+
+
+def test_a_lift_direction_parallel_to_the_drag_direction_is_refused() -> None:
+    """Issue 36 (minor): a lift direction parallel to the drag direction was accepted (the lift was the drag)."""
+    import pytest
+
+    from meshshard.run._boundaries import check_force_options
+
+    for lift in ((2.0, 0.0, 0.0), (-1.0, 0.0, 0.0)):
+        with pytest.raises(ValueError, match=r"^Expected --lift-direction across --direction, the drag direction "
+                                             r"\(got -?1,0,0 parallel to 1,0,0, as unit vectors\)"):
+            check_force_options(None, (1.0, 0.0, 0.0), lift, 3)
+    assert check_force_options(None, (1.0, 0.0, 0.0), (1.0, 1.0, 0.0), 3)[2] == pytest.approx((0.5**0.5, 0.5**0.5, 0))

@@ -10,6 +10,7 @@ float64, then predicted on 1, 2 and 3 ranks (partitions into 2 and 3 METIS parts
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -400,3 +401,23 @@ def test_new_cases_read_unlike_the_runs_dataset_are_refused_with_the_option_to_u
                                          "one-cell-thick 3-D: make this one without --collapse-2d"):
         normalisation_of(trained_thick, flat)
     assert list(normalisation_of(trained_flat, flat).edges.channels) == flat.edge_channels
+
+
+def test_predictions_that_overflow_their_dtype_times_the_target_scale_are_refused_not_written_infinite() -> None:
+    """Issue 36, defect 12: a run of non-dimensional targets multiplied its float32 predictions back by
+    the dataset's scale with no finiteness check (1e39 times a prediction: inf, written as such)."""
+    from meshshard.run._trained_run import TrainedRun
+
+    def run(dtype: torch.dtype) -> TrainedRun:
+        return TrainedRun(model=None, step=0, config={"target_scales": {"p": "speed*1e30"},  # type: ignore[arg-type]
+                                                      "target_fields": [{"name": "p", "components": 1}]},
+                          input_channels=["speed"], target_channels=["p"], device=torch.device("cpu"), dtype=dtype,
+                          _normaliser=None)
+
+    x, out = torch.tensor([[1e3], [2.0]]), torch.tensor([[1e6], [1.0]])
+    with pytest.raises(ValueError, match=r"^Expected the predictions of p to be finite in physical units \(times its "
+                                         r"target scale speed\*1e30, they overflow float32\); predict in float64"):
+        run(torch.float32)._dimensional(out, x)
+    got = run(torch.float64)._dimensional(out.double(), x.double())
+    assert torch.allclose(got, torch.tensor([[1e39], [2e30]], dtype=torch.float64), rtol=1e-12, atol=0)
+    assert torch.isinf(run(torch.float32)._dimensional(torch.tensor([[math.inf]]), torch.tensor([[1.0]]))).all()

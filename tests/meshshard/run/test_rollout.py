@@ -210,3 +210,37 @@ def test_a_3d_mesh_is_animated_on_its_middle_slab(tmp_path: Path) -> None:
     predict(PredictConfig(run=cfg.out, data=cfg.data, out=str(tmp_path / "pred"), rollout=True, quiet=True))
     with Image.open(tmp_path / "pred" / "box1.gif") as gif:
         assert gif.n_frames == 5
+
+
+class _Enough(RuntimeError):
+    """Raised by the test's writer after a few steps: a long rollout stopped early."""
+
+
+def test_memory_grows_with_the_steps_done_not_with_rollout_steps(setup: dict, monkeypatch, capsys) -> None:
+    """Issue 36, defect 7: ``predict --rollout --rollout-steps 1000000000`` grew ~260 MB/s with nothing
+    written (every step's time was made before the first step). Ten million steps asked, three done:
+    the rollout holds no more than a few steps' worth (tracemalloc's peak, the run's own arrays aside)."""
+    import tracemalloc
+
+    from meshshard.run import _rollout
+
+    written = []
+    real = _rollout.write_gathered
+
+    def write_three(*args, **kwargs):
+        written.append(args[0])
+        if len(written) > 3:
+            raise _Enough("three steps written")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_rollout, "write_gathered", write_three)
+    tracemalloc.start()
+    try:
+        code = main(["predict", setup["run"], "--data", setup["data"], "--out", str(setup["root"] / "long"),
+                     "--rollout", "--samples", "run0", "--rollout-steps", "10000000", "--quiet", "--no-plots"])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert code == 1 and "three steps written" in capsys.readouterr().err
+    assert len(written) == 4
+    assert peak < 64 << 20, f"{peak / 2**20:.0f} MiB traced for 3 steps of a 10,000,000-step rollout"

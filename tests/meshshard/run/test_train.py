@@ -196,3 +196,31 @@ def _run_one(setup: dict, name: str, **changes) -> tuple[list[float], dict]:
     cfg = asdict(setup["cfg"]) | {"out": str(setup["root"] / name)} | changes
     losses = run_ranks(train_rank, 1, cfg, timeout=180)[0]
     return losses, load_checkpoint(Path(cfg["out"]) / "checkpoint.pt")
+
+
+def test_a_batch_larger_than_the_training_split_is_refused(setup: dict) -> None:
+    """Issue 36 (minor): --batch larger than the training split was accepted (1e12 never finished a step)."""
+    train_ids = open_dataset(setup["cfg"].data).train
+    cfg = asdict(setup["cfg"]) | {"out": str(setup["root"] / "big-batch"), "partition": str(setup["root"] / "partition1"),
+                                  "data_parallel": 1, "batch": 10**12}
+    with pytest.raises(ValueError, match=rf"^Expected --batch at most the training samples \({len(train_ids)} in "
+                                         r".*\) \(got 1000000000000\)$"):
+        train(TrainConfig.from_dict(cfg))
+    assert not (setup["root"] / "big-batch" / "checkpoint.pt").exists()
+
+
+def test_a_damaged_sample_file_during_training_is_a_data_error(setup: dict, tmp_path: Path) -> None:
+    """Issue 36 (minor): a damaged sample file during train exited 1 with "failed in the model's forward
+    or backward"; it is a data error again (a ValueError: exit 2), naming the file."""
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(setup["cfg"].data, data)
+    for sample in (data / "samples").iterdir():
+        for array in sample.glob("*.npy"):
+            array.write_bytes(b"not an array")
+    cfg = asdict(setup["cfg"]) | {"out": str(tmp_path / "run"), "partition": str(setup["root"] / "partition1"),
+                                  "data_parallel": 1, "data": str(data)}
+    with pytest.raises(ValueError, match=r"^rank 0: step 0: .*samples/\d{5}/\w+\.npy") as info:
+        train(TrainConfig.from_dict(cfg))
+    assert "model's forward" not in str(info.value)
