@@ -33,16 +33,14 @@ import lzma
 import mmap
 import os
 import re
-import stat
 import zlib
-from collections.abc import Callable, Collection, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from meshshard.partition.files import max_expansion
+from meshshard.partition.files import max_expansion, open_regular
 
 __all__ = ["ALLOW_OUTSIDE", "check_reference", "check_vtk_file", "cell_type_refusal", "outside_allowed"]
 
@@ -77,27 +75,6 @@ def cell_type_refusal(vtk_type: int, path: Path) -> ValueError:
                       f"read){hint}")
 
 
-@contextmanager
-def _opened(path: Path, label: object) -> Iterator[int]:
-    """A descriptor of the regular file ``path``, opened without blocking (a FIFO, device or
-    folder is refused, never waited on)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        raise ValueError(f"{label}: missing") from None
-    except OSError as err:
-        raise ValueError(f"{label}: cannot open ({err.strerror})") from None
-    try:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise ValueError(f"{label}: is a folder, expected a file")
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError(f"{label}: is not a regular file (a FIFO, device or socket)")
-        yield fd
-    finally:
-        os.close(fd)
-
-
 def check_reference(owner: Path, name: str) -> Path:
     """The file ``name`` that the collection ``owner`` names, checked: relative, no ``..``, inside
     ``owner``'s folder with links resolved (unless :func:`outside_allowed`), a regular file."""
@@ -109,7 +86,7 @@ def check_reference(owner: Path, name: str) -> Path:
         if rel.is_absolute() or ".." in rel.parts or not resolved.is_relative_to(root):
             raise ValueError(f"{owner}: names {name!r}, outside its folder (it resolves to {resolved}); a collection's "
                              f"files must be inside its folder (no absolute path, no '..', no link out): {_RESET}")
-    with _opened(target, f"{owner}: {target}"):
+    with open_regular(target, label=f"{owner}: {target}"):
         pass
     return target
 
@@ -129,7 +106,7 @@ def check_vtk_file(path: Path, cell_types: Collection[int], *, _seen: tuple[Path
         _check_legacy(path)
         return
     if suffix not in _XML:
-        with _opened(path, path):
+        with open_regular(path):
             return
     for name in _check_xml(path):
         ref = check_reference(path, name)
@@ -193,7 +170,8 @@ def _extent(attrs: dict[str, str], path: Path) -> tuple[int, int] | None:
 
 def _check_xml(path: Path) -> list[str]:
     """Check a VTK XML file's declared sizes (module docstring); the files it names."""
-    with _opened(path, path) as fd:
+    with open_regular(path) as file:
+        fd = file.fileno()
         if os.fstat(fd).st_size == 0:
             raise ValueError(f"{path}: empty file, expected a VTK XML file")
         with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as buf:
@@ -442,7 +420,8 @@ _LEGACY = re.compile(rb"^[ \t]*(POINTS|VERTICES|LINES|POLYGONS|TRIANGLE_STRIPS|O
 def _check_legacy(path: Path) -> None:
     """Every count a legacy file's keyword lines declare (points, cells, attribute values, field
     arrays) against the file's size: a value takes a byte at least."""
-    with _opened(path, path) as fd:
+    with open_regular(path) as file:
+        fd = file.fileno()
         size = os.fstat(fd).st_size
         if size == 0:
             raise ValueError(f"{path}: empty file, expected a legacy VTK file")
@@ -481,7 +460,8 @@ def _check_hdf(path: Path, cell_types: Collection[int]) -> None:
     silence = getattr(getattr(h5py, "_errors", None), "silence_errors", None)
     if silence is not None:
         silence()  # h5py's HDF5 prints its error stack in threads but the main one: the error is ours, one line
-    with _opened(path, path) as fd:
+    with open_regular(path) as file:
+        fd = file.fileno()
         size = os.fstat(fd).st_size
     try:
         file = h5py.File(path, "r")
