@@ -14,6 +14,7 @@ import json
 import shlex
 import sys
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -123,11 +124,7 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
                      + " (targets stored non-dimensional; predictions written in physical units)")
     mean_field = meta.get("mean_field")
     if mean_field:
-        means = ", ".join(f["name"] for f in meta["inputs"] if "mean_of" in f)
-        offset = ("; the model learns each target's difference from it" if "target_offset" in norm
-                  else " (new cases for runs trained on that field)")
-        lines.append(f"  mean     {means}: the node-wise mean of the targets over the {mean_field['of']}, as input "
-                     f"channels{offset}")
+        lines.append(_prior_line(meta, mean_field, "target_offset" in norm))
     walls = [f for f in meta["inputs"] if f.get("patches")]
     for f in walls:
         lines.append(f"  wall     {f['name']}: the distance to the nearest node of {', '.join(f['patches'])}")
@@ -159,6 +156,24 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
     if held:
         lines.append(f"  held     {held}")
     return "\n".join(lines)
+
+
+def _prior_line(meta: Mapping[str, Any], record: Mapping[str, Any], offset: bool) -> str:
+    """``meshshard info``'s line on a dataset's prior (``--mean-field``): what it is made of, and
+    which cases a training sample's leaves out."""
+    means = ", ".join(f["name"] for f in meta["inputs"] if "mean_of" in f)
+    then = ("; the model learns each target's difference from it" if offset
+            else " (new cases for runs trained on that field)")
+    method, left_out = str(record.get("method", "mean")), str(record.get("left_out", "none"))
+    if method == "mean" and meta["kind"] == "one-mesh" and left_out == "none":
+        return f"  mean     {means}: the node-wise mean of the targets over the {record['of']}, as input channels{then}"
+    what = ("the mean of the targets" if method == "mean" else
+            f"the inverse-distance-weighted mean of the targets of the {record.get('k')} nearest cases in parameter "
+            "space")
+    rule = {"mesh": "; a training sample's leaves out every case on its own mesh (leave-one-shape-out)",
+            "sample": "; a training sample's leaves itself out"}.get(left_out, "")
+    return (f"  prior    {means} ({method}): {what} over the {record['of']}, each mapped onto the sample's mesh, as "
+            f"input channels{rule}{then}")
 
 
 def run_info(folder: str, as_json: bool) -> int:
@@ -266,7 +281,9 @@ def _dataset(args: argparse.Namespace) -> int:
 
     try:
         files = list_sources(args.sources)
-        with Steps(enabled=not args.quiet) as steps, steps.step("samples", total=len(files)) as advance:
+        prior = args.mean_field is not None or args.mean_field_from is not None
+        with Steps(enabled=not args.quiet) as steps, steps.step("samples", total=len(files)) as advance, \
+                (steps.step("prior", total=len(files)) if prior else nullcontext(None)) as advance_prior:
             out = build_dataset(args.sources, args.out, inputs=args.inputs, targets=args.targets,
                                 val_fraction=args.val_fraction, val_samples=val_samples, dtype=args.dtype,
                                 same_mesh=args.same_mesh, force=args.force, progress=advance, notes=note,
@@ -274,7 +291,7 @@ def _dataset(args: argparse.Namespace) -> int:
                                 cell_data_to_points=args.cell_data_to_points, collapse_2d=args.collapse_2d,
                                 wall_distance=args.wall_distance, node_types=args.boundary_classes,
                                 graph=args.graph, max_points=args.max_points, mean_field=args.mean_field,
-                                mean_field_from=args.mean_field_from)
+                                mean_field_from=args.mean_field_from, prior_progress=advance_prior)
     except (ValueError, OSError, MemoryError) as err:
         return _error("dataset", err)
     meta = read_dataset_metadata(out)
@@ -343,13 +360,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="refuse a file whose mesh is not exactly the first file's, saying how it differs "
                    "(without it, such files make a many-meshes dataset)")
     mean = p.add_mutually_exclusive_group()
-    mean.add_argument("--mean-field", action="store_true",
-                      help="a sweep of cases on one mesh: the training cases' node-wise mean of the targets becomes "
-                      "input fields <target>_mean, and the model learns each case's difference from it (predict "
-                      "adds it back)")
+    mean.add_argument("--mean-field", nargs="?", const="mean", default=None, metavar="mean|knn:K",
+                      help="a prior as input fields <target>_mean, and the model learns each case's difference from "
+                      "it (predict adds it back): the training cases' node-wise mean of the targets (mean, the bare "
+                      "flag) or the inverse-distance-weighted mean of the K nearest in --params space (knn:K); on "
+                      "many meshes each case is mapped onto the sample's mesh and a training sample's prior leaves "
+                      "out every case on its own mesh")
     mean.add_argument("--mean-field-from", default=None, metavar="DATA",
-                      help="new cases on the mesh of DATA, a dataset made with --mean-field: give them its mean "
-                      "field as inputs, so that runs trained on DATA predict on them")
+                      help="new cases (on any meshes, targets not needed) for runs trained on DATA, a dataset made "
+                      "with --mean-field: their prior made of DATA's training cases, as DATA made its own")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="stored precision")
     p.add_argument("--force", action="store_true", help="replace an existing dataset folder (only one)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no summary")

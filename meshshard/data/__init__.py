@@ -13,7 +13,8 @@ through the ``vtk`` package (``read_vtk``), OpenFOAM's ``foamToVTK`` layout, poi
 (``read_npz_cloud``) and time series (``build_trajectories``); ``read_parameters`` reads a
 ``--params`` table.
 
-What is done to them: target scales (``parse_target_scales``), mean fields (``add_mean_field``),
+What is done to them: target scales (``parse_target_scales``), mean fields and priors on many
+meshes (``add_mean_field``, ``add_prior``),
 derived fields (``wall_distance``, ``collapse_2d``, a surface's ``normal`` and ``area``), named
 boundaries and their forces (``named_boundaries``, ``boundary_force``).
 
@@ -75,6 +76,11 @@ _LAZY: dict[str, str] = {
     "add_mean_field": "._mean_field",
     "mean_field_of": "._mean_field",
     "target_offset_channels": "._mean_field",
+    "PriorCases": "._prior",
+    "PriorMethod": "._prior",
+    "add_prior": "._prior",
+    "parse_prior": "._prior",
+    "prior_cases_of": "._prior",
     "check_expression": "._expressions",
     "evaluate_columns": "._expressions",
     "evaluate_expression": "._expressions",
@@ -99,6 +105,7 @@ _LAZY: dict[str, str] = {
     "FolderKind": "._kinds",
     "kinds_of": "._kinds",
     "SURFACE_FIELDS": "._clouds",
+    "is_point_cloud": "._clouds",
     "read_npz_cloud": "._clouds",
     "is_legacy_polydata": "._clouds",
     "triangulate": "._clouds",
@@ -111,6 +118,8 @@ _LAZY: dict[str, str] = {
     "held_channels": "._statistics",
     "NodeMap": "._mapping",
     "node_map": "._mapping",
+    "nearest_cases": "._neighbours",
+    "parameter_scale": "._neighbours",
 }
 
 #: Public names for attributes that carry another name in their module.
@@ -120,6 +129,7 @@ _ALIASES: dict[str, tuple[str, str]] = {
 
 __all__ = [
     "add_mean_field",
+    "add_prior",
     "add_surface_fields",
     "boundary_area_vectors",
     "boundary_force",
@@ -150,6 +160,7 @@ __all__ = [
     "HOLD_RELATIVE",
     "is_dataset",
     "is_legacy_polydata",
+    "is_point_cloud",
     "is_trajectory_dataset",
     "iter_meshes",
     "KINDS",
@@ -162,6 +173,7 @@ __all__ = [
     "mesh_checksum",
     "METADATA_FILE",
     "named_boundaries",
+    "nearest_cases",
     "node_map",
     "NodeMap",
     "Normalisation",
@@ -169,10 +181,15 @@ __all__ = [
     "open_dataset",
     "open_trajectories",
     "parse_field_names",
+    "parameter_scale",
     "parse_target_scales",
+    "parse_prior",
     "partition_dataset",
     "PARTITIONS_FILE",
     "PARTITIONS_FORMAT",
+    "prior_cases_of",
+    "PriorCases",
+    "PriorMethod",
     "read_dataset_metadata",
     "read_npz_cloud",
     "read_parameters",

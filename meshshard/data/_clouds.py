@@ -27,11 +27,32 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SURFACE_FIELDS", "read_npz_cloud", "is_legacy_polydata", "triangulate", "surface_faces",
+__all__ = ["SURFACE_FIELDS", "is_point_cloud", "read_npz_cloud", "is_legacy_polydata", "triangulate", "surface_faces",
            "surface_fields", "add_surface_fields"]
 
 #: The derived fields of a surface, by name.
 SURFACE_FIELDS = ("normal", "area")
+
+
+#: Cell types that are not volume cells in 3-D (faces, lines, vertices) and in 2-D (lines, vertices).
+_SURFACE_TYPES = frozenset({"vertex", "line", "line3", "triangle", "triangle6", "quad", "quad8", "quad9", "polygon"})
+_POINT_TYPES = frozenset({"vertex", "line", "line3"})
+
+
+def is_point_cloud(entry: dict[str, Any]) -> bool:
+    """Whether a dataset mesh (its ``meshes[m]`` entry) is a point cloud: no volume cells, that
+    is a surface in 3-D (faces only), or bare points (vertex cells, or no cells and a graph built
+    from the points), but not a flat mesh of faces at one z (``"planar"``: a 2-D mesh written in
+    3-D, as many solvers do). Its predictions are written as PolyData (``.vtp`` / ``.pvtp``), and a
+    field is mapped onto it by inverse distance (:func:`meshshard.data.node_map`, ``cloud=True``)."""
+    types = set(entry.get("cells") or {})
+    if entry.get("planar"):  # a 2-D mesh written with a constant z: an unstructured grid, drawn in 2-D
+        return False
+    if "surface_area" in entry:
+        return True
+    if not types:
+        return "graph" in entry  # a graph given as edges, without cells, stays an unstructured grid
+    return types <= (_SURFACE_TYPES if int(entry.get("pos_dim", 0)) == 3 else _POINT_TYPES)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from ._folder_guard import check_dataset_output
 from ._mesh_ops import WALL_DISTANCE, collapse_2d, one_cell_thick_note
 from ._mesh_ops import wall_distance as nearest_wall_distance
 from ._parameters import read_parameters, target_scales, with_parameters
+from ._prior import check_prior_request, parse_prior, prior_cases_of
 from ._reader import open_dataset
 from ._sources import list_sources, merged_cells, mesh_difference, read_mesh, sample_names
 from ._statistics import held_note
@@ -78,8 +79,9 @@ def build_dataset(
     node_types: bool = False,
     graph: str | None = None,
     max_points: int | None = None,
-    mean_field: bool = False,
+    mean_field: bool | str | None = False,
     mean_field_from: str | os.PathLike[str] | None = None,
+    prior_progress: Callable[[int], None] | None = None,
 ) -> Path:
     """``meshshard dataset``: one sample per mesh file (field names: :mod:`meshshard.data._fields`; sample
     names: :func:`meshshard.data._sources.sample_names`).
@@ -129,11 +131,16 @@ def build_dataset(
             surfaces) may differ in size; a surface's ``normal`` and ``area`` are input fields.
         max_points: Training's points per sample and epoch (``--max-points``), recorded: training
             of a point model draws about this many at random (``train --max-points`` overrides it).
-        mean_field: The training samples' node-wise mean of the targets as input channels
-            ``<target>_mean``, and the model trained on the difference from it (``--mean-field``,
-            :mod:`meshshard.data._mean_field`); every sample must be on one mesh.
+        mean_field: A prior as input channels ``<target>_mean``, and the model trained on the
+            difference from it (``--mean-field [mean|knn:K]``): ``True`` or ``"mean"``, the
+            training samples' mean of the targets (:mod:`meshshard.data._mean_field`), or
+            ``"knn:K"``, the inverse-distance-weighted mean of the K nearest in parameter space;
+            on many meshes each training case is mapped onto the sample's mesh, and a training
+            sample's prior leaves out the cases on its own mesh (:mod:`meshshard.data._prior`).
         mean_field_from: The same input channels from another dataset made with ``--mean-field``
-            (``--mean-field-from DATA``), on the same mesh: new cases for its runs to predict on.
+            (``--mean-field-from DATA``), made of its training cases with its method, mapped onto
+            these cases' meshes: new cases for its runs to predict on.
+        prior_progress: Called with 1 after each sample's prior is written.
         Others: as :func:`meshshard.data._writer.write_samples`.
     """
     with folder_lock(out):  # one writer per folder (held already under meshshard dataset)
@@ -157,13 +164,15 @@ def build_dataset(
             _check_parameter_names(table, input_fields, params)
             first = _Read(with_parameters(first.sample, table, 0, scales, target_fields), first.inputs, first.targets)
             input_fields += [{"name": p, "components": 1, "parameter": True} for p in table["names"]]
+        check_prior_request(mean_field, given, dtype, target_fields, table)
         samples = _samples(first, files, names, in_names, out_names, reading, table, scales, same_mesh)
         del first  # the generator holds the first sample until it is written, then lets it go
         written = write_samples(out, samples, names, input_fields=input_fields, target_fields=target_fields,
                                 val_fraction=val_fraction, val_samples=val_samples, dtype=dtype, force=force,
                                 sources=sources, progress=progress, parameters=table,
                                 target_scales=scales or None, collapsed_2d=collapse_2d, max_points=max_points,
-                                mean_field=given if given is not None else mean_field)
+                                mean_field=given if given is not None else mean_field,
+                                prior_progress=prior_progress)
         held = held_note(read_dataset_metadata(written))
         if held and notes is not None:
             notes(held)
@@ -182,16 +191,16 @@ def _reading_of(cell_data_to_points: bool, collapse_2d: bool, wall_distance: str
     return reading
 
 
-def _given_mean_field(mean_field: bool, mean_field_from: str | os.PathLike[str] | None
-                      ) -> tuple[np.ndarray, list[dict[str, Any]], str, str] | None:
-    """Another dataset's mean field (``--mean-field-from``), or None."""
-    if mean_field and mean_field_from is not None:
+def _given_mean_field(mean_field: bool | str | None, mean_field_from: str | os.PathLike[str] | None) -> Any:
+    """Another dataset's training cases for the prior (``--mean-field-from``), or None; a bad
+    ``--mean-field`` method is refused here, before any file is read."""
+    if mean_field not in (None, False) and mean_field_from is not None:
         raise ValueError("Expected --mean-field or --mean-field-from, not both")
+    if mean_field not in (None, False):
+        parse_prior(mean_field)
     if mean_field_from is None:
         return None
-    from ._mean_field import mean_field_of
-
-    return mean_field_of(open_dataset(mean_field_from))
+    return prior_cases_of(open_dataset(mean_field_from))
 
 
 def _files_and_names(sources: Sequence[str | os.PathLike[str]], val_samples: Sequence[int | str] | None,

@@ -28,7 +28,7 @@ stored value, so the two agree exactly.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,8 @@ import numpy as np
 from ._dataset import channel_names, save_npy
 from ._statistics import ChannelStats, Normalisation, Running
 
-__all__ = ["MEAN_SUFFIX", "add_mean_field", "mean_field_of", "target_offset_channels"]
+__all__ = ["MEAN_SUFFIX", "add_mean_field", "append_mean_fields", "finish_prior", "mean_field_of",
+           "target_offset_channels"]
 
 #: The input field of a target field ``f``'s mean is named ``f`` + this.
 MEAN_SUFFIX = "_mean"
@@ -77,12 +78,14 @@ def mean_field_of(data: Any) -> tuple[np.ndarray, list[dict[str, Any]], str, str
 
 
 def add_mean_field(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: np.dtype,
-                   given: tuple[np.ndarray, list[dict[str, Any]], str, str] | None = None) -> None:
+                   given: tuple[np.ndarray, list[dict[str, Any]], str, str] | None = None,
+                   progress: Callable[[int], None] | None = None) -> None:
     """Append the mean field to every sample's inputs in the staged dataset ``tmp`` and redo the
     statistics (see the module docstring); ``meta`` is the dataset's metadata, updated in place.
 
     ``given``: :func:`mean_field_of` another dataset (``--mean-field-from``), else the mean of
-    this dataset's training samples' targets."""
+    this dataset's training samples' targets. ``progress``: called with 1 after each sample.
+    Priors on many meshes, or of the nearest cases: :func:`meshshard.data._prior.add_prior`."""
     if meta["kind"] != "one-mesh":
         raise ValueError(f"Expected every sample on one mesh for a mean field (got {len(meta['meshes'])} meshes); "
                          "--mean-field is for a sweep of cases on one mesh (--same-mesh checks it)")
@@ -114,6 +117,30 @@ def add_mean_field(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype:
                 [(f["name"], f["components"]) for f in targets]:
             raise ValueError(f"Expected the targets of the --mean-field-from dataset ({channel_names(targets)}) "
                              f"(got {meta['target_channels']})")
+    append_mean_fields(meta, targets)
+    stored_mean = mean.astype(dtype)
+    run_in = Running(len(meta["input_channels"]))
+    run_out = Running(len(meta["target_channels"]))
+    train_set = set(int(i) for i in train)
+    has_targets = bool(meta["target_channels"])
+    for i in range(num):
+        inputs = np.concatenate([load(i, "inputs"), stored_mean], axis=1)
+        save_npy(samples / f"{i:05d}" / "inputs.npy", inputs)
+        if i in train_set:
+            run_in.add(inputs.astype(np.float64))
+            if has_targets:
+                run_out.add(load(i, "targets").astype(np.float64) - mean)
+        if progress is not None:
+            progress(1)
+    digest = hashlib.sha256(np.ascontiguousarray(stored_mean).tobytes()).hexdigest()
+    record = ({"of": "training samples", "samples": len(train)} if given is None
+              else {"of": "another dataset (--mean-field-from)"})
+    finish_prior(meta, run_in, run_out, digest, record | {"method": "mean", "left_out": "none"})
+
+
+def append_mean_fields(meta: dict[str, Any], targets: Sequence[Mapping[str, Any]]) -> None:
+    """Add the input fields ``<target>_mean`` (marked ``"mean_of"``) of the target fields
+    ``targets`` to ``meta``'s inputs and input channels (a one-line refusal for a name taken)."""
     taken = set(meta["input_channels"]) | {str(f["name"]) for f in meta["inputs"]}
     fields = [{"name": f"{f['name']}{MEAN_SUFFIX}", "components": int(f["components"]), "mean_of": str(f["name"])}
               for f in targets]
@@ -122,20 +149,15 @@ def add_mean_field(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype:
         raise ValueError(f"Expected no input field named {', '.join(clash)}: --mean-field adds it")
     meta["inputs"] = [dict(f) for f in meta["inputs"]] + fields
     meta["input_channels"] = channel_names(meta["inputs"])
-    stored_mean = mean.astype(dtype)
-    run_in = Running(len(meta["input_channels"]))
-    run_out = Running(len(meta["target_channels"]))
-    train_set = set(int(i) for i in train)
+
+
+def finish_prior(meta: dict[str, Any], run_in: Running, run_out: Running, digest: str,
+                 record: dict[str, Any]) -> None:
+    """The statistics of the inputs with their prior and of the targets' difference from it (both
+    over the training samples, in ``run_in`` / ``run_out``), the targets' offset, and the
+    ``mean_field`` record (``digest`` its checksum) into ``meta``."""
     has_targets = bool(meta["target_channels"])
     offset = target_offset_channels(meta["input_channels"], meta["targets"], meta["inputs"]) if has_targets else None
-    for i in range(num):
-        inputs = np.concatenate([load(i, "inputs"), stored_mean], axis=1)
-        save_npy(samples / f"{i:05d}" / "inputs.npy", inputs)
-        if i in train_set:
-            run_in.add(inputs.astype(np.float64))
-            if has_targets:
-                run_out.add(load(i, "targets").astype(np.float64) - mean)
-    digest = hashlib.sha256(np.ascontiguousarray(stored_mean).tobytes()).hexdigest()
     old = meta["normalisation"]
     norm = Normalisation(run_in.stats(meta["input_channels"]),
                          run_out.stats(meta["target_channels"]) if has_targets else
@@ -143,5 +165,4 @@ def add_mean_field(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype:
                          ChannelStats.from_dict(old["edges"], meta["edge_channels"]),
                          tuple(offset) if offset is not None else None, digest if offset is not None else None)
     meta["normalisation"] = {k: v for k, v in norm.to_dict().items() if not k.endswith("_channels")}
-    meta["mean_field"] = ({"of": "training samples", "samples": len(train)} if given is None
-                          else {"of": "another dataset (--mean-field-from)"}) | {"sha256": digest}
+    meta["mean_field"] = dict(record) | {"sha256": digest}

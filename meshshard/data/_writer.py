@@ -148,7 +148,8 @@ def write_samples(
     target_scales: Mapping[str, str] | None = None,
     collapsed_2d: bool = False,
     max_points: int | None = None,
-    mean_field: bool | tuple[np.ndarray, list[dict[str, Any]], str, str] = False,
+    mean_field: Any = False,
+    prior_progress: Callable[[int], None] | None = None,
 ) -> Path:
     """Write a dataset folder from ``samples``, consumed one at a time (never all in memory).
 
@@ -173,9 +174,13 @@ def write_samples(
             (``--collapse-2d``): recorded as ``"collapsed_2d": true``.
         max_points: Training's points per sample and epoch (``--max-points``): recorded as
             ``"max_points"``.
-        mean_field: ``True``: the training samples' mean field as input channels, and the targets'
-            offset (``--mean-field``, :mod:`meshshard.data._mean_field`); or another dataset's,
+        mean_field: ``True`` or ``"mean"``: the training samples' mean field as input channels, and
+            the targets' offset (``--mean-field``, :mod:`meshshard.data._mean_field`); ``"knn:K"``
+            the nearest cases' (many meshes: each mapped onto the sample's mesh,
+            :mod:`meshshard.data._prior`); or another dataset's, its
+            :func:`~meshshard.data._prior.prior_cases_of` or the tuple of
             :func:`~meshshard.data._mean_field.mean_field_of` (``--mean-field-from``).
+        prior_progress: Called with 1 after each sample's prior is written.
 
     Returns:
         The dataset folder.
@@ -212,10 +217,10 @@ def write_samples(
             meta["graph"] = str(GraphRule(rules[0]["rule"], rules[0].get("k"), rules[0].get("radius")))
         if max_points is not None:
             meta["max_points"] = int(max_points)
-        if mean_field is not False:
-            from ._mean_field import add_mean_field
+        if mean_field is not False and mean_field is not None:
+            from ._prior import add_prior
 
-            add_mean_field(tmp, meta, train, np.dtype(dtype), None if mean_field is True else mean_field)
+            add_prior(tmp, meta, train, np.dtype(dtype), mean_field, prior_progress)
         write_text_file(tmp / METADATA_FILE, dump_metadata(meta))
     return out
 
@@ -355,7 +360,7 @@ def write_dataset(
     dtype: str = "float32",
     force: bool = False,
     boundaries: Any = None,
-    mean_field: bool = False,
+    mean_field: bool | str = False,
 ) -> Path:
     """Write a dataset folder from numpy arrays (or torch tensors; the format: :mod:`meshshard.data._dataset`).
 
@@ -374,7 +379,8 @@ def write_dataset(
         boundaries: Named boundaries, ``{name: node ids}`` (one per sample with many meshes), kept
             with each mesh with the area their nodes stand for (``meshshard predict --boundary``).
         mean_field: The training samples' mean of the targets as inputs, the targets learnt as the
-            difference from it (one mesh; ``meshshard dataset --mean-field``).
+            difference from it (``True`` or ``"mean"``; ``"knn:K"`` the nearest cases'; on many
+            meshes mapped onto each sample's: ``meshshard dataset --mean-field``).
 
     Shapes:
         pos: ``(N, D)``. inputs: ``(S, N, F_in)``. targets: ``(S, N, F_out)``.

@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from meshshard.data import is_trajectory_dataset, node_map, open_dataset
+from meshshard.data import is_point_cloud, is_trajectory_dataset, nearest_cases, node_map, open_dataset, parameter_scale
 from meshshard.partition import plural
 
 from ._boundaries import boundary_record, boundary_rows, boundary_sums, check_boundary_request
@@ -53,7 +53,7 @@ from ._pictures import sample_picture
 from ._pred_folder import METRICS_FORMAT, check_prediction_folder, delete_paths, file_stem, write_metrics
 from ._request import select_samples
 from ._scores import boundary_view, error_sums, field_errors, summarise, surface_weights
-from ._writer import MeshOnRank, field_slices, is_point_cloud, physical_rows
+from ._writer import MeshOnRank, field_slices, physical_rows
 from ._writer import write_gathered as _write_gathered
 
 __all__ = ["BaselineConfig", "BaselineMethod", "baseline", "baseline_sources", "parse_method"]
@@ -143,20 +143,11 @@ def baseline_sources(method: BaselineMethod, train_values: np.ndarray, value: np
     n = len(train_values)
     if method.kind == "mean":
         return [(i, 1.0 / n) for i in range(n)], None
-    std = train_values.std(0) if n else np.ones(len(names))
-    scale = np.where(std > 0, std, 1.0)
-    z, zs = train_values / scale, np.asarray(value, dtype=np.float64) / scale
+    scale = parameter_scale(train_values.reshape(n, len(names)))
     if method.kind in ("nearest", "knn"):
-        dist = np.linalg.norm(z - zs, axis=1)
         k = 1 if method.kind == "nearest" else int(method.k or 1)
-        order = np.argsort(dist, kind="stable")[:k]
-        exact = [int(i) for i in order if dist[i] == 0.0]
-        if exact:
-            return [(i, 1.0 / len(exact)) for i in exact], None
-        if k == 1:
-            return [(int(order[0]), 1.0)], None
-        w = 1.0 / dist[order]
-        return [(int(i), float(v)) for i, v in zip(order, w / w.sum())], None
+        return nearest_cases(train_values, value, k, scale), None
+    z, zs = train_values / scale, np.asarray(value, dtype=np.float64) / scale
     j = names.index(str(method.param))
     others = [c for c in range(len(names)) if c != j]
     d_other = np.linalg.norm(z[:, others] - zs[others], axis=1) if others else np.zeros(n)

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from meshshard.comm import directory_lookup, gather_rows, is_peer_failure
+from meshshard.data import is_point_cloud
 
 from ._recipe import check_model_output, first_line, shard_hint
 from ._vtk import DUPLICATE_POINT, write_pvtp, write_pvtu, write_vtp, write_vtu
@@ -32,26 +33,6 @@ __all__ = ["GATHER_MAX_NODES", "MeshOnRank", "field_slices", "is_point_cloud", "
 
 #: Meshes with at most this many nodes are written as one gathered ``.vtu`` (unless ``--pieces``).
 GATHER_MAX_NODES = 200_000
-
-
-#: Cell types that are not volume cells in 3-D (faces, lines, vertices) and in 2-D (lines, vertices).
-_SURFACE_TYPES = frozenset({"vertex", "line", "line3", "triangle", "triangle6", "quad", "quad8", "quad9", "polygon"})
-_POINT_TYPES = frozenset({"vertex", "line", "line3"})
-
-
-def is_point_cloud(entry: dict[str, Any]) -> bool:
-    """Whether a dataset mesh (its ``meshes[m]`` entry) is a point cloud: no volume cells, that
-    is a surface in 3-D (faces only), or bare points (vertex cells, or no cells and a graph built
-    from the points), but not a flat mesh of faces at one z (``"planar"``: a 2-D mesh written in
-    3-D, as many solvers do). Its predictions are written as PolyData (``.vtp`` / ``.pvtp``)."""
-    types = set(entry.get("cells") or {})
-    if entry.get("planar"):  # a 2-D mesh written with a constant z: an unstructured grid, drawn in 2-D
-        return False
-    if "surface_area" in entry:
-        return True
-    if not types:
-        return "graph" in entry  # a graph given as edges, without cells, stays an unstructured grid
-    return types <= (_SURFACE_TYPES if int(entry.get("pos_dim", 0)) == 3 else _POINT_TYPES)
 
 
 @dataclass

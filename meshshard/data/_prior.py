@@ -1,0 +1,358 @@
+"""Priors: ``meshshard dataset --mean-field [mean|knn:K]`` on many meshes, and of the nearest cases.
+
+What a sample gets as its input channels ``<target>_mean`` (marked ``"mean_of"``), and what the
+model learns the difference from (``normalisation.target_offset``, :mod:`meshshard.data._mean_field`),
+is its **prior**: a weighted mean of training cases' stored targets (after ``--target-scale``, so
+non-dimensional where the targets are), each mapped onto the sample's **own** mesh with
+:func:`meshshard.data.node_map` (identical meshes: the identity; else Delaunay-linear inside the
+source's points' hull, the nearest source node outside; point clouds by inverse distance):
+
+- ``mean`` (the bare flag): every training case the sample may use, equally weighted;
+- ``knn:K``: the ``K`` of them nearest in parameter space (``--params``, each parameter divided by
+  its standard deviation over all the training cases), weighted by inverse distance, an exact
+  match alone (:mod:`meshshard.data._neighbours`, as ``meshshard baseline --method knn:K``).
+
+A training sample must not see itself in its prior (the prior would be its target). Which cases a
+sample may use is recorded as ``mean_field.left_out``:
+
+- ``"none"``: a sweep on **one mesh** with ``mean``: every sample gets the same mean of every
+  training case (its own included, at weight ``1 / n``), as before knn and many meshes existed;
+- ``"sample"``: one mesh with ``knn:K``: a training sample uses every *other* training case;
+- ``"mesh"``: **many meshes** (a shape sweep): a training sample uses the training cases on
+  *other* meshes only (leave-one-shape-out), so that its prior is made the way a new shape's is,
+  from other shapes alone. A mesh stands for a shape: cases of one shape share its mesh; where
+  each case has a mesh of its own, this leaves out the case alone.
+
+Validation samples (every sample outside the training split) use every training case. A
+validation case that shares its mesh with training cases (split by case rather than by shape)
+takes them too, so its prior is better informed than the training samples' were.
+
+New cases (``meshshard dataset NEW --mean-field-from DATA``, meshes of their own and no targets
+needed) take their prior from DATA's training cases, every one, with DATA's method and ``K``, the
+parameters scaled by DATA's training standard deviations; DATA's precision, targets and, for
+``knn:K``, parameter names are required of them. A one-mesh ``mean`` DATA gives its stored mean
+field, mapped onto their meshes (the identity on DATA's own).
+
+Cost: one :class:`~meshshard.data.NodeMap` per (source mesh, target mesh) pair, built once in a
+build; samples are visited mesh by mesh, and a mesh's maps are let go after its samples. With
+``mean``, each source mesh's training targets are summed once and mapped as one field.
+
+Checksum. ``mean_field.sha256`` (and ``normalisation.offset_sha256``) names the prior's source:
+the SHA-256 of the method, the target fields, the parameter names and, per training case, its
+mesh checksum, parameters and stored targets (the one-mesh ``mean``: of the stored mean field). A
+dataset made ``--mean-field-from DATA`` records DATA's, so runs trained on DATA predict on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from meshshard.partition import plural
+
+from ._clouds import is_point_cloud
+from ._dataset import channel_names, save_npy
+from ._mapping import NodeMap, node_map
+from ._mean_field import add_mean_field, append_mean_fields, finish_prior, mean_field_of
+from ._neighbours import nearest_cases, parameter_scale
+from ._statistics import Running
+
+__all__ = ["PriorCases", "PriorMethod", "add_prior", "check_prior_request", "parse_prior", "prior_cases_of"]
+
+
+@dataclass(frozen=True)
+class PriorMethod:
+    """A parsed ``--mean-field``: ``kind`` ``"mean"`` or ``"knn"``, with ``k`` for knn."""
+
+    kind: str
+    k: int | None = None
+
+    def __str__(self) -> str:
+        return f"knn:{self.k}" if self.kind == "knn" else "mean"
+
+
+def parse_prior(text: str | bool | None) -> PriorMethod:
+    """``mean`` (also ``True``, the bare flag) or ``knn:K`` (K >= 1); a one-line ``ValueError`` otherwise."""
+    if text is True or text == "mean":
+        return PriorMethod("mean")
+    kind, _, rest = str(text).strip().partition(":")
+    if kind == "knn" and rest.strip().isdigit() and int(rest) >= 1:
+        return PriorMethod("knn", int(rest))
+    raise ValueError(f"Expected --mean-field mean or knn:K with K a whole number >= 1 (got {text!r}; a bare "
+                     "--mean-field takes the word after it as its method: put it after the sources)")
+
+
+@dataclass(frozen=True, eq=False)
+class PriorCases:
+    """The training cases a prior is made of, and how it is made of them.
+
+    Case ``c`` is sample ``samples[c]`` of its dataset, on mesh ``mesh_of[c]`` (whose dataset entry is
+    ``meshes[mesh_of[c]]``), with parameters ``values[c]`` (``(n, P)``, named ``names``);
+    ``targets(c)`` its stored targets ``(N_m, F_out)`` as float64 and ``points(m)`` mesh ``m``'s
+    coordinates. ``where(m)`` names mesh ``m`` in a message."""
+
+    method: PriorMethod
+    samples: np.ndarray
+    mesh_of: np.ndarray
+    meshes: list[dict[str, Any]]
+    values: np.ndarray
+    names: list[str]
+    fields: list[dict[str, Any]]
+    dtype: str
+    targets: Callable[[int], np.ndarray]
+    points: Callable[[int], np.ndarray]
+    where: Callable[[int], str]
+    sha256: str = ""
+    label: str = "the training cases"
+
+
+def prior_cases_of(data: Any) -> PriorCases:
+    """The training cases of an open dataset made with ``--mean-field`` (what ``--mean-field-from
+    DATA`` takes), with its method and checksum; a one-line refusal otherwise."""
+    meta = data.meta
+    record = meta.get("mean_field") or {}
+    if not record or not any("mean_of" in f for f in meta.get("inputs", [])):
+        raise ValueError(f"{data.path}: Expected a dataset made with --mean-field (got no mean field)")
+    method = parse_prior(record.get("method", "mean"))
+    label = f"the training cases of {data.path}"
+    if meta.get("kind") == "one-mesh" and method.kind == "mean":  # one stored field, every sample's
+        mean, targets, _, stored = mean_field_of(data)
+        return PriorCases(method, np.array([-1]), np.zeros(1, np.int64), [dict(meta["meshes"][0])], np.zeros((1, 0)),
+                          [], targets, stored, lambda c: mean, lambda m: np.asarray(data.mesh_points(m)),
+                          lambda m: str(data.mesh_folder(m)), str(record["sha256"]), label)
+    if str(record.get("of")) != "training samples" or not len(data.train):
+        raise ValueError(f"{data.path}: Expected a dataset whose own training cases made its prior (got one made "
+                         "with --mean-field-from: pass the dataset it was made from)")
+    train = np.asarray(data.train, dtype=np.int64)
+    table = meta.get("parameters") or {"names": [], "values": []}
+    names = [str(n) for n in table["names"]]
+    values = np.asarray(table["values"], dtype=np.float64).reshape(data.num_samples, len(names))[train]
+    return PriorCases(method, train, np.array([data.sample_mesh(int(i)) for i in train], dtype=np.int64),
+                      [dict(m) for m in meta["meshes"]], values, names, [dict(f) for f in meta["targets"]],
+                      str(meta["dtype"]), lambda c: np.asarray(data.sample_arrays(int(train[c]))[1], np.float64),
+                      lambda m: np.asarray(data.mesh_points(m)), lambda m: str(data.mesh_folder(m)),
+                      str(record["sha256"]), label)
+
+
+def _staged_cases(tmp: Path, meta: dict[str, Any], train: Sequence[int], method: PriorMethod) -> PriorCases:
+    """The training cases of the dataset being written in ``tmp``, with the checksum of them."""
+    train_ids = np.asarray(train, dtype=np.int64)
+    if not meta["target_channels"]:
+        raise ValueError("Expected --targets for --mean-field (it is made of the training targets); for new cases "
+                         "without targets, take a training dataset's with --mean-field-from DATA")
+    if not len(train_ids):
+        raise ValueError("Expected training samples for --mean-field (the split has none)")
+    table = meta.get("parameters") or {"names": [], "values": []}
+    names = [str(n) for n in table["names"]]
+    values = np.asarray(table["values"], dtype=np.float64).reshape(int(meta["num_samples"]), len(names))[train_ids]
+
+    def stored(c: int) -> np.ndarray:
+        return np.load(tmp / "samples" / f"{int(train_ids[c]):05d}" / "targets.npy", allow_pickle=False)
+
+    mesh_of = np.array([int(meta["samples"][int(i)]["mesh"]) for i in train_ids], dtype=np.int64)
+    digest = hashlib.sha256(f"meshshard prior {method}\n{channel_names(meta['targets'])}\n{names}\n".encode())
+    for c in range(len(train_ids)):
+        digest.update(str(meta["meshes"][mesh_of[c]]["sha256"]).encode())
+        digest.update(np.ascontiguousarray(values[c]).tobytes())
+        digest.update(np.ascontiguousarray(stored(c)).tobytes())
+    return PriorCases(method, train_ids, mesh_of, [dict(m) for m in meta["meshes"]], values, names,
+                      [dict(f) for f in meta["targets"]], str(meta["dtype"]),
+                      lambda c: stored(c).astype(np.float64),
+                      lambda m: np.load(tmp / "meshes" / f"{m:05d}" / "points.npy", allow_pickle=False),
+                      lambda m: f"mesh {m} of the training cases", digest.hexdigest())
+
+
+def _check_given(cases: PriorCases, meta: Mapping[str, Any], dtype: np.dtype) -> None:
+    """Refuse new cases whose prior cannot be made as ``cases``' dataset made its own, in one line."""
+    if np.dtype(cases.dtype) != dtype:
+        raise ValueError(f"Expected --dtype {cases.dtype}, the precision of the --mean-field-from dataset (got "
+                         f"{dtype.name}): its mean field is added back to the predictions as it is stored there")
+    if meta["targets"] and [(f["name"], f["components"]) for f in meta["targets"]] != \
+            [(f["name"], f["components"]) for f in cases.fields]:
+        raise ValueError(f"Expected the targets of the --mean-field-from dataset ({channel_names(cases.fields)}) "
+                         f"(got {meta['target_channels']})")
+    if cases.method.kind == "knn":
+        mine = [str(n) for n in (meta.get("parameters") or {}).get("names", [])]
+        missing = [n for n in cases.names if n not in mine]
+        if missing:
+            raise ValueError(f"Expected --params with {', '.join(missing)} for these cases: the --mean-field-from "
+                             f"dataset's prior is {cases.method}, the nearest cases in its parameters "
+                             f"({', '.join(cases.names)}) (got {', '.join(mine) if mine else 'no --params'})")
+
+
+def check_prior_request(mean_field: Any, given: PriorCases | None, dtype: str,
+                        target_fields: Sequence[Mapping[str, Any]], table: Mapping[str, Any] | None) -> None:
+    """The refusals :func:`add_prior` would make that the request alone decides (no targets,
+    knn:K without ``--params``, new cases unlike ``given``'s dataset), before any sample is read."""
+    meta = {"targets": list(target_fields), "target_channels": channel_names(target_fields),
+            "parameters": table}
+    if given is not None:
+        _check_given(given, meta, np.dtype(dtype))
+        return
+    if mean_field in (None, False):
+        return
+    method = parse_prior(mean_field)
+    if not target_fields:
+        raise ValueError("Expected --targets for --mean-field (it is made of the training targets); for new cases "
+                         "without targets, take a training dataset's with --mean-field-from DATA")
+    if method.kind == "knn" and not (table or {}).get("names"):
+        raise ValueError(f"Expected --params for --mean-field {method}, which measures distances in parameter space "
+                         "(--mean-field mean needs none)")
+
+
+class _Combiner:
+    """Weighted sums of the training cases' targets mapped onto one target mesh at a time: the
+    maps of the current target mesh, and (``mean``) each source mesh's sum of targets."""
+
+    def __init__(self, cases: PriorCases) -> None:
+        self.cases = cases
+        self.maps: dict[int, NodeMap | None] = {}
+        self.target: Any = None
+        self.sums: dict[int, np.ndarray] = {}
+        self.last: tuple[Any, np.ndarray] | None = None
+
+    def to_mesh(self, key: Any, points: Callable[[], np.ndarray], entry: Mapping[str, Any]) -> None:
+        """Map onto this mesh from now on (``key`` names it; its maps are built as needed)."""
+        if key != self.target:
+            self.target, self.maps, self.last = key, {}, None
+            self._points, self._entry = points, entry
+
+    def _map(self, m: int) -> NodeMap | None:
+        if m not in self.maps:
+            source = self.cases.meshes[m]
+            self.maps[m] = None if source["sha256"] == self._entry["sha256"] else node_map(
+                self.cases.points(m), self._points(), cloud=is_point_cloud(dict(self._entry)),
+                where=self.cases.where(m))
+        return self.maps[m]
+
+    def _sum(self, m: int) -> np.ndarray:
+        if m not in self.sums:
+            self.sums[m] = sum(self.cases.targets(c) for c in np.flatnonzero(self.cases.mesh_of == m).tolist())
+        return self.sums[m]
+
+    def combine(self, sources: list[tuple[int, float]]) -> np.ndarray:
+        """``sum_c w_c map(targets(c))`` on the current mesh, ``(N, F_out)`` float64."""
+        key = tuple(sources)
+        if self.last is not None and self.last[0] == key:
+            return self.last[1]
+        by_mesh: dict[int, list[tuple[int, float]]] = {}
+        for c, w in sources:
+            by_mesh.setdefault(int(self.cases.mesh_of[c]), []).append((c, w))
+        total: np.ndarray | float = 0.0
+        for m, items in by_mesh.items():
+            weights = {w for _, w in items}
+            if self.cases.method.kind == "mean" and len(weights) == 1 and \
+                    len(items) == int((self.cases.mesh_of == m).sum()):
+                local = self._sum(m) * weights.pop()  # every case of mesh m, equally weighted
+            else:
+                local = sum(w * self.cases.targets(c) for c, w in items)
+            mapping = self._map(m)
+            total = total + (local if mapping is None else mapping.apply(local))
+        out = np.asarray(total, dtype=np.float64)
+        self.last = (key, out)
+        return out
+
+
+def _allowed(cases: PriorCases, left_out: str, sample: int, mesh: int, training: bool) -> np.ndarray:
+    """The cases sample ``sample`` (on mesh ``mesh``) may use, ``(n,)`` bool."""
+    if not training or left_out == "none":
+        return np.ones(len(cases.samples), bool)
+    if left_out == "sample":
+        return cases.samples != sample
+    return cases.mesh_of != mesh
+
+
+def _sources(cases: PriorCases, allowed: np.ndarray, value: np.ndarray, scale: np.ndarray, name: str,
+             left_out: str) -> list[tuple[int, float]]:
+    """The cases of one sample's prior and their weights; a one-line refusal when too few are allowed."""
+    method, count = cases.method, int(allowed.sum())
+    need = 1 if method.kind == "mean" else int(method.k or 1)
+    if count < need:
+        rule = {"mesh": f"the training cases on other meshes than {name}'s (leave-one-shape-out)",
+                "sample": f"the training cases other than {name} (leave-one-out)"}.get(left_out, cases.label)
+        raise ValueError(f"Expected --mean-field {method} to find {plural(need, 'case')} among {rule} (got {count})")
+    if method.kind == "mean":
+        rows = np.flatnonzero(allowed)
+        return [(int(c), 1.0 / len(rows)) for c in rows]
+    return nearest_cases(cases.values, value, need, scale, allowed)
+
+
+def add_prior(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: np.dtype,
+              mean_field: Any = True, progress: Callable[[int], None] | None = None) -> None:
+    """Append every sample's prior to its inputs in the staged dataset ``tmp`` and redo the
+    statistics (the module docstring); ``meta`` is the dataset's metadata, updated in place.
+
+    ``mean_field``: ``True`` / ``"mean"`` / ``"knn:K"`` (``--mean-field``), a :class:`PriorCases`
+    (``--mean-field-from``), or :func:`meshshard.data.mean_field_of`'s tuple (the one-mesh mean of
+    another dataset, on its mesh). ``progress``: called with 1 after each sample."""
+    if isinstance(mean_field, tuple):
+        return add_mean_field(tmp, meta, train, dtype, mean_field, progress)
+    given = isinstance(mean_field, PriorCases)
+    method = mean_field.method if given else parse_prior(mean_field)
+    if not given and method.kind == "mean" and meta["kind"] == "one-mesh":
+        return add_mean_field(tmp, meta, train, dtype, None, progress)  # one field for every sample, as before
+    if method.kind == "knn" and not given and not (meta.get("parameters") or {}).get("names"):
+        raise ValueError(f"Expected --params for --mean-field {method}, which measures distances in parameter space "
+                         "(--mean-field mean needs none)")
+    if given:
+        cases = mean_field
+        _check_given(cases, meta, dtype)
+        left_out = "none"
+    else:
+        cases = _staged_cases(tmp, meta, train, method)
+        left_out = "sample" if meta["kind"] == "one-mesh" else "mesh"
+    append_mean_fields(meta, cases.fields)
+    run_in, run_out = _write_priors(tmp, meta, train, dtype, cases, left_out, progress)
+    record: dict[str, Any] = {"of": "another dataset (--mean-field-from)" if given else "training samples",
+                              "method": str(method)}
+    if method.kind == "knn":
+        record["k"] = int(method.k or 1)
+    record["left_out"] = left_out
+    if cases.samples[0] >= 0:  # not the stored mean field of a one-mesh dataset
+        record["samples"] = len(cases.samples)
+    finish_prior(meta, run_in, run_out, cases.sha256, record)
+    return None
+
+
+def _write_priors(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: np.dtype, cases: PriorCases,
+                  left_out: str, progress: Callable[[int], None] | None) -> tuple[Running, Running]:
+    """Every sample's inputs with its prior appended, mesh by mesh; returns the statistics of the
+    training samples' inputs and of their targets' difference from the prior."""
+    samples = tmp / "samples"
+    names = [str(s["name"]) for s in meta["samples"]]
+    mesh_of = [int(s["mesh"]) for s in meta["samples"]]
+    train_set = set(int(i) for i in train)
+    table = meta.get("parameters") or {"names": [], "values": []}
+    mine = [str(n) for n in table["names"]]
+    values = np.asarray(table["values"], dtype=np.float64).reshape(len(names), len(mine))
+    columns = [mine.index(n) for n in cases.names] if set(cases.names) <= set(mine) else []
+    scale = parameter_scale(cases.values)
+    has_targets = bool(meta["target_channels"])
+    run_in, run_out = Running(len(meta["input_channels"])), Running(len(meta["target_channels"]))
+    combiner = _Combiner(cases)
+    for s in sorted(range(len(names)), key=lambda i: (mesh_of[i], i)):
+        m = mesh_of[s]
+        entry = meta["meshes"][m]
+        combiner.to_mesh(m, lambda m=m: np.load(tmp / "meshes" / f"{m:05d}" / "points.npy", allow_pickle=False),
+                         entry)
+        training = s in train_set
+        allowed = _allowed(cases, left_out, s, m, training)
+        value = values[s, columns] if columns else np.zeros(len(cases.names))
+        prior = combiner.combine(_sources(cases, allowed, value, scale, names[s], left_out))
+        stored = prior.astype(dtype)
+        folder = samples / f"{s:05d}"
+        inputs = np.concatenate([np.load(folder / "inputs.npy", allow_pickle=False), stored], axis=1)
+        save_npy(folder / "inputs.npy", inputs)
+        if training:
+            run_in.add(inputs.astype(np.float64))
+            if has_targets:
+                y = np.load(folder / "targets.npy", allow_pickle=False).astype(np.float64)
+                run_out.add(y - stored.astype(np.float64))  # the offset as stored, as training applies it
+        if progress is not None:
+            progress(1)
+    return run_in, run_out
