@@ -172,8 +172,10 @@ def _prior_line(meta: Mapping[str, Any], record: Mapping[str, Any], offset: bool
             "space")
     rule = {"mesh": "; a training sample's leaves out every case on its own mesh (leave-one-shape-out)",
             "sample": "; a training sample's leaves itself out"}.get(left_out, "")
-    return (f"  prior    {means} ({method}): {what} over the {record['of']}, each mapped onto the sample's mesh, as "
-            f"input channels{rule}{then}")
+    source = ("the training samples" if record.get("of") == "training samples"
+              else "another dataset's training samples (--mean-field-from)")
+    return (f"  prior    {means} ({method}): {what} over {source}, each mapped onto the sample's mesh, as input "
+            f"channels{rule}{then}")
 
 
 def run_info(folder: str, as_json: bool) -> int:

@@ -56,10 +56,15 @@ from its points (``meshshard dataset --graph``; a point cloud's by default, see
 "symmetric": true}`` or ``{"rule": "radius", "radius": R}``, and stores the edges as
 ``edge_index.npy`` beside any cells (the cells are kept for writing predictions, the edges are the
 graph; the mesh checksum covers both), and the dataset records the rule as ``"graph": "knn:8"``.
-``"mean_field": {"of", "samples", "sha256"}`` (``--mean-field``, :mod:`meshshard.data._mean_field`)
-says the last input fields, ``<target>_mean`` (marked ``"mean_of"``), hold the training samples'
-node-wise mean of the targets, and ``normalisation.target_offset`` (with ``offset_sha256``, the
-mean field's checksum) that the targets are normalised as their difference from it. A surface in 3-D
+``"mean_field": {"of", "method", "k", "left_out", "samples", "sha256"}`` (``--mean-field``,
+:mod:`meshshard.data._mean_field`, :mod:`meshshard.data._prior`) says the last input fields,
+``<target>_mean`` (marked ``"mean_of"``), hold each sample's prior: the training samples' node-wise
+mean of the targets (``"method": "mean"``; written before knn and many meshes existed without
+``method`` and ``left_out``, which then read as ``"mean"`` and ``"none"``), or the nearest cases'
+(``"knn:K"``, with ``"k"``), mapped onto the sample's mesh, a training sample's leaving out
+``"left_out"``: ``"none"``, ``"sample"`` (itself) or ``"mesh"`` (every case on its mesh); and
+``normalisation.target_offset`` (with ``offset_sha256``, the prior's checksum) that the targets
+are normalised as their difference from it. A surface in 3-D
 (faces, no 3-D cells) has ``"surface_area"`` (its total area; ``"planar": true``
 when every point has the same z, a 2-D mesh written in 3-D) and
 ``meshes/{m:05d}/surface-area.npy``: per point, the lumped area vector of the faces around it

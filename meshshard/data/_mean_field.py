@@ -16,9 +16,12 @@ shares; ``meshshard dataset --mean-field`` asks it for the difference instead:
   at O(1).
 
 New cases to predict on are given the same input channels with ``meshshard dataset NEW ...
---mean-field-from DATA``: the mean field of the training dataset ``DATA``, whose mesh must be
-theirs (compared by checksum). A run records ``target_offset`` in its normalisation, so predict adds
-the offset back whichever dataset it predicts on.
+--mean-field-from DATA``: the mean field of the training dataset ``DATA`` (on another mesh, mapped
+onto theirs: :mod:`meshshard.data._prior`). A run records ``target_offset`` in its normalisation, so
+predict adds the offset back whichever dataset it predicts on.
+
+This module is the one-mesh ``mean``, one field for every sample; a prior on many meshes, or of
+the nearest cases (``--mean-field knn:K``), is :mod:`meshshard.data._prior`'s.
 
 The mean field is stored with each sample, in its ``inputs.npy`` (``(N, F_out)`` more columns, in
 the dataset's precision); the offset applied in training and added back in prediction is that
