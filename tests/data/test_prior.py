@@ -277,3 +277,22 @@ def test_train_and_predict_on_many_meshes_add_the_knn_prior_back(tmp_path: Path)
         pred = np.c_[written.point_data["p_pred"], written.point_data["U_pred"][:, :2]]
         np.testing.assert_allclose(pred - _prior_of(data, s)[order], learnt[order], rtol=1e-10, atol=1e-10)
         assert np.abs(_prior_of(data, s)).max() > 1  # the prior added back is no small part of the prediction
+
+
+def test_each_pair_of_meshes_is_mapped_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import meshshard.data._prior as prior
+
+    built: list[tuple[int, int]] = []
+
+    def counted(source: np.ndarray, target: np.ndarray, **options: object) -> object:
+        built.append((len(source), len(target)))
+        return node_map(source, target, **options)
+
+    monkeypatch.setattr(prior, "node_map", counted)
+    _write(tmp_path, SHAPES, speeds=(1.0, 2.0, 3.0))
+    steps: list[int] = []
+    build_dataset([tmp_path / "cases"], tmp_path / "data", inputs="pos[0]", targets="p", val_samples=["C-3"],
+                  params=tmp_path / "params.csv", mean_field="mean", prior_progress=steps.append)
+    # 9 samples on 3 meshes: each mesh takes the other two (the validation sample's own mesh is the
+    # identity), one map per ordered pair, however many samples share it
+    assert len(built) == 6 and sum(steps) == 9
