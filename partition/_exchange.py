@@ -37,13 +37,21 @@ class Exchange(Protocol):
     rank: int
     size: int
 
-    def all_to_all(self, chunks: Sequence[np.ndarray]) -> list[np.ndarray]: ...
+    def all_to_all(self, chunks: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Send ``chunks[q]`` to process ``q``; return what each process sent this one, by source."""
+        ...
 
-    def all_reduce(self, values: np.ndarray, op: str) -> np.ndarray: ...
+    def all_reduce(self, values: np.ndarray, op: str) -> np.ndarray:
+        """The element-wise ``"sum"``, ``"min"`` or ``"max"`` of ``values`` over the processes."""
+        ...
 
-    def all_gather(self, value: Any) -> list[Any]: ...
+    def all_gather(self, value: Any) -> list[Any]:
+        """Every process's small ``value``, by rank."""
+        ...
 
-    def barrier(self) -> None: ...
+    def barrier(self) -> None:
+        """Return when every process has called it."""
+        ...
 
 
 class LocalExchange:
@@ -53,19 +61,23 @@ class LocalExchange:
     size = 1
 
     def all_to_all(self, chunks: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The one chunk, to this process itself."""
         if len(chunks) != 1:
             raise ValueError(f"Expected one chunk per process, 1 (got {len(chunks)})")
         return [np.asarray(chunks[0])]
 
     def all_reduce(self, values: np.ndarray, op: str) -> np.ndarray:
+        """A copy of ``values`` (the reduction over one process)."""
         if op not in ("sum", "min", "max"):
             raise ValueError(f"Expected op 'sum', 'min' or 'max' (got {op!r})")
         return np.array(values, copy=True)
 
     def all_gather(self, value: Any) -> list[Any]:
+        """``[value]``."""
         return [value]
 
     def barrier(self) -> None:
+        """Nothing to wait for."""
         return None
 
     def __repr__(self) -> str:
