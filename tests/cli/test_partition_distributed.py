@@ -22,7 +22,7 @@ ENV = os.environ | {"OMP_NUM_THREADS": "1", "MESHSHARD_TIMEOUT": "30", "PYTHONPA
 
 
 def _torchrun(nproc: int, *args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), *args]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), *args]
     return subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout)
 
 
