@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ._graph import Cells
-from ._readers import open_regular
+from ._readers import _EXPANSION_FLOOR, max_expansion, open_regular
 
 __all__ = ["VTKHDF_SUFFIX", "VtkHdfSlice", "block_start", "block_owner", "read_slice", "read_vtkhdf",
            "vtkhdf_counts", "write_vtkhdf"]
@@ -126,8 +126,11 @@ def _root(file: Any, h5py: Any) -> Any:
     return root
 
 
-def _counts(root: Any, h5py: Any) -> tuple[int, int, int]:
-    """``(N, C, M)``, checked against the datasets' shapes."""
+def _counts(root: Any, h5py: Any, file_size: int) -> tuple[int, int, int]:
+    """``(N, C, M)``, checked against the datasets' shapes, and those against the file's size: a
+    dataset may declare at most ``max(64 MiB, MESHSHARD_MAX_EXPANSION x the file's size)`` bytes (a
+    compressed or sparse dataset of terabytes that holds nothing is refused before a slice is read)."""
+    bound = max(_EXPANSION_FLOOR, int(max_expansion() * file_size))
     found = []
     for name in _SCALARS:
         data = _dataset(root, name, h5py)
@@ -144,6 +147,10 @@ def _counts(root: Any, h5py: Any) -> tuple[int, int, int]:
         data = _dataset(root, name, h5py)
         if data.shape != shape:
             raise ValueError(f"Expected {name} of shape {shape} (got {data.shape})")
+        declared = int(np.prod(shape, dtype=np.float64)) * data.dtype.itemsize
+        if declared > bound:
+            raise ValueError(f"{name} declares {declared:,} bytes, more than MESHSHARD_MAX_EXPANSION allows "
+                             f"for a file of {file_size:,} bytes ({bound:,})")
     return n, c, m
 
 
@@ -151,7 +158,7 @@ def vtkhdf_counts(path: str | os.PathLike[str]) -> tuple[int, int]:
     """``(N, C)``: the points and cells of a ``.vtkhdf`` file, from its headers."""
     h5py = _h5py()
     with open_regular(path) as raw, h5py.File(raw, "r") as file:
-        n, c, _ = _counts(_root(file, h5py), h5py)
+        n, c, _ = _counts(_root(file, h5py), h5py, os.fstat(raw.fileno()).st_size)
     return n, c
 
 
@@ -184,7 +191,7 @@ def read_slice(path: str | os.PathLike[str], rank: int = 0, size: int = 1) -> Vt
     h5py = _h5py()
     with open_regular(path) as raw, h5py.File(raw, "r") as file:
         root = _root(file, h5py)
-        n, c, m = _counts(root, h5py)
+        n, c, m = _counts(root, h5py, os.fstat(raw.fileno()).st_size)
         p0, p1 = block_start(n, rank, size), block_start(n, rank + 1, size)
         c0, c1 = block_start(c, rank, size), block_start(c, rank + 1, size)
         pos = np.asarray(root["Points"][p0:p1], dtype=np.float64).reshape(-1, 3)

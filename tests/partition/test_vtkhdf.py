@@ -142,3 +142,15 @@ def test_convert_refuses_a_wrong_suffix_and_itself(tmp_path: Path) -> None:
         convert_mesh(path, tmp_path / "out.vtu")
     with pytest.raises(ValueError, match="is the input itself"):
         convert_mesh(path, path)
+
+
+def test_a_dataset_larger_than_the_file_allows_is_refused_before_reading(tmp_path: Path) -> None:
+    import h5py
+
+    path = write_mixed_vtkhdf(tmp_path)
+    with h5py.File(path, "r+") as f:  # 24 TB declared, nothing stored: chunked, never written
+        del f["VTKHDF/Points"]
+        f["VTKHDF/NumberOfPoints"][0] = 10**12
+        f.create_dataset("VTKHDF/Points", shape=(10**12, 3), dtype="f8", chunks=(1024, 3), compression="gzip")
+    with pytest.raises(ValueError, match=r"Points declares 24,000,000,000,000 bytes, more than MESHSHARD_MAX_EXPANSION"):
+        read_slice(path, 0, 4)
