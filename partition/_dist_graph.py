@@ -46,30 +46,47 @@ class BlockGraph:
 
 
 def _local_pairs(cells: Cells, num_nodes: int) -> np.ndarray:
-    """The distinct undirected pairs ``lo * N + hi`` (``lo < hi``) of the cell edges of ``cells``."""
-    keys = []
+    """The distinct undirected pairs ``lo * N + hi`` (``lo < hi``) of the cell edges of ``cells``.
+
+    Written into one array, pair after pair of each cell type, sorted in place: the memory is one
+    int64 per cell edge and one column's temporaries.
+    """
+    total = sum(len(conn) * len(cell_edge_pairs(t, np.shape(conn)[1])) for t, conn in cells if np.size(conn))
+    keys = np.empty(total, dtype=np.int64)
+    at = 0
     for cell_type, conn in cells:
-        conn = np.asarray(conn, dtype=np.int64)
-        if not conn.size:
+        if not np.size(conn):
             continue
         for i, j in cell_edge_pairs(cell_type, conn.shape[1]):
-            lo, hi = np.minimum(conn[:, i], conn[:, j]), np.maximum(conn[:, i], conn[:, j])
-            keep = lo != hi
-            keys.append(lo[keep] * num_nodes + hi[keep])
-    return sorted_unique(np.concatenate(keys)) if keys else np.zeros(0, dtype=np.int64)
+            a, b, out = conn[:, i], conn[:, j], keys[at:at + len(conn)]
+            np.minimum(a, b, out=out)
+            out *= num_nodes
+            out += np.maximum(a, b)
+            out[a == b] = -1  # a self-loop (a degenerate cell): sorted first, dropped below
+            at += len(conn)
+    keys.sort()
+    keys = keys[np.searchsorted(keys, 0):]
+    keep = np.ones(len(keys), dtype=bool)
+    keep[1:] = keys[1:] != keys[:-1]
+    return keys[keep]
 
 
 def block_graph(ex: Exchange, cells: Cells, num_nodes: int, first: int) -> BlockGraph:
     """This process's rows of the nodal graph of the mesh whose cells the processes hold between them
     (see the module docstring). Equal to the rows ``first ..`` of ``nodal_graph(all cells, N)``."""
     pairs = _local_pairs(cells, num_nodes)
-    lo, hi = np.divmod(pairs, num_nodes)
+    m = len(pairs)
+    src, dst = np.empty(2 * m, dtype=np.int64), np.empty(2 * m, dtype=np.int64)
+    np.floor_divide(pairs, num_nodes, out=src[:m])  # lo -> hi, then hi -> lo
+    np.remainder(pairs, num_nodes, out=src[m:])
     del pairs
-    src = np.concatenate([lo, hi])
-    dst = np.concatenate([hi, lo])
-    del lo, hi
+    dst[:m], dst[m:] = src[m:], src[:m]
     src, dst = route(ex, block_owner(dst, num_nodes, ex.size), src, dst)
-    keys = sorted_unique(dst * num_nodes + src)
+    dst *= num_nodes  # in place: the keys dst * N + src
+    dst += src
+    del src
+    keys = sorted_unique(dst)
+    del dst
     dst, src = np.divmod(keys, num_nodes)
     del keys
     counts = ex.all_gather(len(src))

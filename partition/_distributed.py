@@ -146,11 +146,14 @@ def partition_distributed(
         except (ValueError, OSError, MemoryError) as err:
             error = ValueError(f"{path}: {err}" if not str(err).startswith(str(path)) else str(err))
         agree(ex, error)
-        n = piece.num_nodes
-        parts_block = morton_assign(ex, piece.pos, piece.first_node, n, num_parts)
-        graph = block_graph(ex, piece.cells, n, piece.first_node)
-        shards = build_shards(ex, graph, parts_block, piece.pos, num_parts)
-        del parts_block, piece
+        n, first, pos, cells = piece.num_nodes, piece.first_node, piece.pos, piece.cells
+        del piece
+        parts_block = morton_assign(ex, pos, first, n, num_parts)
+        graph = block_graph(ex, cells, n, first)
+        del cells  # the graph's rows are all that is needed of the cells from here on
+        shards = build_shards(ex, graph, parts_block, pos, num_parts)
+        num_edges = graph.num_edges
+        del parts_block, pos, graph
         counts = shards.owned_counts
         found = _load_imbalance(counts, num_parts, n, imbalance)  # the same on every process
         staging = stack.enter_context(staged_folder(out)) if ex.rank == 0 else None
@@ -165,7 +168,7 @@ def partition_distributed(
         if ex.rank == 0:
             try:
                 meta = _metadata(ex, entries, digest or "", name=path.name, num_nodes=n,
-                                 num_edges=graph.num_edges, cut=cut, counts=counts, load_imbalance=found,
+                                 num_edges=num_edges, cut=cut, counts=counts, load_imbalance=found,
                                  engine=engine, seed=seed, imbalance=imbalance)
                 write_text_file(folder / METADATA_FILE, dump_metadata(meta))
             except (ValueError, OSError) as err:

@@ -79,7 +79,8 @@ class VtkHdfSlice:
             one block per (type, node count) in order of first appearance.
 
     Shapes:
-        pos: ``(N_block, 3)`` float64. connectivity: ``(C_b, k_b)`` int64.
+        pos: ``(N_block, 3)`` float64. connectivity: ``(C_b, k_b)``, int32 while ``N < 2^31 - 1``,
+        else int64.
     """
 
     num_nodes: int
@@ -165,6 +166,10 @@ def vtkhdf_counts(path: str | os.PathLike[str]) -> tuple[int, int]:
 def _cell_blocks(types: np.ndarray, offsets: np.ndarray, conn: np.ndarray) -> list[tuple[str, np.ndarray]]:
     """Cells as meshio-style blocks, one per (type, node count) in order of first appearance."""
     sizes = np.diff(offsets)
+    if len(sizes) and (types == types[0]).all() and (sizes == sizes[0]).all():  # one type: no copy
+        name = VTK_TYPES.get(int(types[0]))
+        if name is not None and name not in _MESHIO_TO_VTK:
+            return [(name, conn.reshape(-1, int(sizes[0])))]
     keys = types.astype(np.int64) * (1 << 32) + sizes
     uniq, first = np.unique(keys, return_index=True)
     blocks = []
@@ -201,7 +206,9 @@ def read_slice(path: str | os.PathLike[str], rank: int = 0, size: int = 1) -> Vt
                              or (c1 == c and offsets[-1] != m) or (c0 == 0 and offsets[0] != 0)):
             raise ValueError(f"Expected Offsets rising from 0 to NumberOfConnectivityIds {m} "
                              f"(got [{offsets.min()}, {offsets.max()}] in cells {c0}..{c1})")
-        conn = np.asarray(root["Connectivity"][offsets[0]:offsets[-1]] if len(offsets) else [], dtype=np.int64)
+        # int32 while node ids fit: half the memory of the cells (and of the cell edges made from them)
+        conn = np.asarray(root["Connectivity"][offsets[0]:offsets[-1]] if len(offsets) else [],
+                          dtype=np.int32 if n < 2**31 - 1 else np.int64)
     if not np.isfinite(pos).all():
         raise ValueError(f"Expected finite point coordinates (got NaN or infinity among points {p0}..{p1})")
     if conn.size and (conn.min() < 0 or conn.max() >= n):
