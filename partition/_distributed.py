@@ -156,7 +156,12 @@ def partition_distributed(
         del parts_block, pos, graph
         counts = shards.owned_counts
         found = _load_imbalance(counts, num_parts, n, imbalance)  # the same on every process
-        staging = stack.enter_context(staged_folder(out)) if ex.rank == 0 else None
+        staging = None
+        try:
+            staging = stack.enter_context(staged_folder(out)) if ex.rank == 0 else None
+        except (ValueError, OSError) as err:
+            error = err
+        agree(ex, error)
         folder = Path(ex.all_gather(None if staging is None else str(staging))[0])
         try:
             entries = write_shards(shards, folder)
