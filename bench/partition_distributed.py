@@ -85,7 +85,9 @@ def run_case(mode: str, procs: int, mesh: Path, parts: int, tmp: Path) -> list[d
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(procs), here,
                "--worker", *args]
-    subprocess.run(cmd, check=True, env=env, capture_output=True, text=True, timeout=3600)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
     return json.loads(result.read_text())
 
 
