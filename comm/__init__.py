@@ -14,7 +14,8 @@ gloo (CPU) and NCCL (GPU):
 - :func:`sum_gradients`: the gradients of replicated parameters, summed over a group;
 - :func:`count_collectives`: record what a block of code sends, forward and backward;
 - :func:`sum_across`, :func:`max_across`, :func:`gather_rows`, :func:`directory_lookup`: numpy
-  arrays across ranks (reports, prediction files);
+  arrays across ranks (reports, prediction files); :class:`ArrayExchange`: numpy arrays of any dtype
+  between ranks for offline work (the ``Exchange`` a distributed ``meshshard partition`` takes);
 - :func:`launch_local`: start R local ranks as torchrun would (commands run without torchrun);
   :func:`is_peer_failure`: whether an error came from a dead or stopped peer;
 - the process group itself, plain (not autograd-aware) calls for bookkeeping:
@@ -60,6 +61,7 @@ from ._context import (
     torch_device_mesh,
 )
 from ._counter import CollectiveCall, CollectiveLog, count_collectives, record_collective
+from ._exchange import ArrayExchange
 from ._group import (
     agree_on_first_error,
     all_gather_objects,
@@ -101,6 +103,7 @@ __all__ = [
     "all_reduce_sum",
     "all_to_all_v",
     "append_halo",
+    "ArrayExchange",
     "backend_name",
     "barrier",
     "broadcast_tensor",

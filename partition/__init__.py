@@ -15,6 +15,11 @@ or in one call: ``partition_file(...)`` (the ``meshshard partition`` command), o
 ``partition_points(pos, R)``, ``partition_grid(shape, R, proc_grid=...)`` (a structured grid's
 box decomposition, see ``_grid.py``). ``verify_partition(DIR)`` checks every invariant of a folder.
 
+Beyond one machine: ``partition_distributed(MESH.vtkhdf, DIR, K, exchange)``, called by each of
+``P`` processes with an :class:`Exchange` (``meshshard.comm.ArrayExchange`` under torchrun), writes
+the same folder with no process holding the whole mesh (``_distributed.py``); ``convert_mesh``
+makes the ``.vtkhdf`` it reads in slices (``read_slice``, ``_vtkhdf.py``).
+
 Datasets, the files they are built from, boundaries and surfaces are the dataset layer's,
 :mod:`meshshard.data` (which imports this one, never the other way round). Their old names here
 (``meshshard.partition.open_dataset`` ...) still work for one release, with a DeprecationWarning.
@@ -36,6 +41,10 @@ from ._lazy import lazy_names
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time see __getattr__ below
     from ._api import GRAPHS, build_graph, partition_file, partition_graph, partition_mesh, partition_points
     from ._assign import METHODS, assign_parts, edge_cut, imbalance, refine_balance
+    from ._convert import convert_mesh
+    from ._dist_assign import ENGINES
+    from ._distributed import partition_distributed
+    from ._exchange import Exchange, LocalExchange
     from ._format import FORMAT_NAME, FORMAT_VERSION, load_partition, read_metadata, save_partition
     from ._graph import Graph
     from ._grid import GridLayout, grid_layout, partition_grid
@@ -44,6 +53,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time see __getattr__ bel
     from ._plan import build_partitions
     from ._points import GraphRule, check_radius, parse_graph_rule, point_graph
     from ._verify import check_partitions, verify_partition
+    from ._vtkhdf import read_slice, write_vtkhdf
 
 # name -> module that defines it, relative to this package (``._api`` is ``_api.py`` beside this
 # file). Resolved on first use, so that a training rank that only loads its part
@@ -119,6 +129,13 @@ _LAZY: dict[str, str] = {
     "halo_radius_of": "._points",
     "geometric_halo_counts": "._points",
     "DEFAULT_POINT_GRAPH": "._points",
+    "convert_mesh": "._convert",
+    "ENGINES": "._dist_assign",
+    "partition_distributed": "._distributed",
+    "Exchange": "._exchange",
+    "LocalExchange": "._exchange",
+    "read_slice": "._vtkhdf",
+    "write_vtkhdf": "._vtkhdf",
 }
 
 #: Dataset names that lived here before the dataset layer moved to :mod:`meshshard.data`: they
@@ -186,10 +203,13 @@ __all__ = [
     "check_output_folder",
     "check_partitions",
     "check_radius",
+    "convert_mesh",
     "DEFAULT_POINT_GRAPH",
     "dump_partition_metadata",
     "dumps_json",
     "edge_cut",
+    "ENGINES",
+    "Exchange",
     "folder_lock",
     "FORMAT_NAME",
     "FORMAT_VERSION",
@@ -205,6 +225,7 @@ __all__ = [
     "InputData",
     "is_lock_file",
     "lazy_names",
+    "LocalExchange",
     "listed",
     "load_partition",
     "loads_json",
@@ -222,6 +243,7 @@ __all__ = [
     "partition_grid",
     "partition_mesh",
     "PARTITION_METADATA_FILE",
+    "partition_distributed",
     "partition_points",
     "plot_partition",
     "plural",
@@ -232,6 +254,7 @@ __all__ = [
     "read_json",
     "read_json_inside",
     "read_metadata",
+    "read_slice",
     "record_halo_radius",
     "refine_balance",
     "Refusals",
@@ -242,6 +265,7 @@ __all__ = [
     "verify_partition",
     "window_plan",
     "write_partitions",
+    "write_vtkhdf",
     "write_text_file",
     "WriteError",
 ]

@@ -269,17 +269,22 @@ def rcb_parts(
     return parts
 
 
-def morton_codes(pos: np.ndarray) -> np.ndarray:
+def morton_codes(pos: np.ndarray, bounds: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Z-order (Morton) code of each point on a ``2^b`` grid over the bounding cube
     (``b`` = 32 bits per axis in 2-D, 21 in 3-D).
 
+    Args:
+        pos: The points.
+        bounds: ``(lowest, highest)`` coordinates of the box, default ``pos``'s own (a distributed
+            partition passes the whole mesh's, so that every process's codes are the ones of one).
+
     Shapes:
-        pos: ``(N, D)``, ``D`` 2 or 3. Returns ``(N,)`` uint64.
+        pos: ``(N, D)``, ``D`` 2 or 3. bounds: two ``(D,)``. Returns ``(N,)`` uint64.
     """
     dim = pos.shape[1]
     bits = 64 // dim if dim > 1 else 63
-    lo = pos.min(axis=0)
-    extent = float((pos.max(axis=0) - lo).max()) or 1.0
+    lo, hi = (pos.min(axis=0), pos.max(axis=0)) if bounds is None else bounds
+    extent = float((hi - lo).max()) or 1.0
     scale = (2.0**bits - 1) / extent
     grid = np.clip(((pos - lo) * scale), 0, 2.0**bits - 1).astype(np.uint64)
     code = np.zeros(len(pos), dtype=np.uint64)

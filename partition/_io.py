@@ -8,6 +8,7 @@ The format is chosen from the file name, or forced with ``format=``:
                    token is an integer is taken as METIS (Medit files start with a keyword)
 ``points``         ``.npy`` (an ``(N, 2)`` or ``(N, 3)`` array of real numbers) or ``.npz`` (its
                    array named ``pos``)
+``vtkhdf``         ``.vtkhdf``: a VTKHDF unstructured grid of one piece (h5py; see ``_vtkhdf.py``)
 ``meshio``         any other extension meshio knows
 =================  ===========================================================================
 
@@ -36,7 +37,7 @@ from ._readers import decompress, hash_regular, read_npy, read_npz, read_regular
 __all__ = ["InputData", "read_input", "read_metis_graph", "read_metis_mesh", "meshio_failure", "FORMATS"]
 
 #: Values accepted by ``read_input(format=...)`` / ``--format``.
-FORMATS = ("auto", "meshio", "metis-graph", "metis-mesh", "points")
+FORMATS = ("auto", "meshio", "metis-graph", "metis-mesh", "points", "vtkhdf")
 
 _GRAPH_SUFFIXES = (".graph", ".mgraph", ".metis")
 _COMMENT = re.compile(rb"^[ \t]*%[^\n]*(\n|$)", re.MULTILINE)
@@ -93,7 +94,7 @@ def read_input(path: str | Path, *, format: str = "auto",
         raise ValueError("is a directory, expected a file")
     if not path.exists():
         raise ValueError("no such file")
-    if format == "meshio" or (format == "auto" and _meshio_by_name(path)):
+    if format in ("meshio", "vtkhdf") or (format == "auto" and _meshio_by_name(path)):
         # hashed in chunks: a mesh that meshio reads itself is never held as bytes too
         digest, raw = hash_regular(path)
     else:  # parsed from bytes: read once, hashed from memory
@@ -109,6 +110,11 @@ def read_input(path: str | Path, *, format: str = "auto",
     elif format == "metis-mesh":
         cells, num_nodes = read_metis_mesh(raw)
         data = InputData(path.name, digest, "mesh", num_nodes, cells=cells)
+    elif format == "vtkhdf":
+        from ._vtkhdf import read_vtkhdf
+
+        pos, cells = read_vtkhdf(path)
+        data = InputData(path.name, digest, "mesh", len(pos), pos=pos, cells=cells)
     elif format == "points":
         pos = _read_points(raw)
         data = InputData(path.name, digest, "points", len(pos), pos=pos)
@@ -148,6 +154,8 @@ def _detect_format(path: Path, raw: bytes) -> str:
         return "metis-graph"
     if suffix in (".npy", ".npz"):
         return "points"
+    if suffix == ".vtkhdf":
+        return "vtkhdf"
     if suffix == ".mesh":
         first = _COMMENT.sub(b"", raw[:4096]).split(maxsplit=1)[:1]
         if first and first[0].isdigit():
@@ -354,7 +362,9 @@ def meshio_failure(err: BaseException, said: str) -> str:
     return f"meshio cannot read it ({detail})"
 
 
-def _read_meshio(path: Path) -> tuple[np.ndarray, list[tuple[str, np.ndarray]]]:
+def _read_meshio(path: Path, fields: dict[str, np.ndarray] | None = None
+                 ) -> tuple[np.ndarray, list[tuple[str, np.ndarray]]]:
+    """Points and cell blocks of a mesh meshio reads (and, into ``fields`` when given, its point data)."""
     import meshio
 
     chatter = io.StringIO()  # meshio prints its errors, and may call sys.exit
@@ -365,6 +375,8 @@ def _read_meshio(path: Path) -> tuple[np.ndarray, list[tuple[str, np.ndarray]]]:
     except (Exception, SystemExit) as err:  # anything from ReadError to struct.error
         raise ValueError(meshio_failure(err, chatter.getvalue())) from None
     pos = np.asarray(mesh.points, dtype=np.float64)
+    if fields is not None:
+        fields.update(mesh.point_data)
     if pos.ndim != 2 or pos.shape[1] not in (2, 3):
         raise ValueError(f"Expected 2-D or 3-D points (got shape {pos.shape})")
     dtype = np.int32 if len(pos) < 2**31 else np.int64  # half the memory of big meshes

@@ -33,6 +33,8 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("info", "meshshard.cli._info", "print a partition, dataset, run or prediction folder's metadata"),
     ("verify", "meshshard.cli._partition", "check a partition folder (exit 0 valid, 1 not)"),
     ("plot", "meshshard.cli._partition", "draw a partition's nodes coloured by part"),
+    ("convert", "meshshard.cli._convert", "write a mesh as a .vtkhdf file, which each process of a distributed "
+     "partition reads in part"),
     ("dataset", "meshshard.cli._dataset", "make a dataset folder from mesh files with "
      "point_data fields"),
     ("train", "meshshard.cli._train", "train a sharded MeshGraphNet, or your own model, on a partition"),

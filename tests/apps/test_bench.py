@@ -155,3 +155,17 @@ def test_pointcloud_bench_reports_both_models_on_each_rank_count(tmp_path: Path)
     assert all(got >= true > 0 for got, true in zip(two["halo_received"], two["true_halo"])), two
     assert two["halo_over_true"] < 2
     assert "| ball-attention | 2 |" in done.stdout
+
+
+@pytest.mark.slow
+def test_distributed_partition_bench_reports_every_process(tmp_path: Path) -> None:
+    result = tmp_path / "r.json"
+    subprocess.run([sys.executable, str(BENCH / "partition_distributed.py"), "--side", "6", "--parts", "3",
+                    "--procs", "1", "2", "--json", str(result)], check=True, capture_output=True, timeout=300)
+    report = json.loads(result.read_text())
+    assert report["nodes"] == 6**3 and report["parts"] == 3
+    runs = [(r["mode"], r["processes"], r["rank"]) for r in report["results"]]
+    assert runs == [("one", 1, 0), ("distributed", 1, 0), ("distributed", 2, 0), ("distributed", 2, 1)]
+    for r in report["results"]:
+        assert r["peak_rss_mb"] >= r["rss_before_mb"] > 0 and r["numpy_peak_mb"] > 0
+        assert r["bytes_per_share_node"] == pytest.approx(r["bytes_per_node"] * r["processes"])

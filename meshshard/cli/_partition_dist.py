@@ -1,0 +1,67 @@
+"""``meshshard partition MESH.vtkhdf --parts K --out PARTS`` run by P processes (under torchrun, or
+with ``--engine``): each reads 1/P of the mesh (:func:`meshshard.partition.partition_distributed`).
+
+Under torchrun (``RANK`` and ``WORLD_SIZE`` set) every process runs this; their process group is
+gloo on the CPU whatever the machine has (partitioning is CPU work), its waits bounded by
+``MESHSHARD_TIMEOUT``. An error every process agrees on (bad arguments, a bad input, a refused
+output folder) is printed once, by process 0; any other (a process that died) by each process that
+sees it. Every process exits 2 on an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+
+__all__ = ["launched", "run_distributed"]
+
+#: Options of the one-process partition that the distributed one does not take, with their defaults.
+_ONE_PROCESS_ONLY = {"graph": None, "tpwgts": None, "recursive": None, "tries": None, "grid": None,
+                     "format": "auto", "max_expansion": None, "proc_grid": None}
+
+
+def launched() -> bool:
+    """Whether this process was started by torchrun (or another launcher that sets its variables)."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def _refusal(args: argparse.Namespace) -> str | None:
+    if args.method not in (None, "morton"):
+        return (f"--method {args.method} runs in one process; a distributed partition takes --engine geometric "
+                "(the Morton order of --method morton)")
+    for name, default in _ONE_PROCESS_ONLY.items():
+        if getattr(args, name, default) != default:
+            return f"--{name.replace('_', '-')} is not taken by a distributed partition (run it in one process)"
+    if args.input is None:
+        return "Expected a .vtkhdf mesh to partition"
+    return None
+
+
+def run_distributed(args: argparse.Namespace, error: Callable[[str, object, BaseException], int]) -> int:
+    """The distributed ``meshshard partition`` (see the module docstring); returns the exit code."""
+    refused = _refusal(args)
+    if refused is not None:  # the same on every process: printed by the first only
+        return error("partition", None, ValueError(refused)) if os.environ.get("RANK", "0") == "0" else 2
+    from meshshard.comm import ArrayExchange, init_distributed
+    from meshshard.partition import partition_distributed, print_summary, read_metadata
+
+    try:
+        context = init_distributed("gloo") if launched() else None
+    except (ValueError, RuntimeError) as err:
+        return error("partition", None, err)
+    exchange = ArrayExchange()
+    rank = 0 if context is None else context.rank
+    try:
+        folder = partition_distributed(args.input, args.out, args.parts, exchange, engine=args.engine or "geometric",
+                                       halo_hops=args.halo_hops, imbalance=args.imbalance, seed=args.seed,
+                                       force=args.force)
+    except ValueError as err:  # agreed by every process
+        return error("partition", None, err) if rank == 0 else 2
+    except (OSError, RuntimeError, MemoryError) as err:  # this process's own, or a peer that died
+        return error("partition", f"process {rank}", err)
+    if rank == 0 and not args.quiet:
+        print_summary(read_metadata(folder))
+        print(f"wrote {folder} with {exchange.size} process(es)", file=sys.stdout)
+    return 0

@@ -1,0 +1,94 @@
+"""The nodal graph of a mesh read in slices, built by the processes together.
+
+Each process takes the cell edges of its own cells (:func:`meshshard.partition._graph.cell_edge_pairs`,
+the pairs one process joins) and sends each directed edge ``src -> dst`` to the block owner of
+``dst``. The owner keeps the distinct edges sorted by ``(dst, src)``: the rows of the global CSR of
+:class:`meshshard.partition.Graph` for its block of nodes, in global edge id order. With the
+processes' edge counts (one all-gather) each edge's global edge id follows: the blocks hold
+consecutive ranges of ids. Memory per process: its cells' edges and its block's rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._exchange import Exchange, route
+from ._graph import Cells, cell_edge_pairs, sorted_unique
+from ._vtkhdf import block_owner
+
+__all__ = ["BlockGraph", "block_graph"]
+
+
+@dataclass(frozen=True, eq=False)
+class BlockGraph:
+    """The rows of the global graph for one process's block of nodes.
+
+    Args:
+        num_nodes: ``N``.
+        num_edges: Directed edges of the whole graph.
+        first: First global id of the block.
+        src, dst: The block's directed edges ``src -> dst`` (``dst`` in the block), sorted by
+            ``(dst, src)``.
+        first_edge: Global edge id of the block's first edge (edge ``j`` has id ``first_edge + j``).
+
+    Shapes:
+        src, dst: ``(E_block,)`` int64.
+    """
+
+    num_nodes: int
+    num_edges: int
+    first: int
+    src: np.ndarray
+    dst: np.ndarray
+    first_edge: int
+
+
+def _local_pairs(cells: Cells, num_nodes: int) -> np.ndarray:
+    """The distinct undirected pairs ``lo * N + hi`` (``lo < hi``) of the cell edges of ``cells``.
+
+    Written into one array, pair after pair of each cell type, sorted in place: the memory is one
+    int64 per cell edge and one column's temporaries.
+    """
+    total = sum(len(conn) * len(cell_edge_pairs(t, np.shape(conn)[1])) for t, conn in cells if np.size(conn))
+    keys = np.empty(total, dtype=np.int64)
+    at = 0
+    for cell_type, conn in cells:
+        if not np.size(conn):
+            continue
+        for i, j in cell_edge_pairs(cell_type, conn.shape[1]):
+            a, b, out = conn[:, i], conn[:, j], keys[at:at + len(conn)]
+            np.minimum(a, b, out=out)
+            out *= num_nodes
+            out += np.maximum(a, b)
+            out[a == b] = -1  # a self-loop (a degenerate cell): sorted first, dropped below
+            at += len(conn)
+    keys.sort()
+    keys = keys[np.searchsorted(keys, 0):]
+    keep = np.ones(len(keys), dtype=bool)
+    keep[1:] = keys[1:] != keys[:-1]
+    return keys[keep]
+
+
+def block_graph(ex: Exchange, cells: Cells, num_nodes: int, first: int) -> BlockGraph:
+    """This process's rows of the nodal graph of the mesh whose cells the processes hold between them
+    (see the module docstring). Equal to the rows ``first ..`` of ``nodal_graph(all cells, N)``."""
+    pairs = _local_pairs(cells, num_nodes)
+    m = len(pairs)
+    src, dst = np.empty(2 * m, dtype=np.int64), np.empty(2 * m, dtype=np.int64)
+    np.floor_divide(pairs, num_nodes, out=src[:m])  # lo -> hi, then hi -> lo
+    np.remainder(pairs, num_nodes, out=src[m:])
+    del pairs
+    dst[:m], dst[m:] = src[m:], src[:m]
+    src, dst = route(ex, block_owner(dst, num_nodes, ex.size), src, dst)
+    dst *= num_nodes  # in place: the keys dst * N + src
+    dst += src
+    del src
+    keys = sorted_unique(dst)
+    del dst
+    dst, src = np.divmod(keys, num_nodes)
+    del keys
+    counts = ex.all_gather(len(src))
+    return BlockGraph(num_nodes=num_nodes, num_edges=int(sum(counts)), first=first, src=src, dst=dst,
+                      first_edge=int(sum(counts[:ex.rank])))
