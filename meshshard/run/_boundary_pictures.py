@@ -73,6 +73,11 @@ def _gather(walls: list[tuple[np.ndarray, np.ndarray]], sizes: list[int], layout
                                                                        + pred.shape[1])), None, ctx.device)
 
 
+def _values(a: np.ndarray, order: np.ndarray, sl: slice) -> np.ndarray:
+    """Field ``sl`` of rows ``a`` in ``order``: a scalar, or a vector's magnitude."""
+    return np.linalg.norm(a[order, sl], axis=1) if sl.stop - sl.start > 1 else a[order, sl][:, 0]
+
+
 def plot_boundaries(path: Path, title: str, walls: list[tuple[str, np.ndarray, np.ndarray | None, np.ndarray]],
                     fields: list[tuple[str, slice]]) -> bool:
     """One row per boundary ``(name, pos, truth or None, pred)``, one column per field: the truth
@@ -93,12 +98,11 @@ def plot_boundaries(path: Path, title: str, walls: list[tuple[str, np.ndarray, n
             for col, (field, sl) in enumerate(fields):
                 ax = axes[row, col]
                 width = sl.stop - sl.start
-                value = (lambda a: np.linalg.norm(a[order, sl], axis=1)) if width > 1 else (lambda a: a[order, sl][:, 0])
                 shown = f"|{field}|" if width > 1 else field
                 style = {"lw": 1.4} if lines else {"ls": "none", "marker": ".", "ms": 2}
                 if truth is not None:
-                    ax.plot(along, value(truth), color="black", label="truth", **style)
-                ax.plot(along, value(pred), color="tab:red", label="prediction",
+                    ax.plot(along, _values(truth, order, sl), color="black", label="truth", **style)
+                ax.plot(along, _values(pred, order, sl), color="tab:red", label="prediction",
                         **({"lw": 1.2, "ls": "--"} if lines else style))
                 ax.set_title(f"{shown} on {name}", fontsize=9)
                 ax.set_xlabel(label, fontsize=8)

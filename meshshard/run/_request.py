@@ -16,8 +16,8 @@ from meshshard.partition import check_apart, check_input_folders, plural
 from ..tasks import DatasetReader, get_task
 from ._boundaries import check_boundary_names, check_boundary_request
 from ._checkpoint import peek
-from ._near import check_near_request
 from ._folder import checkpoint_path, read_run
+from ._near import check_near_request
 from ._recipe import check_model_radius, load_factory
 from ._writer import field_slices
 

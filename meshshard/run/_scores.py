@@ -29,8 +29,8 @@ from ._request import (
     PredictConfig,
 )
 
-__all__ = ["along_name", "boundary_view", "error_sums", "field_errors", "percent", "print_boundaries", "print_table", "summarise",
-           "surface_weights"]
+__all__ = ["along_name", "boundary_view", "error_sums", "field_errors", "percent", "print_boundaries", "print_table",
+           "summarise", "surface_weights"]
 
 
 def error_sums(pred: np.ndarray, y: np.ndarray, areas: np.ndarray | None, target_fields: list[tuple[str, slice]],
