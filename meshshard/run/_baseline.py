@@ -2,7 +2,7 @@
 and written as ``meshshard predict`` writes a prediction.
 
 ``meshshard baseline DATA --out PRED --method mean|nearest|knn:K|interp:PARAM [--samples LIST]
-[--boundary NAMES ...]`` writes, for each chosen sample (default: the validation samples), the
+[--from TRAINING_DATA] [--boundary NAMES ...] [--near PATCHES:DISTANCE]`` writes, for each chosen sample (default: the validation samples), the
 same files as predict (``<sample>.vtu`` / ``.vtp`` with ``<target>_pred``, ``<target>``,
 ``<target>_error``; the picture) and the same ``metrics.json`` (per target RMSE and relative L2,
 per boundary errors and forces, the summary over the samples), with a ``baseline`` entry in
@@ -30,6 +30,15 @@ Targets made non-dimensional (``meshshard dataset --target-scale``) are combined
 (divided by each case's scale) and multiplied by the sample's own scale: the "rescaled"
 baselines of ``examples/cfd_sweep/run.py``. A sample scored among the training samples is one of
 the cases its baseline is made of.
+
+On surfaces and point clouds (each body its own cloud) the fields are mapped between clouds
+(``node_map(..., cloud=True)``) and the errors are area-weighted as predict weights them.
+
+``--from TRAINING_DATA``: the training samples are that dataset's, and DATA holds the samples to
+predict, which may be new designs without targets (their fields are written, without errors).
+The two must have the same inputs, the same targets (when DATA has any) and meshes of one
+dimension, and DATA the parameters the method and the target scales use (refused in one line
+otherwise).
 
 One process, whole meshes: mapping reads whole meshes, and one map per pair of meshes serves every
 field and sample.

@@ -17,6 +17,12 @@ with, and writes::
       <sample>.png          truth, prediction and error side by side (2-D: the field on the mesh;
                             3-D: a slab through the nodes nearest the middle plane z = const;
                             a picture that cannot be drawn is skipped with a note)
+      <sample>_boundaries.png   with --boundary: each target along each named boundary, truth
+                            against prediction (meshshard.run._boundary_pictures)
+      forces.png            with a force and >= 2 cases: the force coefficients, predicted against true
+
+``--near PATCHES:DISTANCE`` adds each target's errors over the nodes within DISTANCE of those
+boundaries (:mod:`meshshard.run._near`).
 
 On one process (no torchrun, no ``--nproc``) the model runs on the whole mesh of each sample. On
 ``R`` ranks it runs sharded on a partition into ``R`` parts: the run's own (recorded in its
