@@ -2,14 +2,14 @@
 and written as ``meshshard predict`` writes a prediction.
 
 ``meshshard baseline DATA --out PRED --method mean|nearest|knn:K|interp:PARAM [--samples LIST]
-[--from TRAINING_DATA] [--boundary NAMES ...] [--near PATCHES:DISTANCE]`` writes, for each chosen sample (default: the validation samples), the
-same files as predict (``<sample>.vtu`` / ``.vtp`` with ``<target>_pred``, ``<target>``,
-``<target>_error``; the picture) and the same ``metrics.json`` (per target RMSE and relative L2,
-per boundary errors and forces, the summary over the samples), with a ``baseline`` entry in
-place of a run. Its prediction of sample ``s`` is a weighted sum of training samples' target
-fields (:func:`baseline_sources` chooses them), each mapped onto ``s``'s mesh
-(:func:`meshshard.data.node_map`: identical meshes as the identity, else piecewise-linear
-interpolation from the source's points, the nearest source node outside its hull):
+[--from TRAINING_DATA] [--boundary NAMES ...] [--near PATCHES:DISTANCE]`` writes, for each chosen
+sample (default: the validation samples), the same files as predict (``<sample>.vtu`` / ``.vtp``
+with ``<target>_pred``, ``<target>``, ``<target>_error``; the pictures) and the same
+``metrics.json`` (per target RMSE and relative L2, per boundary errors and forces, the summary over
+the samples), with a ``baseline`` entry in place of a run. Its prediction of sample ``s`` is a
+weighted sum of training samples' target fields (:func:`baseline_sources` chooses them), each mapped
+onto ``s``'s mesh (:func:`meshshard.data.node_map`: identical meshes as the identity, else
+piecewise-linear interpolation from the source's points, the nearest source node outside its hull):
 
 - ``mean``: every training sample, weight ``1 / n``;
 - ``nearest``: the training sample nearest in parameter space: the dataset's ``--params``
