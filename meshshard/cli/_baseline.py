@@ -28,7 +28,8 @@ def _baseline(args: argparse.Namespace) -> int:
     baseline(BaselineConfig(data=args.data, out=args.out, method=args.method, samples=args.samples,
                             boundary=args.boundary, pressure=args.pressure, shear=args.shear,
                             force_reference=args.force_reference, reference_area=args.reference_area,
-                            direction=direction, lift_direction=lift, view=view, force=args.force,
+                            direction=direction, lift_direction=lift, view=view, near=args.near,
+                            source=args.source, force=args.force,
                             plots=not args.no_plots, quiet=args.quiet))
     return 0
 
@@ -42,7 +43,12 @@ def register(subparsers: Any) -> None:
         "their fields mapped onto the sample's mesh, and write the same files and metrics.json as meshshard predict "
         "(docs/prediction.md, Baselines).",
     )
-    p.add_argument("data", help="dataset folder (meshshard dataset), with targets")
+    p.add_argument("data", help="dataset folder (meshshard dataset), with targets; without them (new designs) "
+                   "with --from")
+    p.add_argument("--from", dest="source", default=None, metavar="TRAINING_DATA",
+                   help="make the baseline of the training samples of this dataset instead of DATA's own (the same "
+                   "inputs, targets and mesh dimension): DATA may then hold new designs without targets, whose "
+                   "predicted fields are written without errors")
     p.add_argument("--out", "-o", required=True, help="folder for the baseline's predictions")
     p.add_argument("--method", default="mean", metavar="METHOD",
                    help="mean (default): the training samples' mean; nearest: the training sample nearest in "
@@ -64,6 +70,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--reference-area", default=None, type=float, metavar="A", help="the reference area A (default 1)")
     p.add_argument("--direction", default=None, metavar="X,Y,Z", help="the drag direction: the drag coefficient")
     p.add_argument("--lift-direction", default=None, metavar="X,Y,Z", help="the lift direction (with --direction)")
+    p.add_argument("--near", default=None, metavar="PATCHES:DISTANCE",
+                   help="each target's errors over the nodes within DISTANCE of these boundaries, as meshshard "
+                   "predict --near")
     p.add_argument("--view", default=None, metavar="XMIN,XMAX,YMIN,YMAX", help="frame the pictures on this region")
     p.add_argument("--no-plots", action="store_true", help="no PNG pictures")
     p.add_argument("--force", action="store_true",

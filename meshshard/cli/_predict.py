@@ -53,7 +53,7 @@ def _predict(args: argparse.Namespace) -> int:
                         force=args.force, plots=not args.no_plots, quiet=args.quiet, model=model, model_args=model_args,
                         checkpoint=args.checkpoint, boundary=args.boundary, pressure=args.pressure, shear=args.shear,
                         force_reference=args.force_reference, reference_area=args.reference_area,
-                        direction=direction, lift_direction=lift, view=view, rollout=args.rollout,
+                        direction=direction, lift_direction=lift, view=view, near=args.near, rollout=args.rollout,
                         steps=args.rollout_steps)
     def check() -> None:  # one line before any rank starts
         check_prediction_request(cfg)
@@ -116,6 +116,9 @@ def register(subparsers: Any) -> None:
                    "over the samples")
     p.add_argument("--lift-direction", default=None, metavar="X,Y,Z",
                    help="the lift direction (with --direction): the lift coefficient likewise")
+    p.add_argument("--near", default=None, metavar="PATCHES:DISTANCE",
+                   help="each target's RMSE and relative L2 over the nodes within DISTANCE of these boundaries "
+                   "(comma-separated names, e.g. walls:0.05), in metrics.json and the table")
     p.add_argument("--view", default=None, metavar="XMIN,XMAX,YMIN,YMAX",
                    help="frame the pictures on this region (default: the --boundary nodes with a margin, else all)")
     p.add_argument("--rollout", action="store_true",

@@ -2,14 +2,14 @@
 and written as ``meshshard predict`` writes a prediction.
 
 ``meshshard baseline DATA --out PRED --method mean|nearest|knn:K|interp:PARAM [--samples LIST]
-[--boundary NAMES ...]`` writes, for each chosen sample (default: the validation samples), the
-same files as predict (``<sample>.vtu`` / ``.vtp`` with ``<target>_pred``, ``<target>``,
-``<target>_error``; the picture) and the same ``metrics.json`` (per target RMSE and relative L2,
-per boundary errors and forces, the summary over the samples), with a ``baseline`` entry in
-place of a run. Its prediction of sample ``s`` is a weighted sum of training samples' target
-fields (:func:`baseline_sources` chooses them), each mapped onto ``s``'s mesh
-(:func:`meshshard.data.node_map`: identical meshes as the identity, else piecewise-linear
-interpolation from the source's points, the nearest source node outside its hull):
+[--from TRAINING_DATA] [--boundary NAMES ...] [--near PATCHES:DISTANCE]`` writes, for each chosen
+sample (default: the validation samples), the same files as predict (``<sample>.vtu`` / ``.vtp``
+with ``<target>_pred``, ``<target>``, ``<target>_error``; the pictures) and the same
+``metrics.json`` (per target RMSE and relative L2, per boundary errors and forces, the summary over
+the samples), with a ``baseline`` entry in place of a run. Its prediction of sample ``s`` is a
+weighted sum of training samples' target fields (:func:`baseline_sources` chooses them), each mapped
+onto ``s``'s mesh (:func:`meshshard.data.node_map`: identical meshes as the identity, else
+piecewise-linear interpolation from the source's points, the nearest source node outside its hull):
 
 - ``mean``: every training sample, weight ``1 / n``;
 - ``nearest``: the training sample nearest in parameter space: the dataset's ``--params``
@@ -31,12 +31,22 @@ Targets made non-dimensional (``meshshard dataset --target-scale``) are combined
 baselines of ``examples/cfd_sweep/run.py``. A sample scored among the training samples is one of
 the cases its baseline is made of.
 
+On surfaces and point clouds (each body its own cloud) the fields are mapped between clouds
+(``node_map(..., cloud=True)``) and the errors are area-weighted as predict weights them.
+
+``--from TRAINING_DATA``: the training samples are that dataset's, and DATA holds the samples to
+predict, which may be new designs without targets (their fields are written, without errors).
+The two must have the same inputs, the same targets (when DATA has any) and meshes of one
+dimension, and DATA the parameters the method and the target scales use (refused in one line
+otherwise).
+
 One process, whole meshes: mapping reads whole meshes, and one map per pair of meshes serves every
 field and sample.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,14 +55,24 @@ from typing import Any
 
 import numpy as np
 
-from meshshard.data import is_point_cloud, is_trajectory_dataset, nearest_cases, node_map, open_dataset, parameter_scale
+from meshshard.data import (
+    check_expression,
+    is_point_cloud,
+    is_trajectory_dataset,
+    nearest_cases,
+    node_map,
+    open_dataset,
+    parameter_scale,
+)
 from meshshard.partition import plural
 
 from ._boundaries import boundary_record, boundary_rows, boundary_sums, check_boundary_request
+from ._boundary_pictures import boundary_picture
+from ._near import check_near_request, near_mask, near_record
 from ._pictures import sample_picture
 from ._pred_folder import METRICS_FORMAT, check_prediction_folder, delete_paths, file_stem, write_metrics
 from ._request import select_samples
-from ._scores import boundary_view, error_sums, field_errors, summarise, surface_weights
+from ._scores import along_name, boundary_view, error_sums, field_errors, summarise, surface_weights
 from ._writer import MeshOnRank, field_slices, physical_rows
 from ._writer import write_gathered as _write_gathered
 
@@ -108,6 +128,8 @@ class BaselineConfig:
     reference_area: float | None = None
     direction: tuple[float, ...] | None = None
     lift_direction: tuple[float, ...] | None = None
+    near: str | None = None  # --near PATCHES:DISTANCE (meshshard.run._near)
+    source: str | None = None  # --from DATA: the training samples are that dataset's (new designs in DATA)
     view: tuple[float, float, float, float] | None = None
     force: bool = False
     plots: bool = True
@@ -170,34 +192,36 @@ def baseline_sources(method: BaselineMethod, train_values: np.ndarray, value: np
 
 
 class _Mapper:
-    """Training samples' stored targets mapped onto a mesh: one :class:`NodeMap` per pair of meshes."""
+    """Training samples' stored targets (of dataset ``source``) mapped onto a mesh of dataset
+    ``data``: one :class:`NodeMap` per pair of meshes."""
 
-    def __init__(self, data: Any) -> None:
-        self.data = data
+    def __init__(self, source: Any, data: Any) -> None:
+        self.source, self.data = source, data
         self.maps: dict[tuple[int, int], Any] = {}
         self.combined: dict[tuple[int, tuple[tuple[int, float], ...]], np.ndarray] = {}
 
     def _map(self, source: int, target: int) -> Any:
+        """The map from mesh ``source`` of the training dataset onto mesh ``target`` of DATA; None: the identity."""
         key = (source, target)
         if key not in self.maps:
-            meta = self.data.meta["meshes"]
-            if source == target or meta[source]["sha256"] == meta[target]["sha256"]:
+            theirs, mine = self.source.meta["meshes"][source], self.data.meta["meshes"][target]
+            if (self.source is self.data and source == target) or theirs["sha256"] == mine["sha256"]:
                 self.maps[key] = None  # the identity
             else:
-                self.maps[key] = node_map(np.asarray(self.data.mesh_points(source)),
-                                          np.asarray(self.data.mesh_points(target)), cloud=is_point_cloud(meta[target]),
-                                          where=str(self.data.mesh_folder(source)))
+                self.maps[key] = node_map(np.asarray(self.source.mesh_points(source)),
+                                          np.asarray(self.data.mesh_points(target)), cloud=is_point_cloud(mine),
+                                          where=str(self.source.mesh_folder(source)))
         return self.maps[key]
 
     def stored(self, sources: list[tuple[int, float]], mesh: int) -> np.ndarray:
-        """``sum_i w_i * map(stored targets of sample i)`` on mesh ``mesh`` ``(N, F_out)``; kept
-        per mesh and sources (the mean is the same for every sample of a mesh)."""
+        """``sum_i w_i * map(stored targets of training sample i)`` on DATA's mesh ``mesh``
+        ``(N, F_out)``; kept per mesh and sources (the mean is the same for every sample of a mesh)."""
         key = (mesh, tuple(sources))
         if key not in self.combined:
-            total = np.zeros((int(self.data.meta["meshes"][mesh]["num_nodes"]), len(self.data.target_channels)))
+            total = np.zeros((int(self.data.meta["meshes"][mesh]["num_nodes"]), len(self.source.target_channels)))
             for i, w in sources:
-                y = np.asarray(self.data.sample_arrays(i)[1], dtype=np.float64)
-                m = self._map(self.data.sample_mesh(i), mesh)
+                y = np.asarray(self.source.sample_arrays(i)[1], dtype=np.float64)
+                m = self._map(self.source.sample_mesh(i), mesh)
                 total += w * (y if m is None else m.apply(y))
             self.combined = {key: total}  # one kept: the next sample usually needs another
         return self.combined[key]
@@ -210,42 +234,95 @@ def _whole(data: Any, mesh: int) -> MeshOnRank:
                       [(t, np.asarray(c, dtype=np.int64)) for t, c in whole.cells])
 
 
+def _fields_of(meta: dict[str, Any], key: str) -> list[tuple[str, int]]:
+    return [(str(f["name"]), int(f["components"])) for f in meta.get(key) or []]
+
+
+def _check_from(data: Any, source: Any, method: BaselineMethod, param_names: list[str]) -> None:
+    """A dataset DATA predicted from the training dataset ``source`` (``--from``): the same inputs,
+    the same targets (when DATA has any), meshes of the same dimension, the parameters the method
+    and the target scales use; a one-line ``ValueError`` naming both otherwise."""
+    where = f"{data.path}: Expected the inputs, targets and mesh dimension of --from {source.path}"
+    for key, what in (("inputs", "inputs"), ("targets", "targets")):
+        mine, theirs = _fields_of(data.meta, key), _fields_of(source.meta, key)
+        if (mine or key == "inputs") and mine != theirs:
+            raise ValueError(f"{where} (its {what} are {_listed(theirs)}; got {_listed(mine)})")
+    dims = {int(m["pos_dim"]) for m in data.meta["meshes"]}, {int(m["pos_dim"]) for m in source.meta["meshes"]}
+    if dims[0] != dims[1]:
+        raise ValueError(f"{where} (its meshes are {'/'.join(map(str, sorted(dims[1])))}-D; got "
+                         f"{'/'.join(map(str, sorted(dims[0])))}-D)")
+    have = [str(n) for n in (data.meta.get("parameters") or {}).get("names", [])]
+    scales = [str(e) for e in (source.meta.get("target_scales") or {}).values()]
+    missing = [p for p in param_names if p not in have] if method.kind != "mean" else []
+    if missing:
+        raise ValueError(f"{data.path}: Expected the parameters {', '.join(param_names)} of --from {source.path}, "
+                         f"which --method {method} measures distances in (got {', '.join(have) or 'none'})")
+    for expression in scales:  # the stored targets of --from are non-dimensional: scaled by the sample's own
+        try:
+            check_expression(expression, have)
+        except ValueError as err:
+            raise ValueError(f"{data.path}: Expected parameters for the target scales of --from {source.path} "
+                             f"({err})") from None
+
+
+def _listed(fields: list[tuple[str, int]]) -> str:
+    return ", ".join(f"{n} ({k})" for n, k in fields) or "none"
+
+
+def _datasets(cfg: BaselineConfig, method: BaselineMethod) -> tuple[Any, Any, np.ndarray, list[str]]:
+    """DATA, the dataset of the training samples (``--from``, else DATA), the training samples'
+    parameters and the parameters' names, after every refusal that the datasets decide."""
+    data = open_dataset(cfg.data)
+    source = open_dataset(cfg.source) if cfg.source else data
+    for d in {id(data): data, id(source): source}.values():
+        if is_trajectory_dataset(d.meta):
+            raise ValueError(f"{d.path}: Expected a dataset of steady samples (it holds trajectories, whose baselines "
+                             "are rollouts: examples/transient)")
+    if not source.target_channels:
+        raise ValueError(f"{source.path}: Expected a dataset with targets (it holds inputs only): a baseline is made "
+                         "of its training samples' targets"
+                         + (" (new designs without targets: --from TRAINING_DATA)" if not cfg.source else ""))
+    train_values, param_names = _check_method(method, source)
+    if cfg.source:
+        _check_from(data, source, method, param_names)
+    return data, source, train_values, param_names
+
+
 def baseline(cfg: BaselineConfig) -> dict[str, Any]:
     """Make the baseline of ``cfg.method``, write PRED (as :func:`meshshard.run.predict` does) and
     return the metrics. One-line ``ValueError`` refusals (an unknown method, a dataset without
     targets or training samples, a method that needs parameters it lacks, K beyond the training
     samples, an unknown PARAM, the boundary options predict refuses, an existing PRED without
-    ``--force``) come before anything is written."""
+    ``--force``, a ``--from`` dataset unlike DATA) come before anything is written. With
+    ``cfg.source`` (``--from``) the training samples are that dataset's, and DATA may hold new
+    designs without targets: their fields are written, without errors."""
     method = parse_method(cfg.method)
-    data = open_dataset(cfg.data)
-    if is_trajectory_dataset(data.meta):
-        raise ValueError(f"{data.path}: Expected a dataset of steady samples (it holds trajectories, whose baselines "
-                         "are rollouts: examples/transient)")
-    if not data.target_channels:
-        raise ValueError(f"{data.path}: Expected a dataset with targets (it holds inputs only): a baseline is made "
-                         "of its training samples' targets and scored against each sample's own")
-    train_values, param_names = _check_method(method, data)
-    train = [int(i) for i in data.train]
+    data, source, train_values, param_names = _datasets(cfg, method)
+    truth = bool(data.target_channels)
+    train = [int(i) for i in source.train]
     names = [str(e["name"]) for e in data.meta["samples"]]
     picks = select_samples(cfg.samples, names, [int(v) for v in data.val])
-    target_fields = field_slices(data.meta["targets"])
+    target_fields = field_slices(source.meta["targets"])
     scoring = check_boundary_request(data, target_fields, cfg.boundary, cfg.pressure, cfg.shear, cfg.force_reference,
                                      picks, cfg.reference_area, cfg.direction, cfg.lift_direction)
+    region = check_near_request(data, cfg.near, picks)
     out = Path(cfg.out)
     stale = check_prediction_folder(out, cfg.force)
     ctx = SimpleNamespace(rank=0, world_size=1, device="cpu")
     head = {"format": METRICS_FORMAT, "format_version": 1, "complete": False, "run": None,
-            "baseline": {"method": str(method), "training_samples": len(train), "parameters": param_names},
+            "baseline": {"method": str(method), "training_samples": len(train), "parameters": param_names,
+                         **({"from": str(cfg.source)} if cfg.source else {})},
             "data": str(cfg.data), "step": None, "checkpoint": None, "world_size": 1,
-            "units": "physical (de-normalised)", "targets_known": True, "files": []}
+            "units": "physical (de-normalised)", "targets_known": truth, "files": []}
     delete_paths(stale)
     out.mkdir(parents=True, exist_ok=True)
     write_metrics(out, head | {"samples": []})
     main = not cfg.quiet
     if main:
-        print(f"meshshard baseline: {method} of {plural(len(train), 'training sample')} of {cfg.data}, "
-              f"{plural(len(picks), 'sample')}", flush=True)
-    mapper = _Mapper(data)
+        print(f"meshshard baseline: {method} of {plural(len(train), 'training sample')} of {cfg.source or cfg.data}, "
+              f"{plural(len(picks), 'sample')}" + ("" if truth else f"; {cfg.data} has no targets: predictions only, "
+                                                  "no errors"), flush=True)
+    mapper = _Mapper(source, data)
     stems = [file_stem(name) for name in names]
     val = set(int(v) for v in data.val)
     records: list[dict[str, Any]] = []
@@ -253,38 +330,50 @@ def baseline(cfg: BaselineConfig) -> dict[str, Any]:
     walls: dict[int, Any] = {}
     views: dict[int, Any] = {}
     areas_of: dict[int, Any] = {}
+    masks: dict[int, np.ndarray] = {}
+    scales = source.meta.get("target_scales") or {}
     for s in picks:
         mesh, n = data.sample_mesh(s), data.num_nodes(s)
-        value = np.array([data.parameters(s)[p] for p in param_names])
+        value = np.array([data.parameters(s)[p] for p in param_names]) if method.kind != "mean" else np.zeros(0)
         positions, note = baseline_sources(method, train_values, value, param_names)
         sources = [(train[i], w) for i, w in positions]
         if note is not None and main:
             print(f"note: {names[s]}: {note}", file=sys.stderr, flush=True)
-        pred = mapper.stored(sources, mesh) * data.target_factors(s)
-        _, y = physical_rows(data, s, np.arange(n, dtype=np.int64))
+        pred = mapper.stored(sources, mesh) * data.target_factors(s, scales, source.meta["targets"])
+        y = physical_rows(data, s, np.arange(n, dtype=np.int64))[1] if truth else None
         stem = stems[s] if stems.count(stems[s]) == 1 else f"{stems[s]}-{s}"
+        along = along_name(stem, stems) if cfg.plots and scoring is not None else None
         cloud = is_point_cloud(data.meta["meshes"][mesh])
         path = out / f"{stem}.{'vtp' if cloud else 'vtu'}"
-        head["files"] += [path.name] + ([f"{stem}.png"] if cfg.plots else [])
+        head["files"] += [path.name] + ([f"{stem}.png"] if cfg.plots else []) + ([along] if along else [])
         write_metrics(out, head | {"samples": records})
         if mesh not in layouts:
             layouts[mesh] = _whole(data, mesh)
             areas_of[mesh] = surface_weights(data, mesh, layouts[mesh].owned_ids)
         layout = layouts[mesh]
-        sums = error_sums(pred, y, areas_of[mesh], target_fields, ctx)
+        sums = (error_sums(pred, y, areas_of[mesh], target_fields, ctx) if y is not None
+                else [(math.nan,) * 4] * len(target_fields))
         full = _write_gathered(path, data, target_fields, s, layout, pred, ctx)
         record: dict[str, Any] = {
-            "sample": s, "name": names[s], "split": "val" if s in val else "train", "num_nodes": n,
-            "file": path.name, "picture": None,
-            "fields": field_errors(target_fields, sums, n, areas_of[mesh], True, names[s] if main else None),
-            "baseline": {"sources": [{"sample": names[i], "weight": w} for i, w in sources]}}
+            "sample": s, "name": names[s], "split": ("val" if s in val else "train") if truth else None,
+            "num_nodes": n, "file": path.name, "picture": None,
+            "fields": field_errors(target_fields, sums, n, areas_of[mesh], truth, names[s] if main else None),
+            "baseline": {"sources": [{"sample": str(source.meta["samples"][i]["name"]), "weight": w}
+                                     for i, w in sources]}}
         if note is not None:
             record["baseline"]["note"] = note
         if scoring is not None:
             if mesh not in walls:
                 walls[mesh] = boundary_rows(data, mesh, layout.owned_ids, scoring)
             record["boundaries"] = boundary_record(boundary_sums(walls[mesh], y, pred, scoring), scoring,
-                                                   data.parameters(s), True)
+                                                   data.parameters(s), truth)
+            if along:
+                record["boundary_picture"] = boundary_picture(out / along, names[s], data, mesh, walls[mesh], layout,
+                                                              y, pred, target_fields, scoring, ctx)
+        if region is not None:
+            if mesh not in masks:
+                masks[mesh] = near_mask(data, mesh, layout.owned_ids, region)
+            record["near"] = near_record(masks[mesh], pred, y, target_fields, region, ctx)
         if cfg.plots:
             if cfg.view is None and scoring is not None and mesh not in views:
                 views[mesh] = boundary_view(data, mesh, scoring)
@@ -293,9 +382,9 @@ def baseline(cfg: BaselineConfig) -> dict[str, Any]:
         records.append(record)
         write_metrics(out, head | {"samples": records})
         if main:
-            made = " + ".join(f"{w:.3g} x {names[i]}" for i, w in sources[:4]) + (" + ..." if len(sources) > 4 else "")
-            print(f"  [{len(records)}/{len(picks)}] {names[s]}: {made} -> {path.name}", flush=True)
-    summary = summarise(cfg, ctx, out, head, records, target_fields, scoring, True, main)
+            made = " + ".join(f"{w:.3g} x {source.meta['samples'][i]['name']}" for i, w in sources[:4])
+            print(f"  [{len(records)}/{len(picks)}] {names[s]}: {made}{' + ...' if len(sources) > 4 else ''} -> "
+                  f"{path.name}", flush=True)
+    summary = summarise(cfg, ctx, out, head, records, target_fields, scoring, truth, main, near=region)
     assert summary is not None  # rank 0
     return summary
-

@@ -1,7 +1,8 @@
 """A prediction beside a baseline: the table ``meshshard info PRED --compare BASE`` and
 ``meshshard predict ... --baseline BASE`` print, from the two folders' ``metrics.json`` alone.
 
-Rows: per target the mean relative L2 error over the samples; per named boundary each target's
+Rows: per target the mean relative L2 error over the samples, and over the nodes near boundaries
+(``--near``); per named boundary each target's
 relative L2 on it and the force's relative error; per force component and per drag or lift
 coefficient, the mean absolute error, R² and Spearman's rank correlation over the samples (as
 :func:`meshshard.run._boundaries.over_samples` made them). The last column, for the errors, is
@@ -30,6 +31,10 @@ def _rows(meta: dict[str, Any], mean: dict[str, Any]) -> dict[str, tuple[float |
     rows: dict[str, tuple[float | None, bool]] = {}
     for field, e in mean.items():
         rows[f"{field} rel L2"] = (e.get("rel_l2"), True)
+    near = meta.get("near") or {}
+    for field, e in (near.get("fields") or {}).items():
+        where = f"near {','.join(near.get('boundaries', []))}<={near.get('distance', 0):g}"
+        rows[f"{where}: {field} rel L2"] = (e.get("rel_l2"), True)
     for wall, entry in (meta.get("boundaries") or {}).items():
         for field, e in (entry.get("fields") or {}).items():
             rows[f"{wall}: {field} rel L2"] = (e.get("rel_l2"), True)

@@ -17,6 +17,12 @@ with, and writes::
       <sample>.png          truth, prediction and error side by side (2-D: the field on the mesh;
                             3-D: a slab through the nodes nearest the middle plane z = const;
                             a picture that cannot be drawn is skipped with a note)
+      <sample>_boundaries.png   with --boundary: each target along each named boundary, truth
+                            against prediction (meshshard.run._boundary_pictures)
+      forces.png            with a force and >= 2 cases: the force coefficients, predicted against true
+
+``--near PATCHES:DISTANCE`` adds each target's errors over the nodes within DISTANCE of those
+boundaries (:mod:`meshshard.run._near`).
 
 On one process (no torchrun, no ``--nproc``) the model runs on the whole mesh of each sample. On
 ``R`` ranks it runs sharded on a partition into ``R`` parts: the run's own (recorded in its
@@ -51,7 +57,9 @@ from ._boundaries import (
     boundary_sums,
     check_boundary_request,
 )
+from ._boundary_pictures import boundary_picture
 from ._folder import checkpoint_used, read_run
+from ._near import check_near_request, near_mask, near_record
 from ._pictures import sample_picture
 from ._pred_folder import (
     METRICS_FORMAT,
@@ -70,7 +78,7 @@ from ._request import (
     select_samples,
 )
 from ._rollout import rollout
-from ._scores import boundary_view, error_sums, field_errors, summarise, surface_weights
+from ._scores import along_name, boundary_view, error_sums, field_errors, summarise, surface_weights
 from ._training import peer_failure
 from ._writer import (
     GATHER_MAX_NODES,
@@ -139,6 +147,7 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
     scoring = check_boundary_request(data, target_fields, cfg.boundary, cfg.pressure, cfg.shear, cfg.force_reference,
                                      picks, cfg.reference_area, cfg.direction,
                                      cfg.lift_direction)  # on every rank, before any collective
+    region = check_near_request(data, cfg.near, picks)
     out = Path(cfg.out)
     stale = check_prediction_folder(out, cfg.force)  # on every rank, so a refusal stops them all before any collective
     head = {"format": METRICS_FORMAT, "format_version": 1, "complete": False, "run": str(cfg.run),
@@ -159,6 +168,7 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
     layouts: dict[tuple[int, bool], MeshOnRank] = {}
     point_areas: dict[int, np.ndarray | None] = {}  # a surface's area per owned point, per mesh
     walls: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}  # --boundary: this rank's rows on them, per mesh
+    masks: dict[int, np.ndarray] = {}  # --near: which owned rows are near the boundaries, per mesh
     views: dict[int, tuple[float, float, float, float] | None] = {}  # the pictures' frame, per mesh
     records = []
     stems = [file_stem(name) for name in names]
@@ -169,11 +179,12 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
         mesh, n = data.sample_mesh(s), data.num_nodes(s)
         gather = True if parts is None else (cfg.gather if cfg.gather is not None else n <= GATHER_MAX_NODES)
         stem = stems[s] if stems.count(stems[s]) == 1 else f"{stems[s]}-{s}"
+        along = along_name(stem, stems) if cfg.plots and scoring is not None else None
         cloud = is_point_cloud(data.meta["meshes"][mesh])
         vt = "vtp" if cloud else "vtu"
         if ctx.rank == 0:  # listed before any rank writes them (the ranks meet in the forward below first)
             head["files"] += (([f"{stem}.{vt}"] if gather else [f"{stem}.p{vt}", stem])
-                              + ([f"{stem}.png"] if cfg.plots else []))
+                              + ([f"{stem}.png"] if cfg.plots else []) + ([along] if along else []))
             write_metrics(out, head | {"samples": records})
         key = (mesh, gather)
         if key not in layouts:
@@ -209,6 +220,11 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
                 walls[mesh] = boundary_rows(data, mesh, layout.owned_ids, scoring)
             on_walls = sum_across(boundary_sums(walls[mesh], y, pred, scoring), None, ctx.device)
             boundaries = boundary_record(on_walls, scoring, data.parameters(s), truth)
+        near = None
+        if region is not None:
+            if mesh not in masks:
+                masks[mesh] = near_mask(data, mesh, layout.owned_ids, region)
+            near = near_record(masks[mesh], pred, y, target_fields, region, ctx)
         if cfg.plots and cfg.view is None and scoring is not None and mesh not in views:
             views[mesh] = boundary_view(data, mesh, scoring)
         view = cfg.view or views.get(mesh)
@@ -222,10 +238,15 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
                               "total": round(time.perf_counter() - started, 4)}}
         if boundaries is not None:
             record["boundaries"] = boundaries
+            if along:
+                record["boundary_picture"] = boundary_picture(out / along, names[s], data, mesh, walls[mesh], layout,
+                                                              y, pred, target_fields, scoring, ctx)
+        if near is not None:
+            record["near"] = near
         records.append(record)
         if ctx.rank == 0:
             write_metrics(out, head | {"samples": records})
         if main:  # progress: a sample of a large mesh takes a while
             print(f"  [{len(records)}/{len(picks)}] {names[s]}: {n:,} nodes, {record['seconds']['total']:.1f} s -> "
                   f"{path.name}", flush=True)
-    return summarise(cfg, ctx, out, head, records, target_fields, scoring, truth, main)
+    return summarise(cfg, ctx, out, head, records, target_fields, scoring, truth, main, near=region)

@@ -17,6 +17,7 @@ from ..tasks import DatasetReader, get_task
 from ._boundaries import check_boundary_names, check_boundary_request
 from ._checkpoint import peek
 from ._folder import checkpoint_path, read_run
+from ._near import check_near_request
 from ._recipe import check_model_radius, load_factory
 from ._writer import field_slices
 
@@ -49,6 +50,7 @@ class PredictConfig:
     direction: tuple[float, ...] | None = None  # --direction X,Y,Z: the drag coefficient along it
     lift_direction: tuple[float, ...] | None = None  # --lift-direction X,Y,Z: the lift coefficient along it
     view: tuple[float, float, float, float] | None = None  # --view: the pictures' x and y ranges
+    near: str | None = None  # --near PATCHES:DISTANCE: errors over the nodes near those boundaries (_near.py)
     rollout: bool = False  # --rollout: a transient run applied step after step from each trajectory's first state
     steps: int | None = None  # --rollout-steps N: a rollout's model applications (default: T - 1 strides)
 
@@ -207,6 +209,10 @@ def check_prediction_request(cfg: PredictConfig) -> None:
         check_model_radius(ckpt.get("config", {}), cfg.partition)
     if cfg.model:
         load_factory(cfg.model)
+    if cfg.near is not None:  # what DATA decides
+        data = open_dataset(cfg.data)
+        check_near_request(data, cfg.near, select_samples(cfg.samples, [str(e["name"]) for e in data.meta["samples"]],
+                                                          [int(v) for v in data.val]))
     if (cfg.boundary or cfg.pressure or cfg.shear or cfg.force_reference or cfg.reference_area is not None
             or cfg.direction is not None or cfg.lift_direction is not None):  # what DATA and the run decide
         data = open_dataset(cfg.data)

@@ -18,6 +18,8 @@ from ._boundaries import (
     BoundaryScoring,
     boundary_summary,
 )
+from ._boundary_pictures import forces_picture
+from ._near import NearRegion, near_summary
 from ._pred_folder import (
     mean_known,
     write_metrics,
@@ -27,8 +29,8 @@ from ._request import (
     PredictConfig,
 )
 
-__all__ = ["boundary_view", "error_sums", "field_errors", "percent", "print_boundaries", "print_table", "summarise",
-           "surface_weights"]
+__all__ = ["along_name", "boundary_view", "error_sums", "field_errors", "percent", "print_boundaries", "print_table",
+           "summarise", "surface_weights"]
 
 
 def error_sums(pred: np.ndarray, y: np.ndarray, areas: np.ndarray | None, target_fields: list[tuple[str, slice]],
@@ -64,11 +66,18 @@ def field_errors(target_fields: list[tuple[str, slice]], sums: Any, n: int, area
     return fields
 
 
+def along_name(stem: str, stems: list[str]) -> str:
+    """The file of a sample's pictures along its boundaries: ``<stem>_boundaries.png``, or, where
+    that is another sample's picture, ``_boundaries-of-<stem>.png`` (no sample's stem starts with ``_``)."""
+    return f"{stem}_boundaries.png" if f"{stem}_boundaries" not in stems else f"_boundaries-of-{stem}.png"
+
+
 def summarise(cfg: PredictConfig, ctx: Any, out: Path, head: dict[str, Any], records: list[dict[str, Any]],
              target_fields: list[tuple[str, slice]], scoring: BoundaryScoring | None, truth: bool,
-             main: bool) -> dict[str, Any] | None:
+             main: bool, near: NearRegion | None = None) -> dict[str, Any] | None:
     """The finished prediction's metrics (the means over the samples), written and printed by rank 0;
-    None on the other ranks. Every rank's peak memory is gathered first (a collective)."""
+    None on the other ranks. Every rank's peak memory is gathered first (a collective). With
+    pictures and a force, ``forces.png`` (:func:`meshshard.run._boundary_pictures.forces_picture`)."""
     memory = gather_peak_memory(ctx.device)  # every rank's peak, in rank order (a collective)
     if ctx.rank != 0:
         return None
@@ -79,10 +88,21 @@ def summarise(cfg: PredictConfig, ctx: Any, out: Path, head: dict[str, Any], rec
                                for name, _ in target_fields}}
     if scoring is not None:
         summary["boundaries"] = boundary_summary(records, scoring)
+    if near is not None:
+        summary["near"] = near_summary(records, near, target_fields)
+    if cfg.plots and scoring is not None and truth:
+        name = "forces.png" if "forces.png" not in head["files"] else "_forces.png"  # a sample may be named forces
+        drawn = forces_picture(out / name, records, scoring, f"{out.name}: force coefficients, predicted against true")
+        if drawn:
+            summary["files"] = [*head["files"], drawn]
+            summary["forces_picture"] = drawn
     write_metrics(out, summary)
     if main:
         if truth:
             print_table(records, [name for name, _ in target_fields])
+            if near is not None:
+                print(f"near: the nodes within {near.distance:g} of {', '.join(near.names)}: mean " + "; ".join(
+                    f"{f} rel L2 {percent(v['rel_l2'])}" for f, v in summary["near"]["fields"].items()), flush=True)
             if scoring is not None:
                 print_boundaries(summary["boundaries"], scoring, records)
         print(f"wrote {out}/: {len(records)} sample file(s), metrics.json" + (", pictures" if cfg.plots else ""),
@@ -180,9 +200,10 @@ def print_table(rows: list[dict[str, Any]], fields: list[str]) -> None:
     """Per sample its split, nodes and the errors of each target field (and the area-weighted
     relative L2 when some sample is a surface)."""
     weighted = any("rel_l2_area" in r["fields"][f] for r in rows for f in fields)
+    near = any("near" in r for r in rows)
     head = (f"{'sample':<24} {'split':<5} {'nodes':>9}"
             + "".join(f" {f + ' RMSE':>14} {f + ' rel L2':>12}" + (f" {f + ' area L2':>13}" if weighted else "")
-                      for f in fields))
+                      + (f" {f + ' near L2':>13}" if near else "") for f in fields))
     print(head)
     for r in rows:
         line = f"{r['name'][:24]:<24} {r['split']:<5} {r['num_nodes']:>9,}"
@@ -193,4 +214,7 @@ def print_table(rows: list[dict[str, Any]], fields: list[str]) -> None:
             if weighted:
                 area = r["fields"][f].get("rel_l2_area")
                 line += f" {'-' if area is None else format(area, '.3%'):>13}"
+            if near:
+                close = (r.get("near") or {}).get("fields", {}).get(f, {}).get("rel_l2")
+                line += f" {'-' if close is None else format(close, '.3%'):>13}"
         print(line)

@@ -28,8 +28,9 @@ def test_the_command_writes_predicts_files_and_guards_its_folder(sweep: dict, tm
     printed = capsys.readouterr()
     assert "meshshard baseline: knn:2 of 8 training samples" in printed.out
     assert "bottom over 3 samples: drag MAE" in printed.out and "Spearman" in printed.out
-    assert sorted(p.name for p in out.iterdir()) == ["metrics.json", "v0.png", "v0.vtu", "v1.png", "v1.vtu",
-                                                     "v2.png", "v2.vtu"]
+    assert sorted(p.name for p in out.iterdir()) == ["forces.png", "metrics.json", "v0.png", "v0.vtu",
+                                                     "v0_boundaries.png", "v1.png", "v1.vtu", "v1_boundaries.png",
+                                                     "v2.png", "v2.vtu", "v2_boundaries.png"]
     mesh = meshio.read(out / "v0.vtu")
     assert {"p_pred", "p", "p_error", "U_pred", "U", "U_error", "global_id"} <= set(mesh.point_data)
     metrics = json.loads((out / "metrics.json").read_text())
@@ -38,7 +39,7 @@ def test_the_command_writes_predicts_files_and_guards_its_folder(sweep: dict, tm
     assert main(command) == 2  # an existing folder, without --force
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "exists and is not empty (pass --force" in err
-    assert main(command + ["--force", "--samples", "v1", "--no-plots"]) == 0
+    assert main(command + ["--force", "--samples", "v1", "--no-plots"]) == 0  # the pictures went with the rest
     assert sorted(p.name for p in out.iterdir()) == ["metrics.json", "v1.vtu"]
     assert main(["info", str(out)]) == 0
     assert "  baseline   knn:2 of 8 training samples (meshshard baseline)" in capsys.readouterr().out
