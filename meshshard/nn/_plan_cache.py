@@ -111,6 +111,7 @@ class PlanCache:
         self.hits = self.misses = 0
 
     def __len__(self) -> int:
+        """The point sets whose plans are cached."""
         return len(self._entries)
 
     @property
@@ -119,6 +120,7 @@ class PlanCache:
         return sum(e.nbytes for e in self._entries.values())
 
     def clear(self) -> None:
+        """Drop every cached plan (the next lookup of each point set builds it)."""
         self._entries.clear()
 
     def __repr__(self) -> str:
@@ -169,7 +171,7 @@ class PlanCache:
                 self._entries.popitem(last=False)
         return plans
 
-    def _drop(self, key: tuple, ref: weakref.ref) -> None:
+    def _drop(self, key: tuple, ref: weakref.ref) -> None:  # the weak reference's callback
         """The owner of ``key`` was freed: its plans go."""
         entry = self._entries.get(key)
         if entry is not None and entry.ref is ref:
