@@ -3,9 +3,9 @@
 The chunked forward and its recomputing backward give the one-pass path's output and every
 gradient (features, positions, parameters): 1e-10 relative in float64 and 1e-5 in float32, on a
 whole cloud with chunks of one point, of a few points and of all of them, and on 3 gloo ranks
-against the whole cloud (an empty rank among them). ``gradcheck`` in float64 across several chunks. What autograd keeps
-for the backward is linear in points x width (no tensor of points x neighbours x width), which the
-one-pass path does keep.
+against the whole cloud (an empty rank among them). ``gradcheck`` in float64 across several
+chunks. What autograd keeps for the backward is linear in points x width (no tensor of points x
+neighbours x width), which the one-pass path does keep.
 """
 
 from __future__ import annotations
