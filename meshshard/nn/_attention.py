@@ -55,6 +55,9 @@ class BallQueryAttention(nn.Module):
         pos: ``(N, D)`` / ``(N_own, D)`` (a tensor or a ``ShardTensor`` of the same spec).
         result: ``(N, out_dim)``, or a ``ShardTensor`` ``(N_own, out_dim)`` of ``x``'s spec.
 
+    Memory: linear in ``N * dim``: the neighbours are attended in chunks of points
+    (:attr:`chunk_elements`), and the backward recomputes one chunk at a time.
+
     Communication (shards): one ``indexed_all_to_all_v`` forward (halo rows of ``[x, pos]``) and
     its adjoint backward; building the plan, when none is given, adds that of
     :meth:`BallQueryPlan.build` (five small collectives). Whole cloud: none.
