@@ -1,8 +1,8 @@
 """Benchmark: point-cloud models on shards, throughput and memory per rank, and the ball query's halo.
 
     python bench/pointcloud.py [--points 2000000] [--ranks 1,2,4] [--models ball-attention,transolver]
-                               [--width 16] [--blocks 2] [--neighbors 8] [--slices 16] [--repeats 1]
-                               [--json FILE]
+                               [--attention chunked] [--width 16] [--blocks 2] [--neighbors 8] [--slices 16]
+                               [--repeats 1] [--json FILE]
 
 The cloud: ``--points`` points uniformly on a unit sphere's surface (a synthetic surface, like a
 body's surface samples), split into R parts by recursive coordinate bisection. For each model and
@@ -14,10 +14,17 @@ each load only their own points and run, on float32:
   MLP; radius such that a ball holds ``1.25 * --neighbors`` points on average, at most
   ``--neighbors`` kept). Its :class:`~meshshard.nn.BallQueryPlan` is built once
   (:meth:`~meshshard.nn.BallAttentionNet.build_plans`) and timed against one forward.
+  ``--attention chunked,dense`` runs it both ways, each in its own processes: ``chunked``, the
+  attention in chunks of points whose backward recomputes each chunk (memory linear in points x
+  width), its plans kept in the model's plan cache across steps (``plan_owner``); ``dense``, the
+  former path: every ``(points, neighbours, width)`` tensor kept for the backward, and the plans
+  rebuilt at every forward.
 - ``transolver``: :class:`~meshshard.nn.Transolver` with ``--blocks`` blocks, ``--slices`` slices.
 
 Measured per run: the plan's build time (ball-attention), one forward, and forward + backward of a
-sum loss (the minimum over ``--repeats`` after one warm-up); the points per second,
+sum loss with the plans given (the median of ``--repeats`` after one warm-up); for ball-attention
+also a training step as the loop runs it (``step_s``: forward + backward with the plans rebuilt
+(dense) or taken from the cache (chunked), median); the points per second,
 ``points / (forward + backward time of the slowest rank)``; each rank's peak resident set
 (``ru_maxrss``, the whole process: Python, torch, the points and the step); and, for
 ball-attention, the points each rank receives from the plan against the true geometric halo (the
@@ -39,6 +46,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -91,6 +99,7 @@ def worker(args: argparse.Namespace) -> None:
     idle_mb = peak_rss_mb()
     torch.manual_seed(0)
     out = {"rank": rank, "owned": len(ids)}
+    step = None
 
     def barrier() -> None:
         if world > 1:
@@ -100,6 +109,10 @@ def worker(args: argparse.Namespace) -> None:
         # the built-in model of train --model ball-attention, its plan built once and timed apart
         model = BallAttentionNet(6, 1, width=job["width"], layers=job["blocks"], heads=job["heads"],
                                  radius=job["radius"], max_neighbors=job["neighbors"])
+        dense = job["attention"] == "dense"
+        for block in model.blocks:
+            if dense:  # the former path: one pass, every (points, neighbours, width) tensor kept for the backward
+                block.attention.chunk_elements = 0
         barrier()
         start = time.perf_counter()
         plans = model.build_plans(pos, spec)
@@ -112,20 +125,27 @@ def worker(args: argparse.Namespace) -> None:
         def forward() -> torch.Tensor:
             y = model(features, pos, plans)
             return y if spec is None else y.to_local()
+
+        owner = type("Sample", (), {})()  # stands for the sample's ShardGraph, the key of the plan cache
+
+        def step() -> None:  # a training step: plans rebuilt at every forward (dense), or cached (chunked)
+            model.zero_grad(set_to_none=True)
+            y = model(features, pos) if dense else model(features, pos, plan_owner=owner)
+            (y if spec is None else y.to_local()).sum().backward()
     else:
         model = Transolver(6, 1, width=job["width"], layers=job["blocks"], heads=job["heads"], slices=job["slices"])
 
         def forward() -> torch.Tensor:
             return model.forward_local(x, spec)
 
-    def timed(step) -> float:  # noqa: ANN001
-        best = math.inf
+    def timed(run) -> float:  # noqa: ANN001
+        times = []
         for _ in range(job["repeats"]):
             barrier()
             start = time.perf_counter()
-            step()
-            best = min(best, time.perf_counter() - start)
-        return best
+            run()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
 
     def forward_only() -> None:
         with torch.no_grad():
@@ -138,6 +158,9 @@ def worker(args: argparse.Namespace) -> None:
     forward_backward()  # warm-up
     out["forward_s"] = timed(forward_only)
     out["fwd_bwd_s"] = timed(forward_backward)
+    if step is not None:
+        step()  # warm-up: fills the plan cache (chunked)
+        out["step_s"] = timed(step)
     out["idle_rss_mb"] = idle_mb
     out["peak_rss_mb"] = peak_rss_mb()
     (folder / f"result-{rank}.json").write_text(json.dumps(out))
@@ -150,7 +173,7 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def run(model: str, world: int, pos: np.ndarray, owner: np.ndarray, true_halo: list[int], args: argparse.Namespace,
-        radius: float) -> dict:
+        radius: float, attention: str = "chunked") -> dict:
     """One model on ``world`` ranks: the row of the table."""
     with tempfile.TemporaryDirectory(prefix="pointcloud-bench-") as tmp:
         folder = Path(tmp)
@@ -160,11 +183,13 @@ def run(model: str, world: int, pos: np.ndarray, owner: np.ndarray, true_halo: l
             np.save(folder / f"ids-{r}.npy", ids)
             np.save(folder / f"pos-{r}.npy", pos[ids])
         job = {"model": model, "counts": counts, "radius": radius, "neighbors": args.neighbors, "width": args.width,
-               "blocks": args.blocks, "heads": args.heads, "slices": args.slices, "repeats": args.repeats}
+               "blocks": args.blocks, "heads": args.heads, "slices": args.slices, "repeats": args.repeats,
+               "attention": attention}
         (folder / "job.json").write_text(json.dumps(job))
         env = os.environ | {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // world))}
         done = run_workers(__file__, ["--worker", str(folder)], world, env, timeout=args.timeout)
-        ranks = [read_json(folder / f"result-{r}.json", done, f"{model} on {world} rank(s)") for r in range(world)]
+        name = f"{model} ({attention})" if model == "ball-attention" else model
+        ranks = [read_json(folder / f"result-{r}.json", done, f"{name} on {world} rank(s)") for r in range(world)]
     slowest = max(r["fwd_bwd_s"] for r in ranks)
     row = {"model": model, "points": len(pos), "ranks": world, "owned": [r["owned"] for r in ranks],
            "forward_s": max(r["forward_s"] for r in ranks), "fwd_bwd_s": slowest,
@@ -172,7 +197,8 @@ def run(model: str, world: int, pos: np.ndarray, owner: np.ndarray, true_halo: l
            "idle_rss_mb": [round(r["idle_rss_mb"], 1) for r in ranks]}
     if model == "ball-attention":
         received = [r["received"] for r in ranks]
-        row |= {"radius": radius, "neighbors": args.neighbors, "plan_build_s": max(r["plan_s"] for r in ranks),
+        row |= {"attention": attention, "step_s": max(r["step_s"] for r in ranks),
+                "radius": radius, "neighbors": args.neighbors, "plan_build_s": max(r["plan_s"] for r in ranks),
                 "plan_over_forward": max(r["plan_s"] for r in ranks) / row["forward_s"],
                 "halo_received": received, "true_halo": true_halo,
                 "halo_over_true": sum(received) / sum(true_halo) if sum(true_halo) else None}
@@ -181,15 +207,16 @@ def run(model: str, world: int, pos: np.ndarray, owner: np.ndarray, true_halo: l
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| model | ranks | points/s (fwd+bwd) | fwd+bwd s | forward s | plan build s (x forward) | "
-             "peak RSS MB per rank | halo received / true halo |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | ranks | attention | points/s (fwd+bwd) | fwd+bwd s | forward s | plan build s (x forward) | "
+             "training step s | peak RSS MB per rank | halo received / true halo |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         plan = f"{r['plan_build_s']:.2f} ({r['plan_over_forward']:.2f}x)" if "plan_build_s" in r else "-"
         halo = (f"{sum(r['halo_received']):,} / {sum(r['true_halo']):,} = {r['halo_over_true']:.3f}"
                 if r.get("halo_over_true") else "-")
         peak = ", ".join(f"{m:.0f}" for m in r["peak_rss_mb"])
-        lines.append(f"| {r['model']} | {r['ranks']} | {r['points_per_s']:,.0f} | {r['fwd_bwd_s']:.2f} | "
-                     f"{r['forward_s']:.2f} | {plan} | {peak} | {halo} |")
+        step = f"{r['step_s']:.2f}" if "step_s" in r else "-"
+        lines.append(f"| {r['model']} | {r['ranks']} | {r.get('attention', '-')} | {r['points_per_s']:,.0f} | {r['fwd_bwd_s']:.2f} | "
+                     f"{r['forward_s']:.2f} | {plan} | {step} | {peak} | {halo} |")
     return "\n".join(lines)
 
 
@@ -198,6 +225,9 @@ def main() -> int:
     p.add_argument("--points", type=int, default=2_000_000, help="points in the cloud (default 2,000,000)")
     p.add_argument("--ranks", default="1,2,4", help="comma-separated rank counts (default 1,2,4)")
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    p.add_argument("--attention", default="chunked",
+                   help="ball-attention's path(s), comma-separated: chunked (the library's), dense (the former one-pass "
+                        "path, plans rebuilt every forward) (default chunked)")
     p.add_argument("--width", type=int, default=16, help="latent width (default 16)")
     p.add_argument("--blocks", type=int, default=2, help="attention blocks (default 2)")
     p.add_argument("--heads", type=int, default=2, help="attention heads (default 2)")
@@ -220,6 +250,9 @@ def main() -> int:
         ranks = []
     if not ranks or min(ranks) < 1:
         p.error(f"--ranks: expected comma-separated positive rank counts, got {args.ranks!r}")
+    attentions = [a for a in args.attention.split(",") if a]
+    if not attentions or any(a not in ("chunked", "dense") for a in attentions):
+        p.error(f"--attention: expected chunked and / or dense, got {args.attention!r}")
     if args.points < 16 * max(ranks) or args.width % args.heads:
         p.error("--points: expected at least 16 per rank, and --width a multiple of --heads")
     from meshshard.partition._assign import rcb_parts
@@ -231,9 +264,19 @@ def main() -> int:
     for world in ranks:
         owner = rcb_parts(pos, world) if world > 1 else np.zeros(len(pos), np.int64)
         true_halo = geometric_halo_counts(pos, owner, world, radius) if world > 1 else [0]
-        rows.extend(run(model, world, pos, owner, true_halo, args, radius) for model in models)
-    emit({"points": args.points, "cpu_count": os.cpu_count(), "width": args.width, "blocks": args.blocks,
-          "neighbors": args.neighbors, "radius": radius, "rows": rows}, args.json)
+        for model in models:
+            for attention in attentions if model == "ball-attention" else ["chunked"]:
+                rows.append(run(model, world, pos, owner, true_halo, args, radius, attention))
+    summary = {"points": args.points, "cpu_count": os.cpu_count(), "width": args.width, "blocks": args.blocks,
+               "neighbors": args.neighbors, "radius": radius, "repeats": args.repeats, "rows": rows}
+    pairs = {(r["ranks"], r["attention"]): r for r in rows if "attention" in r}
+    summary["chunked_over_dense"] = [
+        {"ranks": w, "peak_rss": max(c["peak_rss_mb"]) / max(d["peak_rss_mb"]),
+         "peak_over_idle": (max(a - b for a, b in zip(c["peak_rss_mb"], c["idle_rss_mb"]))
+                            / max(a - b for a, b in zip(d["peak_rss_mb"], d["idle_rss_mb"]))),
+         "fwd_bwd": c["fwd_bwd_s"] / d["fwd_bwd_s"], "step": c["step_s"] / d["step_s"]}
+        for (w, a), c in pairs.items() if a == "chunked" and (d := pairs.get((w, "dense")))]
+    emit(summary, args.json)
     print(table(rows))
     return 0
 

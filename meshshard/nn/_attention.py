@@ -8,15 +8,14 @@ local, so the result and every gradient equal those of the module on the whole c
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._spec import ShardSpec
 from .._tensor import ShardTensor
+from ._ball_chunks import CHUNK_ELEMENTS, attend_rows, chunked_ball_attention
 from ._ball_halo import BallQueryPlan
 from ._ball_query import check_max_neighbors, check_radius
 
@@ -56,6 +55,9 @@ class BallQueryAttention(nn.Module):
         pos: ``(N, D)`` / ``(N_own, D)`` (a tensor or a ``ShardTensor`` of the same spec).
         result: ``(N, out_dim)``, or a ``ShardTensor`` ``(N_own, out_dim)`` of ``x``'s spec.
 
+    Memory: linear in ``N * dim``: the neighbours are attended in chunks of points
+    (:attr:`chunk_elements`), and the backward recomputes one chunk at a time.
+
     Communication (shards): one ``indexed_all_to_all_v`` forward (halo rows of ``[x, pos]``) and
     its adjoint backward; building the plan, when none is given, adds that of
     :meth:`BallQueryPlan.build` (five small collectives). Whole cloud: none.
@@ -89,6 +91,9 @@ class BallQueryAttention(nn.Module):
         self.kv = nn.Linear(dim, 2 * dim, bias=bias, **kw)
         self.pos_mlp = nn.Sequential(nn.Linear(pos_dim, hidden, **kw), nn.GELU(), nn.Linear(hidden, dim, **kw))
         self.out = nn.Linear(dim, out_dim or dim, bias=bias, **kw)
+        #: The most ``points * max_neighbors * dim`` elements one chunk of the attention holds (the
+        #: forward and the recomputing backward alike); 0: one pass that keeps them all (more memory).
+        self.chunk_elements = CHUNK_ELEMENTS
 
     def extra_repr(self) -> str:
         """The settings, for ``print(module)``."""
@@ -145,22 +150,19 @@ class BallQueryAttention(nn.Module):
             raise ValueError(f"Expected a plan built for the layout of 'x' (got {plan!r} for {spec!r} with {n} rows)")
 
     def _attend(self, x: Tensor, pos: Tensor, plan: BallQueryPlan) -> Tensor:
-        n, dim, heads = x.shape[0], self.dim, self.heads
-        width = dim // heads
+        """The attention of the owned rows ``x`` over the plan's neighbours, in chunks of points
+        (``chunk_elements``; memory linear in points x width, :mod:`._ball_chunks`), or, when
+        ``chunk_elements`` is 0, in one pass whose ``(N, K, width)`` tensors autograd keeps for the
+        backward (the former path, kept for comparison: ``bench/pointcloud.py --attention dense``)."""
         both = plan.with_halo(torch.cat([x, pos], 1))  # the one exchange: halo rows of [x, pos]
-        x_all, pos_all = both[:, :dim], both[:, dim:]
+        x_all, pos_all = both[:, : self.dim], both[:, self.dim :]
         index = plan.neighbors.index.to(x.device)
         mask = plan.neighbors.mask.to(x.device)
-        k = index.shape[1]
-        nbr = index.clamp(min=0)
-
-        q = self.q(x).view(n, 1, heads, width)
-        kv = self.kv(x_all)[nbr]  # (N, K, 2 dim)
-        enc = self.pos_mlp(pos_all[nbr] - pos[:, None, :])  # (N, K, dim)
-        keys = (kv[..., :dim] + enc).view(n, k, heads, width)
-        values = (kv[..., dim:] + enc).view(n, k, heads, width)
-        logits = (q * keys).sum(-1) / math.sqrt(width)  # (N, K, H)
-        logits = torch.where(mask[..., None], logits, torch.finfo(logits.dtype).min)
-        weights = F.softmax(logits, dim=1) * mask[..., None]  # a point with no neighbour gets 0
-        out = (weights[..., None] * values).sum(1).reshape(n, dim)
+        first, second = self.pos_mlp[0], self.pos_mlp[2]
+        params = (first.weight, first.bias, second.weight, second.bias)
+        q, kv_all = self.q(x), self.kv(x_all)
+        if self.chunk_elements:
+            out = chunked_ball_attention(q, kv_all, pos, pos_all, index, mask, self.heads, params, self.chunk_elements)
+        else:
+            out = attend_rows(q, kv_all, pos, pos_all, index.clamp(min=0), mask, self.heads, params)
         return self.out(out)

@@ -5,9 +5,14 @@ An encoder MLP of the node inputs, ``layers`` blocks, each a residual :class:`Ba
 through each attention's position encoding (the inputs themselves need no coordinates). With
 several ``radii`` the blocks take them in turn (block ``i`` uses ``radii[i % len(radii)]``).
 
-One :class:`BallQueryPlan` per radius is built at the start of each forward from the positions
-and reused by every block of that radius; on shards it holds the geometric halo, built at run time
-for the model's radius (so any partition is exact, whatever radius it was made for).
+One :class:`BallQueryPlan` per radius is built from the positions and reused by every block of
+that radius; on shards it holds the geometric halo, built at run time for the model's radius (so
+any partition is exact, whatever radius it was made for). Given the object that holds the points
+(``plan_owner``: the training loop passes the sample's ``ShardGraph``), the plans are built once
+per point set and kept in the model's :class:`~meshshard.nn.PlanCache` (``plan_cache``, bounded in
+bytes) across steps and epochs; without it, at the start of each forward. The attention runs in
+chunks of points (``BallQueryAttention.chunk_elements``), so its memory is linear in points x
+width in the forward and the backward.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from torch.utils.checkpoint import checkpoint
 from .._tensor import ShardTensor
 from ._attention import BallQueryAttention
 from ._ball_halo import BallQueryPlan
+from ._plan_cache import PlanCache
 
 __all__ = ["BallAttentionNet"]
 
@@ -66,8 +72,13 @@ class BallAttentionNet(nn.Module):
         shard: ``ShardTensor`` ``(N_own, in_channels)`` and the owned positions (a ``ShardTensor``
         of the same spec, or a tensor ``(N_own, pos_dim)``) -> ``ShardTensor (N_own, out_channels)``.
 
+    Attributes:
+        plan_cache: the :class:`PlanCache` of :meth:`forward`'s ``plan_owner`` (not in the
+            ``state_dict``; ``PlanCache(0)`` turns it off).
+
     Communication (shards): per forward, one :meth:`BallQueryPlan.build` per radius (five small
-    collectives each); per block one ``indexed_all_to_all_v`` of the halo rows of ``[x, pos]``
+    collectives each), or with ``plan_owner`` one ``all_reduce`` of one integer and the builds
+    only on a cache miss; per block one ``indexed_all_to_all_v`` of the halo rows of ``[x, pos]``
     forward and its adjoint backward. Whole cloud: none. Result and every gradient equal the
     single-process model's (parameter gradients once summed over the domain group).
     """
@@ -102,6 +113,7 @@ class BallAttentionNet(nn.Module):
             for i in range(layers)
         )
         self.decoder = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, out_channels))
+        self.plan_cache = PlanCache()
 
     def build_plans(self, pos: Any, spec: Any = None) -> dict[float, BallQueryPlan]:
         """The neighbours (and on shards the geometric halo) of ``pos`` for each of the model's radii,
@@ -111,9 +123,12 @@ class BallAttentionNet(nn.Module):
         pos_local = pos.to_local() if isinstance(pos, ShardTensor) else pos
         return {r: BallQueryPlan.build(pos_local, r, self.max_neighbors, spec) for r in self.radii}
 
-    def forward(self, x: Any, pos: Any, plans: Mapping[float, BallQueryPlan] | None = None) -> Any:
+    def forward(self, x: Any, pos: Any, plans: Mapping[float, BallQueryPlan] | None = None, *,
+                plan_owner: Any = None) -> Any:
         """The model on a whole cloud (tensors) or on a shard's owned rows (``ShardTensor`` ``x``);
-        ``plans`` from :meth:`build_plans` for these points, else built here."""
+        ``plans`` from :meth:`build_plans` for these points, else taken from :attr:`plan_cache` for
+        ``plan_owner`` (an object that holds these points and lives while they are to be reused:
+        a sample's ``ShardGraph``), else built here."""
         spec = x.spec if isinstance(x, ShardTensor) else None
         local = x.to_local() if spec is not None else x
         pos_local = pos.to_local() if isinstance(pos, ShardTensor) else pos
@@ -125,7 +140,8 @@ class BallAttentionNet(nn.Module):
             raise ValueError(f"Expected 'pos' to have shape ({local.shape[0]}, {self.pos_dim}), one row per row of "
                              f"'x' (got {got})")
         if plans is None:
-            plans = self.build_plans(pos_local, spec)
+            key = (tuple(self.radii), self.max_neighbors)
+            plans = self.plan_cache.get(plan_owner, pos_local, spec, key, lambda: self.build_plans(pos_local, spec))
         elif set(plans) != set(self.radii):
             raise ValueError(f"Expected plans for the radii {self.radii} (got {sorted(plans)})")
         h = self.encoder(local)

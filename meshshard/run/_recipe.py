@@ -325,7 +325,9 @@ class PointModel(torch.nn.Module):
 
     ``needs_pos`` tells a caller with a whole mesh to pass the coordinates: ``model(x, edge_index,
     edge_attr, pos=pos)`` (``(N, D)``). On shards the coordinates are the owned rows of the
-    ``ShardGraph``'s ``pos`` (its first ``num_owned`` rows), and ``pos`` is not needed.
+    ``ShardGraph``'s ``pos`` (its first ``num_owned`` rows), and ``pos`` is not needed; the graph
+    (one per mesh in the reader, a new one per step under ``--max-points``) keys the model's plan
+    cache, so a sample's ball-query plans are built once, not at every step.
     """
 
     needs_pos = True
@@ -342,6 +344,8 @@ class PointModel(torch.nn.Module):
             if graph.pos is None:
                 raise ValueError("Expected a ShardGraph with coordinates (pos) for a point model")
             pos = graph.pos[: graph.num_owned]
+            if hasattr(self.inner, "plan_cache"):  # the graph holds the points: their plans are built once
+                return self.inner(x, pos, plan_owner=graph)
         if pos is None:
             raise ValueError("Expected pos=, the (N, D) coordinates of the points, for a point model on a whole mesh")
         return self.inner(x, pos)

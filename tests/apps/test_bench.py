@@ -139,12 +139,17 @@ def test_pointcloud_bench_reports_both_models_on_each_rank_count(tmp_path: Path)
     result = tmp_path / "r.json"
     done = subprocess.run([sys.executable, str(BENCH / "pointcloud.py"), "--points", "3000", "--ranks", "1,2",
                            "--width", "8", "--blocks", "1", "--heads", "2", "--neighbors", "4", "--slices", "4",
-                           "--json", str(result)], capture_output=True, text=True, timeout=300)
+                           "--attention", "chunked,dense", "--repeats", "3", "--json", str(result)],
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     out = json.loads(result.read_text())
-    rows = out["rows"]
+    rows = [r for r in out["rows"] if r.get("attention") != "dense"]
     assert [(r["model"], r["ranks"]) for r in rows] == [("ball-attention", 1), ("transolver", 1),
                                                         ("ball-attention", 2), ("transolver", 2)]
+    dense = [r for r in out["rows"] if r.get("attention") == "dense"]
+    assert [r["ranks"] for r in dense] == [1, 2] and all(r["step_s"] > 0 for r in dense)
+    ratios = out["chunked_over_dense"]
+    assert [q["ranks"] for q in ratios] == [1, 2] and all(q["peak_rss"] > 0 and q["step"] > 0 for q in ratios)
     for r in rows:
         assert sum(r["owned"]) == 3000 and len(r["peak_rss_mb"]) == r["ranks"]
         assert all(peak >= idle > 0 for peak, idle in zip(r["peak_rss_mb"], r["idle_rss_mb"]))
@@ -154,7 +159,7 @@ def test_pointcloud_bench_reports_both_models_on_each_rank_count(tmp_path: Path)
     # the plan sends every point a ball needs (the true geometric halo), and a bounded few more
     assert all(got >= true > 0 for got, true in zip(two["halo_received"], two["true_halo"])), two
     assert two["halo_over_true"] < 2
-    assert "| ball-attention | 2 |" in done.stdout
+    assert "| ball-attention | 2 | chunked |" in done.stdout and "| ball-attention | 2 | dense |" in done.stdout
 
 
 @pytest.mark.slow
