@@ -35,6 +35,7 @@ def test_the_pages_with_runnable_blocks_are_the_user_guides() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # a user guide runs every one of its blocks in turn: minutes on a loaded 2-core machine
 @pytest.mark.parametrize("page", PAGES)
 def test_docs_page_runs(page: str, tmp_path: Path) -> None:
     env = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
