@@ -203,7 +203,8 @@ def _check_closed(facets: list[np.ndarray], patches: Sequence[str], path: Path) 
             i = open_[0]
             raise ValueError(f"{path}: Expected {what} to close around a body for --signed-distance (got "
                              f"{plural(len(open_), 'node')} without exactly two wall edges, the first node "
-                             f"{int(ids[i])} with {int(counts[i])}); --wall-distance or --wall-normal work on open walls")
+                             f"{int(ids[i])} with {int(counts[i])}); --wall-distance or --wall-normal take open "
+                             "walls")
         return
     edges = np.concatenate([np.stack([f, np.roll(f, -1, axis=1)], axis=2).reshape(-1, 2) for f in facets])
     keys, counts = np.unique(np.sort(edges, axis=1), axis=0, return_counts=True)
@@ -212,7 +213,7 @@ def _check_closed(facets: list[np.ndarray], patches: Sequence[str], path: Path) 
         i = open_[0]
         raise ValueError(f"{path}: Expected {what} to close around a body for --signed-distance (got "
                          f"{plural(len(open_), 'edge')} not shared by exactly two wall faces, the first "
-                         f"{keys[i].tolist()} by {int(counts[i])}); --wall-distance or --wall-normal work on open walls")
+                         f"{keys[i].tolist()} by {int(counts[i])}); --wall-distance or --wall-normal take open walls")
 
 
 def signed_distance(mesh: Any, patches: Sequence[str], path: Path) -> np.ndarray:

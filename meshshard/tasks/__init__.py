@@ -40,9 +40,9 @@ from ._trajectory_reader import LocalStep, TrajectoryReader
 from .steady import SteadyFields
 from .transient import LocalPair, PairReader, TransientTask, step_noise
 
-__all__ = ["TASKS", "BoundaryWeights", "DatasetReader", "LocalPair", "LocalSample", "LocalStep", "Normaliser", "PairReader",
-           "SteadyFields", "Task", "TensorNormalisation", "TrajectoryReader", "TransientTask", "check_loss_weight",
-           "dataset_task", "get_task", "parse_loss_weight", "step_noise", "whole_sample"]
+__all__ = ["TASKS", "BoundaryWeights", "DatasetReader", "LocalPair", "LocalSample", "LocalStep", "Normaliser",
+           "PairReader", "SteadyFields", "Task", "TensorNormalisation", "TrajectoryReader", "TransientTask",
+           "check_loss_weight", "dataset_task", "get_task", "parse_loss_weight", "step_noise", "whole_sample"]
 
 #: Every task, by the name a run records (``TrainConfig.task``).
 TASKS: dict[str, type[Task]] = {SteadyFields.name: SteadyFields, TransientTask.name: TransientTask}
