@@ -128,12 +128,12 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
                   else " (new cases for runs trained on that field)")
         lines.append(f"  mean     {means}: the node-wise mean of the targets over the {mean_field['of']}, as input "
                      f"channels{offset}")
-    walls = {"wall_offset": "x - x_wall to the nearest node of", "wall_normal": "the unit normal into the fluid at "
-             "the nearest node of", "signed_distance": "the distance to the nearest node of (negative inside)"}
+    walls = {"wall_offset": "x - x_wall to the nearest node of {}", "wall_normal": "the unit normal into the fluid "
+             "at the nearest node of {}", "signed_distance": "the distance to the nearest node of {}, negative inside"}
     for f in meta["inputs"]:
         if f.get("patches"):
-            what = walls.get(f["name"], "the distance to the nearest node of")
-            lines.append(f"  wall     {f['name']}: {what} {', '.join(f['patches'])}")
+            what = walls.get(f["name"], "the distance to the nearest node of {}")
+            lines.append(f"  wall     {f['name']}: {what.format(', '.join(f['patches']))}")
     named: dict[str, list[int]] = {}
     for m in meta["meshes"]:
         for b in m.get("boundaries", []):

@@ -160,7 +160,7 @@ def test_in_a_dataset_and_info(tmp_path: Path, capsys) -> None:
     assert main(["info", str(out)]) == 0
     shown = capsys.readouterr().out
     assert "wall     wall_offset: x - x_wall to the nearest node of body" in shown
-    assert "wall     signed_distance: the distance to the nearest node of (negative inside) body" in shown
+    assert "wall     signed_distance: the distance to the nearest node of body, negative inside" in shown
     assert main(["dataset", str(tmp_path / "c0.msh"), "--out", str(tmp_path / "e"), "--inputs", "pos", "--targets",
                  "p", "--signed-distance", "fluid,body", "-q"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
