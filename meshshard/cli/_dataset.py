@@ -125,9 +125,12 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
     mean_field = meta.get("mean_field")
     if mean_field:
         lines.append(_prior_line(meta, mean_field, "target_offset" in norm))
-    walls = [f for f in meta["inputs"] if f.get("patches")]
-    for f in walls:
-        lines.append(f"  wall     {f['name']}: the distance to the nearest node of {', '.join(f['patches'])}")
+    walls = {"wall_offset": "x - x_wall to the nearest node of {}", "wall_normal": "the unit normal into the fluid "
+             "at the nearest node of {}", "signed_distance": "the distance to the nearest node of {}, negative inside"}
+    for f in meta["inputs"]:
+        if f.get("patches"):
+            what = walls.get(f["name"], "the distance to the nearest node of {}")
+            lines.append(f"  wall     {f['name']}: {what.format(', '.join(f['patches']))}")
     named: dict[str, list[int]] = {}
     for m in meta["meshes"]:
         for b in m.get("boundaries", []):
@@ -291,7 +294,8 @@ def _dataset(args: argparse.Namespace) -> int:
                                 same_mesh=args.same_mesh, force=args.force, progress=advance, notes=note,
                                 params=args.params, target_scale=args.target_scale,
                                 cell_data_to_points=args.cell_data_to_points, collapse_2d=args.collapse_2d,
-                                wall_distance=args.wall_distance, node_types=args.boundary_classes,
+                                wall_distance=args.wall_distance, wall_normal=args.wall_normal,
+                                signed_distance=args.signed_distance, node_types=args.boundary_classes,
                                 graph=args.graph, max_points=args.max_points, mean_field=args.mean_field,
                                 mean_field_from=args.mean_field_from, prior_progress=advance_prior)
     except (ValueError, OSError, MemoryError) as err:
@@ -347,6 +351,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--wall-distance", default=None, action="append", metavar="PATCH[,PATCH]",
                    help="an input channel wall_distance: at every node, the distance to the nearest node of the "
                    "named boundaries (the patches of a foamToVTK .vtm; repeat the flag to add more)")
+    p.add_argument("--wall-normal", default=None, action="append", metavar="PATCH[,PATCH]",
+                   help="input fields wall_offset and wall_normal: at every node, the offset x - x_wall to the "
+                   "nearest node of the named boundaries and the wall's unit normal there, into the fluid (D "
+                   "channels each)")
+    p.add_argument("--signed-distance", default=None, action="append", metavar="PATCH[,PATCH]",
+                   help="an input channel signed_distance: the distance to the nearest node of the named boundaries, "
+                   "negative inside the body they close around (refused when they do not close)")
     p.add_argument("--boundary-classes", action="store_true",
                    help="the named boundaries (a .vtm's patches, node sets, gmsh physical groups) as one-hot input "
                    "channels node_type[k]: 0 interior, then one per boundary of the first file")

@@ -40,6 +40,7 @@ from meshshard.run import (
     resume_hint,
     train,
 )
+from meshshard.tasks import parse_loss_weight
 
 from ._launch import as_rank, run_command, writing_command
 
@@ -227,6 +228,17 @@ def _max_points(args: Any, saved: dict[str, Any]) -> str | None:
     return None
 
 
+def _loss_weight(args: Any, saved: dict[str, Any]) -> str | None:
+    """``--loss-weight`` (repeated, or a recipe's table) as ``{name: W}``; left out: on --resume
+    the run's, else none."""
+    given = args.loss_weight if args.loss_weight is not None else saved.get("loss_weight")
+    try:
+        args.loss_weight = parse_loss_weight(given)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
 def _selftest_hint(model: str | None, model_args: str | None, resume: bool) -> str | None:
     """On a run's first start with --model (not on --resume; rank 0 only), the one line that
     suggests checking the model on shards first."""
@@ -311,7 +323,8 @@ def _train(args: Any) -> int:
     hint = _selftest_hint(args.model, args.model_args, args.resume)  # as typed, before --model is made absolute
     saved_ckpt = _saved_checkpoint(args)
     saved_cfg = dict(saved_ckpt.get("config") or {}) if saved_ckpt else {}
-    problem = _model_settings(args, saved_cfg) or _check_counts(args) or _max_points(args, saved_cfg)
+    problem = (_model_settings(args, saved_cfg) or _check_counts(args) or _max_points(args, saved_cfg)
+               or _loss_weight(args, saved_cfg))
     if problem:
         print(f"meshshard train: error: {problem}", file=sys.stderr)
         return 2
@@ -328,7 +341,7 @@ def _train(args: Any) -> int:
         lr_schedule=args.lr_schedule,
         warmup=args.warmup, lr_floor=args.lr_floor, noise_std=args.noise_std,
         rollout_train=args.rollout_train,
-        val_rollout=args.val_rollout, task=args.task or "",
+        val_rollout=args.val_rollout, task=args.task or "", loss_weight=args.loss_weight,
     )
     if args.print_config:  # the resolved recipe: --config reads it back to the same run
         print(recipe_text(cfg), end="")
@@ -447,6 +460,10 @@ def register(subparsers: Any) -> None:
                    help="trajectories, with --val-every: also roll each validation trajectory out V steps (fewer if "
                    f"it holds fewer) and log the RMSE; best.pt keeps the lowest (default {_DEFAULTS['val_rollout']}; "
                    "0: off, best.pt by the one-step loss)")
+    p.add_argument("--loss-weight", default=None, action="append", metavar="NAME=W[,NAME=W]",
+                   help="steady task: weigh the loss at the nodes of named boundaries of the dataset (meshshard info "
+                   "DATA lists them) by W, every other node by 1; the loss is the weighted mean (repeat the flag to "
+                   "add more; default: none; on --resume the run's)")
     p.add_argument("--nproc", type=int, default=0, help="start this many local ranks (when not under torchrun)")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="no banner, no per-step lines (errors and notes still print)")

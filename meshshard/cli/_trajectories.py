@@ -21,7 +21,8 @@ TRAJECTORY_ONLY = {"--node-type": ("node_type", None), "--time-stride": ("time_s
 #: The options of steady samples alone.
 _STEADY_ONLY = {"--targets": "targets", "--params": "params", "--target-scale": "target_scale",
                 "--cell-data-to-points": "cell_data_to_points", "--collapse-2d": "collapse_2d",
-                "--wall-distance": "wall_distance", "--same-mesh": "same_mesh",
+                "--wall-distance": "wall_distance", "--wall-normal": "wall_normal",
+                "--signed-distance": "signed_distance", "--same-mesh": "same_mesh",
                 "--boundary-classes": "boundary_classes", "--graph": "graph", "--max-points": "max_points",
                 "--mean-field": "mean_field", "--mean-field-from": "mean_field_from"}
 

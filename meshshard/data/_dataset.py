@@ -42,7 +42,9 @@ the mesh's nodal graph (both directions of every cell edge).
 
 Optional keys, written only when used. An input field of ``meshshard dataset --wall-distance``
 (``wall_distance``, one channel) lists the boundaries it measures to: ``{"name":
-"wall_distance", "components": 1, "patches": ["lowerWall", "upperWall"]}``; one of ``--boundary-classes``
+"wall_distance", "components": 1, "patches": ["lowerWall", "upperWall"]}``, as do those of ``--wall-normal``
+(``wall_offset`` and ``wall_normal``, ``D`` channels each) and ``--signed-distance`` (``signed_distance``, one
+channel; :mod:`meshshard.data._wall_geometry`); one of ``--boundary-classes``
 (``node_type``, one-hot) its classes: ``{"name": "node_type", "components": 3, "classes": ["interior",
 "inlet", "wall"]}``. ``"collapsed_2d":
 true`` says the meshes are the lower planes of one-cell-thick 3-D meshes (``--collapse-2d``), so

@@ -31,6 +31,7 @@ from ._reader import open_dataset
 from ._sources import list_sources, merged_cells, mesh_difference, read_mesh, sample_names
 from ._statistics import held_note
 from ._surface import boundary_classes, named_boundaries
+from ._wall_geometry import SIGNED_DISTANCE, WALL_NORMAL, WALL_OFFSET, signed_distance, wall_normal
 from ._writer import Sample, write_samples
 
 __all__ = ["build_dataset"]
@@ -42,10 +43,12 @@ NODE_TYPE = "node_type"
 @dataclass(frozen=True)
 class _Reading:
     """What is done to every mesh as read (``--cell-data-to-points``, ``--collapse-2d``,
-    ``--wall-distance``)."""
+    ``--wall-distance``, ``--wall-normal``, ``--signed-distance``)."""
     cell_data_to_points: bool = False
     collapse_2d: bool = False
     wall_distance: tuple[str, ...] = ()
+    wall_normal: tuple[str, ...] = ()
+    signed_distance: tuple[str, ...] = ()
     node_types: tuple[str, ...] | None = None  # the boundary classes (--boundary-classes), after "interior"
     graph: GraphRule | None = None  # --graph (None: the cells' edges, or knn:8 for a sample without)
 
@@ -76,6 +79,8 @@ def build_dataset(
     cell_data_to_points: bool = False,
     collapse_2d: bool = False,
     wall_distance: str | Sequence[str] | None = None,
+    wall_normal: str | Sequence[str] | None = None,
+    signed_distance: str | Sequence[str] | None = None,
     node_types: bool = False,
     graph: str | None = None,
     max_points: int | None = None,
@@ -119,6 +124,13 @@ def build_dataset(
             list: an input channel ``wall_distance`` after the named inputs, at every node the
             distance to the nearest node of those boundaries; its field record lists them as
             ``"patches"`` (``--wall-distance``).
+        wall_normal: Named boundaries, as ``wall_distance``: input fields ``wall_offset`` (at every
+            node ``x - x_wall``, to the nearest node of the wall) and ``wall_normal`` (the wall's
+            unit normal there, into the fluid), ``D`` channels each (``--wall-normal``;
+            :mod:`meshshard.data._wall_geometry`).
+        signed_distance: Named boundaries that close around bodies: an input channel
+            ``signed_distance``, the distance to the nearest wall node, negative inside a body
+            (``--signed-distance``); a wall that does not close is refused in one line.
         node_types: The named boundaries of the files (a ``.vtm``'s patches, node sets, gmsh
             physical groups) as one-hot input channels ``node_type[k]`` after the other inputs:
             class 0 ``interior`` (on no boundary), then one per boundary of the first file, in its
@@ -146,7 +158,10 @@ def build_dataset(
     with folder_lock(out):  # one writer per folder (held already under meshshard dataset)
         in_names = parse_field_names(inputs, "--inputs")
         out_names = parse_field_names(targets, "--targets") if targets else []
-        reading = _reading_of(cell_data_to_points, collapse_2d, wall_distance, graph, max_points)
+        reading = replace(_reading_of(cell_data_to_points, collapse_2d, wall_distance, graph, max_points),
+                          wall_normal=_patch_names(wall_normal, "--wall-normal") if wall_normal else (),
+                          signed_distance=(_patch_names(signed_distance, "--signed-distance") if signed_distance
+                                           else ()))
         if not out_names and val_fraction is None and val_samples is None:
             val_fraction = 0.0  # cases to predict on: nothing to validate against
         check_dataset_output(out, force, sources)
@@ -182,7 +197,7 @@ def build_dataset(
 def _reading_of(cell_data_to_points: bool, collapse_2d: bool, wall_distance: str | Sequence[str] | None,
                 graph: str | None, max_points: int | None) -> _Reading:
     """What is done to every mesh as read, from :func:`build_dataset`'s arguments (checked)."""
-    patches = _patch_names(wall_distance) if wall_distance else ()
+    patches = _patch_names(wall_distance, "--wall-distance") if wall_distance else ()
     reading = _Reading(cell_data_to_points, collapse_2d, patches,
                        graph=parse_graph_rule(graph) if graph is not None else None)
     if max_points is not None and (isinstance(max_points, bool) or not isinstance(max_points, (int, np.integer))
@@ -218,13 +233,17 @@ def _files_and_names(sources: Sequence[str | os.PathLike[str]], val_samples: Seq
 
 def _input_fields(in_names: list[str], first: _Read, reading: _Reading) -> list[dict[str, Any]]:
     """The input field records: the named fields as the first file holds them, then the channels
-    ``--wall-distance`` and ``--boundary-classes`` add."""
+    ``--wall-distance``, ``--wall-normal``, ``--signed-distance`` and ``--boundary-classes`` add."""
     input_fields = field_records(in_names, first.inputs)
-    if reading.wall_distance:
-        if WALL_DISTANCE in channel_names(input_fields):
-            raise ValueError(f"Expected --inputs apart from {WALL_DISTANCE}, the channel --wall-distance adds (got "
-                             "it in both)")
-        input_fields.append({"name": WALL_DISTANCE, "components": 1, "patches": list(reading.wall_distance)})
+    dim = first.sample.pos.shape[1]
+    for flag, patches, added in (("--wall-distance", reading.wall_distance, [(WALL_DISTANCE, 1)]),
+                                 ("--wall-normal", reading.wall_normal, [(WALL_OFFSET, dim), (WALL_NORMAL, dim)]),
+                                 ("--signed-distance", reading.signed_distance, [(SIGNED_DISTANCE, 1)])):
+        for name, width in added if patches else []:
+            if name in channel_names(input_fields) or name in in_names:
+                raise ValueError(f"Expected --inputs apart from {name}, the channel{'s' if width > 1 else ''} "
+                                 f"{flag} adds (got it in both)")
+            input_fields.append({"name": name, "components": width, "patches": list(patches)})
     if reading.node_types is not None:
         if NODE_TYPE in channel_names(input_fields) or NODE_TYPE in in_names:
             raise ValueError(f"Expected --inputs apart from {NODE_TYPE}, the field --boundary-classes adds "
@@ -265,12 +284,12 @@ def _samples(first: _Read, files: list[Path], names: list[str], in_names: list[s
         yield sample
 
 
-def _patch_names(text: str | Sequence[str]) -> tuple[str, ...]:
+def _patch_names(text: str | Sequence[str], flag: str) -> tuple[str, ...]:
     """Boundary names from ``"lowerWall,upperWall"`` or a list of such strings, each once."""
     items = [text] if isinstance(text, str) else list(text)
     names = [t.strip() for item in items for t in str(item).split(",")]
     if not names or not all(names):
-        raise ValueError("Expected --wall-distance as comma-separated boundary names (got "
+        raise ValueError(f"Expected {flag} as comma-separated boundary names (got "
                          f"{','.join(map(str, items))!r})")
     return tuple(dict.fromkeys(names))
 
@@ -331,6 +350,10 @@ def _sample_from(path: Path, name: str, in_names: list[str], out_names: list[str
     y, y_sources = select_fields(out_names, mesh, pos, path, reading.cell_data_to_points)
     if reading.wall_distance:
         x = np.concatenate([x, nearest_wall_distance(mesh, reading.wall_distance, path)], axis=1)
+    if reading.wall_normal:
+        x = np.concatenate([x, wall_normal(mesh, reading.wall_normal, path)], axis=1)
+    if reading.signed_distance:
+        x = np.concatenate([x, signed_distance(mesh, reading.signed_distance, path)], axis=1)
     if reading.node_types is not None:
         x = np.concatenate([x, _one_hot_classes(mesh, reading.node_types, path)], axis=1)
     if expect is not None:

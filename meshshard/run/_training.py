@@ -116,6 +116,7 @@ class TrainConfig:
     max_time: float = 0.0  # seconds of wall time for this process's training (0: no budget); then checkpoint, stop
     clip_grad: float = 0.0  # clip the gradients' global norm to this (0: off), after they are summed over the ranks
     max_points: int = 0  # point models: about this many random points per sample and epoch in training (0: all)
+    loss_weight: dict[str, float] = field(default_factory=dict)  # steady: named boundaries' rows weighted (1: others)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:

@@ -3,18 +3,24 @@
 A steady CFD solution or a FEM load case: each sample of the dataset is a mesh with input fields
 (geometry, material, boundary values) and target fields (the solution). The model maps the inputs
 at every node to the targets at every node; the loss is the mean squared error of the normalised
-targets over every node of the mesh; a prediction writes ``<target>_pred`` for every target field.
+targets over every node of the mesh (with ``loss_weight``, ``train --loss-weight NAME=W``, the rows
+of named boundaries weighted: :mod:`meshshard.tasks._loss_weight`); a prediction writes
+``<target>_pred`` for every target field.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, ClassVar
 
+import torch
 from torch import Tensor
 
+from .._tensor import ShardTensor
 from ._base import Task
-from ._reader import LocalSample
+from ._loss_weight import BoundaryWeights, check_loss_weight, parse_loss_weight
+from ._reader import DatasetReader, LocalSample
 
 __all__ = ["SteadyFields"]
 
@@ -32,10 +38,31 @@ class SteadyFields(Task):
         if not dataset.target_channels:
             raise ValueError(f"{dataset.path}: has no targets (made without --targets), so there is nothing to train "
                              "on; it holds cases for meshshard predict. Train on a dataset made with --targets")
+        check_loss_weight(dataset, parse_loss_weight(self.config.get("loss_weight")),
+                          int(self.config.get("max_points") or 0))
+
+    def reader(self, dataset: Any, partition: str | os.PathLike[str], domain_rank: int, group: Any, *,
+               device: Any = None, dtype: torch.dtype = torch.float32, **options: Any) -> DatasetReader:
+        """The default reader; with ``loss_weight``, the dataset's boundaries are kept for the loss."""
+        weights = parse_loss_weight(self.config.get("loss_weight"))
+        self._weights = BoundaryWeights(dataset, weights) if weights else None
+        return super().reader(dataset, partition, domain_rank, group, device=device, dtype=dtype, **options)
 
     def loss(self, pred: Any, batch: LocalSample, apply: Any = None) -> Tensor:
-        """Mean squared error over every node and target channel (``pred`` in the targets' dtype)."""
-        return ((pred.to(batch.y.dtype) - batch.y) ** 2).mean()
+        """Mean squared error over every node and target channel (``pred`` in the targets' dtype);
+        with ``loss_weight``, the weighted mean (:mod:`meshshard.tasks._loss_weight`)."""
+        err = (pred.to(batch.y.dtype) - batch.y) ** 2
+        if not self.config.get("loss_weight"):
+            return err.mean()
+        weights = getattr(self, "_weights", None)
+        if weights is None:
+            raise ValueError("Expected the steady task's reader(...) to be made before its weighted loss "
+                             "(--loss-weight): it holds the dataset's boundaries")
+        w, total = weights.local(batch.mesh, batch.owned_ids)
+        weight = torch.as_tensor(w, device=err.device).to(err.dtype)[:, None]
+        if isinstance(err, ShardTensor):
+            weight = ShardTensor.from_local(weight, err.spec)
+        return (err * weight).sum() / (total * err.shape[1])
 
     def output_fields(self, dataset: Any, run_config: dict[str, Any]) -> list[dict[str, Any]]:
         """The dataset's target fields when it has targets, else those the run recorded (or, for a

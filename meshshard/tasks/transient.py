@@ -295,6 +295,9 @@ class TransientTask(Task):
         if dataset.meta.get("task") != "transient":
             raise ValueError(f"{dataset.path}: holds no trajectories (the transient task trains on a dataset made "
                              "with meshshard dataset --state)")
+        if self.config.get("loss_weight"):
+            raise ValueError("Expected --loss-weight only with the steady task (got --task transient, whose loss "
+                             "is over the interior classes: --interior-classes chooses them)")
         noise = self.config.get("noise_std", 0.0)
         if not (isinstance(noise, (int, float)) and math.isfinite(noise) and noise >= 0):
             raise ValueError(f"Expected --noise-std to be 0 (off) or a positive number (got {noise!r})")
