@@ -19,8 +19,10 @@ every rank must call the forward. Half-precision gradients that accumulate over 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -29,6 +31,7 @@ from torch import Tensor
 from torch.autograd import Function
 
 from ._counter import CollectiveCall, record
+from ._recycle import Recycler
 from ._validate import (
     MESSAGE_WORDS,
     Counts,
@@ -115,11 +118,29 @@ class _Workspace:
 
 
 _workspace = _Workspace()
+_recycler = Recycler()  # the results handed out (rows received, gradients): see _recycle.py
+
+
+_overlap = True  # run a backward's local share (``meanwhile``) while its rows are in flight
+
+
+@contextlib.contextmanager
+def _reference_path() -> Iterator[None]:
+    """The exchanges as they ran before issue 37, for the benchmarks' BEFORE column: every result
+    and gradient a fresh ``torch.empty``, nothing overlapped with a transfer."""
+    global _overlap
+    _recycler.enabled, _overlap = False, False
+    try:
+        yield
+    finally:
+        _recycler.enabled, _overlap = True, True
 
 
 def release_workspace() -> None:
-    """Free the buffers the collectives keep for reuse (they grow to the largest exchange)."""
+    """Free the buffers the collectives keep for reuse (they grow to the largest exchange) and the
+    storages of their results that nobody holds any more (a few, at most 128 MiB each)."""
     _workspace.clear()
+    _recycler.clear()
 
 
 def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -155,12 +176,14 @@ def _cross_rank_check(op: str, x: Tensor, send_counts: list[int], recv_counts: l
 
 
 def _exchange(send: Tensor, keep: Tensor | None, send_counts: list[int], recv_counts: list[int], rank: int,
-              group: Any, op: str, phase: str, pooled_result: bool = False, out: Tensor | None = None) -> Tensor:
+              group: Any, op: str, phase: str, pooled_result: bool = False, out: Tensor | None = None,
+              meanwhile: Callable[[], None] | None = None) -> Tensor:
     """Send ``send`` (rows for other ranks, in rank order) and place ``keep`` (own part) in the result.
 
     Returns ``(sum(recv_counts), *send.shape[1:])``, rows grouped by source rank; with
     ``pooled_result`` the result may be a workspace buffer, to be consumed before the next exchange;
-    with ``out`` (contiguous, no own part), the rows are received into it.
+    with ``out`` (contiguous, no own part), the rows are received into it. ``meanwhile`` (local
+    work that touches neither buffer: a gradient's zero fill) runs while the rows are in flight.
     """
     world = len(send_counts)
     rest = tuple(send.shape[1:])
@@ -183,8 +206,15 @@ def _exchange(send: Tensor, keep: Tensor | None, send_counts: list[int], recv_co
     elif pooled:
         received = _workspace.get("recv", shape, send.dtype, send.device)
     else:
-        received = send.new_empty(shape)
-    dist.all_to_all_single(received, send.contiguous(), recv_split, send_split, group=group)
+        received = _recycler.empty(shape, send.dtype, send.device)
+    if meanwhile is not None and not _overlap:
+        meanwhile()
+        meanwhile = None
+    work = dist.all_to_all_single(received, send.contiguous(), recv_split, send_split, group=group,
+                                  async_op=meanwhile is not None)
+    if meanwhile is not None:
+        meanwhile()
+        work.wait()
     if keep is None or keep.shape[0] == 0:
         return received
     at = sum(recv_counts[:rank])
@@ -192,7 +222,7 @@ def _exchange(send: Tensor, keep: Tensor | None, send_counts: list[int], recv_co
 
 
 def _exchange_rows(x0: Tensor, send_counts: list[int], recv_counts: list[int], rank: int, group: Any, op: str,
-                   phase: str, pooled_result: bool = False) -> Tensor:
+                   phase: str, pooled_result: bool = False, meanwhile: Callable[[], None] | None = None) -> Tensor:
     """All-to-all of the rows of ``x0`` (dim 0), split by ``send_counts``, own part kept locally."""
     start = sum(send_counts[:rank])
     stop = start + send_counts[rank]
@@ -201,7 +231,7 @@ def _exchange_rows(x0: Tensor, send_counts: list[int], recv_counts: list[int], r
         keep: Tensor | None = x0[start:stop]
     else:
         send, keep = x0, None
-    return _exchange(send, keep, send_counts, recv_counts, rank, group, op, phase, pooled_result)
+    return _exchange(send, keep, send_counts, recv_counts, rank, group, op, phase, pooled_result, meanwhile=meanwhile)
 
 
 class _AllToAllV(Function):
@@ -220,7 +250,7 @@ class _AllToAllV(Function):
 def _send_back_and_add(
     grad_received: Tensor,
     index: Tensor,
-    base: Tensor,
+    make_base: Callable[[], Tensor],
     send_counts: list[int],
     recv_counts: list[int],
     rank: int,
@@ -228,11 +258,15 @@ def _send_back_and_add(
     phase: str = "backward",
 ) -> Tensor:
     """The adjoint of an indexed exchange: send the received rows' gradients back to the ranks
-    they came from, then ``index_add`` them into ``base`` (in its, accumulation, dtype) at the
-    rows that were sent. Returns the result in ``grad_received``'s dtype."""
+    they came from, then ``index_add`` them into ``make_base()`` (in its, accumulation, dtype) at
+    the rows that were sent. ``make_base`` (a zero fill, or a copy of the owned rows' gradient) runs
+    while the rows are in flight. Returns the result in ``grad_received``'s dtype."""
+    made: list[Tensor] = []
     grad_sent = _exchange_rows(
-        grad_received, recv_counts, send_counts, rank, group, "indexed_all_to_all_v", phase, pooled_result=True
+        grad_received, recv_counts, send_counts, rank, group, "indexed_all_to_all_v", phase, pooled_result=True,
+        meanwhile=lambda: made.append(make_base()),
     )
+    base = made[0] if made else make_base()  # a world of one: nothing was in flight
     base.index_add_(0, index, grad_sent.to(base.dtype))
     return base.to(grad_received.dtype)
 
@@ -264,8 +298,10 @@ class _IndexedAllToAllV(Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         (index,) = ctx.saved_tensors
         shape, send_counts, recv_counts, rank, group = ctx.args
-        base = torch.zeros(shape, dtype=_accumulation_dtype(grad.dtype), device=grad.device)
-        grad_x = _send_back_and_add(grad.contiguous(), index, base, send_counts, recv_counts, rank, group)
+        def zeros() -> Tensor:
+            return _recycler.zeros(tuple(shape), _accumulation_dtype(grad.dtype), grad.device)
+
+        grad_x = _send_back_and_add(grad.contiguous(), index, zeros, send_counts, recv_counts, rank, group)
         return grad_x, None, None, None, None, None
 
 
@@ -274,7 +310,7 @@ def _append_ghosts(
 ) -> Tensor:
     """``(N_own, ...)`` -> ``(N_own + N_ghost, ...)``: the owned rows, then the rows received."""
     n = x0.shape[0]
-    result = x0.new_empty((n + sum(recv_counts), *x0.shape[1:]))
+    result = _recycler.empty((n + sum(recv_counts), *x0.shape[1:]), x0.dtype, x0.device)
     result[:n].copy_(x0)
     send = _select_into_workspace(x0, index)
     _exchange(send, None, send_counts, recv_counts, rank, group, "indexed_all_to_all_v", phase, out=result[n:])
@@ -289,8 +325,10 @@ def _sum_ghosts_to_owners(
     rows they came from (half precision accumulates in float32)."""
     n = rows.shape[0] - sum(recv_counts)
     rows = rows.contiguous()
-    base = rows[:n].to(_accumulation_dtype(rows.dtype), copy=True)
-    return _send_back_and_add(rows[n:], index, base, send_counts, recv_counts, rank, group, phase)
+    def owned() -> Tensor:
+        return _recycler.empty(tuple(rows[:n].shape), _accumulation_dtype(rows.dtype), rows.device).copy_(rows[:n])
+
+    return _send_back_and_add(rows[n:], index, owned, send_counts, recv_counts, rank, group, phase)
 
 
 class _HaloPass(Function):

@@ -10,7 +10,8 @@ receives are exactly its ghost (or halo) rows in local order:
 The graph halo of a partition (``ShardSpec``) and the geometric halo of a point cloud
 (``BallQueryPlan``) are both a ``HaloPlan``, and every exchange goes through it:
 :meth:`HaloPlan.append` (owned rows followed by the ghost rows, :func:`append_halo`) or
-:meth:`HaloPlan.exchange` (the ghost rows only, :func:`indexed_all_to_all_v`), and the reverse
+:meth:`HaloPlan.exchange` (the ghost rows only, :func:`indexed_all_to_all_v`), :meth:`HaloPlan.linear`
+(a linear layer's output written into a buffer with room for the ghost rows, then appended), and the reverse
 way, :meth:`HaloPlan.sum_to_owners` (ghost rows added back into their owners' rows: the backward of
 ``append`` run forward).
 
@@ -43,6 +44,7 @@ from ._collectives import (
     group_rank_and_size,
     indexed_all_to_all_v,
 )
+from ._halo_linear import linear_with_halo
 from ._validate import MESSAGE_WORDS, as_counts, decode_problem, encode_problem
 
 __all__ = ["HaloPlan"]
@@ -206,6 +208,21 @@ class HaloPlan:
         return append_halo(
             x, self.index_on(x.device), self.send_counts, self.recv_counts, group=self.group, check_index=False
         )
+
+    def linear(self, x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+        """``self.append(F.linear(x, weight, bias))`` with no copy of the owned rows: the GEMM writes
+        them into a buffer with room for the ghost rows, the exchange fills only those, and the
+        backward sends back and reduces only their gradients (:mod:`meshshard.comm._halo_linear`).
+        For a layer whose first step is linear (MeshGraphNet's source products).
+
+        Shapes:
+            x: ``(N_own, F)``; weight: ``(H, F)``; bias: ``(H,)``; result: ``(N_own + N_ghost, H)``.
+
+        Communication: one ``indexed_all_to_all_v`` forward, one backward.
+        """
+        self._check_rows(x)
+        return linear_with_halo(x, weight, bias, self.index_on(x.device), list(self.send_counts),
+                                list(self.recv_counts), self.rank, self.group)
 
     def exchange(self, x: Tensor) -> Tensor:
         """The ghost rows of ``x`` (owned rows), differentiable.

@@ -175,13 +175,14 @@ class ProcessorBlock(nn.Module):
         e: Tensor,
         edge_index: Tensor,
         num_dst: int,
-        halo: Callable[[Tensor], Tensor] | None = None,
+        halo: Callable[[Tensor, Tensor], Tensor] | None = None,
         checkpoint_update: bool = False,
         dst_lengths: Tensor | None = None,
         scratch: Scratch | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """One step. ``halo``, on a 1-hop shard, appends the ghost rows to the source products
-        (``(N_own, H) -> (N_own + N_ghost, H)``, the step's one exchange); ``checkpoint_update``
+        """One step. ``halo``, on a 1-hop shard, makes the source products with the ghost rows
+        appended, ``halo(h, W_s) = append(h W_s^T)`` (``(N_own, L) -> (N_own + N_ghost, H)``, the step's
+        one exchange, written into one buffer: :meth:`~meshshard.comm.HaloPlan.linear`); ``checkpoint_update``
         recomputes everything after the exchange in the backward. The whole step runs inside this
         call, so wrappers that act around ``forward`` (FSDP2 units) see every parameter use.
         ``dst_lengths`` (``segment_lengths(edge_index[1], num_dst)``, when ``dst`` is sorted) lets
@@ -190,9 +191,12 @@ class ProcessorBlock(nn.Module):
         returned ``e`` goes to the next step and nowhere else (MeshGraphNet's processor): the
         gradient of ``e`` is then one buffer added into down the chain (see
         :func:`~meshshard.nn._edge_mlp.edge_step`)."""
-        src_proj, dst_proj = self.node_projections(h)
-        if halo is not None:
-            src_proj = halo(src_proj)
+        if halo is None:
+            src_proj, dst_proj = self.node_projections(h)
+        else:
+            first = self.edge_mlp[0]
+            src_proj = halo(h, first.weight[:, self.latent : 2 * self.latent])
+            dst_proj = F.linear(h, first.weight[:, 2 * self.latent :], first.bias)
         if num_dst < h.shape[0]:  # (a slice of every row would cost a zero-filled copy in the backward)
             h, dst_proj = h[:num_dst], dst_proj[:num_dst]
         args = (h, e, src_proj, dst_proj, edge_index, dst_lengths, scratch)
@@ -423,8 +427,10 @@ class MeshGraphNet(nn.Module):
             # MLP and W_d h need owned rows only, so h is never exchanged.
             h = self._mlp(self.node_encoder, x.to_local())
 
-            def halo(rows: Tensor) -> Tensor:
-                return ShardTensor(rows, spec).with_halo()
+            def halo(rows: Tensor, weight: Tensor) -> Tensor:
+                if not spec.has_halo:  # with_halo says what is missing
+                    return ShardTensor(F.linear(rows, weight), spec).with_halo()
+                return spec.halo.linear(rows, weight)
 
             lengths = graph.dst_lengths(graph.num_owned)
             for step, block in enumerate(self.processor):

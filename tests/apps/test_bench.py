@@ -174,3 +174,26 @@ def test_distributed_partition_bench_reports_every_process(tmp_path: Path) -> No
     for r in report["results"]:
         assert r["peak_rss_mb"] >= r["rss_before_mb"] > 0 and r["numpy_peak_mb"] > 0
         assert r["bytes_per_share_node"] == pytest.approx(r["bytes_per_node"] * r["processes"])
+
+
+def test_halo_and_collectives_benches_print_before_and_after(tmp_path: Path) -> None:
+    """bench/halo.py and bench/collectives.py (issue 37) at toy sizes: BEFORE and AFTER in one run,
+    one exchange each way per with_halo()."""
+    done = subprocess.run([sys.executable, str(BENCH / "halo.py"), "--side", "6", "--ranks", "2", "--features", "4",
+                           "--repeats", "1"], capture_output=True, text=True, timeout=300, cwd=BENCH)
+    assert done.returncode == 0, done.stderr
+    r = json.loads(done.stdout.splitlines()[0])
+    assert r["collectives_fwd_bwd"] == [1, 1] and r["ghosts_rank0"] > 0, r
+    for key in ("ratio_before", "ratio", "layer_halo_ratio_before", "layer_halo_ratio"):
+        assert isinstance(r[key], float), (key, r)
+    assert "BEFORE" in done.stdout and "AFTER" in done.stdout, done.stdout
+    from meshshard.comm import free_port
+
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                           str(free_port()), str(BENCH / "collectives.py"), "--rows", "50", "--features", "4",
+                           "--repeats", "1"], capture_output=True, text=True, timeout=300,
+                          env=os.environ | {"OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    r = json.loads(done.stdout.splitlines()[0])
+    assert r["rows_per_peer"] == 50 and r["world_size"] == 2, r
+    assert r["before_fwd_bwd_ms"] > 0 and r["after_fwd_bwd_ms"] > 0 and r["bare_2x_all_to_all_single_ms"] > 0, r

@@ -195,6 +195,85 @@ def _check_sum_to_owners(rank: int, world: int, dtype: torch.dtype) -> None:
         assert abs(lhs - rhs) <= 1e-12 * max(1.0, abs(lhs)), f"sum_to_owners adjoint: {lhs} != {rhs}"
 
 
+def _check_two_exchanges_one_graph(rank: int, world: int) -> None:
+    """Two exchanges with the same plan in one graph, and a third after the backward: results and
+    gradients are handed out on recycled memory, so none may be written over while still held (the
+    first result while the second is made, the saved results in the backward, the gradient kept from
+    one backward while the next exchange runs)."""
+    plan = make_plan(world, 29, torch.float64, row=(3,))
+    ref_out, ref_grad = reference_indexed(plan)
+    args = (plan.send_index(rank), plan.send_counts(rank), plan.recv_counts(rank))
+    x = plan.xs[rank].clone().requires_grad_()
+    first = indexed_all_to_all_v(x, *args)
+    second = indexed_all_to_all_v(2 * x, *args)  # same plan, same shapes: the same sizes asked twice
+    _check_equal_rows(first.detach(), ref_out[rank], "first of two exchanges")
+    _check_equal_rows(second.detach(), 2 * ref_out[rank], "second of two exchanges")
+    ((first * second) * plan.weights[rank]).sum().backward()  # each saved by the other's product
+    # d/dx of sum w * A x * 2 A x = 4 A^T (w * A x)
+    expected = 4 * _adjoint_of(plan, rank, [plan.weights[q] * ref_out[q] for q in range(world)])
+    assert_close(x.grad, expected, torch.float64, "two exchanges in one graph: grad", scale=1.0)
+    kept = x.grad.clone()
+    third = indexed_all_to_all_v(x, *args)  # after the backward: x.grad is held, and must stay
+    (third * plan.weights[rank]).sum().backward()
+    assert_close(x.grad, kept + ref_grad[rank], torch.float64, "grad accumulated over a third exchange", scale=1.0)
+    halo = make_plan(world, 31, torch.float64, row=(3,))
+    for r in range(world):  # a halo plan: nothing to or from the rank itself
+        halo.index[r][r] = halo.index[r][r][:0]
+    args = (halo.send_index(rank), halo.send_counts(rank), halo.recv_counts(rank))
+    y = halo.xs[rank].clone().requires_grad_()
+    both, again = append_halo(y, *args), append_halo(y, *args)
+    assert torch.equal(both.detach(), again.detach()), "two append_halo results of one plan"
+    (both * again).sum().backward()
+    assert_close(y.grad, 2 * _append_grad(y.detach(), args), torch.float64, "two append_halo grads", scale=1.0)
+
+
+def _check_halo_linear(rank: int, world: int, dtype: torch.dtype) -> None:
+    """HaloPlan.linear (the GEMM into a buffer with room for the ghosts) equals append(F.linear(...)):
+    forward, and the gradients of x, the weight and the bias; with and without a bias, twice in one
+    graph with the same plan."""
+    plan = make_plan(world, 37, dtype, row=(4,))
+    for r in range(world):
+        plan.index[r][r] = plan.index[r][r][:0]
+    halo = HaloPlan.from_layout(plan.send_index(rank), plan.send_counts(rank), plan.recv_counts(rank),
+                                num_owned=len(plan.xs[rank]))
+    g = torch.Generator().manual_seed(3)
+    w0 = torch.randn(5, 4, generator=g, dtype=torch.float64).to(dtype)
+    b0 = torch.randn(5, generator=g, dtype=torch.float64).to(dtype)
+    cot = torch.randn(len(plan.xs[rank]) + halo.num_ghost, 5, generator=torch.Generator().manual_seed(rank),
+                      dtype=torch.float64).to(dtype)
+    grads = []
+    for fused in (True, False):
+        x, w, b = (t.clone().requires_grad_() for t in (plan.xs[rank], w0, b0))
+        with count_collectives() as log:
+            if fused:
+                y, z = halo.linear(x, w, b), halo.linear(x, w)
+            else:
+                y, z = halo.append(torch.nn.functional.linear(x, w, b)), halo.append(torch.nn.functional.linear(x, w))
+            ((y + z.tanh()) * cot).sum().backward()
+        counts = (log.count("indexed_all_to_all_v", "forward"), log.count("indexed_all_to_all_v", "backward"))
+        assert counts == (2, 2), log
+        grads.append((y.detach(), z.detach(), x.grad, w.grad, b.grad))
+    for what, got, expected in zip(("y", "z", "x.grad", "w.grad", "b.grad"), *grads):
+        assert_close(got, expected, dtype, f"HaloPlan.linear {what} {dtype}", scale=1.0)
+
+
+def _adjoint_of(plan: object, rank: int, grads: list[torch.Tensor]) -> torch.Tensor:
+    """A^T applied to every rank's gradient of its received rows, on one process (this rank's part)."""
+    xs = [xr.clone().requires_grad_() for xr in plan.xs]
+    world = len(xs)
+    total = sum((torch.cat([xs[r][plan.index[r][q]] for r in range(world)]) * grads[q]).sum() for q in range(world))
+    total.backward()
+    return xs[rank].grad
+
+
+def _append_grad(y: torch.Tensor, args: tuple) -> torch.Tensor:
+    """Gradient of sum(append_halo(y)^2) / 2 through one append_halo, for comparison."""
+    z = y.clone().requires_grad_()
+    out = append_halo(z, *args)
+    (out * out.detach()).sum().backward()
+    return z.grad
+
+
 def _check_zero_width_and_empty(rank: int, world: int) -> None:
     # rows with no features, and a plan where nobody sends anything
     x = torch.zeros(4, 0, requires_grad=True)
@@ -243,11 +322,13 @@ def _battery(rank: int, world: int) -> str:
     for dtype in (torch.float64, torch.float32, torch.bfloat16):
         _check_append_halo(rank, world, dtype)
         _check_sum_to_owners(rank, world, dtype)
+        _check_halo_linear(rank, world, dtype)
     _check_indexed_dim1(rank, world)
     _check_adjoint(rank, world)
     _check_half_accumulation(rank, world)
     _check_counter(rank, world)
     _check_zero_width_and_empty(rank, world)
+    _check_two_exchanges_one_graph(rank, world)
     _check_sum_of_parts(rank, world)
     return "ok"
 
