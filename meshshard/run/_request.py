@@ -18,6 +18,7 @@ from ._boundaries import check_boundary_names, check_boundary_request
 from ._checkpoint import peek
 from ._folder import checkpoint_path, read_run
 from ._recipe import check_model_radius, load_factory
+from ._vtk import COMPRESSIONS, check_compression
 from ._writer import field_slices
 
 __all__ = ["PredictConfig", "check_model_request", "check_prediction_request", "check_rollout_request",
@@ -51,6 +52,8 @@ class PredictConfig:
     view: tuple[float, float, float, float] | None = None  # --view: the pictures' x and y ranges
     rollout: bool = False  # --rollout: a transient run applied step after step from each trajectory's first state
     steps: int | None = None  # --rollout-steps N: a rollout's model applications (default: T - 1 strides)
+    compression: str = COMPRESSIONS[0]  # --compression: of the ParaView files (_vtk.py: none, zlib, lz4)
+    background: bool = True  # a rollout's files written by a background thread while the next step computes
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> PredictConfig:
@@ -190,6 +193,7 @@ def check_prediction_request(cfg: PredictConfig) -> None:
     before any rank starts: the folders, where PRED goes, and the model (a run of your own model
     needs ``model``, whose file is imported here once)."""
     check_input_folders((cfg.run, "run folder"), (cfg.data, "dataset folder"))
+    check_compression(cfg.compression)
     # PRED may be inside RUN (run/pred: train --force deletes only its own files), not RUN itself
     check_apart(cfg.out, (cfg.data, "dataset folder"),
                 *(((cfg.partition, "partition folder"),) if cfg.partition else ()))
