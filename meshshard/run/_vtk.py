@@ -30,7 +30,7 @@ __all__ = ["COMPRESSIONS", "check_compression", "read_pvtu", "read_vtp", "write_
            "write_vtu"]
 
 #: The compressions of ``--compression``; the first is the default (chosen by bench/rollout.py's figures).
-COMPRESSIONS = ("zlib", "none", "lz4")
+COMPRESSIONS = ("lz4", "zlib", "none")
 #: The uncompressed size of one compressed block (VTK's readers take any; its own writers use 32 KiB).
 BLOCK_BYTES = 1 << 20
 _COMPRESSORS = {"zlib": "vtkZLibDataCompressor", "lz4": "vtkLZ4DataCompressor"}
@@ -92,8 +92,8 @@ def write_vtu(path: Path, points: np.ndarray, cells: list[tuple[str, np.ndarray]
         types.append(np.full(len(c), meshio_to_vtk_type[t], np.uint8))
     pts = _vtk_points(points)
     z, out = compression, []
-    fields = "".join(_data_array(out, v, name, 1 if np.ndim(v) == 1 else np.shape(v)[1], z)
-                     for name, v in point_data.items())
+    fields = "".join(_data_array(out, v, name, None if np.ndim(v) == 1 else np.shape(v)[1], z)
+                     for name, v in point_data.items())  # a scalar field without NumberOfComponents, as meshio
     body = (f'    <Piece NumberOfPoints="{len(pts)}" NumberOfCells="{sum(len(c) for _, c in cells)}">\n'
             f"      <PointData>\n{fields}      </PointData>\n"
             f"      <Points>\n{_data_array(out, pts, 'Points', 3, z)}      </Points>\n"
