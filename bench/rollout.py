@@ -28,6 +28,9 @@ record; see docs/transient.md):
   a background thread writing step k while step k+1 computes, with its default compression. Each is
   run ``--repeat`` times (default 3, interleaved) and the run of median loop time is shown; the JSON
   also has every run's loop seconds, and the load average (the machine may be shared).
+- one step's gathered ``.vtu`` of the large grid written with each ``--compression`` and with
+  meshio's writer (before issue 37): median seconds of ``--repeat`` writes, and the file's size
+  (``--no-file-costs`` leaves it out).
 - the flatness check: ``--flat-steps`` (default 100) steps of the validation trajectory on
   ``--flat-ranks`` ranks (default 2) of the ``--flat-side`` mesh: each rank's peak RSS and current RSS after step 10 and after the
   last step, and their ratios (1.00: flat).
@@ -145,6 +148,46 @@ def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return row
 
 
+def file_costs(cache: Path, side: int, repeat: int) -> list[dict[str, Any]]:
+    """One step's ``.vtu`` of the ``side^2`` grid (the fields a rollout writes: ``u_pred``, ``u``,
+    ``u_error``, ``c``, ``global_id``) written with each compression of ``predict --compression``
+    and with meshio's own writer (zlib at its default level: what predict wrote before issue 37):
+    the median seconds of ``repeat`` writes, on one thread, and the file's size."""
+    import warnings
+
+    import meshio
+
+    from meshshard.run import COMPRESSIONS
+    from meshshard.run._vtk import write_vtu
+
+    points, triangles = make_square_mesh(side)
+    u = next(wave_states(points, 1.0, np.array([0.1])))[:, 0]
+    fields = {"u_pred": u + 1e-3 * points[:, 0], "u": u, "u_error": 1e-3 * points[:, 0], "c": np.ones(len(u)),
+              "global_id": np.arange(len(u), dtype=np.int64)}
+    cells = [("triangle", triangles)]
+
+    def old(path: Path) -> None:
+        grid = meshio.Mesh(np.column_stack([points, np.zeros(len(points))]), cells, point_data=fields)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            meshio.write(path, grid, file_format="vtu", binary=True)
+
+    writers = [("meshio zlib (before)", old)] + [(c, lambda path, c=c: write_vtu(path, points, cells, fields, c))
+                                                  for c in COMPRESSIONS]
+    rows = []
+    for name, write in writers:
+        path = cache / "file-cost.vtu"
+        seconds = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            write(path)
+            seconds.append(time.perf_counter() - start)
+        rows.append({"writer": name, "seconds": round(sorted(seconds)[(repeat - 1) // 2], 3),
+                     "seconds_runs": [round(v, 3) for v in seconds], "megabytes": round(path.stat().st_size / 1e6, 1)})
+        path.unlink()
+    return rows
+
+
 def flatness(row: dict[str, Any], early: int = 10) -> dict[str, Any]:
     """Each rank's peak and current RSS after step ``early`` and after the last step, and their ratios
     (``memory``: every step the rollout recorded, 0, 1, 10, 100, ... and the last)."""
@@ -159,11 +202,19 @@ def flatness(row: dict[str, Any], early: int = 10) -> dict[str, Any]:
             "memory": row["memory"]}
 
 
-def print_tables(rows: list[dict[str, Any]], flat: dict[str, Any] | None, title: str) -> None:
+def print_tables(rows: list[dict[str, Any]], flat: dict[str, Any] | None, title: str,
+                 files: list[dict[str, Any]] | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
     console = Console(width=200)
+    if files:
+        table = Table(title=f"one step's gathered .vtu of the {rows[0]['num_nodes']:,}-node mesh, one thread")
+        for col in ["writer", "seconds (median)", "MB"]:
+            table.add_column(col, justify="right")
+        for f in files:
+            table.add_row(f["writer"], f"{f['seconds']:.2f}", f"{f['megabytes']:,.1f}")
+        console.print(table)
     table = Table(title=title)
     for col in ["ranks", "writer", "files", "steps/s", "node-steps/s", "steps/s without writing", "writing share (max rank)",
                 "peak RSS MB per rank", "peak RSS MB max", "loop s", "command s"]:
@@ -206,6 +257,8 @@ def main() -> int:
                         help="before (each step's files written at once, zlib), after (predict's default: a background "
                         "thread, its default compression), or both, comma-separated")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each rollout on the large grid; the median shown")
+    parser.add_argument("--no-file-costs", action="store_true",
+                        help="leave out the seconds and size of one step's file with each compression")
     parser.add_argument("--cache", type=Path, default=Path("/tmp/meshshard-bench"),
                         help="folder for the datasets, partitions and the run (reused)")
     parser.add_argument("--json", type=Path, default=None, help="also write the JSON result to this file")
@@ -246,12 +299,13 @@ def main() -> int:
     title = (f"meshshard predict --rollout: {rows[0]['num_nodes']:,}-node triangle mesh, {args.steps} steps, "
              f"MeshGraphNet latent {args.latent}, {args.mp_steps} message-passing steps, float32, "
              f"{os.cpu_count()} CPU cores")
-    print_tables(rows, flat, title + f"; median of {args.repeat} run(s), load average {os.getloadavg()[0]:.1f}")
+    files = None if args.no_file_costs else file_costs(work, args.side, args.repeat)
+    print_tables(rows, flat, title + f"; median of {args.repeat} run(s), load average {os.getloadavg()[0]:.1f}", files)
     result = {"benchmark": "rollout", "side": args.side, "steps": args.steps, "latent": args.latent,
               "mp_steps": args.mp_steps, "train_steps": args.train_steps, "cpu_count": os.cpu_count(),
               "load_average": [round(v, 2) for v in os.getloadavg()], "repeat": args.repeat,
               "datasets_built_s": round(big_s + small_s, 1), "train_s": round(train_s, 1), "rows": rows,
-              "flat": flat}
+              "flat": flat, "files": files}
     emit(result, args.json)
     return 0
 
