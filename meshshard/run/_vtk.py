@@ -29,8 +29,9 @@ import numpy as np
 __all__ = ["COMPRESSIONS", "check_compression", "read_pvtu", "read_vtp", "write_pvtp", "write_pvtu", "write_vtp",
            "write_vtu"]
 
-#: The compressions of ``--compression``; the first is the default (chosen by bench/rollout.py's figures).
-COMPRESSIONS = ("lz4", "zlib", "none")
+#: The compressions of ``--compression``; the first is the default: no compression, the fastest to write and
+#: read by meshio too (which reads no LZ4); see docs/prediction.md for the figures (bench/rollout.py).
+COMPRESSIONS = ("none", "lz4", "zlib")
 #: The uncompressed size of one compressed block (VTK's readers take any; its own writers use 32 KiB).
 BLOCK_BYTES = 1 << 20
 _COMPRESSORS = {"zlib": "vtkZLibDataCompressor", "lz4": "vtkLZ4DataCompressor"}
