@@ -12,6 +12,7 @@ from typing import Any
 
 from meshshard.run import (
     BUILTIN_MODELS,
+    COMPRESSIONS,
     GATHER_MAX_NODES,
     PredictConfig,
     check_prediction_request,
@@ -54,7 +55,8 @@ def _predict(args: argparse.Namespace) -> int:
                         checkpoint=args.checkpoint, boundary=args.boundary, pressure=args.pressure, shear=args.shear,
                         force_reference=args.force_reference, reference_area=args.reference_area,
                         direction=direction, lift_direction=lift, view=view, near=args.near, rollout=args.rollout,
-                        steps=args.rollout_steps)
+                        steps=args.rollout_steps, compression=args.compression,
+                        background=not args.no_background)
     def check() -> None:  # one line before any rank starts
         check_prediction_request(cfg)
         if args.baseline is not None:
@@ -128,6 +130,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--rollout-steps", type=int, default=None, metavar="N",
                    help="with --rollout: model applications (default: as many strides as the trajectory holds)")
     add_deprecated(p, "--steps", "--rollout-steps", "predict", dest="rollout_steps", type=int, metavar="N")
+    p.add_argument("--compression", default=COMPRESSIONS[0], choices=list(COMPRESSIONS),
+                   help=f"of the ParaView files: {COMPRESSIONS[0]} (default), " + ", ".join(COMPRESSIONS[1:])
+                   + " (lz4 needs the lz4 package); docs/prediction.md has their speed and size")
+    p.add_argument("--no-background", action="store_true",
+                   help="with --rollout: write each step's files before computing the next (default: a background "
+                   "thread writes step k while step k+1 computes)")
     p.add_argument("--baseline", default=None, metavar="PRED_BASE",
                    help="a prediction folder of meshshard baseline (or predict): print the model's errors beside its "
                    "(meshshard info PRED --compare PRED_BASE prints the same)")

@@ -20,7 +20,8 @@ Folder layout::
     │       ├── cells-triangle.npy   (C, k) int64, one file per meshio cell type ...
     │       ├── edge_index.npy       ... or (2, E) int64 edges: a graph given without cells, or built
     │       │                        from the points (the mesh's "graph" entry, see below)
-    │       └── surface-area.npy     (N_m, 3) float64 area vectors, for a surface in 3-D
+    │       ├── surface-area.npy     (N_m, 3) float64 area vectors, for a surface in 3-D
+    │       └── surface-point-area.npy  (N_m,) float64 each point's area, likewise ("point_area")
     └── samples/
         ├── 00000/                   one folder per sample, samples/{s:05d}/
         │   ├── inputs.npy           (N_m, F_in) float32 (or float64: ``dtype``), unnormalised
@@ -70,7 +71,10 @@ are normalised as their difference from it. A surface in 3-D
 (faces, no 3-D cells) has ``"surface_area"`` (its total area; ``"planar": true``
 when every point has the same z, a 2-D mesh written in 3-D) and
 ``meshes/{m:05d}/surface-area.npy``: per point, the lumped area vector of the faces around it
-(:meth:`Dataset.surface_area`). ``"max_points": N`` (``--max-points``) asks training of a point model to draw a
+(:meth:`Dataset.surface_area`); a dataset written since issue 37 also has ``"point_area": true``
+and ``surface-point-area.npy``: per point, its share of the faces' areas (each face's split equally
+among its corners; area-weighted errors, :meth:`Dataset.point_areas`, one rank's rows).
+``"max_points": N`` (``--max-points``) asks training of a point model to draw a
 random subset of about ``N`` points of a sample per epoch (``train --max-points`` overrides it). None of
 these changes how the samples are read.
 

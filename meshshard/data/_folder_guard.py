@@ -20,7 +20,7 @@ from ._dataset import FORMAT_NAME, METADATA_FILE
 __all__ = ["check_dataset_output", "atomic_folder"]
 
 _OUR_FILE = re.compile(
-    r"^(dataset\.json|meshes/\d{5}/(points|edge_index|cells-[A-Za-z0-9_]+|boundary-\d{3}(-area)?|surface-area)\.npy|"
+    r"^(dataset\.json|meshes/\d{5}/(points|edge_index|cells-[A-Za-z0-9_]+|boundary-\d{3}(-area)?|surface-area|surface-point-area)\.npy|"
     r"samples/\d{5}/(inputs|targets|state|node_type)\.npy)$")
 _OUR_DIR = re.compile(r"^(meshes|samples)(/\d{5})?$")
 

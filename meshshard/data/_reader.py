@@ -236,6 +236,27 @@ class Dataset:
                              f"{vectors.dtype} {vectors.shape})")
         return vectors.astype(np.float64)
 
+    def point_areas(self, index: int, node_ids: np.ndarray) -> np.ndarray | None:
+        """The area each of the points ``node_ids`` of mesh ``index`` stands for (its share of the
+        faces around it), read from ``surface-point-area.npy`` (only those rows); None when the
+        dataset does not store it (not a surface, or written before issue 37).
+
+        Shapes:
+            node_ids ``(n,)`` -> ``(n,)`` float64.
+        """
+        entry = self.meta["meshes"][index]
+        if not entry.get("point_area") or "surface_area" not in entry:
+            return None
+        file = self.mesh_folder(index) / "surface-point-area.npy"
+        try:
+            areas = self.load_npy(file, "r")
+        except (OSError, ValueError) as err:
+            raise ValueError(f"{file}: unreadable ({err})") from None
+        if areas.shape != (entry["num_nodes"],) or areas.dtype.kind != "f":
+            raise ValueError(f"{file}: damaged (Expected a float array of shape ({entry['num_nodes']},), got "
+                             f"{areas.dtype} {areas.shape})")
+        return np.asarray(areas[np.asarray(node_ids, dtype=np.int64)], dtype=np.float64)
+
     def mesh(self, index: int) -> Mesh:
         """The stored mesh ``index`` (whole: for partitioning and for writing predictions)."""
         if not 0 <= index < self.num_meshes:

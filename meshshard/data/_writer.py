@@ -302,8 +302,9 @@ def _write_all(tmp: Path, samples: Iterable[Sample], names: Sequence[str], train
 
 
 def _write_surface_area(folder: Path, pos: np.ndarray, cells: Cells) -> dict[str, Any]:
-    """Store a surface's per-point area vectors (``surface-area.npy``, :mod:`meshshard.partition._points`);
-    the mesh's ``"surface_area"`` entry (the total area), or nothing for another mesh."""
+    """Store a surface's per-point area vectors (``surface-area.npy``, :mod:`meshshard.partition._points`)
+    and areas (``surface-point-area.npy``: each face's area split equally among its corners); the
+    mesh's ``"surface_area"`` entry (the total area) and ``"point_area"``, or nothing for another mesh."""
     from ._clouds import surface_faces, surface_fields
 
     faces = surface_faces(pos, cells)
@@ -311,8 +312,9 @@ def _write_surface_area(folder: Path, pos: np.ndarray, cells: Cells) -> dict[str
         return {}
     _, area, vectors = surface_fields(pos, faces)
     save_npy(folder / "surface-area.npy", vectors)
+    save_npy(folder / "surface-point-area.npy", area)  # each point's area: a rank reads only its rows
     planar = bool(len(pos)) and float(np.ptp(pos[:, 2])) == 0.0  # a 2-D mesh written with a constant z
-    return {"surface_area": float(area.sum()), **({"planar": True} if planar else {})}
+    return {"surface_area": float(area.sum()), "point_area": True, **({"planar": True} if planar else {})}
 
 
 def _write_boundaries(folder: Path, boundaries: Mapping[str, np.ndarray] | None, pos: np.ndarray,

@@ -66,6 +66,7 @@ from ._request import PredictConfig, check_prediction_request, parse_view
 from ._subsample import POINT_MODELS, keep_points
 from ._trained_run import TrainedRun, TransientRun, load_run
 from ._training import AUTO_WARMUP, TrainConfig, check_max_points, check_training, sample_index, train
+from ._vtk import COMPRESSIONS
 from ._writer import GATHER_MAX_NODES
 
 __all__ = [
@@ -73,6 +74,7 @@ __all__ = [
     "CONFIG",
     "FIRST_STEP",
     "GATHER_MAX_NODES",
+    "COMPRESSIONS",
     "LOG",
     "LOSS_PLOT",
     "BUILTIN_MODELS",

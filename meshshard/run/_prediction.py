@@ -152,7 +152,8 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
     stale = check_prediction_folder(out, cfg.force)  # on every rank, so a refusal stops them all before any collective
     head = {"format": METRICS_FORMAT, "format_version": 1, "complete": False, "run": str(cfg.run),
             "data": str(cfg.data), "step": ckpt.get("step"), "checkpoint": checkpoint_used(cfg.run, cfg.checkpoint),
-            "world_size": ctx.world_size, "units": "physical (de-normalised)", "targets_known": truth, "files": []}
+            "world_size": ctx.world_size, "units": "physical (de-normalised)", "targets_known": truth,
+            "compression": cfg.compression, "files": []}
     barrier()  # every rank has looked at PRED before rank 0 changes it
     if ctx.rank == 0:
         delete_paths(stale)
@@ -209,10 +210,10 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
             y, sums = None, [(math.nan,) * 4] * len(target_fields)
         if gather:
             path = out / f"{stem}.{vt}"
-            full = _write_gathered(path, data, target_fields, s, layout, pred, ctx)
+            full = _write_gathered(path, data, target_fields, s, layout, pred, ctx, compression=cfg.compression)
         else:
             path = out / f"{stem}.p{vt}"
-            write_pieces(out / stem, path, data, target_fields, s, layout, pred, ctx)
+            write_pieces(out / stem, path, data, target_fields, s, layout, pred, ctx, compression=cfg.compression)
             full = None
         boundaries = None
         if scoring is not None:

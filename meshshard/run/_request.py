@@ -19,6 +19,7 @@ from ._checkpoint import peek
 from ._folder import checkpoint_path, read_run
 from ._near import check_near_request
 from ._recipe import check_model_radius, load_factory
+from ._vtk import COMPRESSIONS, check_compression
 from ._writer import field_slices
 
 __all__ = ["PredictConfig", "check_model_request", "check_prediction_request", "check_rollout_request",
@@ -53,6 +54,8 @@ class PredictConfig:
     near: str | None = None  # --near PATCHES:DISTANCE: errors over the nodes near those boundaries (_near.py)
     rollout: bool = False  # --rollout: a transient run applied step after step from each trajectory's first state
     steps: int | None = None  # --rollout-steps N: a rollout's model applications (default: T - 1 strides)
+    compression: str = COMPRESSIONS[0]  # --compression: of the ParaView files (_vtk.py: none, zlib, lz4)
+    background: bool = True  # a rollout's files written by a background thread while the next step computes
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> PredictConfig:
@@ -192,6 +195,7 @@ def check_prediction_request(cfg: PredictConfig) -> None:
     before any rank starts: the folders, where PRED goes, and the model (a run of your own model
     needs ``model``, whose file is imported here once)."""
     check_input_folders((cfg.run, "run folder"), (cfg.data, "dataset folder"))
+    check_compression(cfg.compression)
     # PRED may be inside RUN (run/pred: train --force deletes only its own files), not RUN itself
     check_apart(cfg.out, (cfg.data, "dataset folder"),
                 *(((cfg.partition, "partition folder"),) if cfg.partition else ()))

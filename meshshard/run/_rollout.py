@@ -47,6 +47,7 @@ from meshshard.data import open_dataset, open_trajectories
 from meshshard.partition.files import open_own
 
 from ..tasks import get_task
+from ._background import BackgroundWriter, write_now
 from ._folder import checkpoint_used, read_run
 from ._pictures import PLOT_MAX_NODES, RolloutFrames, animation_steps, gather_plot_rows, plot_rows, rollout_animation
 from ._pred_folder import METRICS_FORMAT, check_prediction_folder, delete_paths, file_stem, write_metrics
@@ -61,6 +62,7 @@ from ._request import (
     select_samples,
 )
 from ._stepping import roll_states
+from ._vtk import check_compression
 from ._writer import GATHER_MAX_NODES, field_slices, shard_layout, whole_layout, write_gathered, write_pieces
 
 __all__ = ["ROLLOUT_MARKS", "memory_steps", "rollout", "write_pvd"]
@@ -144,6 +146,7 @@ def rollout(cfg: PredictConfig, doing: list[str] | None = None) -> dict[str, Any
     run_cfg = ckpt.get("config", {})
     check_model_request(ckpt, cfg.run, cfg.model)
     check_rollout_request(cfg, run_cfg)
+    check_compression(cfg.compression)
     task = get_task(str(run_cfg.get("task")), run_cfg)
     task.check_dataset(data)
     dtype_name = cfg.dtype or run_cfg.get("dtype", "float32")
@@ -165,7 +168,7 @@ def rollout(cfg: PredictConfig, doing: list[str] | None = None) -> dict[str, Any
             "run": str(cfg.run), "data": str(cfg.data), "step": ckpt.get("step"),
             "checkpoint": checkpoint_used(cfg.run, cfg.checkpoint),  # what was read: "last" for a run without best.pt
             "world_size": ctx.world_size, "units": "physical (de-normalised)", "targets_known": True,
-            "time_stride": stride, "files": []}
+            "time_stride": stride, "compression": cfg.compression, "background_writing": cfg.background, "files": []}
     barrier()
     if ctx.rank == 0:
         delete_paths(stale)
@@ -288,36 +291,46 @@ def _roll(cfg: PredictConfig, task: Any, trajectories: Any, k: int, count: int, 
         return None if read[0] is None else torch.from_numpy(read[0]).to(ctx.device, dtype)
 
     states = roll_states(task, normaliser, layout.forward, state, rows, count, truth_of)
-    for n in range(count + 1):
-        t = n * stride
-        times.append(_step_time(known_times, stride, n))
-        clock, reading = time.perf_counter(), spent["read"]
-        _, state, _ = next(states)
-        truth = read[0]
-        pred = state.detach().to(torch.float64).cpu().numpy()
-        if n > 0:
-            local = [float(((pred[:, sl] - truth[:, sl])[interior] ** 2).sum()) if truth is not None else math.nan
-                     for _, sl in fields]
-            for (name, sl), v in zip(fields, sum_across(np.array(local), None, ctx.device), strict=True):
-                mse[name].append(float(v) / max(counts * (sl.stop - sl.start), 1.0))
-        spent["compute"] += time.perf_counter() - clock - (spent["read"] - reading)
-        clock = time.perf_counter()
+    writer = BackgroundWriter() if cfg.background else None
+    submit = writer.submit if writer is not None else write_now
+    try:
+        for n in range(count + 1):
+            t = n * stride
+            times.append(_step_time(known_times, stride, n))
+            clock, reading = time.perf_counter(), spent["read"]
+            _, state, _ = next(states)
+            truth = read[0]
+            pred = state.detach().to(torch.float64).cpu().numpy()
+            if n > 0:
+                local = [float(((pred[:, sl] - truth[:, sl])[interior] ** 2).sum()) if truth is not None else math.nan
+                         for _, sl in fields]
+                for (name, sl), v in zip(fields, sum_across(np.array(local), None, ctx.device), strict=True):
+                    mse[name].append(float(v) / max(counts * (sl.stop - sl.start), 1.0))
+            spent["compute"] += time.perf_counter() - clock - (spent["read"] - reading)
+            clock = time.perf_counter()
 
-        def rows_of(at: np.ndarray, t: int = t) -> tuple[np.ndarray, np.ndarray | None]:
-            return trajectories.inputs(k, at), trajectories.state(k, t, at) if t < known else None
+            def rows_of(at: np.ndarray, t: int = t) -> tuple[np.ndarray, np.ndarray | None]:
+                return trajectories.inputs(k, at), trajectories.state(k, t, at) if t < known else None
 
-        name = f"step-{n:05d}"
-        if gather:
-            full = write_gathered(out / stem / f"{name}.vtu", data, fields, k, layout, pred, ctx, rows_of=rows_of)
-            if n in frames:
-                _keep_frame(kept, n, times[n], full, take, layout, truth, pred, ctx)
-        else:
-            write_pieces(out / stem / name, out / stem / f"{name}.pvtu", data, fields, k, layout, pred, ctx,
-                          rows_of=rows_of)
-        spent["write"] += time.perf_counter() - clock
-        if n == marks[len(memory)]:
-            now = resident_memory_mb()
-            memory.append((peak_memory_mb()["rss"], math.nan if now is None else now))
+            name, how = f"step-{n:05d}", {"rows_of": rows_of, "compression": cfg.compression, "submit": submit}
+            if gather:
+                full = write_gathered(out / stem / f"{name}.vtu", data, fields, k, layout, pred, ctx, **how)
+                if n in frames:
+                    _keep_frame(kept, n, times[n], full, take, layout, truth, pred, ctx)
+            else:
+                write_pieces(out / stem / name, out / stem / f"{name}.pvtu", data, fields, k, layout, pred, ctx, **how)
+            spent["write"] += time.perf_counter() - clock  # the gather, and any wait for room in the queue
+            if n == marks[len(memory)]:
+                now = resident_memory_mb()
+                memory.append((peak_memory_mb()["rss"], math.nan if now is None else now))
+    except BaseException as err:  # every queued file written and the thread joined; the step's error raised
+        if writer is not None:
+            writer.__exit__(type(err), err, err.__traceback__)
+        raise
+    clock = time.perf_counter()
+    if writer is not None:
+        writer.close()  # the last steps' files; a file that failed raises here
+    spent["write"] += time.perf_counter() - clock
     clock = time.perf_counter()
     if ctx.rank == 0:
         suffix = "vtu" if gather else "pvtu"

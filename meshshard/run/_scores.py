@@ -113,11 +113,15 @@ def summarise(cfg: PredictConfig, ctx: Any, out: Path, head: dict[str, Any], rec
 def surface_weights(data: Any, mesh: int, owned_ids: np.ndarray, chunk: int = 1 << 20) -> np.ndarray | None:
     """The area each owned point of a surface stands for: its share of the faces around it (each
     face's area split equally among its corners, the ``area`` field of
-    :mod:`meshshard.partition._points`), from the faces read in chunks; None when mesh ``mesh`` is
-    not a surface."""
+    :mod:`meshshard.partition._points`); None when mesh ``mesh`` is not a surface. Read from the
+    dataset (only these rows, :meth:`meshshard.data.Dataset.point_areas`) where it stores them, else
+    computed from the faces, read in chunks (a dataset written before issue 37)."""
     entry = data.meta["meshes"][mesh]
     if "surface_area" not in entry:
         return None
+    stored = data.point_areas(mesh, owned_ids)
+    if stored is not None:
+        return stored
     points = data.mesh_points(mesh)
     owned = np.asarray(owned_ids, dtype=np.int64)
     weights = np.zeros(len(owned))

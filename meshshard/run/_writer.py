@@ -11,7 +11,10 @@ memory per rank stays O(N / R + its piece). A point cloud (:func:`is_point_cloud
 PolyData (``.vtp`` / ``.pvtp``).
 
 Every file carries the point field ``global_id`` (the node's id in the dataset's mesh), so pieces
-can be matched to the input mesh. The point fields are float64.
+can be matched to the input mesh. The point fields are float64. The writers take ``compression``
+(``meshshard.run._vtk.COMPRESSIONS``) and ``submit``: how the file itself is written, at once
+(:func:`meshshard.run._background.write_now`) or by a background thread
+(``BackgroundWriter.submit``); the collectives before it always run on the calling thread.
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ import numpy as np
 from meshshard.comm import directory_lookup, gather_rows, is_peer_failure
 from meshshard.data import is_point_cloud
 
+from ._background import write_now
 from ._recipe import check_model_output, first_line, shard_hint
-from ._vtk import DUPLICATE_POINT, write_pvtp, write_pvtu, write_vtp, write_vtu
+from ._vtk import COMPRESSIONS, DUPLICATE_POINT, write_pvtp, write_pvtu, write_vtp, write_vtu
 
 __all__ = ["GATHER_MAX_NODES", "MeshOnRank", "field_slices", "is_point_cloud", "physical_rows", "shard_layout",
            "whole_layout", "write_gathered", "write_pieces"]
@@ -161,9 +165,11 @@ def _point_data(data: Any, targets: list[tuple[str, slice]], x: np.ndarray, y: n
 
 
 def write_gathered(path: Path, data: Any, targets: list[tuple[str, slice]], s: int, layout: MeshOnRank,
-                    pred: np.ndarray, ctx: Any, rows_of: Any = None) -> tuple[Any, ...] | None:
+                    pred: np.ndarray, ctx: Any, rows_of: Any = None, compression: str = COMPRESSIONS[0],
+                    submit: Any = write_now) -> tuple[Any, ...] | None:
     """Rank 0 writes the whole mesh; returns (pos, truth, pred, triangles) on rank 0. ``rows_of(ids)``:
-    the inputs and truth (or None) of those nodes (default: sample ``s``'s, :func:`physical_rows`)."""
+    the inputs and truth (or None) of those nodes (default: sample ``s``'s, :func:`physical_rows`);
+    ``compression``, ``submit``: see the module docstring."""
     rows = gather_rows(np.concatenate([layout.owned_ids[:, None].astype(np.float64), pred], axis=1), None, ctx.device)
     if rows is None:
         return None
@@ -174,14 +180,16 @@ def write_gathered(path: Path, data: Any, targets: list[tuple[str, slice]], s: i
     x, y = physical_rows(data, s, ids) if rows_of is None else rows_of(ids)
     cells = [(t, np.asarray(c, dtype=np.int64)) for t, c in whole.cells]
     writer = write_vtp if path.suffix == ".vtp" else write_vtu
-    writer(path, np.asarray(whole.points), cells, _point_data(data, targets, x, y, full, ids))
+    submit(writer, path, np.asarray(whole.points), cells, _point_data(data, targets, x, y, full, ids), compression)
     tri = next((c for t, c in cells if t == "triangle"), None)
     return np.asarray(whole.points), y, full, tri
 
 
 def write_pieces(folder: Path, index: Path, data: Any, targets: list[tuple[str, slice]], s: int, layout: MeshOnRank,
-                  pred: np.ndarray, ctx: Any, rows_of: Any = None) -> None:
-    """Each rank writes its piece; rank 0 the ``.pvtu`` index (``rows_of``: as :func:`write_gathered`).
+                  pred: np.ndarray, ctx: Any, rows_of: Any = None, compression: str = COMPRESSIONS[0],
+                  submit: Any = write_now) -> None:
+    """Each rank writes its piece; rank 0 the ``.pvtu`` index (``rows_of``, ``compression``, ``submit``:
+    as :func:`write_gathered`; the index is written at once).
     An index ``.pvtp`` (a point cloud): ``.vtp`` pieces whose points not owned by the rank (the
     other corners of the faces it writes) carry ``vtkGhostType`` 1, so that the points without it
     are every point of the cloud exactly once."""
@@ -200,8 +208,8 @@ def write_pieces(folder: Path, index: Path, data: Any, targets: list[tuple[str, 
     if poly:
         fields["vtkGhostType"] = np.where(owned, 0, DUPLICATE_POINT).astype(np.uint8)
     suffix = ".vtp" if poly else ".vtu"
-    (write_vtp if poly else write_vtu)(folder / f"part-{ctx.rank:05d}{suffix}", np.asarray(points[ids]),
-                                       layout.piece_cells, fields)
+    submit(write_vtp if poly else write_vtu, folder / f"part-{ctx.rank:05d}{suffix}", np.asarray(points[ids]),
+           layout.piece_cells, fields, compression)
     if ctx.rank == 0:
         kinds = {name: (a.dtype, 1 if a.ndim == 1 else a.shape[1]) for name, a in fields.items()}
         (write_pvtp if poly else write_pvtu)(index, [f"{folder.name}/part-{r:05d}{suffix}"

@@ -112,10 +112,15 @@ def test_rollout_bench_reports_throughput_memory_writing_and_flatness(tmp_path: 
     done = subprocess.run([sys.executable, str(BENCH / "rollout.py"), "--side", str(side), "--steps", str(steps),
                            "--ranks", "1,2", "--flat-side", str(flat_side), "--flat-steps", str(flat_steps),
                            "--flat-ranks", "2", "--latent", "4", "--mp-steps", "1", "--cache", str(tmp_path),
-                           "--json", str(result)], capture_output=True, text=True, timeout=300)
+                           "--repeat", "1", "--json", str(result)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     out = json.loads(result.read_text())
-    assert [r["ranks"] for r in out["rows"]] == [1, 2]
+    assert [(r["ranks"], r["writer"]) for r in out["rows"]] == [(1, "before"), (1, "after"), (2, "before"), (2, "after")]
+    assert [(r["compression"], r["background"]) for r in out["rows"][:2]] == [("zlib", False), ("none", True)]
+    assert [f["writer"] for f in out["files"]] == ["meshio zlib (before)", "none", "lz4", "zlib"]
+    assert all(f["seconds"] > 0 and f["megabytes"] > 0 for f in out["files"])
+    sizes = {f["writer"]: f["megabytes"] for f in out["files"]}
+    assert sizes["zlib"] < sizes["none"] and sizes["lz4"] < sizes["none"]  # compressed: smaller
     for r in out["rows"]:
         p = r["ranks"]
         assert r["num_nodes"] == side**2 and r["steps"] == steps and r["files"] == "gathered .vtu"

@@ -281,3 +281,60 @@ def test_cloud_pictures_have_three_views_in_3d_and_one_in_2d(tmp_path) -> None:
         assert plot_cloud(tmp_path / f"{dim}.png", "t", pos, truth, truth + 0.1, fields, "note")
         heights[dim] = matplotlib.image.imread(tmp_path / f"{dim}.png").shape[0]
     assert heights[3] > 2.5 * heights[2]  # two fields: six rows of views against two rows
+
+
+def test_the_dataset_stores_each_points_area_and_predict_reads_only_its_rows(surface, monkeypatch) -> None:
+    """Issue 37: ``surface-point-area.npy`` holds each point's share of the faces' areas; the
+    weights of the area-weighted errors are its rows, no face is read, and a dataset written
+    without it (before issue 37) computes the same weights from the faces."""
+    from meshshard.data import open_dataset
+    from meshshard.run._scores import surface_weights
+
+    data = open_dataset(surface["data"])
+    source = meshio.read(surface["root"] / "body-1.vtu")
+    mesh = data.sample_mesh(1)
+    assert data.meta["meshes"][mesh]["point_area"] is True
+    expected = _point_areas(source.points, source.cells_dict["triangle"])
+    np.testing.assert_allclose(np.load(data.mesh_folder(mesh) / "surface-point-area.npy"), expected, rtol=1e-12)
+    rows = np.array([3, 7, 40, 41, len(expected) - 1])
+
+    def no_faces(*args):
+        raise AssertionError("a face was read")
+
+    computed = surface_weights(data, mesh, rows)  # the faces, read in chunks, as before issue 37
+    monkeypatch.setattr(data, "mesh_cells", no_faces)
+    stored = surface_weights(data, mesh, rows)
+    np.testing.assert_allclose(stored, expected[rows], rtol=1e-12)
+    np.testing.assert_allclose(stored, computed, rtol=1e-12)
+    monkeypatch.undo()
+    del data.meta["meshes"][mesh]["point_area"]  # a dataset of before issue 37
+    np.testing.assert_array_equal(surface_weights(data, mesh, rows), computed)
+
+
+@pytest.mark.slow
+def test_area_weighted_errors_on_two_and_four_ranks_equal_one_process(surface, tmp_path) -> None:
+    """Issue 37: each rank reads its own points' areas; the metrics on 2 and 4 ranks equal one
+    process, and a copy of the dataset without the stored areas gives the same metrics."""
+    import shutil
+
+    old = tmp_path / "old"
+    shutil.copytree(surface["data"], old)
+    meta = json.loads((old / "dataset.json").read_text())
+    for entry in meta["meshes"]:
+        entry.pop("point_area")
+        (old / entry["folder"] / "surface-point-area.npy").unlink()
+    (old / "dataset.json").write_text(json.dumps(meta))
+    common = {"run": surface["run"], "samples": "all", "quiet": True, "plots": False}
+    one = predict(PredictConfig(out=str(tmp_path / "m1"), data=surface["data"], **common))
+    again = predict(PredictConfig(out=str(tmp_path / "m1-old"), data=str(old), **common))
+    for ranks in (2, 4):
+        parts = tmp_path / f"parts{ranks}"
+        partition_dataset(surface["data"], parts, ranks)
+        many = run_ranks(predict_rank, ranks, {"out": str(tmp_path / f"m{ranks}"), "partition": str(parts),
+                                               "data": surface["data"], **common}, timeout=120)[0]
+        for a, b in zip(one["samples"], many["samples"], strict=True):
+            for field in ("p", "tau"):
+                assert b["fields"][field]["rel_l2_area"] == pytest.approx(a["fields"][field]["rel_l2_area"], rel=1e-10)
+    for a, b in zip(one["samples"], again["samples"], strict=True):
+        for field in ("p", "tau"):
+            assert b["fields"][field]["rel_l2_area"] == pytest.approx(a["fields"][field]["rel_l2_area"], rel=1e-12)

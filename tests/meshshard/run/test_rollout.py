@@ -244,3 +244,60 @@ def test_memory_grows_with_the_steps_done_not_with_rollout_steps(setup: dict, mo
     assert code == 1 and "three steps written" in capsys.readouterr().err
     assert len(written) == 4
     assert peak < 64 << 20, f"{peak / 2**20:.0f} MiB traced for 3 steps of a 10,000,000-step rollout"
+
+
+@pytest.mark.timeout(120)
+def test_a_step_file_that_cannot_be_written_stops_the_rollout_naming_it(setup: dict, monkeypatch, capsys) -> None:
+    """Issue 37: the background writer's failure is one line naming the file; the steps queued
+    before it are on disk, and nothing hangs (the writer's thread is joined)."""
+    import threading
+
+    from meshshard.run import _writer
+
+    real = _writer.write_vtu
+
+    def failing(path, *args):
+        if path.name == "step-00002.vtu":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, *args)
+
+    monkeypatch.setattr(_writer, "write_vtu", failing)
+    out = setup["root"] / "unwritable"
+    code = main(["predict", setup["run"], "--data", setup["data"], "--out", str(out), "--rollout", "--samples", "run0",
+                 "--rollout-steps", "8", "--quiet", "--no-plots"])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1, err
+    assert f"{out / 'run0' / 'step-00002.vtu'}: could not write the file (PermissionError: " in err, err
+    assert (out / "run0" / "step-00001.vtu").is_file() and not (out / "run0" / "step-00002.vtu").exists()
+    assert not any(t.name == "meshshard-writer" for t in threading.enumerate())
+
+
+def test_every_compression_writes_the_same_steps_that_vtk_opens(setup: dict) -> None:
+    """Issue 37: ``--compression`` none, zlib (here written at once, ``--no-background``) and lz4:
+    the vtk package's reader opens every step, and every value is the same."""
+    from vtkmodules.util.numpy_support import vtk_to_numpy
+    from vtkmodules.vtkIOXML import vtkXMLUnstructuredGridReader
+
+    read = {}
+    for compression in ("zlib", "none", "lz4"):
+        out = setup["root"] / f"compressed-{compression}"
+        args = ["predict", setup["run"], "--data", setup["data"], "--out", str(out), "--rollout", "--samples", "run0",
+                "--rollout-steps", "3", "--quiet", "--no-plots", "--compression", compression]
+        assert main(args + (["--no-background"] if compression == "zlib" else [])) == 0
+        metrics = json.loads((out / "metrics.json").read_text())
+        assert metrics["compression"] == compression and metrics["background_writing"] is (compression != "zlib")
+        read[compression] = []
+        for n in range(4):
+            reader = vtkXMLUnstructuredGridReader()
+            reader.SetFileName(str(out / "run0" / f"step-{n:05d}.vtu"))
+            reader.Update()
+            grid = reader.GetOutput()
+            assert grid.GetNumberOfPoints() == _trajectories.NX * _trajectories.NY and grid.GetNumberOfCells() > 0
+            values = grid.GetPointData()
+            read[compression].append({name: vtk_to_numpy(values.GetArray(name)).copy()
+                                      for name in ("u_pred", "u", "u_error", "global_id")})
+    assert not np.array_equal(read["zlib"][3]["u_pred"], read["zlib"][0]["u_pred"])  # the steps differ
+    for compression in ("none", "lz4"):
+        for a, b in zip(read["zlib"], read[compression], strict=True):
+            for name in a:
+                np.testing.assert_array_equal(a[name], b[name])
