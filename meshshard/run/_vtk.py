@@ -104,17 +104,31 @@ def write_vtu(path: Path, points: np.ndarray, cells: list[tuple[str, np.ndarray]
     _write_xml(path, "UnstructuredGrid", body, compression, out)
 
 
-def _write_xml(path: Path, kind: str, body: str, compression: str, appended: list[bytes]) -> None:
+def _write_xml(path: Path, kind: str, body: str, compression: str, appended: list[list[bytes]]) -> None:
     """A VTK XML file of one ``kind`` element around ``body`` (the pieces), then the arrays' bytes
-    as raw appended data (no base64: a third smaller and faster to write and read)."""
+    as raw appended data (no base64: a third smaller and faster to write and read).
+
+    ``appended`` holds each array's bytes in the order of the ``DataArray`` elements in ``body``, whose
+    offsets are placeholders (:func:`_data_array`). The bytes are laid out in the REVERSE order: the
+    last element's array first. meshio's reader of raw appended data looks each array up by its offset
+    while rewriting the offsets of those it has read to offsets into a longer base64 text; with the
+    arrays in document order, a rewritten offset can equal a later array's, and meshio then reads the
+    wrong array without a word. In reverse order the element it looks for always comes first."""
     compressor = f' compressor="{_COMPRESSORS[compression]}"' if compression != "none" else ""
+    offsets, at = [0] * len(appended), 0
+    for k in reversed(range(len(appended))):
+        offsets[k] = at
+        at += sum(len(b) for b in appended[k])
+    for k, offset in enumerate(offsets):
+        body = body.replace(f'offset="@{k}@"', f'offset="{offset}"', 1)
     with open(path, "wb") as file:
         file.write(('<?xml version="1.0"?>\n'
                     f'<VTKFile type="{kind}" version="1.0" byte_order="LittleEndian" header_type="UInt64"'
                     f"{compressor}>\n"
                     f'  <{kind}>\n{body}  </{kind}>\n  <AppendedData encoding="raw">\n   _').encode())
-        for chunk in appended:
-            file.write(chunk)
+        for chunks in reversed(appended):
+            for chunk in chunks:
+                file.write(chunk)
         file.write(b"\n  </AppendedData>\n</VTKFile>\n")
 
 
@@ -137,25 +151,26 @@ _POLY_SECTIONS = (("Verts", ("vertex",)), ("Lines", ("line",)), ("Strips", ()),
 DUPLICATE_POINT = 1
 
 
-def _data_array(out: list[bytes], values: np.ndarray, name: str | None = None, components: int | None = None,
+def _data_array(out: list[list[bytes]], values: np.ndarray, name: str | None = None, components: int | None = None,
                 compression: str = "none") -> str:
     """The ``DataArray`` element of ``values``, whose bytes (a header, then the array, compressed in
-    blocks or raw) go onto ``out``, the file's appended data."""
+    blocks or raw) go onto ``out``, the file's appended data, one entry per array; its offset is a
+    placeholder that :func:`_write_xml` fills in."""
     a = np.ascontiguousarray(values)
     a = a.astype(a.dtype.newbyteorder("<"), copy=False)
     raw = a.tobytes()
-    offset = sum(len(b) for b in out)
+    index = len(out)
     if compression == "none":
-        out += [np.array([len(raw)], dtype="<u8").tobytes(), raw]
+        out.append([np.array([len(raw)], dtype="<u8").tobytes(), raw])
     else:
         blocks = _compress(raw, compression)
         last = len(raw) - (len(blocks) - 1) * BLOCK_BYTES
-        out.append(np.array([len(blocks), BLOCK_BYTES, last, *[len(b) for b in blocks]], dtype="<u8").tobytes())
-        out += blocks
+        out.append([np.array([len(blocks), BLOCK_BYTES, last, *[len(b) for b in blocks]], dtype="<u8").tobytes(),
+                    *blocks])
     attrs = f' type="{_VTK_TYPES[np.dtype(a.dtype.str.replace("<", "="))]}"'
     attrs += f' Name="{name}"' if name is not None else ""
     attrs += f' NumberOfComponents="{components}"' if components is not None else ""
-    return f'        <DataArray{attrs} format="appended" offset="{offset}"/>\n'
+    return f'        <DataArray{attrs} format="appended" offset="@{index}@"/>\n'
 
 
 def write_vtp(path: Path, points: np.ndarray, cells: list[tuple[str, np.ndarray]],

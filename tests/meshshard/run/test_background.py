@@ -141,3 +141,23 @@ def test_a_large_array_spans_several_compressed_blocks(tmp_path: Path) -> None:
 def test_an_unknown_compression_is_one_line() -> None:
     with pytest.raises(ValueError, match=r"^Expected --compression none\|lz4\|zlib \(got 'gzip'\)$"):
         check_compression("gzip")
+
+
+@pytest.mark.parametrize("compression", ["none", "zlib"])
+def test_meshio_reads_every_array_of_a_raw_appended_file_at_any_size(tmp_path: Path, compression: str) -> None:
+    """meshio rewrites the offsets of the arrays it has read to offsets into a longer base64 text and
+    finds the next array by its offset: with the arrays laid out in document order a rewritten
+    offset can equal a later one's, and meshio read another array's values in its place (a 2-rank
+    predict's piece did). Every size from 1 to 300 points, eight fields of 1 and 3 components."""
+    from meshshard.run._vtk import write_vtu
+
+    rng = np.random.default_rng(3)
+    for n in range(1, 301):
+        pts = rng.random((n, 3))
+        cells = [("vertex", np.arange(n)[:, None])]
+        fields = {f"f{k}": rng.random((n, 3) if k % 3 == 0 else n) for k in range(8)} | {"global_id": np.arange(n)}
+        write_vtu(tmp_path / "a.vtu", pts, cells, fields, compression)
+        back = meshio.read(tmp_path / "a.vtu")
+        np.testing.assert_array_equal(back.points, pts)
+        for name, values in fields.items():
+            np.testing.assert_array_equal(back.point_data[name], values, err_msg=f"{name} at {n} points")
