@@ -13,7 +13,9 @@ printed before it runs)::
         --boundary body --force-reference '0.5*speed**2' --direction 1,0 --lift-direction 0,1
     meshshard baseline TAG/data --out TAG/baseline-<method> --method mean|nearest|knn:4 <predict's --boundary ...>
 
-where ``TAG`` is ``SWEEP/<--tag>``. The validation samples are the held-out shapes' cases (every
+where ``TAG`` is ``SWEEP/<--tag>``; a case that ``sweep.json`` records as not converged (its
+residuals still above ``--residual`` after ``--iterations``, its fields still moving by 1% or more)
+is left out, and said so. The validation samples are the held-out shapes' cases (every
 angle of each), hence ``--checkpoint last``: the checkpoint of the lowest validation loss would
 be chosen by the very cases it is scored on. ``--params`` makes the shape parameters (thickness,
 camber, nose) and the operating point (aoa, speed) input channels; ``--wall-distance body`` adds
@@ -66,6 +68,7 @@ HERE = Path(__file__).resolve().parent
 RECIPE = HERE / "recipe.toml"
 BASELINES = {"training mean": "mean", "nearest shape": "nearest", "knn:4 (inverse distance)": "knn:4"}
 FORCES = ["--boundary", "body", "--force-reference", "0.5*speed**2", "--direction", "1,0", "--lift-direction", "0,1"]
+SETTLED = 0.01  # a case whose p and U moved less than this over its last written iterations is settled
 COLUMNS = ("p near", "U near", "p body", "CL MAE", "CL rho", "CD MAE", "CD rho")
 
 
@@ -78,6 +81,14 @@ def _cfd_run() -> object:
 
 
 cfd = _cfd_run()
+
+
+def settled(record: dict) -> bool:
+    """Whether a case of ``sweep.json`` is a solution: its residuals below ``--residual``, or its
+    fields moving less than :data:`SETTLED` over the last tenth of its iterations (a residual that
+    stalls just above the limit on a steady flow)."""
+    moved = record.get("settle")
+    return bool(record["converged"] or moved and max(moved.values()) < SETTLED)
 
 
 def rel_l2(pred: np.ndarray, true: np.ndarray) -> float:
@@ -165,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
                                 epilog="Any other option is meshshard train's (--seed 1, --steps 100), given to it after "
                                        "--config: it overrides the recipe.")
-    p.add_argument("sweep", type=Path, help="the sweep folder sweep.py wrote")
+    p.add_argument("sweep", type=Path, help="the sweep folder sweep.py wrote (cases it did not converge on are left out)")
     p.add_argument("--tag", default="base", help="this recipe's folder, SWEEP/TAG (default base)")
     p.add_argument("--config", type=Path, default=RECIPE,
                    help="meshshard train's recipe (default recipe.toml beside this script)")
@@ -185,7 +196,12 @@ def main(argv: list[str] | None = None) -> int:
     sweep: Path = args.sweep
     info = json.loads((sweep / "sweep.json").read_text())
     names, params, values = cfd.read_params(sweep / "params.csv")
-    held = list(info["held_out"])
+    unsettled = sorted(r["sample"] for r in info["cases"] if not settled(r))
+    if unsettled:  # a case simpleFoam did not converge on is no truth to train on or score against
+        print(f"run.py: leaving out {len(unsettled)} case(s) simpleFoam did not converge on (sweep.json: residuals "
+              f"above --residual and p or U still moving {SETTLED:.0%} or more): {', '.join(unsettled)}", flush=True)
+    names = [n for n in names if n not in unsettled]
+    held = [n for n in info["held_out"] if n not in unsettled]
     if not held:
         sys.exit(f"run.py: {sweep} has no held-out cases")
     tag = sweep / args.tag

@@ -21,7 +21,7 @@ from tests._examples import example_module
 from tests.apps.test_examples import REPO, run_example
 
 TUTORIAL = Path("/usr/share/doc/openfoam-examples/examples/incompressible/simpleFoam/airFoil2D")
-SIZES = {"--shapes": "3", "--aoa": "0,4", "--mesh-scale": "3", "--iterations": "150"}
+SIZES = {"--shapes": "3", "--aoa": "0,4", "--mesh-scale": "3", "--iterations": "300"}
 RECIPE_SIZES = {"steps": 2, "batch": 1, "latent_size": 8, "message_passing_steps": 1, "warmup": 0, "val_every": 1,
                 "max_time": 300.0, "attention_slices": 4}
 
@@ -105,6 +105,7 @@ def test_the_recipe_is_a_recipe_train_reads() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # about 60 s of CPU time; the guard is for a loaded machine
 def test_shape_sweep_example_runs_as_its_readme_says(tmp_path: Path) -> None:
     if shutil.which("simpleFoam") is None and not Path("/usr/share/openfoam/etc/bashrc").is_file():
         pytest.skip("OpenFOAM is not installed (Debian: apt-get install openfoam openfoam-examples)")
@@ -114,7 +115,7 @@ def test_shape_sweep_example_runs_as_its_readme_says(tmp_path: Path) -> None:
                          convert={"max_time": parse_duration})
     tiny = tmp_path / "tiny.toml"
     tiny.write_text(toml_text(recipe | RECIPE_SIZES))
-    outputs = run_example("shape_sweep", SIZES | {"--config": str(tiny)}, tmp_path, timeout=300)
+    outputs = run_example("shape_sweep", SIZES | {"--config": str(tiny)}, tmp_path, timeout=600)
     assert len(outputs) == 2
     sweep = tmp_path / "shape-sweep"
     info = json.loads((sweep / "sweep.json").read_text())
