@@ -1,0 +1,142 @@
+"""The shape-sweep example (``examples/shape_sweep/``): its family of bodies and their meshes without
+OpenFOAM, and, where OpenFOAM is installed, the example as its README says at a tiny size (3 shapes
+x 2 angles on coarse meshes, two training steps of a small model, the table against every baseline).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from meshshard.cli._train import parse_duration
+from meshshard.run import TrainConfig, read_recipe
+from meshshard.run._recipe_file import toml_text
+from tests._examples import example_module
+from tests.apps.test_examples import REPO, run_example
+
+TUTORIAL = Path("/usr/share/doc/openfoam-examples/examples/incompressible/simpleFoam/airFoil2D")
+SIZES = {"--shapes": "3", "--aoa": "0,4", "--mesh-scale": "3", "--iterations": "300"}
+RECIPE_SIZES = {"steps": 2, "batch": 1, "latent_size": 8, "message_passing_steps": 1, "warmup": 0, "val_every": 1,
+                "max_time": 300.0, "attention_slices": 4}
+
+
+@pytest.fixture(scope="module")
+def shapes():  # noqa: ANN201
+    return example_module("shape_sweep", "shapes")
+
+
+def corners(shapes) -> list:  # noqa: ANN001
+    (t0, t1), (m0, m1), (n0, n1) = (shapes.RANGES[k] for k in ("thickness", "camber", "nose"))
+    return [shapes.Shape(t, m, n) for t in (t0, t1) for m in (m0, m1) for n in (n0, n1)]
+
+
+def test_every_shape_of_the_family_is_a_closed_simple_outline_of_its_thickness(shapes) -> None:  # noqa: ANN001
+    family, _ = shapes.design(16)
+    assert len(family) == 16 and len({s.name for s in family}) == 16
+    for shape in family + corners(shapes):
+        outline = shapes.Shape(shape.thickness, shape.camber, shape.nose).outline()
+        assert not shapes.self_intersects(outline), shape
+        assert shapes.signed_area(outline) > 0, shape  # trailing edge, upper surface, nose, lower: anticlockwise
+        x = np.linspace(0.0, 1.0, 4001)
+        yt = shape.half_thickness(x)
+        assert yt[0] == 0 and abs(yt[-1]) < 1e-12, shape  # closed at the nose and the trailing edge
+        assert np.all(yt[1:-1] > 0), shape
+        assert 2 * yt.max() == pytest.approx(shape.thickness, rel=1e-3)
+        upper, lower = shape.surfaces(x)
+        assert np.all(upper[1:-1, 1] > lower[1:-1, 1]), shape
+    # a blunter nose is a larger leading-edge radius, at any thickness
+    for t in (0.08, 0.2):
+        radii = [shapes.Shape(t, 0.02, n).leading_edge_radius() for n in (0.6, 1.0, 1.4)]
+        assert radii[0] < radii[1] < radii[2]
+
+
+def test_the_self_intersection_check_sees_a_crossing(shapes) -> None:  # noqa: ANN001
+    bow_tie = np.array([[0.0, 0.0], [1.0, 1.0], [1.0, 0.0], [0.0, 1.0]])
+    assert shapes.self_intersects(bow_tie)
+    assert not shapes.self_intersects(np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0]]))
+
+
+def test_held_out_shapes_are_inside_the_family(shapes) -> None:  # noqa: ANN001
+    family, held = shapes.design(16)
+    assert len(held) == 4
+    keys = ("thickness", "camber", "nose")
+    lo = np.array([shapes.RANGES[k][0] for k in keys])
+    hi = np.array([shapes.RANGES[k][1] for k in keys])
+
+    def unit(s):  # noqa: ANN001, ANN202
+        return (np.array([s.thickness, s.camber, s.nose]) - lo) / (hi - lo)
+
+    trained = np.array([unit(s) for s in family if s not in held])
+    for s in held:
+        assert np.all((unit(s) > 0.05) & (unit(s) < 0.95)), s  # inside every range, off its ends
+        assert shapes.inside_hull(unit(s), trained), s  # an interpolation within the shapes trained on
+    assert not shapes.inside_hull(np.array([1.2, 0.5, 0.5]), trained)
+
+
+def test_the_c_grid_of_a_body_turned_to_its_angle(shapes) -> None:  # noqa: ANN001
+    shape = shapes.Shape(0.14, 0.03, 1.0)
+    text, cells = shapes.block_mesh_dict(shape, 6.0)
+    hexes = re.findall(r"hex \(([\d ]+)\) \((\d+) (\d+) 1\)", text)
+    assert len(hexes) == 6 and cells == sum(int(a) * int(b) for _, a, b in hexes)
+    vertices = re.search(r"vertices\s*\((.*?)\n\);", text, re.S).group(1)
+    points = np.array([[float(v) for v in p.split()] for p in re.findall(r"\(([^()]+)\)", vertices)])
+    assert points.shape == (24, 3)
+    nose, tail = points[0, :2], points[1, :2]
+    # nose up by 6 degrees about the quarter chord: the chord line falls towards the trailing edge
+    assert math.degrees(math.atan2(nose[1] - tail[1], tail[0] - nose[0])) == pytest.approx(6.0, abs=1e-6)
+    assert np.linalg.norm(tail - nose) == pytest.approx(1.0)
+    for patch in ("body", "inlet", "outlet", "frontAndBack"):
+        assert re.search(rf"^\s+{patch} {{ type \w+; faces", text, re.M), patch
+    assert "body { type wall;" in text
+    coarse = shapes.block_mesh_dict(shape, 6.0, shapes.MeshSizes(scale=2.0))[1]
+    assert coarse < cells / 2  # coarser cells, fewer of them
+
+
+def test_the_recipe_is_a_recipe_train_reads() -> None:
+    recipe = read_recipe(REPO / "examples" / "shape_sweep" / "recipe.toml", TrainConfig,
+                         convert={"max_time": parse_duration})
+    assert (recipe["latent_size"], recipe["global_attention"], recipe["max_time"]) == (32, 1, 600.0)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # about 60 s of CPU time; the guard is for a loaded machine
+def test_shape_sweep_example_runs_as_its_readme_says(tmp_path: Path) -> None:
+    if shutil.which("simpleFoam") is None and not Path("/usr/share/openfoam/etc/bashrc").is_file():
+        pytest.skip("OpenFOAM is not installed (Debian: apt-get install openfoam openfoam-examples)")
+    if not TUTORIAL.is_dir():
+        pytest.skip(f"OpenFOAM's airFoil2D tutorial is not at {TUTORIAL} (Debian: apt-get install openfoam-examples)")
+    recipe = read_recipe(REPO / "examples" / "shape_sweep" / "recipe.toml", TrainConfig,
+                         convert={"max_time": parse_duration})
+    tiny = tmp_path / "tiny.toml"
+    tiny.write_text(toml_text(recipe | RECIPE_SIZES))
+    outputs = run_example("shape_sweep", SIZES | {"--config": str(tiny)}, tmp_path, timeout=600)
+    assert len(outputs) == 2
+    sweep = tmp_path / "shape-sweep"
+    info = json.loads((sweep / "sweep.json").read_text())
+    assert len(info["shapes"]) == 3 and len(info["held_out_shapes"]) == 1
+    assert len(info["held_out"]) == 2 and all(n.startswith(info["held_out_shapes"][0]) for n in info["held_out"])
+    assert (sweep / "params.csv").read_text().splitlines()[0] == "sample,thickness,camber,nose,aoa,speed"
+    meshes = {r["sample"]: r["cells"] for r in info["cases"]}
+    assert len(meshes) == 6
+    for name in meshes:  # foamToVTK's layout, the body's patch in every file
+        [vtm] = (sweep / "cases" / name / "VTK").glob("*.vtm")
+        assert (vtm.parent / vtm.stem / "boundary" / "body.vtp").is_file(), list(vtm.parent.rglob("*"))
+    results = json.loads((sweep / "base" / "results.json").read_text())
+    rows = results["summary"]
+    assert list(rows) == ["free stream", "training mean", "nearest shape", "knn:4 (inverse distance)", "meshshard"]
+    for method, row in rows.items():
+        for column in ("p near", "U near", "p body", "CL MAE", "CD MAE"):
+            assert math.isfinite(row[column]) and row[column] > 0, (method, column, row)
+    metrics = json.loads((sweep / "base" / "pred" / "metrics.json").read_text())
+    for record in metrics["samples"]:  # the table's figures are predict's
+        case = results["cases"]["meshshard"][record["name"]]
+        assert case["p body"] == record["boundaries"]["body"]["fields"]["p"]["rel_l2"]
+    assert rows["free stream"]["p body"] == 1.0
+    assert results["steps_done"] == 2
+    assert "meshshard" in outputs[1] and "nearest shape" in outputs[1]
