@@ -1,8 +1,9 @@
 """The nodal graph of a mesh read in slices, built by the processes together.
 
 Each process takes the cell edges of its own cells (:func:`meshshard.partition._graph.cell_edge_pairs`,
-the pairs one process joins) and sends each directed edge ``src -> dst`` to the block owner of
-``dst``. The owner keeps the distinct edges sorted by ``(dst, src)``: the rows of the global CSR of
+the pairs one process joins) and sends each directed edge ``src -> dst``, as its key ``dst * N + src``
+and in batches of at most ``BATCH`` pairs, to the block owner of ``dst``. The owner keeps the distinct
+edges sorted by ``(dst, src)``: the rows of the global CSR of
 :class:`meshshard.partition.Graph` for its block of nodes, in global edge id order. With the
 processes' edge counts (one all-gather) each edge's global edge id follows: the blocks hold
 consecutive ranges of ids. Memory per process: its cells' edges and its block's rows.
@@ -14,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._exchange import Exchange, route
-from ._graph import Cells, cell_edge_pairs, sorted_unique
+from ._exchange import BATCH, Exchange, route
+from ._graph import Cells, cell_edge_pairs
 from ._vtkhdf import block_owner
 
 __all__ = ["BlockGraph", "block_graph"]
@@ -75,18 +76,23 @@ def block_graph(ex: Exchange, cells: Cells, num_nodes: int, first: int) -> Block
     """This process's rows of the nodal graph of the mesh whose cells the processes hold between them
     (see the module docstring). Equal to the rows ``first ..`` of ``nodal_graph(all cells, N)``."""
     pairs = _local_pairs(cells, num_nodes)
-    m = len(pairs)
-    src, dst = np.empty(2 * m, dtype=np.int64), np.empty(2 * m, dtype=np.int64)
-    np.floor_divide(pairs, num_nodes, out=src[:m])  # lo -> hi, then hi -> lo
-    np.remainder(pairs, num_nodes, out=src[m:])
+    batches = int(ex.all_reduce(np.array([-(-len(pairs) // BATCH)], dtype=np.int64), "max")[0])
+    got = []
+    for b in range(batches):  # each edge as its key dst * N + src, to the owner of dst
+        lo, hi = np.divmod(pairs[b * BATCH:(b + 1) * BATCH], num_nodes)
+        dst, src = np.concatenate([hi, lo]), np.concatenate([lo, hi])  # lo -> hi, then hi -> lo
+        del lo, hi
+        (keys,) = route(ex, block_owner(dst, num_nodes, ex.size), dst * num_nodes + src)
+        got.append(keys)
+        del dst, src, keys
     del pairs
-    dst[:m], dst[m:] = src[m:], src[:m]
-    src, dst = route(ex, block_owner(dst, num_nodes, ex.size), src, dst)
-    dst *= num_nodes  # in place: the keys dst * N + src
-    dst += src
-    del src
-    keys = sorted_unique(dst)
-    del dst
+    keys = np.concatenate(got) if got else np.zeros(0, dtype=np.int64)
+    del got
+    keys.sort()  # in place, then the distinct keys
+    keep = np.ones(len(keys), dtype=bool)
+    keep[1:] = keys[1:] != keys[:-1]
+    keys = keys[keep]
+    del keep
     dst, src = np.divmod(keys, num_nodes)
     del keys
     counts = ex.all_gather(len(src))
