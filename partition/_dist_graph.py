@@ -6,7 +6,7 @@ and in batches of at most ``BATCH`` pairs, to the block owner of ``dst``. The ow
 edges sorted by ``(dst, src)``: the rows of the global CSR of
 :class:`meshshard.partition.Graph` for its block of nodes, in global edge id order. With the
 processes' edge counts (one all-gather) each edge's global edge id follows: the blocks hold
-consecutive ranges of ids. Memory per process: its cells' edges and its block's rows.
+consecutive ranges of ids. Memory per process: a batch of its cells' edges and its block's rows.
 """
 
 from __future__ import annotations
@@ -46,30 +46,43 @@ class BlockGraph:
     first_edge: int
 
 
-def _local_pairs(cells: Cells, num_nodes: int) -> np.ndarray:
-    """The distinct undirected pairs ``lo * N + hi`` (``lo < hi``) of the cell edges of ``cells``.
-
-    Written into one array, pair after pair of each cell type, sorted in place: the memory is one
-    int64 per cell edge and one column's temporaries.
-    """
-    total = sum(len(conn) * len(cell_edge_pairs(t, np.shape(conn)[1])) for t, conn in cells if np.size(conn))
-    keys = np.empty(total, dtype=np.int64)
-    at = 0
-    for cell_type, conn in cells:
-        if not np.size(conn):
-            continue
-        for i, j in cell_edge_pairs(cell_type, conn.shape[1]):
-            a, b, out = conn[:, i], conn[:, j], keys[at:at + len(conn)]
-            np.minimum(a, b, out=out)
-            out *= num_nodes
-            out += np.maximum(a, b)
-            out[a == b] = -1  # a self-loop (a degenerate cell): sorted first, dropped below
-            at += len(conn)
+def _distinct(keys: np.ndarray) -> np.ndarray:
+    """The distinct non-negative values of ``keys``, ascending (``keys`` is sorted in place)."""
     keys.sort()
     keys = keys[np.searchsorted(keys, 0):]
     keep = np.ones(len(keys), dtype=bool)
     keep[1:] = keys[1:] != keys[:-1]
     return keys[keep]
+
+
+def _local_pairs(cells: Cells, num_nodes: int) -> np.ndarray:
+    """The distinct undirected pairs ``lo * N + hi`` (``lo < hi``) of the cell edges of ``cells``.
+
+    Worked out by batches of at most ``BATCH`` cells, each batch's distinct pairs kept, then the
+    distinct pairs of those: the memory is one batch's cell edges and about one int64 per distinct pair
+    (cells sharing an edge are mostly in one batch).
+    """
+    found = []
+    for cell_type, conn in cells:
+        if not np.size(conn):
+            continue
+        pairs = cell_edge_pairs(cell_type, conn.shape[1])
+        for first in range(0, len(conn), BATCH):
+            rows = conn[first:first + BATCH]
+            keys = np.empty(len(pairs) * len(rows), dtype=np.int64)
+            for at, (i, j) in enumerate(pairs):
+                a, b, out = rows[:, i], rows[:, j], keys[at * len(rows):(at + 1) * len(rows)]
+                np.minimum(a, b, out=out)
+                out *= num_nodes
+                out += np.maximum(a, b)
+                out[a == b] = -1  # a self-loop (a degenerate cell): sorted first, dropped
+            found.append(_distinct(keys))
+            del keys
+    if not found:
+        return np.zeros(0, dtype=np.int64)
+    keys = found[0] if len(found) == 1 else np.concatenate(found)
+    del found
+    return _distinct(keys)
 
 
 def block_graph(ex: Exchange, cells: Cells, num_nodes: int, first: int) -> BlockGraph:
