@@ -77,6 +77,30 @@ def test_edges_sent_in_small_batches_give_the_same_files(tmp_path: Path, world: 
     assert verify_partition(out) == []
 
 
+def _write_fails(rank: int, world: int, mesh: str, out: str, num_parts: int) -> str:
+    import meshshard.partition._dist_plan as plan
+    from meshshard.comm import ArrayExchange
+    from meshshard.partition import partition_distributed
+
+    if rank == 1:  # its first part's file fails; it has more parts to build, so more rounds to go through
+        def full(path: Path, arrays: Any) -> str:
+            raise OSError(f"{path.name}: No space left on device")
+
+        plan._write_npz = full
+    try:
+        partition_distributed(mesh, out, num_parts, ArrayExchange())
+    except (ValueError, OSError) as err:
+        return str(err)
+    return "no error"
+
+
+def test_a_failed_write_is_raised_by_all_after_the_last_round(tmp_path: Path) -> None:
+    mesh = write_mixed_vtkhdf(tmp_path)
+    said = run_ranks(_write_fails, 3, str(mesh), str(tmp_path / "out"), 7, timeout=TIMEOUT)
+    assert said == ["part-00002.npz: No space left on device"] * 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mixed.vtkhdf"]  # no folder, no staging left
+
+
 def _refused(rank: int, world: int, mesh: str, out: str, num_parts: int, halo_hops: int) -> str:
     from meshshard.comm import ArrayExchange
     from meshshard.partition import partition_distributed
