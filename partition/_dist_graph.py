@@ -35,7 +35,7 @@ class BlockGraph:
         first_edge: Global edge id of the block's first edge (edge ``j`` has id ``first_edge + j``).
 
     Shapes:
-        src, dst: ``(E_block,)`` int64.
+        src, dst: ``(E_block,)`` int32 where the node ids fit (``N < 2**31``), int64 otherwise.
     """
 
     num_nodes: int
@@ -106,7 +106,10 @@ def block_graph(ex: Exchange, cells: Cells, num_nodes: int, first: int) -> Block
     keep[1:] = keys[1:] != keys[:-1]
     keys = keys[keep]
     del keep
-    dst, src = np.divmod(keys, num_nodes)
+    ids = np.int32 if num_nodes <= np.iinfo(np.int32).max else np.int64
+    src = (keys % num_nodes).astype(ids)
+    keys //= num_nodes
+    dst = keys.astype(ids)
     del keys
     counts = ex.all_gather(len(src))
     return BlockGraph(num_nodes=num_nodes, num_edges=int(sum(counts)), first=first, src=src, dst=dst,
