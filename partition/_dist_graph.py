@@ -1,11 +1,12 @@
 """The nodal graph of a mesh read in slices, built by the processes together.
 
 Each process takes the cell edges of its own cells (:func:`meshshard.partition._graph.cell_edge_pairs`,
-the pairs one process joins) and sends each directed edge ``src -> dst`` to the block owner of
-``dst``. The owner keeps the distinct edges sorted by ``(dst, src)``: the rows of the global CSR of
+the pairs one process joins) and sends each directed edge ``src -> dst``, as its key ``dst * N + src``
+and in batches of at most ``BATCH`` pairs, to the block owner of ``dst``. The owner keeps the distinct
+edges sorted by ``(dst, src)``: the rows of the global CSR of
 :class:`meshshard.partition.Graph` for its block of nodes, in global edge id order. With the
 processes' edge counts (one all-gather) each edge's global edge id follows: the blocks hold
-consecutive ranges of ids. Memory per process: its cells' edges and its block's rows.
+consecutive ranges of ids. Memory per process: a batch of its cells' edges and its block's rows.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._exchange import Exchange, route
-from ._graph import Cells, cell_edge_pairs, sorted_unique
+from ._exchange import BATCH, Exchange, route
+from ._graph import Cells, cell_edge_pairs
 from ._vtkhdf import block_owner
 
 __all__ = ["BlockGraph", "block_graph"]
@@ -34,7 +35,7 @@ class BlockGraph:
         first_edge: Global edge id of the block's first edge (edge ``j`` has id ``first_edge + j``).
 
     Shapes:
-        src, dst: ``(E_block,)`` int64.
+        src, dst: ``(E_block,)`` int32 where the node ids fit (``N < 2**31``), int64 otherwise.
     """
 
     num_nodes: int
@@ -45,25 +46,8 @@ class BlockGraph:
     first_edge: int
 
 
-def _local_pairs(cells: Cells, num_nodes: int) -> np.ndarray:
-    """The distinct undirected pairs ``lo * N + hi`` (``lo < hi``) of the cell edges of ``cells``.
-
-    Written into one array, pair after pair of each cell type, sorted in place: the memory is one
-    int64 per cell edge and one column's temporaries.
-    """
-    total = sum(len(conn) * len(cell_edge_pairs(t, np.shape(conn)[1])) for t, conn in cells if np.size(conn))
-    keys = np.empty(total, dtype=np.int64)
-    at = 0
-    for cell_type, conn in cells:
-        if not np.size(conn):
-            continue
-        for i, j in cell_edge_pairs(cell_type, conn.shape[1]):
-            a, b, out = conn[:, i], conn[:, j], keys[at:at + len(conn)]
-            np.minimum(a, b, out=out)
-            out *= num_nodes
-            out += np.maximum(a, b)
-            out[a == b] = -1  # a self-loop (a degenerate cell): sorted first, dropped below
-            at += len(conn)
+def _distinct(keys: np.ndarray) -> np.ndarray:
+    """The distinct non-negative values of ``keys``, ascending (``keys`` is sorted in place)."""
     keys.sort()
     keys = keys[np.searchsorted(keys, 0):]
     keep = np.ones(len(keys), dtype=bool)
@@ -71,23 +55,61 @@ def _local_pairs(cells: Cells, num_nodes: int) -> np.ndarray:
     return keys[keep]
 
 
+def _local_pairs(cells: Cells, num_nodes: int) -> np.ndarray:
+    """The distinct undirected pairs ``lo * N + hi`` (``lo < hi``) of the cell edges of ``cells``.
+
+    Worked out by batches of at most ``BATCH`` cells, each batch's distinct pairs kept, then the
+    distinct pairs of those: the memory is one batch's cell edges and about one int64 per distinct pair
+    (cells sharing an edge are mostly in one batch).
+    """
+    found = []
+    for cell_type, conn in cells:
+        if not np.size(conn):
+            continue
+        pairs = cell_edge_pairs(cell_type, conn.shape[1])
+        for first in range(0, len(conn), BATCH):
+            rows = conn[first:first + BATCH]
+            keys = np.empty(len(pairs) * len(rows), dtype=np.int64)
+            for at, (i, j) in enumerate(pairs):
+                a, b, out = rows[:, i], rows[:, j], keys[at * len(rows):(at + 1) * len(rows)]
+                np.minimum(a, b, out=out)
+                out *= num_nodes
+                out += np.maximum(a, b)
+                out[a == b] = -1  # a self-loop (a degenerate cell): sorted first, dropped
+            found.append(_distinct(keys))
+            del keys
+    if not found:
+        return np.zeros(0, dtype=np.int64)
+    keys = found[0] if len(found) == 1 else np.concatenate(found)
+    del found
+    return _distinct(keys)
+
+
 def block_graph(ex: Exchange, cells: Cells, num_nodes: int, first: int) -> BlockGraph:
     """This process's rows of the nodal graph of the mesh whose cells the processes hold between them
     (see the module docstring). Equal to the rows ``first ..`` of ``nodal_graph(all cells, N)``."""
     pairs = _local_pairs(cells, num_nodes)
-    m = len(pairs)
-    src, dst = np.empty(2 * m, dtype=np.int64), np.empty(2 * m, dtype=np.int64)
-    np.floor_divide(pairs, num_nodes, out=src[:m])  # lo -> hi, then hi -> lo
-    np.remainder(pairs, num_nodes, out=src[m:])
+    batches = int(ex.all_reduce(np.array([-(-len(pairs) // BATCH)], dtype=np.int64), "max")[0])
+    got = []
+    for b in range(batches):  # each edge as its key dst * N + src, to the owner of dst
+        lo, hi = np.divmod(pairs[b * BATCH:(b + 1) * BATCH], num_nodes)
+        dst, src = np.concatenate([hi, lo]), np.concatenate([lo, hi])  # lo -> hi, then hi -> lo
+        del lo, hi
+        (keys,) = route(ex, block_owner(dst, num_nodes, ex.size), dst * num_nodes + src)
+        got.append(keys)
+        del dst, src, keys
     del pairs
-    dst[:m], dst[m:] = src[m:], src[:m]
-    src, dst = route(ex, block_owner(dst, num_nodes, ex.size), src, dst)
-    dst *= num_nodes  # in place: the keys dst * N + src
-    dst += src
-    del src
-    keys = sorted_unique(dst)
-    del dst
-    dst, src = np.divmod(keys, num_nodes)
+    keys = np.concatenate(got) if got else np.zeros(0, dtype=np.int64)
+    del got
+    keys.sort()  # in place, then the distinct keys
+    keep = np.ones(len(keys), dtype=bool)
+    keep[1:] = keys[1:] != keys[:-1]
+    keys = keys[keep]
+    del keep
+    ids = np.int32 if num_nodes <= np.iinfo(np.int32).max else np.int64
+    src = (keys % num_nodes).astype(ids)
+    keys //= num_nodes
+    dst = keys.astype(ids)
     del keys
     counts = ex.all_gather(len(src))
     return BlockGraph(num_nodes=num_nodes, num_edges=int(sum(counts)), first=first, src=src, dst=dst,

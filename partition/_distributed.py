@@ -11,9 +11,11 @@ Every process calls :func:`partition_distributed` with the same arguments and it
    by a sample sort, :mod:`meshshard.partition._dist_assign`);
 4. graph: the nodal graph's rows of the block, by a rendezvous of the cell edges on the owner of
    ``dst`` (:mod:`meshshard.partition._dist_graph`);
-5. shards: each process builds the parts of its run and writes their files into process 0's
-   staging folder (:mod:`meshshard.partition._dist_plan`); one small all-gather brings their
-   entries to process 0, which writes ``partition.json`` and, once every process has written,
+5. shards: the builders learn their parts' nodes, and so every part's size (the load balance is
+   checked before anything is written); then each process builds the parts of its run, one round at
+   a time, and writes their files into process 0's staging folder as it builds them
+   (:mod:`meshshard.partition._dist_plan`); one small all-gather brings their entries to process 0,
+   which writes ``partition.json`` and, once every process has written,
    renames the staging folder to the output folder (``staged_folder``: nothing half-written is
    ever at ``out``; a failure anywhere removes the staging folder on every path).
 
@@ -37,7 +39,7 @@ import numpy as np
 from ._assign import check_num_parts, target_weights
 from ._dist_assign import ENGINES, morton_assign
 from ._dist_graph import block_graph
-from ._dist_plan import build_shards, write_shards
+from ._dist_plan import gather_nodes, write_shards
 from ._exchange import Exchange, LocalExchange, agree
 from ._format import METADATA_FILE, check_output_dir, dump_metadata, make_metadata
 from ._json_io import write_text_file
@@ -151,10 +153,9 @@ def partition_distributed(
         parts_block = morton_assign(ex, pos, first, n, num_parts)
         graph = block_graph(ex, cells, n, first)
         del cells  # the graph's rows are all that is needed of the cells from here on
-        shards = build_shards(ex, graph, parts_block, pos, num_parts)
         num_edges = graph.num_edges
-        del parts_block, pos, graph
-        counts = shards.owned_counts
+        nodes = gather_nodes(ex, first, parts_block, pos, num_parts)
+        counts = nodes.owned_counts
         found = _load_imbalance(counts, num_parts, n, imbalance)  # the same on every process
         staging = None
         try:
@@ -163,13 +164,11 @@ def partition_distributed(
             error = err
         agree(ex, error)
         folder = Path(ex.all_gather(None if staging is None else str(staging))[0])
-        try:
-            entries = write_shards(shards, folder)
-        except (ValueError, OSError) as err:
-            error = err
+        entries, cut, error = write_shards(ex, graph, parts_block, pos, nodes, num_parts, folder)
+        del parts_block, pos, graph, nodes
         agree(ex, error)
         entries = [e for chunk in ex.all_gather(entries) for e in chunk]
-        cut = sum(ex.all_gather(shards.cut_edges)) // 2
+        cut = sum(ex.all_gather(cut)) // 2
         if ex.rank == 0:
             try:
                 meta = _metadata(ex, entries, digest or "", name=path.name, num_nodes=n,

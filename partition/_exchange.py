@@ -20,7 +20,11 @@ import numpy as np
 
 from ._vtkhdf import block_owner, block_start
 
-__all__ = ["Exchange", "LocalExchange", "agree", "lookup", "route"]
+__all__ = ["BATCH", "Exchange", "LocalExchange", "agree", "lookup", "route"]
+
+BATCH = 1 << 18
+"""The most rows a process sends in one exchange where it sends its block's rows in batches (the
+graph's edges, the parts' edges): a bound on what the exchange copies at once."""
 
 
 class Exchange(Protocol):

@@ -57,6 +57,50 @@ def test_processes_write_the_one_process_files(tmp_path: Path, world: int, num_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dist", "mixed.vtkhdf", "one"]  # no staging left
 
 
+def _partition_in_batches(rank: int, world: int, mesh: str, out: str, num_parts: int, batch: int) -> str:
+    import meshshard.partition._dist_graph as graph
+    import meshshard.partition._dist_plan as plan
+
+    graph.BATCH = plan.BATCH = batch  # many exchanges per round, and processes with more than others
+    return _partition(rank, world, mesh, out, num_parts)
+
+
+@pytest.mark.parametrize("world, num_parts, batch", [(1, 4, 5), (3, 7, 3), (4, 5, 11)])
+def test_edges_sent_in_small_batches_give_the_same_files(tmp_path: Path, world: int, num_parts: int,
+                                                         batch: int) -> None:
+    mesh = write_mixed_vtkhdf(tmp_path)
+    one = partition_file(mesh, tmp_path / "one", num_parts, method="morton")
+    out = tmp_path / "dist"
+    found = run_ranks(_partition_in_batches, world, str(mesh), str(out), num_parts, batch, timeout=TIMEOUT)
+    assert found == [str(out)] * world
+    same_folders(one, out)
+    assert verify_partition(out) == []
+
+
+def _write_fails(rank: int, world: int, mesh: str, out: str, num_parts: int) -> str:
+    import meshshard.partition._dist_plan as plan
+    from meshshard.comm import ArrayExchange
+    from meshshard.partition import partition_distributed
+
+    if rank == 1:  # its first part's file fails; it has more parts to build, so more rounds to go through
+        def full(path: Path, arrays: Any) -> str:
+            raise OSError(f"{path.name}: No space left on device")
+
+        plan._write_npz = full
+    try:
+        partition_distributed(mesh, out, num_parts, ArrayExchange())
+    except (ValueError, OSError) as err:
+        return str(err)
+    return "no error"
+
+
+def test_a_failed_write_is_raised_by_all_after_the_last_round(tmp_path: Path) -> None:
+    mesh = write_mixed_vtkhdf(tmp_path)
+    said = run_ranks(_write_fails, 3, str(mesh), str(tmp_path / "out"), 7, timeout=TIMEOUT)
+    assert said == ["part-00002.npz: No space left on device"] * 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mixed.vtkhdf"]  # no folder, no staging left
+
+
 def _refused(rank: int, world: int, mesh: str, out: str, num_parts: int, halo_hops: int) -> str:
     from meshshard.comm import ArrayExchange
     from meshshard.partition import partition_distributed
