@@ -174,7 +174,9 @@ def _prior_line(meta: Mapping[str, Any], record: Mapping[str, Any], offset: bool
             f"the inverse-distance-weighted mean of the targets of the {record.get('k')} nearest cases in parameter "
             "space")
     rule = {"mesh": "; a training sample's leaves out every case on its own mesh (leave-one-shape-out)",
-            "sample": "; a training sample's leaves itself out"}.get(left_out, "")
+            "sample": "; a training sample's leaves itself out",
+            "shape": "; a training sample's leaves out every case of its own shape ("
+                     + ", ".join(record.get("shape", [])) + ")"}.get(left_out, "")
     source = ("the training samples" if record.get("of") == "training samples"
               else "another dataset's training samples (--mean-field-from)")
     return (f"  prior    {means} ({method}): {what} over {source}, each mapped onto the sample's mesh, as input "
@@ -297,7 +299,8 @@ def _dataset(args: argparse.Namespace) -> int:
                                 wall_distance=args.wall_distance, wall_normal=args.wall_normal,
                                 signed_distance=args.signed_distance, node_types=args.boundary_classes,
                                 graph=args.graph, max_points=args.max_points, mean_field=args.mean_field,
-                                mean_field_from=args.mean_field_from, prior_progress=advance_prior)
+                                mean_field_from=args.mean_field_from, shape_params=args.shape_params,
+                                prior_progress=advance_prior)
     except (ValueError, OSError, MemoryError) as err:
         return _error("dataset", err)
     meta = read_dataset_metadata(out)
@@ -382,6 +385,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     mean.add_argument("--mean-field-from", default=None, metavar="DATA",
                       help="new cases (on any meshes, targets not needed) for runs trained on DATA, a dataset made "
                       "with --mean-field: their prior made of DATA's training cases, as DATA made its own")
+    p.add_argument("--shape-params", default=None, metavar="NAME[,NAME]",
+                   help="with --mean-field on a shape sweep: the --params columns that make a shape (e.g. "
+                   "thickness,camber); a training sample's prior leaves out every case of its own shape, as a new "
+                   "shape's prior has none")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="stored precision")
     p.add_argument("--force", action="store_true", help="replace an existing dataset folder (only one)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no summary")

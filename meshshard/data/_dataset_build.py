@@ -26,7 +26,7 @@ from ._folder_guard import check_dataset_output
 from ._mesh_ops import WALL_DISTANCE, collapse_2d, one_cell_thick_note
 from ._mesh_ops import wall_distance as nearest_wall_distance
 from ._parameters import read_parameters, target_scales, with_parameters
-from ._prior import check_prior_request, parse_prior, prior_cases_of
+from ._prior import PriorRequest, check_prior_request, parse_prior, prior_cases_of
 from ._reader import open_dataset
 from ._sources import list_sources, merged_cells, mesh_difference, read_mesh, sample_names
 from ._statistics import held_note
@@ -86,6 +86,7 @@ def build_dataset(
     max_points: int | None = None,
     mean_field: bool | str | None = False,
     mean_field_from: str | os.PathLike[str] | None = None,
+    shape_params: str | Sequence[str] | None = None,
     prior_progress: Callable[[int], None] | None = None,
 ) -> Path:
     """``meshshard dataset``: one sample per mesh file (field names: :mod:`meshshard.data._fields`; sample
@@ -149,6 +150,9 @@ def build_dataset(
             ``"knn:K"``, the inverse-distance-weighted mean of the K nearest in parameter space;
             on many meshes each training case is mapped onto the sample's mesh, and a training
             sample's prior leaves out the cases on its own mesh (:mod:`meshshard.data._prior`).
+        shape_params: With ``--mean-field`` on many meshes: the parameters that make a shape; a
+            training sample's prior leaves out every case of its own shape
+            (:mod:`meshshard.data._prior`).
         mean_field_from: The same input channels from another dataset made with ``--mean-field``
             (``--mean-field-from DATA``), made of its training cases with its method, mapped onto
             these cases' meshes: new cases for its runs to predict on.
@@ -180,13 +184,15 @@ def build_dataset(
             first = _Read(with_parameters(first.sample, table, 0, scales, target_fields), first.inputs, first.targets)
             input_fields += [{"name": p, "components": 1, "parameter": True} for p in table["names"]]
         check_prior_request(mean_field, given, dtype, target_fields, table)
+        shape = _shape_params(shape_params, mean_field, table)
         samples = _samples(first, files, names, in_names, out_names, reading, table, scales, same_mesh)
         del first  # the generator holds the first sample until it is written, then lets it go
         written = write_samples(out, samples, names, input_fields=input_fields, target_fields=target_fields,
                                 val_fraction=val_fraction, val_samples=val_samples, dtype=dtype, force=force,
                                 sources=sources, progress=progress, parameters=table,
                                 target_scales=scales or None, collapsed_2d=collapse_2d, max_points=max_points,
-                                mean_field=given if given is not None else mean_field,
+                                mean_field=(given if given is not None else
+                                            PriorRequest(mean_field, shape) if shape else mean_field),
                                 prior_progress=prior_progress)
         held = held_note(read_dataset_metadata(written))
         if held and notes is not None:
@@ -204,6 +210,24 @@ def _reading_of(cell_data_to_points: bool, collapse_2d: bool, wall_distance: str
                                    or max_points < 1):
         raise ValueError(f"Expected --max-points to be an integer >= 1 (got {max_points!r})")
     return reading
+
+
+def _shape_params(shape_params: str | Sequence[str] | None, mean_field: Any,
+                  table: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """``--shape-params`` checked: names of ``--params`` columns, and only with ``--mean-field``."""
+    if not shape_params:
+        return ()
+    names = tuple(n.strip() for n in (shape_params.split(",") if isinstance(shape_params, str) else shape_params)
+                  if n.strip())
+    if mean_field in (None, False):
+        raise ValueError("Expected --mean-field with --shape-params (it says which cases a training sample's prior "
+                         "leaves out)")
+    known = [str(n) for n in (table or {}).get("names", [])]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"Expected --shape-params among the --params columns {', '.join(known) or '(none given)'} "
+                         f"(got {', '.join(unknown)})")
+    return names
 
 
 def _given_mean_field(mean_field: bool | str | None, mean_field_from: str | os.PathLike[str] | None) -> Any:

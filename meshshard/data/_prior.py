@@ -23,6 +23,13 @@ sample may use is recorded as ``mean_field.left_out``:
   from other shapes alone. A mesh stands for a shape: cases of one shape share its mesh; where
   each case has a mesh of its own, this leaves out the case alone.
 
+- ``"shape"`` (``--shape-params NAMES``, the parameters that make a shape): a training sample
+  uses only the training cases of *other shapes*, those whose values of NAMES differ from its own
+  (and on other meshes). For a shape sweep whose every case has a mesh of its own (a body turned
+  to each angle of attack, meshed again), leaving out the mesh leaves out the case alone: the same
+  shape at the next angle stays in the prior, which a new shape never has, so the model learns to
+  trust a prior better than it will get. ``mean_field.shape`` records NAMES.
+
 Validation samples (every sample outside the training split) use every training case. A
 validation case that shares its mesh with training cases (split by case rather than by shape)
 takes them too, so its prior is better informed than the training samples' were.
@@ -62,7 +69,8 @@ from ._mean_field import add_mean_field, append_mean_fields, finish_prior, mean_
 from ._neighbours import nearest_cases, parameter_scale
 from ._statistics import Running
 
-__all__ = ["PriorCases", "PriorMethod", "add_prior", "check_prior_request", "parse_prior", "prior_cases_of"]
+__all__ = ["PriorCases", "PriorMethod", "PriorRequest", "add_prior", "check_prior_request", "parse_prior",
+           "prior_cases_of"]
 
 
 @dataclass(frozen=True)
@@ -258,13 +266,27 @@ class _Combiner:
         return out
 
 
-def _allowed(cases: PriorCases, left_out: str, sample: int, mesh: int, training: bool) -> np.ndarray:
-    """The cases sample ``sample`` (on mesh ``mesh``) may use, ``(n,)`` bool."""
+@dataclass(frozen=True)
+class PriorRequest:
+    """``--mean-field METHOD --shape-params NAMES``: the method, and the parameters that make a shape
+    (a training sample's prior leaves out the cases of its own shape: the module docstring)."""
+
+    method: Any
+    shape: tuple[str, ...]
+
+
+def _allowed(cases: PriorCases, left_out: str, sample: int, mesh: int, training: bool,
+             shape: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """The cases sample ``sample`` (on mesh ``mesh``) may use, ``(n,)`` bool; ``shape``: the cases'
+    values of the shape parameters ``(n, S)`` and the sample's ``(S,)`` (``left_out == "shape"``)."""
     if not training or left_out == "none":
         return np.ones(len(cases.samples), bool)
     if left_out == "sample":
         return cases.samples != sample
-    return cases.mesh_of != mesh
+    allowed = cases.mesh_of != mesh
+    if left_out == "shape" and shape is not None:
+        allowed &= ~np.all(shape[0] == shape[1][None, :], axis=1)
+    return allowed
 
 
 def _sources(cases: PriorCases, allowed: np.ndarray, value: np.ndarray, scale: np.ndarray, name: str,
@@ -274,6 +296,7 @@ def _sources(cases: PriorCases, allowed: np.ndarray, value: np.ndarray, scale: n
     need = 1 if method.kind == "mean" else int(method.k or 1)
     if count < need:
         rule = {"mesh": f"the training cases on other meshes than {name}'s (leave-one-shape-out)",
+                "shape": f"the training cases of other shapes than {name}'s (--shape-params)",
                 "sample": f"the training cases other than {name} (leave-one-out)"}.get(left_out, cases.label)
         raise ValueError(f"Expected --mean-field {method} to find {plural(need, 'case')} among {rule} (got {count})")
     if method.kind == "mean":
@@ -292,6 +315,9 @@ def add_prior(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: np.d
     another dataset, on its mesh). ``progress``: called with 1 after each sample."""
     if isinstance(mean_field, tuple):
         return add_mean_field(tmp, meta, train, dtype, mean_field, progress)
+    shape: tuple[str, ...] = ()
+    if isinstance(mean_field, PriorRequest):
+        mean_field, shape = mean_field.method, mean_field.shape
     given = isinstance(mean_field, PriorCases)
     method = mean_field.method if given else parse_prior(mean_field)
     if not given and method.kind == "mean" and meta["kind"] == "one-mesh":
@@ -305,14 +331,19 @@ def add_prior(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: np.d
         left_out = "none"
     else:
         cases = _staged_cases(tmp, meta, train, method)
-        left_out = "sample" if meta["kind"] == "one-mesh" else "mesh"
+        left_out = "shape" if shape else "sample" if meta["kind"] == "one-mesh" else "mesh"
+    if shape and not set(shape) <= set(cases.names):
+        raise ValueError(f"Expected --shape-params among the parameters {', '.join(cases.names) or '(none)'} "
+                         f"(got {', '.join(shape)})")
     append_mean_fields(meta, cases.fields)
-    run_in, run_out = _write_priors(tmp, meta, train, dtype, cases, left_out, progress)
+    run_in, run_out = _write_priors(tmp, meta, train, dtype, cases, left_out, progress, shape)
     record: dict[str, Any] = {"of": "another dataset (--mean-field-from)" if given else "training samples",
                               "method": str(method)}
     if method.kind == "knn":
         record["k"] = int(method.k or 1)
     record["left_out"] = left_out
+    if shape:
+        record["shape"] = list(shape)
     if cases.samples[0] >= 0:  # not the stored mean field of a one-mesh dataset
         record["samples"] = len(cases.samples)
     finish_prior(meta, run_in, run_out, cases.sha256, record)
@@ -320,7 +351,8 @@ def add_prior(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: np.d
 
 
 def _write_priors(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: np.dtype, cases: PriorCases,
-                  left_out: str, progress: Callable[[int], None] | None) -> tuple[Running, Running]:
+                  left_out: str, progress: Callable[[int], None] | None,
+                  shape: tuple[str, ...] = ()) -> tuple[Running, Running]:
     """Every sample's inputs with its prior appended, mesh by mesh; returns the statistics of the
     training samples' inputs and of their targets' difference from the prior."""
     samples = tmp / "samples"
@@ -332,6 +364,8 @@ def _write_priors(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: 
     values = np.asarray(table["values"], dtype=np.float64).reshape(len(names), len(mine))
     columns = [mine.index(n) for n in cases.names] if set(cases.names) <= set(mine) else []
     scale = parameter_scale(cases.values)
+    shape_of_cases = cases.values[:, [cases.names.index(n) for n in shape]] if shape else None
+    shape_columns = [mine.index(n) for n in shape] if shape else []
     has_targets = bool(meta["target_channels"])
     run_in, run_out = Running(len(meta["input_channels"])), Running(len(meta["target_channels"]))
     combiner = _Combiner(cases)
@@ -341,7 +375,8 @@ def _write_priors(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: 
         combiner.to_mesh(m, lambda m=m: np.load(tmp / "meshes" / f"{m:05d}" / "points.npy", allow_pickle=False),
                          entry)
         training = s in train_set
-        allowed = _allowed(cases, left_out, s, m, training)
+        allowed = _allowed(cases, left_out, s, m, training,
+                           None if shape_of_cases is None else (shape_of_cases, values[s, shape_columns]))
         value = values[s, columns] if columns else np.zeros(len(cases.names))
         prior = combiner.combine(_sources(cases, allowed, value, scale, names[s], left_out))
         stored = prior.astype(dtype)

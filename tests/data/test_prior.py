@@ -296,3 +296,51 @@ def test_each_pair_of_meshes_is_mapped_once(tmp_path: Path, monkeypatch: pytest.
     # 9 samples on 3 meshes: each mesh takes the other two (the validation sample's own mesh is the
     # identity), one map per ordered pair, however many samples share it
     assert len(built) == 6 and sum(steps) == 9
+
+
+def test_shape_params_leave_out_every_case_of_the_samples_shape_when_each_case_has_its_own_mesh(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Each (shape, speed) meshed again (as a body turned to each angle is): leaving out the mesh
+    leaves the same shape at the other speed in the prior; --shape-params t leaves it out too."""
+    (tmp_path / "cases").mkdir()
+    rows, cases = ["sample,speed,t"], {}
+    for k, (shape, t) in enumerate(SHAPES.items()):
+        for j, speed in enumerate(SPEEDS):
+            xy = _points(10 * k + j)
+            name = f"{shape}-{speed:g}"
+            p, u = _fields(xy, speed, t)
+            meshio.write(tmp_path / "cases" / f"{name}.vtu", meshio.Mesh(np.c_[xy, np.zeros(len(xy))],
+                         [("triangle", Delaunay(xy).simplices)], point_data={"p": p, "U": u}))
+            rows.append(f"{name},{speed},{t}")
+            cases[name] = (speed, t)
+    (tmp_path / "params.csv").write_text("\n".join(rows) + "\n")
+    for shape_params, out in ((None, "by-mesh"), ("t", "by-shape")):
+        extra = ("--shape-params", shape_params) if shape_params else ()
+        assert main(_dataset(tmp_path, "knn:2", *extra, out=out)) == 0
+        data = open_dataset(tmp_path / out)
+        assert data.num_meshes == 6
+        record = data.meta["mean_field"]
+        assert record["left_out"] == ("shape" if shape_params else "mesh")
+        assert record.get("shape") == (["t"] if shape_params else None)
+        names = [s["name"] for s in data.meta["samples"]]
+        train = [names[i] for i in data.train]
+        for s, name in enumerate(names):
+            if name not in train:
+                continue
+            allowed = [c for c in train if (c[0] != name[0] if shape_params else c != name)]
+            weights = _knn_weights(cases, train, name, 2, allowed)
+            xy = np.asarray(data.mesh_points(data.sample_mesh(s)))[:, :2]
+            np.testing.assert_allclose(_prior_of(data, s), _expected(xy, weights, cases), rtol=1e-12, atol=1e-12)
+    # the sample's own shape at the other speed is its nearest case: the two rules give other priors
+    assert not np.allclose(_prior_of(open_dataset(tmp_path / "by-mesh"), 0),
+                           _prior_of(open_dataset(tmp_path / "by-shape"), 0))
+    capsys.readouterr()
+    assert main(["info", str(tmp_path / "by-shape")]) == 0
+    assert "every case of its own shape (t)" in capsys.readouterr().out
+    for bad, why in ((("--shape-params", "thickness"), "--shape-params among the --params columns speed, t"),):
+        assert main(_dataset(tmp_path, "knn:2", *bad, out="bad")) != 0
+        assert why in capsys.readouterr().err
+        assert not (tmp_path / "bad").exists()
+    assert main(["dataset", str(tmp_path / "cases"), "--out", str(tmp_path / "bad"), "--inputs", "pos[0],pos[1]",
+                 "--targets", "p,U", "--params", str(tmp_path / "params.csv"), "--shape-params", "t"]) != 0
+    assert "Expected --mean-field with --shape-params" in capsys.readouterr().err
