@@ -15,11 +15,14 @@ cell; cells have side ``radius / 2`` (widened by ``1e-5`` relative, far more tha
 the cell arithmetic, so no candidate is ever missed), and a query reads the ``5 ** (D - 1)``
 contiguous runs of sorted points that cover the 5 cells around it along each axis (cells along the
 innermost axis are adjacent in the order). Where each cell starts in the order comes from a dense
-table when the lattice is small (at most 8 cells per point), else from a binary search. Candidate
-pairs are made in chunks of at most ``chunk_pairs`` pairs, so memory stays bounded on dense
-clouds. Each chunk's pairs within ``radius`` are ordered by one int64 sort on (query, ``d2``
-quantised to 40 bits, monotone), and the rare runs of equal keys re-sorted exactly by
-``(d2, id)``. ``bench/ball_query.py`` compares it with scipy's ``cKDTree.query_ball_point``
+table when the lattice is small (at most 8 cells per point; int32 where the points fit), else from
+a binary search. The queries go in blocks (their runs: 16 MB) and each block's candidate pairs in
+chunks of at most ``chunk_pairs`` pairs (default 256K, ~25 MB), each chunk writing its final
+neighbour lists at once, so the build's working set is bounded whatever the number of points
+(beyond the sorted copy of the points and the outputs). Each chunk's pairs within ``radius`` are
+ordered by one int64 sort on (query, ``d2`` quantised to 40 bits, monotone), and the rare runs of
+equal keys re-sorted exactly by ``(d2, id)``. ``bench/ball_query.py`` compares it with scipy's
+``cKDTree.query_ball_point``
 (truncated the same way): the grid is faster on CPU in our runs, and it runs on CUDA as is.
 
 Truncation is never silent: the result carries ``num_candidates`` (every query's count before
