@@ -22,8 +22,8 @@ neighbour lists at once, so the build's working set is bounded whatever the numb
 (beyond the sorted copy of the points and the outputs). Each chunk's pairs within ``radius`` are
 ordered by one int64 sort on (query, ``d2`` quantised to 40 bits, monotone), and the rare runs of
 equal keys re-sorted exactly by ``(d2, id)``. ``bench/ball_query.py`` compares it with scipy's
-``cKDTree.query_ball_point``
-(truncated the same way): the grid is faster on CPU in our runs, and it runs on CUDA as is.
+``cKDTree.query_ball_point`` (truncated the same way): the grid is faster on CPU in our runs, and
+it runs on CUDA as is.
 
 Truncation is never silent: the result carries ``num_candidates`` (every query's count before
 truncation) and ``num_truncated`` (how many queries had more than ``max_neighbors``).
