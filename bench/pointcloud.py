@@ -18,7 +18,9 @@ each load only their own points and run, on float32:
   attention in chunks of points whose backward recomputes each chunk (memory linear in points x
   width), its plans kept in the model's plan cache across steps (``plan_owner``); ``dense``, the
   former path: every ``(points, neighbours, width)`` tensor kept for the backward, and the plans
-  rebuilt at every forward.
+  rebuilt at every forward by the former build (``meshshard.nn._ball_query.WHOLE_QUERY``: every
+  query's cell runs at once and candidate chunks of 4M pairs, where the library's build works in
+  blocks of queries and chunks of 256K pairs, a working set of tens of MB).
 - ``transolver``: :class:`~meshshard.nn.Transolver` with ``--blocks`` blocks, ``--slices`` slices.
 
 Measured per run: the plan's build time (ball-attention), one forward, and forward + backward of a
@@ -110,6 +112,10 @@ def worker(args: argparse.Namespace) -> None:
         model = BallAttentionNet(6, 1, width=job["width"], layers=job["blocks"], heads=job["heads"],
                                  radius=job["radius"], max_neighbors=job["neighbors"])
         dense = job["attention"] == "dense"
+        if dense:  # the former plan build too: every query's runs at once, 4M-pair chunks
+            import meshshard.nn._ball_query as ball_query_module
+
+            ball_query_module.WHOLE_QUERY = True
         for block in model.blocks:
             if dense:  # the former path: one pass, every (points, neighbours, width) tensor kept for the backward
                 block.attention.chunk_elements = 0

@@ -38,7 +38,14 @@ from meshshard.comm import HaloPlan, all_gather_v, all_to_all_v
 
 from .._spec import ShardSpec
 from .._tensor import ShardTensor
-from ._ball_query import BallQueryResult, _ball_query, check_max_neighbors, check_points, check_radius
+from ._ball_query import (
+    _DEFAULT_CHUNK_PAIRS,
+    BallQueryResult,
+    _ball_query,
+    check_max_neighbors,
+    check_points,
+    check_radius,
+)
 
 __all__ = ["BallQueryPlan"]
 
@@ -254,7 +261,7 @@ class BallQueryPlan:
         )
 
 
-_CHUNK_PAIRS = 1 << 22
+_CHUNK_PAIRS = _DEFAULT_CHUNK_PAIRS
 
 
 # --- step 1: bounding boxes -------------------------------------------------------------------------

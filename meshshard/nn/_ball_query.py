@@ -15,12 +15,15 @@ cell; cells have side ``radius / 2`` (widened by ``1e-5`` relative, far more tha
 the cell arithmetic, so no candidate is ever missed), and a query reads the ``5 ** (D - 1)``
 contiguous runs of sorted points that cover the 5 cells around it along each axis (cells along the
 innermost axis are adjacent in the order). Where each cell starts in the order comes from a dense
-table when the lattice is small (at most 8 cells per point), else from a binary search. Candidate
-pairs are made in chunks of at most ``chunk_pairs`` pairs, so memory stays bounded on dense
-clouds. Each chunk's pairs within ``radius`` are ordered by one int64 sort on (query, ``d2``
-quantised to 40 bits, monotone), and the rare runs of equal keys re-sorted exactly by
-``(d2, id)``. ``bench/ball_query.py`` compares it with scipy's ``cKDTree.query_ball_point``
-(truncated the same way): the grid is faster on CPU in our runs, and it runs on CUDA as is.
+table when the lattice is small (at most 8 cells per point; int32 where the points fit), else from
+a binary search. The queries go in blocks (their runs: 16 MB) and each block's candidate pairs in
+chunks of at most ``chunk_pairs`` pairs (default 256K, ~25 MB), each chunk writing its final
+neighbour lists at once, so the build's working set is bounded whatever the number of points
+(beyond the sorted copy of the points and the outputs). Each chunk's pairs within ``radius`` are
+ordered by one int64 sort on (query, ``d2`` quantised to 40 bits, monotone), and the rare runs of
+equal keys re-sorted exactly by ``(d2, id)``. ``bench/ball_query.py`` compares it with scipy's
+``cKDTree.query_ball_point`` (truncated the same way): the grid is faster on CPU in our runs, and
+it runs on CUDA as is.
 
 Truncation is never silent: the result carries ``num_candidates`` (every query's count before
 truncation) and ``num_truncated`` (how many queries had more than ``max_neighbors``).
@@ -45,7 +48,12 @@ _CELLS_PER_RADIUS = 2
 _D2_BITS = 40  # sort key: (query in chunk) << 40 | d2 quantised; queries per chunk < 2 ** 23
 _MAX_CHUNK_QUERIES = 1 << 22
 _DENSE_TABLE_PER_POINT = 8  # a dense cell table when it has at most 8 cells per point
-_DEFAULT_CHUNK_PAIRS = 1 << 22
+_DEFAULT_CHUNK_PAIRS = 1 << 18  # ~100 bytes a pair in flight: ~25 MB
+_RUN_BYTES = 16 << 20  # the runs of a block of queries: 32 bytes a run, 25 runs a query in 3-D
+
+#: ``True``: the former build (every query's runs at once, chunks of ``2 ** 22`` pairs), for
+#: ``bench/pointcloud.py``'s "before" of the build's memory. Same result.
+WHOLE_QUERY = False
 
 
 class _Result(NamedTuple):
@@ -168,21 +176,57 @@ def ball_query(
 
 
 def _ball_query(query_pos: Tensor, pos: Tensor, r: float, k: int, ids: Tensor, chunk_pairs: int) -> BallQueryResult:
+    if WHOLE_QUERY:
+        return _ball_query_whole(query_pos, pos, r, k, ids)
+    q64 = query_pos.to(torch.float64)
+    p64 = q64 if pos is query_pos else pos.to(torch.float64)
+    nq, device = q64.shape[0], q64.device
+    index = torch.full((nq, k), -1, dtype=torch.int64, device=device)
+    distance = torch.zeros((nq, k), dtype=query_pos.dtype, device=device)
+    num_candidates = torch.zeros(nq, dtype=torch.int64, device=device)
+    if nq and p64.shape[0]:
+        grid = _Grid(q64, p64, r)
+        # coordinates and ids in cell order: candidate runs read contiguous memory
+        p_cols = [c.contiguous() for c in p64[grid.order].unbind(1)]
+        q_cols = [c.contiguous() for c in q64.unbind(1)]
+        ids_sorted = ids[grid.order]
+        del p64
+        block = max(1, _RUN_BYTES // (32 * grid.runs_per_query))  # start, stop and their cells: 4 int64 a run
+        for b0 in range(0, nq, block):
+            start, stop = grid.runs(q64[b0 : b0 + block])
+            for lo, hi in _chunks((stop - start).sum(1), chunk_pairs):
+                qi, sp, d2 = _candidates(q_cols, p_cols, start[lo:hi], stop[lo:hi], b0 + lo, r * r)
+                kept = _keep_nearest(qi, sp, d2, ids_sorted, k, r * r, num_candidates)
+                if kept is not None:  # the final lists at once: original rows, distances in the query's dtype
+                    qi, slot, sp, d2 = kept
+                    index[qi, slot] = grid.order[sp]
+                    distance[qi, slot] = d2.sqrt().to(distance.dtype)
+            del start, stop
+    return _result(index, index >= 0, distance, num_candidates)
+
+
+def _ball_query_whole(query_pos: Tensor, pos: Tensor, r: float, k: int, ids: Tensor) -> BallQueryResult:
+    """The former build (``WHOLE_QUERY``): every query's runs at once, chunks of ``2 ** 22`` pairs,
+    float64 distances and sorted rows mapped back at the end. Same result; kept for
+    ``bench/pointcloud.py --attention dense``, the "before" of the build's memory."""
     q64, p64 = query_pos.to(torch.float64), pos.to(torch.float64)
     nq, device = q64.shape[0], q64.device
     index = torch.full((nq, k), -1, dtype=torch.int64, device=device)
     d2_out = torch.zeros((nq, k), dtype=torch.float64, device=device)
     num_candidates = torch.zeros(nq, dtype=torch.int64, device=device)
     if nq and p64.shape[0]:
-        order, start, stop = _grid_runs(q64, p64, r)
-        # coordinates and ids in cell order: candidate runs read contiguous memory
-        p_cols = [c.contiguous() for c in p64[order].unbind(1)]
+        grid = _Grid(q64, p64, r, table_dtype=torch.int64)
+        start, stop = grid.runs(q64)
+        p_cols = [c.contiguous() for c in p64[grid.order].unbind(1)]
         q_cols = [c.contiguous() for c in q64.unbind(1)]
-        ids_sorted = ids[order]
-        for lo, hi in _chunks((stop - start).sum(1), chunk_pairs):
+        ids_sorted = ids[grid.order]
+        for lo, hi in _chunks((stop - start).sum(1), 1 << 22):
             qi, sp, d2 = _candidates(q_cols, p_cols, start[lo:hi], stop[lo:hi], lo, r * r)
-            _keep_nearest(qi, sp, d2, ids_sorted, k, r * r, index, d2_out, num_candidates)
-        index = torch.where(index >= 0, order[index.clamp(min=0)], index)
+            kept = _keep_nearest(qi, sp, d2, ids_sorted, k, r * r, num_candidates)
+            if kept is not None:
+                index[kept[0], kept[1]] = kept[2]
+                d2_out[kept[0], kept[1]] = kept[3]
+        index = torch.where(index >= 0, grid.order[index.clamp(min=0)], index)
     mask = index >= 0
     return _result(index, mask, d2_out.sqrt().to(query_pos.dtype), num_candidates)
 
@@ -195,46 +239,62 @@ def squared_distance(a_cols: list[Tensor], b_cols: list[Tensor]) -> Tensor:
     return d2
 
 
-def _grid_runs(q64: Tensor, p64: Tensor, r: float) -> tuple[Tensor, Tensor, Tensor]:
-    """Sort the points by grid cell; for each query, the runs of sorted points to visit.
+class _Grid:
+    """The points sorted by grid cell, and for any queries the runs of sorted points to visit.
 
     Cells have side ``r / _CELLS_PER_RADIUS`` (slightly widened), so the candidates of a query lie
     in the ``2 * _CELLS_PER_RADIUS + 1`` cells around it along each axis; the cells along the
     innermost axis are adjacent in the sort order, hence one run per outer cell.
 
-    Returns ``order`` ``(N,)`` (points in cell order) and ``start``, ``stop`` ``(Q, M)``: the
-    candidates of query ``i`` are ``order[start[i, m]:stop[i, m]]`` over the ``M`` runs.
+    ``order`` ``(N,)``: the points in cell order. ``runs(q)``: ``start``, ``stop`` ``(Q, M)``, the
+    candidates of query ``i`` are ``order[start[i, m]:stop[i, m]]`` over the ``M`` runs. The lattice
+    covers both point sets given here, so any block of ``q64``'s rows may be asked for.
     """
-    dims, device = q64.shape[1], q64.device
-    origin = torch.minimum(q64.min(0).values, p64.min(0).values)
-    extent = float((torch.maximum(q64.max(0).values, p64.max(0).values) - origin).max())
-    reach = _CELLS_PER_RADIUS
-    max_cells = int(2 ** (_KEY_BITS / dims)) - 2 * reach - 1
-    cell = max(r / reach * (1 + _CELL_SLACK), extent / max_cells)
-    # a margin of `reach` empty cells on each side, so neighbour cells never wrap around an axis
-    shape = int(extent / cell) + 1 + 2 * reach
-    strides = torch.tensor([shape ** (dims - 1 - d) for d in range(dims)], dtype=torch.int64, device=device)
 
-    def keys(x: Tensor) -> Tensor:
-        c = (torch.floor((x - origin) / cell).to(torch.int64) + reach).clamp_(reach, shape - 1 - reach)
-        return (c * strides).sum(1)
+    def __init__(self, q64: Tensor, p64: Tensor, r: float, table_dtype: torch.dtype | None = None) -> None:
+        dims, device = q64.shape[1], q64.device
+        self.origin = torch.minimum(q64.min(0).values, p64.min(0).values)
+        extent = float((torch.maximum(q64.max(0).values, p64.max(0).values) - self.origin).max())
+        reach = _CELLS_PER_RADIUS
+        max_cells = int(2 ** (_KEY_BITS / dims)) - 2 * reach - 1
+        self.cell = max(r / reach * (1 + _CELL_SLACK), extent / max_cells)
+        # a margin of `reach` empty cells on each side, so neighbour cells never wrap around an axis
+        self.shape = int(extent / self.cell) + 1 + 2 * reach
+        strides = [self.shape ** (dims - 1 - d) for d in range(dims)]
+        self.strides = torch.tensor(strides, dtype=torch.int64, device=device)
+        self.key_sorted, self.order = torch.sort(self._keys(p64), stable=True)
+        steps = torch.arange(-reach, reach + 1, device=device)
+        if dims > 1:
+            outer = torch.cartesian_prod(*([steps] * (dims - 1))).reshape(-1, dims - 1)
+            self.offsets = (outer * self.strides[:-1]).sum(1) - reach
+        else:
+            self.offsets = torch.full((1,), -reach, dtype=torch.int64, device=device)
+        self.runs_per_query = int(self.offsets.numel())
+        num_cells = self.shape**dims
+        self.begin = None
+        if num_cells <= _DENSE_TABLE_PER_POINT * (p64.shape[0] + q64.shape[0]):
+            # a table of where each cell's points begin in the sorted order: lookups, no binary search
+            # (int32 where the point count fits: the table is the build's one array of cells)
+            if table_dtype is None:
+                table_dtype = torch.int32 if p64.shape[0] < 2**31 else torch.int64
+            counts = torch.bincount(self.key_sorted, minlength=num_cells).cumsum_(0)
+            self.begin = torch.zeros(num_cells + 1, dtype=table_dtype, device=device)
+            self.begin[1:] = counts
+            del counts
 
-    key_sorted, order = torch.sort(keys(p64), stable=True)
-    steps = torch.arange(-reach, reach + 1, device=device)
-    if dims > 1:
-        outer = torch.cartesian_prod(*([steps] * (dims - 1))).reshape(-1, dims - 1)
-        offsets = (outer * strides[:-1]).sum(1)
-    else:
-        offsets = torch.zeros(1, dtype=torch.int64, device=device)
-    first = keys(q64)[:, None] + (offsets - reach)[None, :]
-    last = first + 2 * reach
-    num_cells = shape**dims
-    if num_cells <= _DENSE_TABLE_PER_POINT * (p64.shape[0] + q64.shape[0]):
-        # a table of where each cell's points begin in the sorted order: lookups, no binary search
-        begin = torch.zeros(num_cells + 1, dtype=torch.int64, device=device)
-        begin[1:] = torch.cumsum(torch.bincount(key_sorted, minlength=num_cells), 0)
-        return order, begin[first], begin[last + 1]
-    return order, torch.searchsorted(key_sorted, first, side="left"), torch.searchsorted(key_sorted, last, side="right")
+    def _keys(self, x: Tensor) -> Tensor:
+        reach = _CELLS_PER_RADIUS
+        c = torch.floor((x - self.origin) / self.cell).to(torch.int64).add_(reach).clamp_(reach, self.shape - 1 - reach)
+        return (c * self.strides).sum(1)
+
+    def runs(self, q64: Tensor) -> tuple[Tensor, Tensor]:
+        """``start``, ``stop`` ``(Q, M)`` int64 of the queries ``q64``."""
+        first = self._keys(q64)[:, None] + self.offsets[None, :]
+        last = first + 2 * _CELLS_PER_RADIUS
+        if self.begin is not None:
+            return self.begin[first].to(torch.int64), self.begin[last + 1].to(torch.int64)
+        return (torch.searchsorted(self.key_sorted, first, side="left"),
+                torch.searchsorted(self.key_sorted, last, side="right"))
 
 
 def _chunks(pairs_per_query: Tensor, budget: int) -> list[tuple[int, int]]:
@@ -270,20 +330,21 @@ def _candidates(
 
 
 def _keep_nearest(
-    qi: Tensor, sp: Tensor, d2: Tensor, ids: Tensor, k: int, r2: float,
-    index: Tensor, d2_out: Tensor, num_candidates: Tensor,
-) -> None:
-    """Order each query's candidates by ``(d2, id)``; write the first ``k`` into the outputs.
+    qi: Tensor, sp: Tensor, d2: Tensor, ids: Tensor, k: int, r2: float, num_candidates: Tensor,
+) -> tuple[Tensor, Tensor, Tensor, Tensor] | None:
+    """Order each query's candidates by ``(d2, id)``; count them into ``num_candidates``.
 
-    One int64 sort on ``(query, d2 quantised to 40 bits)`` (monotone in ``d2``), then an exact
-    ``(d2, id)`` sort of the few runs whose keys tie.
+    Returns the first ``k`` of each query as ``(query, slot, sorted point row, d2)`` (``None``
+    when there are no candidates). One int64 sort on ``(query, d2 quantised to 40 bits)``
+    (monotone in ``d2``), then an exact ``(d2, id)`` sort of the few runs whose keys tie.
     """
     if qi.numel() == 0:
-        return
+        return None
     q0 = int(qi[0])
     level = torch.floor(d2 * (float(1 << _D2_BITS) / r2)).to(torch.int64).clamp_(0, (1 << _D2_BITS) - 1)
     key, perm = torch.sort(((qi - q0) << _D2_BITS) | level)
     tied = key[1:] == key[:-1]
+    del key, level
     if bool(tied.any()):
         perm = _break_ties(perm, tied, d2, ids[sp])
     qi, sp, d2 = qi[perm], sp[perm], d2[perm]
@@ -292,8 +353,7 @@ def _keep_nearest(
     first = torch.cumsum(counts, 0) - counts
     slot = torch.arange(qi.numel(), device=qi.device) - first[qi - q0]
     keep = slot < k
-    index[qi[keep], slot[keep]] = sp[keep]
-    d2_out[qi[keep], slot[keep]] = d2[keep]
+    return qi[keep], slot[keep], sp[keep], d2[keep]
 
 
 def _break_ties(perm: Tensor, tied: Tensor, d2: Tensor, ids: Tensor) -> Tensor:
