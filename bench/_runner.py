@@ -39,10 +39,10 @@ def worker_command(script: str | Path, flags: Sequence[str], ranks: int, torchru
     when ``ranks > 1``)."""
     if not (ranks > 1 if torchrun is None else torchrun):
         return [sys.executable, str(script), *flags]
-    from meshshard.comm import free_port
-
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
-            "--master-port", str(free_port()), str(script), *flags]
+    # --standalone: torchrun takes a free port itself when it starts (a port picked beforehand can be
+    # taken by another run in between, as happened to a bench test in a parallel suite)
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
+            str(script), *flags]
 
 
 def run_workers(
@@ -60,8 +60,10 @@ def read_json(path: str | Path, done: subprocess.CompletedProcess[str], what: st
     exit naming its last line on stderr (or its exit code)."""
     path = Path(path)
     if done.returncode or not path.is_file():
-        lines = done.stderr.strip().splitlines() if done.stderr else []
-        raise SystemExit(f"{what} failed: {lines[-1] if lines else f'exit code {done.returncode}'}")
+        lines = [t for t in (done.stderr or "").splitlines() if t.strip().strip("=-") and not t.startswith(" ")]
+        errors = [t for t in lines if "Error" in t or "error:" in t or "Exception" in t]  # the cause, not torchrun's banner
+        last = errors[-1] if errors else lines[-1] if lines else f"exit code {done.returncode}"
+        raise SystemExit(f"{what} failed: {last}")
     return json.loads(path.read_text())
 
 

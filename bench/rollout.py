@@ -182,8 +182,9 @@ def file_costs(cache: Path, side: int, repeat: int) -> list[dict[str, Any]]:
             start = time.perf_counter()
             write(path)
             seconds.append(time.perf_counter() - start)
-        rows.append({"writer": name, "seconds": round(sorted(seconds)[(repeat - 1) // 2], 3),
-                     "seconds_runs": [round(v, 3) for v in seconds], "megabytes": round(path.stat().st_size / 1e6, 1)})
+        size = path.stat().st_size
+        rows.append({"writer": name, "seconds": round(sorted(seconds)[(repeat - 1) // 2], 6),
+                     "seconds_runs": [round(v, 6) for v in seconds], "bytes": size, "megabytes": round(size / 1e6, 1)})
         path.unlink()
     return rows
 
