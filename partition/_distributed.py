@@ -43,6 +43,7 @@ from ._dist_plan import gather_nodes, write_shards
 from ._exchange import Exchange, LocalExchange, agree
 from ._format import METADATA_FILE, check_output_dir, dump_metadata, make_metadata
 from ._json_io import write_text_file
+from ._progress import Steps
 from ._readers import hash_regular
 from ._safe_io import folder_lock, staged_folder
 from ._vtkhdf import VTKHDF_SUFFIX, VtkHdfSlice, read_slice
@@ -109,6 +110,7 @@ def partition_distributed(
     imbalance: float = 0.03,
     seed: int = 0,
     force: bool = False,
+    steps: Steps | None = None,
 ) -> Path:
     """Partition the ``.vtkhdf`` mesh ``input`` into ``num_parts`` parts with the processes of
     ``exchange`` (every process calls this; see the module docstring), writing the folder ``out``.
@@ -123,6 +125,9 @@ def partition_distributed(
         imbalance: Allowed load imbalance; a cut over it is refused (one process would refine it).
         seed: Recorded, as one process records it.
         force: Replace an existing partition folder.
+        steps: Records this process's wall time (and, with ``track_memory``, peak memory) of each stage:
+            ``read``, ``assign``, ``graph``, ``nodes`` (each part's nodes to its builder), ``shards``
+            (build and write the parts), ``metadata`` (gather the entries, write ``partition.json``).
 
     Returns:
         The partition folder, on every process.
@@ -131,6 +136,7 @@ def partition_distributed(
         ValueError: on every process alike (one line), for any process's bad argument, input or write.
     """
     ex = LocalExchange() if exchange is None else exchange
+    steps = Steps() if steps is None else steps
     path, out = Path(input), Path(out)
     error: BaseException | None = None
     with ExitStack() as stack:
@@ -144,17 +150,21 @@ def partition_distributed(
             error = err
         agree(ex, error)
         try:
-            piece, digest = _read(path, ex, num_parts)
+            with steps.step("read"):
+                piece, digest = _read(path, ex, num_parts)
         except (ValueError, OSError, MemoryError) as err:
             error = ValueError(f"{path}: {err}" if not str(err).startswith(str(path)) else str(err))
         agree(ex, error)
         n, first, pos, cells = piece.num_nodes, piece.first_node, piece.pos, piece.cells
         del piece
-        parts_block = morton_assign(ex, pos, first, n, num_parts)
-        graph = block_graph(ex, cells, n, first)
-        del cells  # the graph's rows are all that is needed of the cells from here on
+        with steps.step("assign"):
+            parts_block = morton_assign(ex, pos, first, n, num_parts)
+        with steps.step("graph"):
+            graph = block_graph(ex, cells, n, first)
+            del cells  # the graph's rows are all that is needed of the cells from here on
         num_edges = graph.num_edges
-        nodes = gather_nodes(ex, first, parts_block, pos, num_parts)
+        with steps.step("nodes"):
+            nodes = gather_nodes(ex, first, parts_block, pos, num_parts)
         counts = nodes.owned_counts
         found = _load_imbalance(counts, num_parts, n, imbalance)  # the same on every process
         staging = None
@@ -164,20 +174,22 @@ def partition_distributed(
             error = err
         agree(ex, error)
         folder = Path(ex.all_gather(None if staging is None else str(staging))[0])
-        entries, cut, error = write_shards(ex, graph, parts_block, pos, nodes, num_parts, folder)
-        del parts_block, pos, graph, nodes
-        agree(ex, error)
-        entries = [e for chunk in ex.all_gather(entries) for e in chunk]
-        cut = sum(ex.all_gather(cut)) // 2
-        if ex.rank == 0:
-            try:
-                meta = _metadata(ex, entries, digest or "", name=path.name, num_nodes=n,
-                                 num_edges=num_edges, cut=cut, counts=counts, load_imbalance=found,
-                                 engine=engine, seed=seed, imbalance=imbalance)
-                write_text_file(folder / METADATA_FILE, dump_metadata(meta))
-            except (ValueError, OSError) as err:
-                error = err
-        agree(ex, error)  # every file written, on every process
+        with steps.step("shards"):
+            entries, cut, error = write_shards(ex, graph, parts_block, pos, nodes, num_parts, folder)
+            del parts_block, pos, graph, nodes
+            agree(ex, error)
+        with steps.step("metadata"):
+            entries = [e for chunk in ex.all_gather(entries) for e in chunk]
+            cut = sum(ex.all_gather(cut)) // 2
+            if ex.rank == 0:
+                try:
+                    meta = _metadata(ex, entries, digest or "", name=path.name, num_nodes=n,
+                                     num_edges=num_edges, cut=cut, counts=counts, load_imbalance=found,
+                                     engine=engine, seed=seed, imbalance=imbalance)
+                    write_text_file(folder / METADATA_FILE, dump_metadata(meta))
+                except (ValueError, OSError) as err:
+                    error = err
+            agree(ex, error)  # every file written, on every process
         try:
             stack.close()  # process 0: the staging folder renamed to out, then the lock let go
         except (ValueError, OSError) as err:

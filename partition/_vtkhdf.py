@@ -23,7 +23,7 @@ external links, virtual or external datasets) are refused.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from ._graph import Cells
 from ._readers import _EXPANSION_FLOOR, max_expansion, open_regular
 
 __all__ = ["VTKHDF_SUFFIX", "VtkHdfSlice", "block_start", "block_owner", "read_slice", "read_vtkhdf",
-           "vtkhdf_counts", "write_vtkhdf"]
+           "vtkhdf_counts", "write_vtkhdf", "write_vtkhdf_slabs"]
 
 VTKHDF_SUFFIX = ".vtkhdf"
 
@@ -223,6 +223,17 @@ def read_vtkhdf(path: str | os.PathLike[str]) -> tuple[np.ndarray, Cells]:
     return whole.pos, whole.cells
 
 
+def _new_root(file: Any, h5py: Any, num_points: int, num_cells: int, num_ids: int) -> Any:
+    """The ``/VTKHDF`` group of a new file, with its attributes and its three counts."""
+    root = file.create_group("VTKHDF")
+    root.attrs["Version"] = np.array([2, 0], dtype=np.int64)
+    kind = "UnstructuredGrid".encode("ascii")
+    root.attrs.create("Type", kind, dtype=h5py.string_dtype("ascii", len(kind)))
+    for name, value in zip(_SCALARS, (num_points, num_cells, num_ids)):
+        root.create_dataset(name, data=np.array([value], dtype=np.int64))
+    return root
+
+
 def write_vtkhdf(path: str | os.PathLike[str], points: np.ndarray, cells: Cells,
                  point_data: Mapping[str, np.ndarray] | None = None) -> Path:
     """Write a one-piece VTKHDF unstructured grid (version 2.0), readable by VTK's ``vtkHDFReader``.
@@ -261,13 +272,7 @@ def write_vtkhdf(path: str | os.PathLike[str], points: np.ndarray, cells: Cells,
     conn = np.concatenate(conns) if conns else np.zeros(0, dtype=np.int64)
     path = Path(path)
     with h5py.File(path, "w") as file:
-        root = file.create_group("VTKHDF")
-        root.attrs["Version"] = np.array([2, 0], dtype=np.int64)
-        kind = "UnstructuredGrid".encode("ascii")
-        root.attrs.create("Type", kind, dtype=h5py.string_dtype("ascii", len(kind)))
-        root.create_dataset("NumberOfPoints", data=np.array([len(pos)], dtype=np.int64))
-        root.create_dataset("NumberOfCells", data=np.array([len(type_ids)], dtype=np.int64))
-        root.create_dataset("NumberOfConnectivityIds", data=np.array([len(conn)], dtype=np.int64))
+        root = _new_root(file, h5py, len(pos), len(type_ids), len(conn))
         root.create_dataset("Points", data=pos)
         root.create_dataset("Types", data=type_ids)
         root.create_dataset("Offsets", data=offsets.astype(np.int64))
@@ -279,3 +284,67 @@ def write_vtkhdf(path: str | os.PathLike[str], points: np.ndarray, cells: Cells,
                 continue  # only numeric per-point fields (meshio may carry others)
             fields.create_dataset(str(name), data=values)
     return path
+
+
+def write_vtkhdf_slabs(path: str | os.PathLike[str], num_points: int, num_cells: int, cell_type: str,
+                       slabs: Iterable[tuple[np.ndarray, np.ndarray]]) -> Path:
+    """Write a one-piece VTKHDF grid of one cell type slab by slab, never holding the whole mesh.
+
+    The file is the one :func:`write_vtkhdf` writes for the concatenated slabs (a mesh made, or
+    read, a piece at a time: its points and cells in order); the memory is that of one slab.
+
+    Args:
+        path: The file to write (replaced when it exists).
+        num_points: ``N``, the points of all the slabs together.
+        num_cells: ``C``, the cells of all the slabs together.
+        cell_type: The meshio cell type of every cell (``"tetra"``), one of VTK's fixed-size types.
+        slabs: ``(points, cells)`` pairs in order; either may be empty; cells hold global node ids.
+
+    Shapes:
+        points: ``(N_slab, 3)``. cells: ``(C_slab, k)``, the same ``k`` in every slab.
+
+    Raises:
+        ValueError: an unknown cell type, a slab of the wrong shape, node ids out of ``[0, N)``,
+            or slabs that add up to other counts than ``num_points`` and ``num_cells``.
+    """
+    h5py = _h5py()
+    if cell_type not in _MESHIO_TYPES or cell_type in _MESHIO_TO_VTK or cell_type == "polygon":
+        raise ValueError(f"Expected a fixed-size cell type in {sorted(set(_MESHIO_TYPES) - {'polygon'})} "
+                         f"(got {cell_type!r})")
+    path = Path(path)
+    try:
+        with h5py.File(path, "w") as file:
+            _fill_slabs(file, h5py, num_points, num_cells, cell_type, slabs)
+    except BaseException:
+        path.unlink(missing_ok=True)  # nothing half-written is left behind
+        raise
+    return path
+
+
+def _fill_slabs(file: Any, h5py: Any, num_points: int, num_cells: int, cell_type: str,
+                slabs: Iterable[tuple[np.ndarray, np.ndarray]]) -> None:
+    root, k, p, c = None, 0, 0, 0
+    for points, cells in slabs:
+        points, cells = np.asarray(points, dtype=np.float64), np.asarray(cells)
+        if root is None:
+            k = cells.shape[1] if cells.ndim == 2 else 0
+            root = _new_root(file, h5py, num_points, num_cells, num_cells * k)
+            for name, shape, dtype in (("Points", (num_points, 3), np.float64), ("Types", (num_cells,), np.uint8),
+                                       ("Offsets", (num_cells + 1,), np.int64),
+                                       ("Connectivity", (num_cells * k,), np.int64)):
+                root.create_dataset(name, shape, dtype=dtype)
+            root.create_group("PointData")
+        if points.ndim != 2 or points.shape[1] != 3 or cells.ndim != 2 or cells.shape[1] != k:
+            raise ValueError(f"Expected slabs of points (n, 3) and {cell_type} cells (c, {k}) "
+                             f"(got {points.shape} and {cells.shape})")
+        if p + len(points) > num_points or c + len(cells) > num_cells:
+            raise ValueError(f"Expected slabs of {num_points} points and {num_cells} cells in all (got more)")
+        if cells.size and (cells.min() < 0 or cells.max() >= num_points):
+            raise ValueError(f"Expected {cell_type} node ids in [0, {num_points}) (got [{cells.min()}, {cells.max()}])")
+        root["Points"][p:p + len(points)] = points
+        root["Types"][c:c + len(cells)] = _MESHIO_TYPES[cell_type]
+        root["Offsets"][c:c + len(cells) + 1] = np.arange(c, c + len(cells) + 1, dtype=np.int64) * k
+        root["Connectivity"][c * k:(c + len(cells)) * k] = cells.reshape(-1)
+        p, c = p + len(points), c + len(cells)
+    if root is None or (p, c) != (num_points, num_cells):
+        raise ValueError(f"Expected slabs of {num_points} points and {num_cells} cells in all (got {p} and {c})")

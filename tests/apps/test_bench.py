@@ -175,10 +175,51 @@ def test_distributed_partition_bench_reports_every_process(tmp_path: Path) -> No
     report = json.loads(result.read_text())
     assert report["nodes"] == 6**3 and report["parts"] == 3
     runs = [(r["mode"], r["processes"], r["rank"]) for r in report["results"]]
-    assert runs == [("one", 1, 0), ("distributed", 1, 0), ("distributed", 2, 0), ("distributed", 2, 1)]
+    assert runs == [("metis", 1, 0), ("one", 1, 0), ("distributed", 1, 0), ("distributed", 2, 0),
+                    ("distributed", 2, 1)]
     for r in report["results"]:
         assert r["peak_rss_mb"] >= r["rss_before_mb"] > 0 and r["numpy_peak_mb"] > 0
+        assert r["vm_peak_mb"] >= r["peak_rss_mb"]  # the address space holds what is resident
         assert r["bytes_per_share_node"] == pytest.approx(r["bytes_per_node"] * r["processes"])
+    metis, one, *distributed = report["runs"]
+    assert metis["mode"] == "metis" and metis["cut_vs_metis"] == metis["imbalance_vs_metis"] == 1
+    assert list(metis["stage_seconds"])[:3] == ["read", "graph", "metis"]
+    for r in distributed:  # the geometric engine makes the one-process morton assignment
+        assert (r["edge_cut"], r["imbalance"]) == (one["edge_cut"], one["imbalance"]) and r["edge_cut"] > 0
+        assert r["cut_vs_metis"] == pytest.approx(r["edge_cut"] / metis["edge_cut"])
+        assert list(r["stage_seconds"]) == ["read", "assign", "graph", "nodes", "shards", "metadata"]
+    assert {r["directed_edges"] for r in report["runs"]} == {2 * (3 * 6 * 6 * 5 + 3 * 6 * 5 * 5 + 5**3)}
+
+
+def test_capped_runs_say_how_they_ended(tmp_path: Path) -> None:
+    """The --cap mode's runner: a command under the address-space cap that runs out of memory, and one
+    killed by a signal, each reported as such (the demonstration itself is the next test)."""
+    ends = {"out of memory": "bytearray(2 * 10**9)", "killed by SIGKILL": "import os; os.kill(os.getpid(), 9)",
+            "ok": "print('fits')"}
+    for outcome, code in ends.items():
+        result = tmp_path / "r.json"
+        subprocess.run([sys.executable, str(BENCH / "partition_distributed.py"), "--run-capped", "500000000",
+                        str(result), "--", sys.executable, "-c", code], check=True, timeout=120)
+        found = json.loads(result.read_text())
+        assert found["outcome"] == outcome, found
+        assert found["largest_peak_rss_mb"] > 0
+    assert found["exit"] == 0 and found["message"] == "fits"
+
+
+@pytest.mark.slow  # a torchrun of 2 processes and three meshshard commands: about 30 s on 2 loaded cores
+def test_distributed_partition_bench_cap_mode_runs_and_verifies(tmp_path: Path) -> None:
+    result = tmp_path / "r.json"
+    done = subprocess.run([sys.executable, str(BENCH / "partition_distributed.py"), "--side", "6", "--parts", "3",
+                           "--cap", "4000000000", "--cap-procs", "2", "--json", str(result)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(result.read_text())
+    assert report["cap_bytes"] == 4_000_000_000 and report["nodes"] == 6**3
+    # a cap far above both runs' needs at this size: both partition, and verify passes
+    assert [(name, r["outcome"]) for name, r in report["runs"].items()] == [
+        ("one process (METIS)", "ok"), ("2 processes", "ok")], report
+    assert report["verify"]["exit"] == 0, report["verify"]
+    assert "capped at 4,000,000,000 bytes" in done.stdout
 
 
 def test_halo_and_collectives_benches_print_before_and_after(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from meshshard.partition import build_graph, convert_mesh, read_input, read_slice, write_vtkhdf
-from meshshard.partition._vtkhdf import block_owner, block_start
+from meshshard.partition._vtkhdf import block_owner, block_start, write_vtkhdf_slabs
 
 from ._mixed_mesh import mixed_mesh, write_mixed_vtkhdf
 
@@ -154,3 +154,38 @@ def test_a_dataset_larger_than_the_file_allows_is_refused_before_reading(tmp_pat
         f.create_dataset("VTKHDF/Points", shape=(10**12, 3), dtype="f8", chunks=(1024, 3), compression="gzip")
     with pytest.raises(ValueError, match=r"Points declares 24,000,000,000,000 bytes, more than MESHSHARD_MAX_EXPANSION"):
         read_slice(path, 0, 4)
+
+
+def test_slabs_write_the_file_write_vtkhdf_writes(tmp_path: Path) -> None:
+    import h5py
+
+    rng = np.random.default_rng(0)
+    pos, tets = rng.uniform(size=(40, 3)), rng.integers(0, 40, size=(25, 4))
+    whole = write_vtkhdf(tmp_path / "whole.vtkhdf", pos, [("tetra", tets)])
+    # uneven slabs, an empty one among them, points and cells cut at different places
+    slabs = list(zip(np.split(pos, [7, 7, 30]), np.split(tets, [10, 12, 12])))
+    sliced = write_vtkhdf_slabs(tmp_path / "slabs.vtkhdf", 40, 25, "tetra", iter(slabs))
+    with h5py.File(whole) as a, h5py.File(sliced) as b:
+        assert dict(a["VTKHDF"].attrs.items()).keys() == dict(b["VTKHDF"].attrs.items()).keys()
+        assert sorted(a["VTKHDF"]) == sorted(b["VTKHDF"])
+        for name in a["VTKHDF"]:
+            if isinstance(a["VTKHDF"][name], h5py.Dataset):
+                np.testing.assert_array_equal(a["VTKHDF"][name][()], b["VTKHDF"][name][()], err_msg=name)
+                assert a["VTKHDF"][name].dtype == b["VTKHDF"][name].dtype, name
+    assert read_slice(sliced, 1, 3).first_node == read_slice(whole, 1, 3).first_node
+
+
+@pytest.mark.parametrize(("counts", "slabs", "match"), [
+    ((4, 2), [(np.zeros((3, 3)), np.zeros((2, 4), dtype=int))], r"4 points and 2 cells in all \(got 3 and 2\)"),
+    ((3, 1), [(np.zeros((3, 3)), np.zeros((2, 4), dtype=int))], r"3 points and 1 cells in all \(got more\)"),
+    ((3, 2), [(np.zeros((3, 3)), np.zeros((1, 4), dtype=int)), (np.zeros((0, 3)), np.zeros((1, 3), dtype=int))],
+     r"tetra cells \(c, 4\) \(got \(0, 3\) and \(1, 3\)\)"),
+    ((3, 1), [(np.zeros((3, 3)), np.full((1, 4), 3))], r"node ids in \[0, 3\) \(got \[3, 3\]\)"),
+    ((3, 1), [], r"\(got 0 and 0\)"),
+])
+def test_slabs_that_do_not_add_up_leave_no_file(tmp_path: Path, counts, slabs, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        write_vtkhdf_slabs(tmp_path / "m.vtkhdf", *counts, "tetra", iter(slabs))
+    assert not (tmp_path / "m.vtkhdf").exists()
+    with pytest.raises(ValueError, match=r"Expected a fixed-size cell type .* \(got 'polygon'\)"):
+        write_vtkhdf_slabs(tmp_path / "m.vtkhdf", 3, 0, "polygon", iter([]))
