@@ -198,6 +198,10 @@ def metis_parts(
                        tpwgts=tpwgts, ncuts=ncuts)[0]
 
 
+#: What pymetis raises on any METIS error status (it throws a C++ pointer, which pybind11 cannot translate).
+_METIS_FAILED = "Caught an unknown exception!"
+
+
 def _metis_call(
     graph: Graph,
     num_parts: int,
@@ -219,9 +223,19 @@ def _metis_call(
                               ncuts=int(ncuts))
     adjacency = pymetis.CSRAdjacency(adj_starts=graph.indptr, adjacent=graph.indices)
     vweights = None if graph.vertex_weights is None else graph.vertex_weights.ravel()
-    result = pymetis.part_graph(
-        num_parts, adjacency=adjacency, vweights=vweights, eweights=graph.edge_weights,
-        tpwgts=None if tpwgts is None else tpwgts.tolist(), recursive=recursive, options=options)
+    try:
+        result = pymetis.part_graph(
+            num_parts, adjacency=adjacency, vweights=vweights, eweights=graph.edge_weights,
+            tpwgts=None if tpwgts is None else tpwgts.tolist(), recursive=recursive, options=options)
+    except RuntimeError as err:
+        if str(err) != _METIS_FAILED:
+            raise
+        # pymetis throws a pointer for every METIS error status, which pybind11 cannot name; the input was
+        # checked before, so the status left is METIS_ERROR_MEMORY (a malloc refused under a memory cap)
+        raise MemoryError(f"METIS ran out of memory partitioning {graph.num_nodes:,} nodes into {num_parts} parts "
+                          f"(pymetis: {err}); a mesh this large can be partitioned by several processes that "
+                          "each hold a slice of it: torchrun --nproc-per-node P -m meshshard partition "
+                          "MESH.vtkhdf (see docs/partition.md, 'Beyond one machine')") from None
     return np.asarray(result.vertex_part, dtype=np.int64), int(result.edge_cuts)
 
 

@@ -13,6 +13,7 @@ import pytest
 from meshshard.partition import (
     Graph,
     assign_parts,
+    build_graph,
     edge_cut,
     imbalance,
     partition_file,
@@ -172,3 +173,33 @@ def test_refinement_runs_when_the_assignment_overshoots(mesh_file: Path, tmp_pat
     assert refinement["load_imbalance_before"] > 1.15
     assert meta["load_imbalance"] <= 1.03 < refinement["load_imbalance_before"]
     assert verify_partition(tmp_path / "p") == []
+
+
+def test_metis_out_of_memory_is_a_memory_error_naming_the_way_out(mesh_file: Path, tmp_path: Path, capsys,
+                                                                  monkeypatch) -> None:
+    """pymetis reports METIS_ERROR_MEMORY (a malloc refused under a memory cap: ``python
+    bench/partition_distributed.py --cap``) as the RuntimeError it gives every METIS status; the pipeline
+    says what it is, and ``meshshard partition`` prints it as one line. Any other RuntimeError is left alone."""
+    import pymetis
+
+    from meshshard.cli import main
+
+    def refused(*args, **kwargs):
+        raise RuntimeError("Caught an unknown exception!")
+
+    monkeypatch.setattr(pymetis, "part_graph", refused)
+    graph = build_graph(read_input(mesh_file))
+    with pytest.raises(MemoryError, match=rf"METIS ran out of memory partitioning {graph.num_nodes:,} nodes into 3 "
+                                          r"parts .* torchrun --nproc-per-node P -m meshshard partition MESH\.vtkhdf"):
+        assign_parts(graph, 3, "metis")
+    assert main(["partition", str(mesh_file), "--parts", "3", "--out", str(tmp_path / "p"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "METIS ran out of memory" in err and str(mesh_file) in err, err
+    assert not (tmp_path / "p").exists()
+
+    def other(*args, **kwargs):
+        raise RuntimeError("something else")
+
+    monkeypatch.setattr(pymetis, "part_graph", other)
+    with pytest.raises(RuntimeError, match="something else"):
+        assign_parts(graph, 3, "metis")
