@@ -44,7 +44,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time see __getattr__ bel
     from ._convert import convert_mesh
     from ._dist_assign import ENGINES
     from ._distributed import partition_distributed
-    from ._exchange import Exchange, LocalExchange
+    from ._dist_graph import BlockGraph, block_graph
+    from ._exchange import Exchange, LocalExchange, agree, lookup
     from ._format import FORMAT_NAME, FORMAT_VERSION, load_partition, read_metadata, save_partition
     from ._graph import Graph
     from ._grid import GridLayout, grid_layout, partition_grid
@@ -53,7 +54,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time see __getattr__ bel
     from ._plan import build_partitions
     from ._points import GraphRule, check_radius, parse_graph_rule, point_graph
     from ._verify import check_partitions, verify_partition
-    from ._vtkhdf import read_slice, write_vtkhdf
+    from ._vtkhdf import VTKHDF_SUFFIX, block_start, read_point_data, read_slice, write_vtkhdf
 
 # name -> module that defines it, relative to this package (``._api`` is ``_api.py`` beside this
 # file). Resolved on first use, so that a training rank that only loads its part
@@ -134,6 +135,13 @@ _LAZY: dict[str, str] = {
     "partition_distributed": "._distributed",
     "Exchange": "._exchange",
     "LocalExchange": "._exchange",
+    "agree": "._exchange",
+    "lookup": "._exchange",
+    "BlockGraph": "._dist_graph",
+    "block_graph": "._dist_graph",
+    "VTKHDF_SUFFIX": "._vtkhdf",
+    "block_start": "._vtkhdf",
+    "read_point_data": "._vtkhdf",
     "read_slice": "._vtkhdf",
     "write_vtkhdf": "._vtkhdf",
 }
@@ -189,7 +197,11 @@ _ALIASES: dict[str, tuple[str, str]] = {
 }
 
 __all__ = [
+    "agree",
     "assign_parts",
+    "block_graph",
+    "block_start",
+    "BlockGraph",
     "build_graph",
     "build_partitions",
     "Cells",
@@ -228,6 +240,7 @@ __all__ = [
     "LocalExchange",
     "listed",
     "load_partition",
+    "lookup",
     "loads_json",
     "max_expansion",
     "MAX_LISTED",
@@ -254,6 +267,7 @@ __all__ = [
     "read_json",
     "read_json_inside",
     "read_metadata",
+    "read_point_data",
     "read_slice",
     "record_halo_radius",
     "refine_balance",
@@ -263,6 +277,7 @@ __all__ = [
     "save_partition",
     "Steps",
     "verify_partition",
+    "VTKHDF_SUFFIX",
     "window_plan",
     "write_partitions",
     "write_vtkhdf",

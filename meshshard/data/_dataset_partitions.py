@@ -60,14 +60,16 @@ def read_partitions_metadata(parts: str | os.PathLike[str]) -> dict[str, Any]:
     source = meta.get("input", {})
     return {"format": None, "num_parts": meta["num_parts"],
             "meshes": [{"mesh": 0, "folder": ".", "num_nodes": meta["num_nodes"],
-                        "sha256": source.get("sha256") if source.get("kind") == "dataset" else None}],
+                        "sha256": source.get("sha256") if source.get("kind") == "dataset" else None}
+                       | ({"file_sha256": source.get("sha256")} if source.get("kind") == "mesh" else {})],
             **({"halo_radius": meta["halo_radius"]} if "halo_radius" in meta else {})}
 
 
 def check_partition_matches(dataset: Dataset | str | os.PathLike[str], parts: str | os.PathLike[str],
                             hint: str | None = None) -> dict[str, Any]:
     """Raise a one-line ``ValueError`` unless PARTS was made from this dataset's meshes (node
-    counts and mesh checksums); return PARTS' metadata (see :func:`read_partitions_metadata`).
+    counts and mesh checksums, or: a partition of a mesh file that a mesh of a distributed dataset
+    was read from, its ``source_sha256``); return PARTS' metadata (see :func:`read_partitions_metadata`).
 
     The error ends with ``hint``; by default, how to partition the dataset into a new folder (never
     over PARTS, which may be another dataset's partition that something still needs)."""
@@ -82,6 +84,8 @@ def check_partition_matches(dataset: Dataset | str | os.PathLike[str], parts: st
         raise ValueError(f"{parts}: partition made for another dataset ({plural(len(theirs), 'mesh', 'meshes')}; "
                          f"{data.path} has {len(mine)}); {hint}")
     for i, (a, b) in enumerate(zip(theirs, mine)):
+        if a["num_nodes"] == b["num_nodes"] and a.get("file_sha256") in b.get("source_sha256", ()):
+            continue  # a partition of the very file this mesh was read from (both number its nodes as it does)
         if a["num_nodes"] != b["num_nodes"] or a["sha256"] != b["sha256"]:
             why = (f"{a['num_nodes']} nodes vs {b['num_nodes']}" if a["num_nodes"] != b["num_nodes"] else
                    "not made from a dataset" if a["sha256"] is None else
