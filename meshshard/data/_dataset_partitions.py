@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from ._dataset import PARTITIONS_FILE, PARTITIONS_FORMAT
 from ._folder_guard import atomic_folder
 from ._reader import Dataset, Mesh, open_dataset
 
-__all__ = ["partition_dataset", "dataset_partition_folder", "read_partitions_metadata", "check_partition_matches",
+__all__ = ["partition_of_mesh", "partition_dataset", "dataset_partition_folder", "read_partitions_metadata", "check_partition_matches",
            "iter_meshes"]
 
 
@@ -39,6 +39,14 @@ def dataset_partition_folder(parts: str | os.PathLike[str], mesh: int) -> Path:
     if (parts / PARTITIONS_FILE).is_file():
         return parts / f"mesh-{mesh:05d}"
     return parts
+
+
+def partition_of_mesh(made_from: Mapping[str, Any], mesh: Mapping[str, Any]) -> bool:
+    """Whether a partition whose ``input`` entry is ``made_from`` numbers the nodes of the dataset
+    mesh entry ``mesh``: made from that mesh (its checksum), or from the very mesh file the mesh was
+    read from by the processes of :func:`meshshard.data.write_dataset_distributed` (``source_sha256``)."""
+    digest = made_from.get("sha256")
+    return digest == mesh["sha256"] or (made_from.get("kind") == "mesh" and digest in mesh.get("source_sha256", ()))
 
 
 def read_partitions_metadata(parts: str | os.PathLike[str]) -> dict[str, Any]:
@@ -84,7 +92,7 @@ def check_partition_matches(dataset: Dataset | str | os.PathLike[str], parts: st
         raise ValueError(f"{parts}: partition made for another dataset ({plural(len(theirs), 'mesh', 'meshes')}; "
                          f"{data.path} has {len(mine)}); {hint}")
     for i, (a, b) in enumerate(zip(theirs, mine)):
-        if a["num_nodes"] == b["num_nodes"] and a.get("file_sha256") in b.get("source_sha256", ()):
+        if a["num_nodes"] == b["num_nodes"] and partition_of_mesh({"kind": "mesh", "sha256": a.get("file_sha256")}, b):
             continue  # a partition of the very file this mesh was read from (both number its nodes as it does)
         if a["num_nodes"] != b["num_nodes"] or a["sha256"] != b["sha256"]:
             why = (f"{a['num_nodes']} nodes vs {b['num_nodes']}" if a["num_nodes"] != b["num_nodes"] else
