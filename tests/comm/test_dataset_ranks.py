@@ -212,7 +212,40 @@ def _train_both(rank: int, world: int, mesh: str, root: str, cfg: dict) -> list[
     for which in ("dist", "one"):
         losses.append(train(TrainConfig.from_dict(cfg | {"partition": f"{root}/{which}-parts",
                                                          "data": f"{root}/{which}-data", "out": f"{root}/{which}-run"})))
-    return losses
+    return [losses, _predict_traced(root)]
+
+
+def _predict_traced(root: str) -> list[tuple[str, int, int]]:
+    """``meshshard predict --pieces`` on the distributed dataset, every read of a dataset array
+    recorded: ``(file, its length, the rows read)``."""
+    from meshshard.data import Dataset
+    from meshshard.run import PredictConfig, predict
+
+    reads: list[tuple[str, int, int]] = []
+
+    class Traced(np.memmap):
+        def __getitem__(self, key: Any) -> Any:
+            out = super().__getitem__(key)
+            if getattr(self, "file", None) is not None and self.ndim:
+                reads.append((self.file, len(self), len(out) if np.ndim(out) == self.ndim else 1))
+            return out
+
+    real = Dataset.load_npy
+
+    def load_npy(self: Any, file: Path, mmap_mode: str | None) -> np.ndarray:
+        out = real(self, file, mmap_mode)
+        if isinstance(out, np.memmap):
+            out = out.view(Traced)
+            out.file = str(Path(file).relative_to(self.path))
+        return out
+
+    Dataset.load_npy = load_npy  # type: ignore[method-assign]
+    try:
+        predict(PredictConfig(run=f"{root}/dist-run", data=f"{root}/dist-data", out=f"{root}/dist-pred", gather=False,
+                              plots=False, quiet=True))
+    finally:
+        Dataset.load_npy = real  # type: ignore[method-assign]
+    return reads
 
 
 def test_training_on_the_distributed_partition_and_dataset_equals_the_one_process_ones(tmp_path: Path) -> None:
@@ -232,7 +265,14 @@ def test_training_on_the_distributed_partition_and_dataset_equals_the_one_proces
                                          hidden_layers=1, message_passing_steps=2, quiet=True, dtype="float64",
                                          lr_schedule="constant"))
     found = run_ranks(_train_both, 2, str(mesh), str(tmp_path), cfg, timeout=180)
-    dist, one = found[0]
+    dist, one = found[0][0]
+    # predict on the distributed dataset writes pieces, each rank reading only part of every array it reads
+    assert sorted(p.name for p in (tmp_path / "dist-pred" / "m").iterdir()) == ["part-00000.vtu", "part-00001.vtu"]
+    for _, reads in found:
+        files = {file for file, _, _ in reads}
+        assert {"samples/00000/inputs.npy", "samples/00000/targets.npy", "meshes/00000/cells-hexahedron.npy"} <= files
+        for file, length, rows in reads:
+            assert rows < length or length <= 2, (file, length, rows)
     assert len(dist) == 3 and dist == pytest.approx(one, rel=1e-10)
     a, b = (load_checkpoint(tmp_path / f"{w}-run" / "checkpoint.pt")["model"] for w in ("dist", "one"))
     assert a.keys() == b.keys()
