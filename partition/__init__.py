@@ -43,8 +43,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time see __getattr__ bel
     from ._assign import METHODS, assign_parts, edge_cut, imbalance, refine_balance
     from ._convert import convert_mesh
     from ._dist_assign import ENGINES
-    from ._distributed import partition_distributed
     from ._dist_graph import BlockGraph, block_graph
+    from ._distributed import partition_distributed
     from ._exchange import Exchange, LocalExchange, agree, lookup
     from ._format import FORMAT_NAME, FORMAT_VERSION, load_partition, read_metadata, save_partition
     from ._graph import Graph

@@ -61,7 +61,6 @@ from meshshard.partition import (
     LocalExchange,
     agree,
     block_graph,
-    block_start,
     folder_lock,
     lookup,
     plural,
@@ -251,8 +250,10 @@ class _Writer:
         if self.fields is None:
             self.fields = (in_fields, out_fields)
         elif (in_fields, out_fields) != self.fields:
-            raise ValueError(f"Expected the fields of the first sample, {channel_names(self.fields[0])} and "
-                             f"{channel_names(self.fields[1])} (got {channel_names(in_fields)}, {channel_names(out_fields)})")
+            first, got = (channel_names(self.fields[0]), channel_names(self.fields[1])), (
+                channel_names(in_fields), channel_names(out_fields))
+            raise ValueError(f"Expected the fields of the first sample, {first[0]} and {first[1]} "
+                             f"(got {got[0]}, {got[1]})")
         return piece, inputs, targets
 
     def sample(self, path: Path, i: int, name: str, train: bool) -> None:

@@ -29,8 +29,8 @@ from ._dataset import PARTITIONS_FILE, PARTITIONS_FORMAT
 from ._folder_guard import atomic_folder
 from ._reader import Dataset, Mesh, open_dataset
 
-__all__ = ["partition_of_mesh", "partition_dataset", "dataset_partition_folder", "read_partitions_metadata", "check_partition_matches",
-           "iter_meshes"]
+__all__ = ["partition_of_mesh", "partition_dataset", "dataset_partition_folder", "read_partitions_metadata",
+           "check_partition_matches", "iter_meshes"]
 
 
 def dataset_partition_folder(parts: str | os.PathLike[str], mesh: int) -> Path:
