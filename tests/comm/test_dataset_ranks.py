@@ -248,6 +248,7 @@ def _predict_traced(root: str) -> list[tuple[str, int, int]]:
     return reads
 
 
+@pytest.mark.slow  # two trainings and a prediction in one spawn of 2 ranks (68-102 s at a load average of 25)
 def test_training_on_the_distributed_partition_and_dataset_equals_the_one_process_ones(tmp_path: Path) -> None:
     import torch
 
