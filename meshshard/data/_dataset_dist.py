@@ -69,6 +69,7 @@ from meshshard.partition import (
 )
 from meshshard.partition.files import hash_regular, write_text_file
 
+from ._clouds import _SOLID
 from ._dataset import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -289,6 +290,11 @@ class _Writer:
 
     def _mesh(self, path: Path, piece: Any, prints: tuple[str, ...]) -> None:
         ex, m = self.ex, len(self.meshes)
+        types = {t for listing in ex.all_gather(sorted({t for t, _ in piece.cells})) for t in listing}
+        if not types & _SOLID and types & {"triangle", "quad", "polygon"}:  # one process would store its areas
+            agree(ex, ValueError(f"{path}: Expected 3-D cells (got a surface of {', '.join(sorted(types))}); a "
+                                 "surface's area vectors are made by one process: run meshshard dataset without "
+                                 "torchrun"))
         folder = self.folder / "meshes" / f"{m:05d}"
         n, first, pos = piece.num_nodes, piece.first_node, piece.pos
         _write_rows(ex, folder / "points.npy", (n, 3), np.dtype(np.float64), first, pos)

@@ -119,6 +119,21 @@ def test_an_error_of_one_process_is_raised_by_all(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == []  # no DATA, no staging folder
 
 
+def test_what_one_process_would_store_more_of_is_refused_in_one_line(tmp_path: Path) -> None:
+    from meshshard.data import write_dataset_distributed
+
+    pos = np.array([[0.0, 0, 0], [1, 0, 0], [0, 1, 0], [1, 1, 0.5]])
+    surface = write_vtkhdf(tmp_path / "s.vtkhdf", pos, [("triangle", np.array([[0, 1, 2], [1, 3, 2]]))], {"p": pos[:, 2]})
+    with pytest.raises(ValueError, match=r"s\.vtkhdf: Expected 3-D cells \(got a surface of triangle\); a surface's "
+                                         r"area vectors are made by one process: run meshshard dataset without torchrun$"):
+        write_dataset_distributed([surface], tmp_path / "d", inputs="pos", targets="p")
+    with pytest.raises(ValueError, match=r"s\.vtkhdf: Expected a point field 'q' \(got p\)$"):
+        write_dataset_distributed([surface], tmp_path / "d", inputs="pos", targets="q")
+    with pytest.raises(ValueError, match=r"s\.vtk: Expected a \.vtkhdf file, which each process reads in part"):
+        write_dataset_distributed([tmp_path / "s.vtk"], tmp_path / "d", inputs="pos", targets="p")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.vtkhdf"]  # no DATA, no staging folder, no lock
+
+
 def _dies(rank: int, world: int, files: list[str], out: str) -> str:
     import os
 
