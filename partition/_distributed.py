@@ -76,16 +76,22 @@ def _read(path: Path, ex: Exchange, num_parts: int) -> tuple[VtkHdfSlice, str | 
     return piece, hash_regular(path)[0] if ex.rank == 0 else None
 
 
-def _load_imbalance(counts: np.ndarray, num_parts: int, num_nodes: int, imbalance: float, engine: str) -> float:
-    """The load imbalance one process records for these part sizes (unit weights); refused when one
-    process would refine the assignment (``refine_balance``), which the processes do not do."""
+def _load_imbalance(counts: np.ndarray, num_parts: int, num_nodes: int, imbalance: float, engine: str,
+                    rank: int) -> float:
+    """The load imbalance one process records for these part sizes (unit weights). Over ``imbalance``,
+    where one process would refine the assignment (``refine_balance``, which the processes do not do):
+    the Morton cut is refused; a graph engine's parts, balanced by the engine itself to within a node or
+    so per part, are kept with a warning (on process 0), and the figure is recorded."""
     load = counts.astype(np.float64)
     found = float((load / (target_weights(num_parts, None) * num_nodes)).max()) if num_nodes else 1.0
     if found > 1.0 + imbalance + 1e-12:
-        cut = "the Morton cut" if engine == "geometric" else f"--engine {engine}'s partition"
-        raise ValueError(f"{cut} into {num_parts} parts has a load imbalance of {found:.4f}, over "
-                         f"--imbalance {imbalance}; with so few nodes per part, partition in one process "
-                         "(which refines the balance) or allow a larger --imbalance")
+        if engine == "geometric":
+            raise ValueError(f"the Morton cut into {num_parts} parts has a load imbalance of {found:.4f}, over "
+                             f"--imbalance {imbalance}; with so few nodes per part, partition in one process "
+                             "(which refines the balance) or allow a larger --imbalance")
+        if rank == 0:
+            warnings.warn(f"--engine {engine}'s {num_parts} parts have a load imbalance of {found:.4f}, over "
+                          f"--imbalance {imbalance} (kept, and recorded as load_imbalance)", stacklevel=3)
     return found
 
 
@@ -140,7 +146,8 @@ def partition_distributed(
         engine: ``"geometric"``: Morton order (``--method morton`` of one process); ``"ptscotch"``:
             PT-Scotch, on an ``exchange`` with an MPI communicator (``meshshard.comm.MPIExchange``).
         halo_hops: 1 (k-hop halos are built by one process).
-        imbalance: Allowed load imbalance; a cut over it is refused (one process would refine it).
+        imbalance: Allowed load imbalance; a Morton cut over it is refused (one process would refine it),
+            a graph engine's parts over it are kept with a warning.
         seed: Recorded, as one process records it; PT-Scotch's random seed.
         force: Replace an existing partition folder.
 
@@ -181,7 +188,7 @@ def partition_distributed(
             agree(ex, error)
         nodes = gather_nodes(ex, first, parts_block, pos, num_parts)
         counts = nodes.owned_counts
-        found = _load_imbalance(counts, num_parts, n, imbalance, engine)  # the same on every process
+        found = _load_imbalance(counts, num_parts, n, imbalance, engine, ex.rank)  # the same on every process
         staging = None
         try:
             staging = stack.enter_context(staged_folder(out)) if ex.rank == 0 else None
