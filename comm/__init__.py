@@ -63,7 +63,6 @@ from ._context import (
 )
 from ._counter import CollectiveCall, CollectiveLog, count_collectives, record_collective
 from ._exchange import ArrayExchange
-from ._mpi_exchange import MPIExchange
 from ._group import (
     agree_on_first_error,
     all_gather_objects,
@@ -87,6 +86,7 @@ from ._launch import (
     launch_local,
     max_local_ranks,
 )
+from ._mpi_exchange import MPIExchange
 from ._reductions import (
     note_replicated_result,
     replicated_results,

@@ -97,7 +97,8 @@ def _check_width(graph: BlockGraph, dtype: Any) -> None:
     if graph.num_nodes > top or graph.num_edges > top:
         raise ValueError(f"--engine ptscotch: the graph has {graph.num_nodes:,} nodes and {graph.num_edges:,} "
                          f"directed edges, more than this PT-Scotch's {8 * np.dtype(dtype).itemsize}-bit SCOTCH_Num "
-                         "holds; use one built with 64-bit integers (PYSCOTCH_INT_SIZE=64, PYSCOTCH_LIB_DIR=its folder)")
+                         "holds; use one built with 64-bit integers (PYSCOTCH_INT_SIZE=64, "
+                         "PYSCOTCH_LIB_DIR=its folder)")
 
 
 def ptscotch_assign(ex: Exchange, graph: BlockGraph, n_block: int, num_parts: int, *, imbalance: float = 0.03,

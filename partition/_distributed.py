@@ -43,8 +43,8 @@ import numpy as np
 from ._assign import check_num_parts, target_weights
 from ._dist_assign import ENGINES, morton_assign
 from ._dist_graph import block_graph
-from ._dist_scotch import check_ptscotch, ptscotch_assign
 from ._dist_plan import gather_nodes, write_shards
+from ._dist_scotch import check_ptscotch, ptscotch_assign
 from ._exchange import Exchange, LocalExchange, agree
 from ._format import METADATA_FILE, check_output_dir, dump_metadata, make_metadata
 from ._json_io import write_text_file

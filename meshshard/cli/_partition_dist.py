@@ -6,9 +6,9 @@ gloo on the CPU whatever the machine has (partitioning is CPU work), its waits b
 ``MESHSHARD_TIMEOUT``. With ``--engine ptscotch``, or under mpirun (``OMPI_COMM_WORLD_SIZE``,
 ``PMI_SIZE`` or ``PMIX_RANK`` set), the processes talk through MPI instead
 (``meshshard.comm.MPIExchange``: PT-Scotch needs an MPI communicator, and one launcher's rendezvous
-is enough); mpirun ends every process when one fails. An error every process agrees on (bad arguments, a bad input, a refused
-output folder) is printed once, by process 0; any other (a process that died) by each process that
-sees it. Every process exits 2 on an error.
+is enough); mpirun ends every process when one fails. An error every process agrees on (bad
+arguments, a bad input, a refused output folder) is printed once, by process 0; any other (a process
+that died) by each process that sees it. Every process exits 2 on an error.
 """
 
 from __future__ import annotations
