@@ -16,8 +16,10 @@ or in one call: ``partition_file(...)`` (the ``meshshard partition`` command), o
 box decomposition, see ``_grid.py``). ``verify_partition(DIR)`` checks every invariant of a folder.
 
 Beyond one machine: ``partition_distributed(MESH.vtkhdf, DIR, K, exchange)``, called by each of
-``P`` processes with an :class:`Exchange` (``meshshard.comm.ArrayExchange`` under torchrun), writes
-the same folder with no process holding the whole mesh (``_distributed.py``); ``convert_mesh``
+``P`` processes with an :class:`Exchange` (``meshshard.comm.ArrayExchange`` under torchrun,
+``meshshard.comm.MPIExchange`` under mpirun: ``engine="ptscotch"``), writes the same folder with no
+process holding the whole mesh (``_distributed.py``); ``read_assignment(DIR)`` reads back the part of
+every node a folder stores; ``convert_mesh``
 makes the ``.vtkhdf`` it reads in slices (``read_slice``, ``_vtkhdf.py``).
 
 Datasets, the files they are built from, boundaries and surfaces are the dataset layer's,
@@ -41,6 +43,7 @@ from ._lazy import lazy_names
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time see __getattr__ below
     from ._api import GRAPHS, build_graph, partition_file, partition_graph, partition_mesh, partition_points
     from ._assign import METHODS, assign_parts, edge_cut, imbalance, refine_balance
+    from ._assignment import read_assignment
     from ._convert import convert_mesh
     from ._dist_assign import ENGINES
     from ._dist_graph import BlockGraph, block_graph
@@ -71,6 +74,7 @@ _LAZY: dict[str, str] = {
     "edge_cut": "._assign",
     "imbalance": "._assign",
     "refine_balance": "._assign",
+    "read_assignment": "._assignment",
     "FORMAT_NAME": "._format",
     "FORMAT_VERSION": "._format",
     "load_partition": "._format",
@@ -267,6 +271,7 @@ __all__ = [
     "read_json",
     "read_json_inside",
     "read_metadata",
+    "read_assignment",
     "read_point_data",
     "read_slice",
     "record_halo_radius",
