@@ -31,6 +31,13 @@ reports each run's exit, how it ended (``ok``, ``out of memory``: the command's 
     python bench/partition_distributed.py --side 100 --parts 16 --cap 1500000000
     python bench/partition_distributed.py --side 272 --parts 64     # 20M nodes: ~15 GB free, TMPDIR with 25 GB
 
+``--engines`` instead compares the quality of each engine's parts on the same mesh and graph: the edge cut
+and load imbalance of one-process METIS (the reference), of the Morton cut (one process and the geometric
+engine at each P), of PT-Scotch under ``mpirun -n P`` and of KaMinPar (one process, threads), where
+installed; wall times beside them (nothing asserts on them):
+
+    python bench/partition_distributed.py --engines [--side 60] [--parts 16] [--procs 1 2 4] [--json FILE]
+
 Run it under ``prlimit --as=6000000000`` on a shared machine. Prints a table, then one JSON object.
 """
 
@@ -109,7 +116,7 @@ def one_process(method: str, mesh: str, out: str, parts: int, result: str) -> No
     Path(result).write_text(json.dumps([found]))
 
 
-def _quality(folder: Path) -> dict:
+def _folder_quality(folder: Path) -> dict:
     """The edge cut and imbalance a run recorded."""
     meta = json.loads((folder / "partition.json").read_text())
     return {"edge_cut": meta["edge_cut"], "imbalance": meta["imbalance"], "directed_edges": meta["num_edges"]}
@@ -131,7 +138,7 @@ def run_case(mode: str, procs: int, mesh: Path, parts: int, tmp: Path) -> tuple[
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
-    quality = _quality(folder)
+    quality = _folder_quality(folder)
     shutil.rmtree(folder)
     return json.loads(result.read_text()), quality
 
@@ -142,6 +149,71 @@ def against_metis(runs: list[dict]) -> None:
     for r in runs:
         r["cut_vs_metis"] = r["edge_cut"] / metis["edge_cut"] if metis and metis["edge_cut"] else None
         r["imbalance_vs_metis"] = r["imbalance"] / metis["imbalance"] if metis else None
+
+
+def _quality(folder: Path, engine: str, processes: int, seconds: float) -> dict:
+    from meshshard.partition import read_metadata
+
+    meta = read_metadata(folder)
+    return {"engine": engine, "processes": processes, "edge_cut": meta["edge_cut"],
+            "load_imbalance": meta["load_imbalance"], "seconds": seconds}
+
+
+def scotch_worker(mesh: str, out: str, parts: int) -> None:
+    """One process of ``mpirun``: the PT-Scotch partition."""
+    from meshshard.comm import MPIExchange
+    from meshshard.partition import partition_distributed
+
+    partition_distributed(mesh, out, parts, MPIExchange(), engine="ptscotch", force=True)
+
+
+def engine_quality(mesh: Path, parts: int, procs: list[int], tmp: Path) -> list[dict]:
+    """Edge cut and load imbalance of every engine against one-process METIS on the same graph (``--engines``)."""
+    import importlib.util
+    import shutil
+
+    from meshshard.partition import partition_file
+
+    rows = []
+    for method in ("metis", "morton", "kaminpar"):
+        if method == "kaminpar" and importlib.util.find_spec("kaminpar") is None:
+            print("kaminpar: not installed (pip install kaminpar)", file=sys.stderr)
+            continue
+        start = time.perf_counter()
+        folder = partition_file(mesh, tmp / f"q-{method}", parts, method=method, force=True)
+        rows.append(_quality(folder, method if method != "morton" else "morton (one process)", 1,
+                             time.perf_counter() - start))
+    env = os.environ | {"OMP_NUM_THREADS": "1", "MESHSHARD_TIMEOUT": "600", "OMPI_ALLOW_RUN_AS_ROOT": "1",
+                        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+    here = str(Path(__file__).resolve())
+    for p in procs:
+        runs = {"geometric": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(p),
+                              "-m", "meshshard", "partition"],
+                "ptscotch": ["mpirun", "-n", str(p), sys.executable, here, "--scotch-worker"]}
+        for engine, cmd in runs.items():
+            if engine == "ptscotch" and (shutil.which("mpirun") is None or importlib.util.find_spec("pyscotch") is None):
+                print("ptscotch: mpirun or pyscotch is not installed (docs/partition.md)", file=sys.stderr)
+                continue
+            out = tmp / f"q-{engine}-{p}"
+            args = [str(mesh), str(out), str(parts)] if engine == "ptscotch" else \
+                [str(mesh), "--parts", str(parts), "--out", str(out), "--quiet", "--force"]
+            start = time.perf_counter()
+            done = subprocess.run(cmd + args, env=env, capture_output=True, text=True, timeout=3600)
+            if done.returncode != 0:
+                raise SystemExit(f"{' '.join(cmd + args)} failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
+            rows.append(_quality(out, engine, p, time.perf_counter() - start))
+    reference = rows[0]["edge_cut"]
+    for r in rows:
+        r["cut_vs_metis"] = r["edge_cut"] / reference if reference else None
+    return rows
+
+
+def print_quality(n: int, parts: int, rows: list[dict]) -> None:
+    print(f"{n:,} nodes, {parts} parts: edge cut and load imbalance by engine (METIS in one process = 1.00)")
+    print(f"{'engine':<22}{'P':>3}{'edge cut':>11}{'vs METIS':>10}{'imbalance':>11}{'seconds':>9}")
+    for r in rows:
+        print(f"{r['engine']:<22}{r['processes']:>3}{r['edge_cut']:>11,}{r['cut_vs_metis']:>10.2f}"
+              f"{r['load_imbalance']:>11.4f}{r['seconds']:>9.1f}")
 
 
 def _run_name(mode: str, procs: int) -> str:
@@ -263,7 +335,12 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the JSON here")
     parser.add_argument("--worker", nargs=4, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--one", nargs=5, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--engines", action="store_true",
+                        help="compare the edge cut and imbalance of each engine with one-process METIS instead")
+    parser.add_argument("--scotch-worker", nargs=3, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.scotch_worker:
+        return scotch_worker(*args.scotch_worker[:2], int(args.scotch_worker[2]))
     if args.worker:
         return worker(*args.worker[:2], int(args.worker[2]), args.worker[3])
     if args.one:
@@ -274,7 +351,11 @@ def main() -> None:
         mesh = write_mesh(args.side, tmp / "lattice.vtkhdf")
         n = args.side**3
         print(f"wrote {mesh.name} ({n:,} nodes) in {time.perf_counter() - start:.1f} s", file=sys.stderr)
-        if args.cap is not None:
+        if args.engines:
+            rows = engine_quality(mesh, args.parts, args.procs, tmp)
+            print_quality(n, args.parts, rows)
+            report = {"nodes": n, "parts": args.parts, "engines": rows}
+        elif args.cap is not None:
             report = {"nodes": n, "parts": args.parts, **cap_demo(mesh, args.parts, args.cap, args.cap_procs, tmp)}
             print_cap(n, args.parts, report)
         else:

@@ -15,7 +15,8 @@ gloo (CPU) and NCCL (GPU):
 - :func:`count_collectives`: record what a block of code sends, forward and backward;
 - :func:`sum_across`, :func:`max_across`, :func:`gather_rows`, :func:`directory_lookup`: numpy
   arrays across ranks (reports, prediction files); :class:`ArrayExchange`: numpy arrays of any dtype
-  between ranks for offline work (the ``Exchange`` a distributed ``meshshard partition`` takes);
+  between ranks for offline work (the ``Exchange`` a distributed ``meshshard partition`` takes), and
+  :class:`MPIExchange`, the same over MPI (mpi4py; what ``--engine ptscotch`` runs on);
 - :func:`launch_local`: start R local ranks as torchrun would (commands run without torchrun);
   :func:`is_peer_failure`: whether an error came from a dead or stopped peer;
 - the process group itself, plain (not autograd-aware) calls for bookkeeping:
@@ -85,6 +86,7 @@ from ._launch import (
     launch_local,
     max_local_ranks,
 )
+from ._mpi_exchange import MPIExchange
 from ._reductions import (
     note_replicated_result,
     replicated_results,
@@ -135,6 +137,7 @@ __all__ = [
     "launch_local",
     "local_ranks_backend",
     "max_across",
+    "MPIExchange",
     "note_replicated_result",
     "RankFailed",
     "record_collective",

@@ -16,8 +16,10 @@ or in one call: ``partition_file(...)`` (the ``meshshard partition`` command), o
 box decomposition, see ``_grid.py``). ``verify_partition(DIR)`` checks every invariant of a folder.
 
 Beyond one machine: ``partition_distributed(MESH.vtkhdf, DIR, K, exchange)``, called by each of
-``P`` processes with an :class:`Exchange` (``meshshard.comm.ArrayExchange`` under torchrun), writes
-the same folder with no process holding the whole mesh (``_distributed.py``); ``convert_mesh``
+``P`` processes with an :class:`Exchange` (``meshshard.comm.ArrayExchange`` under torchrun,
+``meshshard.comm.MPIExchange`` under mpirun: ``engine="ptscotch"``), writes the same folder with no
+process holding the whole mesh (``_distributed.py``); ``read_assignment(DIR)`` reads back the part of
+every node a folder stores; ``convert_mesh``
 makes the ``.vtkhdf`` it reads in slices (``read_slice``, ``_vtkhdf.py``).
 
 Datasets, the files they are built from, boundaries and surfaces are the dataset layer's,
@@ -41,10 +43,12 @@ from ._lazy import lazy_names
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time see __getattr__ below
     from ._api import GRAPHS, build_graph, partition_file, partition_graph, partition_mesh, partition_points
     from ._assign import METHODS, assign_parts, edge_cut, imbalance, refine_balance
+    from ._assignment import read_assignment
     from ._convert import convert_mesh
     from ._dist_assign import ENGINES
+    from ._dist_graph import BlockGraph, block_graph
     from ._distributed import partition_distributed
-    from ._exchange import Exchange, LocalExchange
+    from ._exchange import Exchange, LocalExchange, agree, lookup
     from ._format import FORMAT_NAME, FORMAT_VERSION, load_partition, read_metadata, save_partition
     from ._graph import Graph
     from ._grid import GridLayout, grid_layout, partition_grid
@@ -53,7 +57,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time see __getattr__ bel
     from ._plan import build_partitions
     from ._points import GraphRule, check_radius, parse_graph_rule, point_graph
     from ._verify import check_partitions, verify_partition
-    from ._vtkhdf import read_slice, write_vtkhdf
+    from ._vtkhdf import VTKHDF_SUFFIX, block_start, read_point_data, read_slice, write_vtkhdf
 
 # name -> module that defines it, relative to this package (``._api`` is ``_api.py`` beside this
 # file). Resolved on first use, so that a training rank that only loads its part
@@ -70,6 +74,7 @@ _LAZY: dict[str, str] = {
     "edge_cut": "._assign",
     "imbalance": "._assign",
     "refine_balance": "._assign",
+    "read_assignment": "._assignment",
     "FORMAT_NAME": "._format",
     "FORMAT_VERSION": "._format",
     "load_partition": "._format",
@@ -134,6 +139,13 @@ _LAZY: dict[str, str] = {
     "partition_distributed": "._distributed",
     "Exchange": "._exchange",
     "LocalExchange": "._exchange",
+    "agree": "._exchange",
+    "lookup": "._exchange",
+    "BlockGraph": "._dist_graph",
+    "block_graph": "._dist_graph",
+    "VTKHDF_SUFFIX": "._vtkhdf",
+    "block_start": "._vtkhdf",
+    "read_point_data": "._vtkhdf",
     "read_slice": "._vtkhdf",
     "write_vtkhdf": "._vtkhdf",
 }
@@ -189,7 +201,11 @@ _ALIASES: dict[str, tuple[str, str]] = {
 }
 
 __all__ = [
+    "agree",
     "assign_parts",
+    "block_graph",
+    "block_start",
+    "BlockGraph",
     "build_graph",
     "build_partitions",
     "Cells",
@@ -228,6 +244,7 @@ __all__ = [
     "LocalExchange",
     "listed",
     "load_partition",
+    "lookup",
     "loads_json",
     "max_expansion",
     "MAX_LISTED",
@@ -254,6 +271,8 @@ __all__ = [
     "read_json",
     "read_json_inside",
     "read_metadata",
+    "read_assignment",
+    "read_point_data",
     "read_slice",
     "record_halo_radius",
     "refine_balance",
@@ -263,6 +282,7 @@ __all__ = [
     "save_partition",
     "Steps",
     "verify_partition",
+    "VTKHDF_SUFFIX",
     "window_plan",
     "write_partitions",
     "write_vtkhdf",

@@ -269,8 +269,12 @@ def partition_file(
     force: bool = False,
     max_expansion: float | None = None,
     steps: Steps | None = None,
+    parts: np.ndarray | Sequence[int] | None = None,
 ) -> Path:
     """``meshshard partition``: read ``input``, partition it, write the folder ``out``.
+
+    ``parts``, the part of every node (``read_assignment`` of another folder, say), is used instead of
+    ``method`` (recorded as ``"given"``): the same assignment gives the same part files.
 
     Cheap checks (arguments, the output folder) run before the input is read, and ``num_parts``
     is checked against the node count before anything is sized by it. Nothing is left at
@@ -293,6 +297,10 @@ def partition_file(
             raise ValueError(f"Expected --tries >= 1 (got {tries})")
         if tpwgts is not None:  # checked against num_parts, before num_parts sizes anything
             target_weights(num_parts, tpwgts)
+        if method == "kaminpar" and parts is None:  # installed? before the input is read
+            from ._kaminpar import check_kaminpar
+
+            check_kaminpar()
         with steps.step("read"):
             data = read_input(input, format=format, max_expansion=max_expansion)
         with steps.step("graph"):
@@ -307,8 +315,8 @@ def partition_file(
         if g.kind == "dual":
             params["ncommon"] = ncommon
         attrs = {"graph": g.kind, "input": source, "parameters": params}
-        metadata, partitions = run_pipeline(g, num_parts, steps, method=method, halo_hops=halo_hops,
-                                    imbalance=imbalance, seed=seed, recursive=recursive,
-                                    tries=tries, tpwgts=tpwgts, attrs=attrs)
+        metadata, partitions = run_pipeline(g, num_parts, steps, method=method, parts=parts,
+                                            halo_hops=halo_hops, imbalance=imbalance, seed=seed,
+                                            recursive=recursive, tries=tries, tpwgts=tpwgts, attrs=attrs)
         with steps.step("write", total=num_parts) as advance:  # each part built, written, let go
             return write_partitions(metadata, partitions, out, force=force, progress=advance)

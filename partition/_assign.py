@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 #: Values accepted by ``assign_parts(method=...)`` / ``--method``.
-METHODS = ("metis", "rcb", "morton")
+METHODS = ("metis", "rcb", "morton", "kaminpar")
 
 
 def check_num_parts(num_parts: int, num_nodes: int) -> None:
@@ -95,8 +95,9 @@ def assign_parts(
         graph: The graph (``rcb`` and ``morton`` need ``graph.pos``).
         num_parts: Number of parts ``R``, ``1 <= R <= N``.
         method: ``"metis"`` (edge-cut minimising, see :func:`metis_search`), ``"rcb"``
-            (recursive coordinate bisection) or ``"morton"`` (Z-order curve cut in ``R`` runs).
-        seed: METIS random seed.
+            (recursive coordinate bisection), ``"morton"`` (Z-order curve cut in ``R`` runs) or
+            ``"kaminpar"`` (KaMinPar, threads, when installed: :mod:`meshshard.partition._kaminpar`).
+        seed: METIS's (or KaMinPar's) random seed.
         imbalance: Allowed load imbalance, ``max / target - 1`` (METIS ``ufactor / 1000``).
         recursive: METIS variant: ``None`` tries k-way and (for ``R <= 16``) recursive
             bisection and keeps the better; ``False`` k-way only; ``True`` recursive only.
@@ -122,6 +123,12 @@ def assign_parts(
         return parts
     if method not in METHODS:
         raise ValueError(f"Expected --method in {', '.join(METHODS)} (got {method!r})")
+    if method == "kaminpar":
+        from ._kaminpar import kaminpar_parts
+
+        if tpwgts is not None:
+            raise ValueError("--tpwgts is taken by --method metis, rcb and morton, not by kaminpar")
+        return kaminpar_parts(graph, num_parts, imbalance=imbalance, seed=seed)
     if graph.pos is None:
         raise ValueError(f"Method {method!r} needs coordinates (the input has none); "
                          "use --method metis")

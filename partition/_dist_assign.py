@@ -17,7 +17,8 @@ Each of the ``P`` processes holds the points of its block of global ids (``pos_b
 
 ``K`` may be larger than ``P`` and need not be a multiple of it. Memory per process is
 ``O(N / P)`` (with regular sampling no process receives more than about ``2 N / P`` keys). Another
-engine (PT-Scotch, KaMinPar) plugs in with the same contract: the part of each id of the block.
+engine plugs in with the same contract: the part of each id of the block (PT-Scotch:
+:mod:`meshshard.partition._dist_scotch`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from ._vtkhdf import block_owner
 __all__ = ["ENGINES", "morton_assign", "sample_sort"]
 
 #: Distributed partitioners (``--engine``): the part of each node of a process's block.
-ENGINES = ("geometric",)
+ENGINES = ("geometric", "ptscotch")
 #: Keys each process contributes to the splitter sample.
 SAMPLES_PER_PROCESS = 64
 

@@ -7,10 +7,12 @@ Every process calls :func:`partition_distributed` with the same arguments and it
    folder's lock); any failure is raised on every process (:func:`agree`) before any array moves;
 2. read: process ``r`` reads its block of points and of cells of the ``.vtkhdf`` by hyperslabs
    (:func:`meshshard.partition._vtkhdf.read_slice`); process 0 also hashes the file;
-3. assign: the engine gives the part of each node of the block (``geometric``: the Morton order
-   by a sample sort, :mod:`meshshard.partition._dist_assign`);
-4. graph: the nodal graph's rows of the block, by a rendezvous of the cell edges on the owner of
+3. graph: the nodal graph's rows of the block, by a rendezvous of the cell edges on the owner of
    ``dst`` (:mod:`meshshard.partition._dist_graph`);
+4. assign: the engine gives the part of each node of the block (``geometric``: the Morton order
+   by a sample sort, :mod:`meshshard.partition._dist_assign`, worked out before the graph, which it
+   does not need; ``ptscotch``: PT-Scotch on the graph's rows, :mod:`meshshard.partition._dist_scotch`,
+   on an exchange that carries an MPI communicator);
 5. shards: the builders learn their parts' nodes, and so every part's size (the load balance is
    checked before anything is written); then each process builds the parts of its run, one round at
    a time, and writes their files into process 0's staging folder as it builds them
@@ -21,7 +23,9 @@ Every process calls :func:`partition_distributed` with the same arguments and it
 
 What is written equals what one process writes for the same assignment: ``meshshard partition
 MESH.vtkhdf --method morton`` gives the same part files, byte for byte, and the same
-``partition.json`` but for its ``distributed`` entry (engine and process count) and checksum.
+``partition.json`` but for its ``distributed`` entry (engine and process count) and checksum. For
+PT-Scotch, which is not deterministic, the assignment is the one the part files store
+(:func:`meshshard.partition.read_assignment`), and one process given it writes the same part files.
 Only ``--halo-hops 1`` and the nodal graph are built this way so far. The output folder must be on
 a file system every process sees (one machine, or a shared file system).
 """
@@ -40,6 +44,7 @@ from ._assign import check_num_parts, target_weights
 from ._dist_assign import ENGINES, morton_assign
 from ._dist_graph import block_graph
 from ._dist_plan import gather_nodes, write_shards
+from ._dist_scotch import check_ptscotch, ptscotch_assign
 from ._exchange import Exchange, LocalExchange, agree
 from ._format import METADATA_FILE, check_output_dir, dump_metadata, make_metadata
 from ._json_io import write_text_file
@@ -72,22 +77,30 @@ def _read(path: Path, ex: Exchange, num_parts: int) -> tuple[VtkHdfSlice, str | 
     return piece, hash_regular(path)[0] if ex.rank == 0 else None
 
 
-def _load_imbalance(counts: np.ndarray, num_parts: int, num_nodes: int, imbalance: float) -> float:
-    """The load imbalance one process records for these part sizes (unit weights); refused when one
-    process would refine the assignment (``refine_balance``), which the processes do not do."""
+def _load_imbalance(counts: np.ndarray, num_parts: int, num_nodes: int, imbalance: float, engine: str,
+                    rank: int) -> float:
+    """The load imbalance one process records for these part sizes (unit weights). Over ``imbalance``,
+    where one process would refine the assignment (``refine_balance``, which the processes do not do):
+    the Morton cut is refused; a graph engine's parts, balanced by the engine itself to within a node or
+    so per part, are kept with a warning (on process 0), and the figure is recorded."""
     load = counts.astype(np.float64)
     found = float((load / (target_weights(num_parts, None) * num_nodes)).max()) if num_nodes else 1.0
     if found > 1.0 + imbalance + 1e-12:
-        raise ValueError(f"the Morton cut into {num_parts} parts has a load imbalance of {found:.4f}, over "
-                         f"--imbalance {imbalance}; with so few nodes per part, partition in one process "
-                         "(which refines the balance) or allow a larger --imbalance")
+        if engine == "geometric":
+            raise ValueError(f"the Morton cut into {num_parts} parts has a load imbalance of {found:.4f}, over "
+                             f"--imbalance {imbalance}; with so few nodes per part, partition in one process "
+                             "(which refines the balance) or allow a larger --imbalance")
+        if rank == 0:
+            warnings.warn(f"--engine {engine}'s {num_parts} parts have a load imbalance of {found:.4f}, over "
+                          f"--imbalance {imbalance} (kept, and recorded as load_imbalance)", stacklevel=3)
     return found
 
 
 def _metadata(ex: Exchange, entries: list[dict[str, Any]], digest: str, *, name: str, num_nodes: int,
               num_edges: int, cut: int, counts: np.ndarray, load_imbalance: float, engine: str,
               seed: int, imbalance: float) -> dict[str, Any]:
-    attrs = {"method": "morton", "graph": "nodal", "input": {"kind": "mesh", "name": name, "sha256": digest},
+    method = "morton" if engine == "geometric" else engine
+    attrs = {"method": method, "graph": "nodal", "input": {"kind": "mesh", "name": name, "sha256": digest},
              "parameters": {"seed": seed, "imbalance": imbalance, "tpwgts": None},
              "load_imbalance": load_imbalance, "refinement": None,
              "distributed": {"engine": engine, "processes": ex.size}}
@@ -97,6 +110,18 @@ def _metadata(ex: Exchange, entries: list[dict[str, Any]], digest: str, *, name:
                          attrs=attrs, parts=summary)
     meta["parts"] = entries
     return meta
+
+
+def _graph_engine(ex: Exchange, engine: str, graph: Any, n_block: int, num_parts: int, imbalance: float,
+                  seed: int) -> tuple[np.ndarray, BaseException | None]:
+    """The part of each node of the block by a graph engine, and the error to agree on (a graph too
+    large for the library's integers; the library's own failure)."""
+    try:
+        return ptscotch_assign(ex, graph, n_block, num_parts, imbalance=imbalance, seed=seed), None
+    except (ValueError, RuntimeError, MemoryError) as err:
+        text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return np.zeros(0, dtype=np.int64), ValueError(text if text.startswith("--engine") else
+                                                       f"--engine {engine}: {text}")
 
 
 def partition_distributed(
@@ -120,10 +145,12 @@ def partition_distributed(
         out: The partition folder to create (replaced with ``force`` when it holds a partition).
         num_parts: ``K``, any number from 1 to the node count (more or fewer than the processes).
         exchange: The processes (default: this one alone, :class:`LocalExchange`).
-        engine: ``"geometric"``: Morton order (``--method morton`` of one process).
+        engine: ``"geometric"``: Morton order (``--method morton`` of one process); ``"ptscotch"``:
+            PT-Scotch, on an ``exchange`` with an MPI communicator (``meshshard.comm.MPIExchange``).
         halo_hops: 1 (k-hop halos are built by one process).
-        imbalance: Allowed load imbalance; a cut over it is refused (one process would refine it).
-        seed: Recorded, as one process records it.
+        imbalance: Allowed load imbalance; a Morton cut over it is refused (one process would refine it),
+            a graph engine's parts over it are kept with a warning.
+        seed: Recorded, as one process records it; PT-Scotch's random seed.
         force: Replace an existing partition folder.
         steps: Records this process's wall time (and, with ``track_memory``, peak memory) of each stage:
             ``read``, ``assign``, ``graph``, ``nodes`` (each part's nodes to its builder), ``shards``
@@ -142,6 +169,8 @@ def partition_distributed(
     with ExitStack() as stack:
         try:
             _check_arguments(path, num_parts, engine, halo_hops, imbalance)
+            if engine == "ptscotch":  # MPI, pyscotch and the library, before any work
+                check_ptscotch(ex)
             if ex.rank == 0:
                 stack.enter_context(folder_lock(out))
                 for note in check_output_dir(out, force, inputs=[input]):
@@ -158,15 +187,19 @@ def partition_distributed(
         n, first, pos, cells = piece.num_nodes, piece.first_node, piece.pos, piece.cells
         del piece
         with steps.step("assign"):
-            parts_block = morton_assign(ex, pos, first, n, num_parts)
+            parts_block = morton_assign(ex, pos, first, n, num_parts) if engine == "geometric" else None
         with steps.step("graph"):
             graph = block_graph(ex, cells, n, first)
             del cells  # the graph's rows are all that is needed of the cells from here on
         num_edges = graph.num_edges
+        if parts_block is None:
+            with steps.step("assign"):  # a graph engine assigns from the graph's rows
+                parts_block, error = _graph_engine(ex, engine, graph, len(pos), num_parts, imbalance, seed)
+                agree(ex, error)
         with steps.step("nodes"):
             nodes = gather_nodes(ex, first, parts_block, pos, num_parts)
         counts = nodes.owned_counts
-        found = _load_imbalance(counts, num_parts, n, imbalance)  # the same on every process
+        found = _load_imbalance(counts, num_parts, n, imbalance, engine, ex.rank)  # the same on every process
         staging = None
         try:
             staging = stack.enter_context(staged_folder(out)) if ex.rank == 0 else None

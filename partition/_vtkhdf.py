@@ -33,8 +33,8 @@ import numpy as np
 from ._graph import Cells
 from ._readers import _EXPANSION_FLOOR, max_expansion, open_regular
 
-__all__ = ["VTKHDF_SUFFIX", "VtkHdfSlice", "block_start", "block_owner", "read_slice", "read_vtkhdf",
-           "vtkhdf_counts", "write_vtkhdf", "write_vtkhdf_slabs"]
+__all__ = ["VTKHDF_SUFFIX", "VtkHdfSlice", "block_start", "block_owner", "read_point_data", "read_slice",
+           "read_vtkhdf", "vtkhdf_counts", "write_vtkhdf", "write_vtkhdf_slabs"]
 
 VTKHDF_SUFFIX = ".vtkhdf"
 
@@ -215,6 +215,33 @@ def read_slice(path: str | os.PathLike[str], rank: int = 0, size: int = 1) -> Vt
         raise ValueError(f"Expected node ids in [0, {n}) in Connectivity (got [{conn.min()}, {conn.max()}])")
     return VtkHdfSlice(num_nodes=n, num_cells=c, first_node=p0, pos=pos,
                        cells=_cell_blocks(types, offsets, conn))
+
+
+def read_point_data(path: str | os.PathLike[str], names: list[str], start: int, stop: int) -> dict[str, np.ndarray]:
+    """Rows ``[start, stop)`` of the named ``PointData`` fields, by hyperslabs (nothing else is read).
+
+    Shapes:
+        each field: ``(stop - start,)`` or ``(stop - start, k)``, as stored.
+
+    Raises:
+        ValueError: a field that is not there (the fields that are, listed), or not numbers of ``(N,)`` or ``(N, k)``.
+    """
+    h5py = _h5py()
+    with open_regular(path) as raw, h5py.File(raw, "r") as file:
+        root = _root(file, h5py)
+        n, _, _ = _counts(root, h5py, os.fstat(raw.fileno()).st_size)
+        group = root.get("PointData")
+        have = sorted(group.keys()) if isinstance(group, h5py.Group) else []
+        out = {}
+        for name in names:
+            if name not in have:
+                raise ValueError(f"Expected a point field {name!r} (got {', '.join(have) or 'no point fields'})")
+            data = _dataset(group, name, h5py)
+            if data.shape[:1] != (n,) or data.ndim > 2 or data.dtype.kind not in "biuf":
+                raise ValueError(f"Expected point field {name!r} of numbers of shape ({n},) or ({n}, k) "
+                                 f"(got {data.shape}, {data.dtype})")
+            out[name] = np.asarray(data[start:stop])
+    return out
 
 
 def read_vtkhdf(path: str | os.PathLike[str]) -> tuple[np.ndarray, Cells]:

@@ -264,6 +264,12 @@ def run_partition_dataset(args: argparse.Namespace) -> int:
 def _cmd_dataset(args: argparse.Namespace) -> int:
     from meshshard.partition import folder_lock
 
+    from ._partition_dist import launched
+
+    if launched():  # under torchrun: P processes, each its block of every sample (process 0 takes the lock)
+        from ._dataset_dist import run_dataset_distributed
+
+        return run_dataset_distributed(args, _error, describe_dataset)
     try:
         with folder_lock(args.out):  # one writer per DATA, before any source is read
             return _dataset(args)

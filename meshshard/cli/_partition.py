@@ -59,9 +59,14 @@ class _GraphAction(argparse.Action):
 def _cmd_partition(args: argparse.Namespace) -> int:
     from meshshard.partition import folder_lock
 
-    from ._partition_dist import launched, run_distributed
+    from ._partition_dist import launched, mpi_launched, run_distributed
 
-    if launched() or args.engine is not None:  # P processes, each reading 1/P of a .vtkhdf
+    if args.engine == "kaminpar":  # one process, threads: the one-process pipeline's method
+        if launched() or mpi_launched() or args.method not in (None, "kaminpar"):
+            return _error("partition", None, ValueError(
+                "--engine kaminpar runs in one process (threads), without torchrun or mpirun and without --method"))
+        args.engine, args.method = None, "kaminpar"
+    if launched() or mpi_launched() or args.engine is not None:  # P processes, each reading 1/P of a .vtkhdf
         return run_distributed(args, _error)
     args.method = args.method or "metis"
     try:
@@ -206,11 +211,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "(meshshard dataset: its mesh, or one partition per distinct mesh); none with --grid")
     p.add_argument("--parts", "-k", type=int, required=True, help="number of parts (ranks)")
     p.add_argument("--out", "-o", required=True, help="partition folder to create")
-    p.add_argument("--method", choices=("metis", "rcb", "morton"), default=None,
-                   help="the one-process partitioner (default metis)")
-    p.add_argument("--engine", choices=("geometric",), default=None,
-                   help="a distributed partition of a .vtkhdf mesh, each process reading 1/P of it "
-                   "(the default under torchrun): geometric is the Morton order of --method morton")
+    p.add_argument("--method", choices=("metis", "rcb", "morton", "kaminpar"), default=None,
+                   help="the one-process partitioner (default metis; kaminpar when installed)")
+    p.add_argument("--engine", choices=("geometric", "ptscotch", "kaminpar"), default=None,
+                   help="geometric or ptscotch: a distributed partition of a .vtkhdf mesh, each process reading 1/P "
+                   "of it (geometric, the Morton order of --method morton, is the default under torchrun or "
+                   "mpirun; ptscotch runs under mpirun -n P); kaminpar: one process, threads")
     p.add_argument("--graph", action=_GraphAction, default=None, metavar="nodal|dual|knn:K|radius:R",
                    help="graph to partition (default: nodal for meshes, knn for point clouds, the file's own graph "
                    "for METIS graphs); knn:K and radius:R as meshshard dataset --graph spells them (mesh is nodal; "

@@ -251,12 +251,15 @@ def edge_channel_names(pos_dim: int) -> list[str]:
 
 
 def mesh_checksum(points: np.ndarray, cells: Cells = (), edge_index: np.ndarray | None = None) -> str:
-    """SHA-256 of a mesh as the dataset stores it (points float64, connectivity int64)."""
+    """SHA-256 of a mesh as the dataset stores it (points float64, connectivity int64); memory maps
+    of the stored files are read in slices, never whole."""
     digest = hashlib.sha256(b"meshshard-mesh-v1")
 
     def add(tag: bytes, array: np.ndarray) -> None:
         digest.update(tag + b"\0" + np.asarray(array.shape, dtype=np.int64).tobytes())
-        digest.update(np.ascontiguousarray(array).tobytes())
+        step = max(1, (1 << 24) // max(1, array[:1].nbytes))  # in slices of ~16 MB: a memory map streams
+        for lo in range(0, len(array), step):
+            digest.update(np.ascontiguousarray(array[lo:lo + step]).tobytes())
 
     add(b"points", np.asarray(points, dtype=np.float64))
     for cell_type, conn in cells:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +29,8 @@ from ._dataset import PARTITIONS_FILE, PARTITIONS_FORMAT
 from ._folder_guard import atomic_folder
 from ._reader import Dataset, Mesh, open_dataset
 
-__all__ = ["partition_dataset", "dataset_partition_folder", "read_partitions_metadata", "check_partition_matches",
-           "iter_meshes"]
+__all__ = ["partition_of_mesh", "partition_dataset", "dataset_partition_folder", "read_partitions_metadata",
+           "check_partition_matches", "iter_meshes"]
 
 
 def dataset_partition_folder(parts: str | os.PathLike[str], mesh: int) -> Path:
@@ -39,6 +39,14 @@ def dataset_partition_folder(parts: str | os.PathLike[str], mesh: int) -> Path:
     if (parts / PARTITIONS_FILE).is_file():
         return parts / f"mesh-{mesh:05d}"
     return parts
+
+
+def partition_of_mesh(made_from: Mapping[str, Any], mesh: Mapping[str, Any]) -> bool:
+    """Whether a partition whose ``input`` entry is ``made_from`` numbers the nodes of the dataset
+    mesh entry ``mesh``: made from that mesh (its checksum), or from the very mesh file the mesh was
+    read from by the processes of :func:`meshshard.data.write_dataset_distributed` (``source_sha256``)."""
+    digest = made_from.get("sha256")
+    return digest == mesh["sha256"] or (made_from.get("kind") == "mesh" and digest in mesh.get("source_sha256", ()))
 
 
 def read_partitions_metadata(parts: str | os.PathLike[str]) -> dict[str, Any]:
@@ -60,14 +68,16 @@ def read_partitions_metadata(parts: str | os.PathLike[str]) -> dict[str, Any]:
     source = meta.get("input", {})
     return {"format": None, "num_parts": meta["num_parts"],
             "meshes": [{"mesh": 0, "folder": ".", "num_nodes": meta["num_nodes"],
-                        "sha256": source.get("sha256") if source.get("kind") == "dataset" else None}],
+                        "sha256": source.get("sha256") if source.get("kind") == "dataset" else None}
+                       | ({"file_sha256": source.get("sha256")} if source.get("kind") == "mesh" else {})],
             **({"halo_radius": meta["halo_radius"]} if "halo_radius" in meta else {})}
 
 
 def check_partition_matches(dataset: Dataset | str | os.PathLike[str], parts: str | os.PathLike[str],
                             hint: str | None = None) -> dict[str, Any]:
     """Raise a one-line ``ValueError`` unless PARTS was made from this dataset's meshes (node
-    counts and mesh checksums); return PARTS' metadata (see :func:`read_partitions_metadata`).
+    counts and mesh checksums, or: a partition of a mesh file that a mesh of a distributed dataset
+    was read from, its ``source_sha256``); return PARTS' metadata (see :func:`read_partitions_metadata`).
 
     The error ends with ``hint``; by default, how to partition the dataset into a new folder (never
     over PARTS, which may be another dataset's partition that something still needs)."""
@@ -82,6 +92,8 @@ def check_partition_matches(dataset: Dataset | str | os.PathLike[str], parts: st
         raise ValueError(f"{parts}: partition made for another dataset ({plural(len(theirs), 'mesh', 'meshes')}; "
                          f"{data.path} has {len(mine)}); {hint}")
     for i, (a, b) in enumerate(zip(theirs, mine)):
+        if a["num_nodes"] == b["num_nodes"] and partition_of_mesh({"kind": "mesh", "sha256": a.get("file_sha256")}, b):
+            continue  # a partition of the very file this mesh was read from (both number its nodes as it does)
         if a["num_nodes"] != b["num_nodes"] or a["sha256"] != b["sha256"]:
             why = (f"{a['num_nodes']} nodes vs {b['num_nodes']}" if a["num_nodes"] != b["num_nodes"] else
                    "not made from a dataset" if a["sha256"] is None else

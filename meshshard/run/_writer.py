@@ -52,25 +52,38 @@ class MeshOnRank:
     piece_cells: list[tuple[str, np.ndarray]] | None = None  # connectivity in piece numbering
 
 
-def _piece(data: Any, mesh: int, owned_ids: np.ndarray,
+def _piece(data: Any, mesh: int, owned_ids: np.ndarray, device: Any = None,
            chunk: int = 1 << 20) -> tuple[np.ndarray, list[tuple[str, np.ndarray]]]:
-    """The cells whose smallest node this rank owns (read in chunks), and the nodes they use."""
+    """The cells whose smallest node this rank owns, and the nodes they use (collective).
+
+    Each rank reads only its block of each cell type's rows, ``[r C / R, (r + 1) C / R)`` (in
+    slices of ``chunk``), asks the directory which rank owns each cell's smallest node
+    (:func:`meshshard.comm.directory_lookup`) and sends the cell there (one all-to-all per type): no
+    rank reads a cell file whole. Cells arrive by source rank, each source's in file order: so in file order.
+    """
+    from meshshard.comm import ArrayExchange
+
+    ex = ArrayExchange(None, "cpu" if device is None else device)
     entry = data.meta["meshes"][mesh]
-    folder = data.mesh_folder(mesh)
+    folder, n = data.mesh_folder(mesh), int(entry["num_nodes"])
+    mine = np.full((len(owned_ids), 1), float(ex.rank))
     kept: list[tuple[str, np.ndarray]] = []
     for cell_type in entry.get("cells", {}):
         conn = data.mesh_cells(mesh, cell_type)  # a memory map of a regular file of the folder, never a link
-        parts = []
-        for lo in range(0, len(conn), chunk):
-            block = np.asarray(conn[lo:lo + chunk], dtype=np.int64)
-            if block.size and (block.min() < 0 or block.max() >= entry["num_nodes"]):
-                raise ValueError(f"{folder / f'cells-{cell_type}.npy'}: Expected node ids in [0, {entry['num_nodes']}) "
-                                 f"(got {block.min()}..{block.max()})")
-            first = block.min(axis=1)
-            at = np.minimum(np.searchsorted(owned_ids, first), max(len(owned_ids) - 1, 0))
-            mine = (owned_ids[at] == first) if len(owned_ids) else np.zeros(len(block), bool)
-            parts.append(block[mine])
-        kept.append((cell_type, np.concatenate(parts) if parts else np.zeros((0, conn.shape[1]), np.int64)))
+        lo, hi = ex.rank * len(conn) // ex.size, (ex.rank + 1) * len(conn) // ex.size
+        block = np.concatenate([np.asarray(conn[a:min(a + chunk, hi)], dtype=np.int64) for a in range(lo, hi, chunk)]
+                               or [np.zeros((0, conn.shape[1]), np.int64)])
+        bad = (f"{folder / f'cells-{cell_type}.npy'}: Expected node ids in [0, {n}) (got {block.min()}..{block.max()})"
+               if block.size and (block.min() < 0 or block.max() >= n) else None)
+        said = [text for text in ex.all_gather(bad) if text is not None]  # raised by every rank alike
+        if said:
+            raise ValueError(said[0])
+        first = block.min(axis=1) if block.size else np.zeros(0, np.int64)
+        owner = directory_lookup(owned_ids, mine, first, n, None, device)[:, 0].astype(np.int64)
+        order = np.argsort(owner, kind="stable")
+        bounds = np.searchsorted(owner[order], np.arange(ex.size + 1))
+        got = ex.all_to_all([block[order[bounds[q]:bounds[q + 1]]] for q in range(ex.size)])
+        kept.append((cell_type, np.concatenate(got) if got else np.zeros((0, conn.shape[1]), np.int64)))
     ids = np.unique(np.concatenate([owned_ids] + [c.ravel() for _, c in kept]))
     return ids, [(t, np.searchsorted(ids, c)) for t, c in kept]
 
@@ -119,7 +132,7 @@ def shard_layout(data: Any, reader: Any, mesh: int, model: Any, ctx: Any, pieces
 
     layout = MeshOnRank(mesh, int(data.meta["meshes"][mesh]["num_nodes"]), owned, forward, pos_owned)
     if pieces:
-        layout.piece_ids, layout.piece_cells = _piece(data, mesh, owned)
+        layout.piece_ids, layout.piece_cells = _piece(data, mesh, owned, ctx.device)
     return layout
 
 

@@ -43,6 +43,7 @@ from meshshard.data import (
     check_partition_matches,
     dataset_partition_folder,
     open_dataset,
+    partition_of_mesh,
 )
 from meshshard.partition import load_partition
 
@@ -216,19 +217,18 @@ class DatasetReader:
             return self._shards[mesh]
         folder = dataset_partition_folder(self.partition, mesh)
         part = load_partition(folder, self.domain_rank)
-        expected = self.dataset.meta["meshes"][mesh]["sha256"]
-        if part.metadata.get("input", {}).get("sha256") != expected:
+        if not partition_of_mesh(part.metadata.get("input", {}), self.dataset.meta["meshes"][mesh]):
             raise ValueError(f"{folder}: partition made for another dataset (its mesh checksum differs from "
                              f"mesh {mesh} of {self.dataset.path}); re-run meshshard partition")
         graph = ShardGraph.from_partition(part, self.group, device=self.device, dtype=self.dtype)
         if graph.pos is None:
             raise ValueError(f"{folder}: Expected coordinates in the partition (got none)")
         edge_attr = self.normaliser.edge_attr(graph.pos, graph.edge_index)
-        entry = (graph, edge_attr, np.asarray(part.owned_ids))
-        self._shards[mesh] = entry
+        shard = (graph, edge_attr, np.asarray(part.owned_ids))
+        self._shards[mesh] = shard
         while len(self._shards) > self.cache_size:
             self._shards.popitem(last=False)
-        return entry
+        return shard
 
     def sample(self, s: int) -> LocalSample:
         """Sample ``s`` on this rank: its mesh's shard and the owned rows, normalised."""
