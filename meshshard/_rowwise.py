@@ -29,8 +29,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from meshshard.comm import sum_of_parts
+
 from ._spec import ShardSpec
-from ._tensor_functions import SumOfParts, partial_to_whole
+from ._tensor_functions import partial_to_whole
 
 __all__ = ["OwnedRows", "ELEMENTWISE", "register_rowwise", "torch_function", "dims_of"]
 
@@ -319,7 +321,7 @@ def _batch_norm(
     """``F.batch_norm`` over every node of every rank; eval mode (running statistics) is row-wise.
 
     Communication (training): two ``all_reduce`` forward (the sum, then the squared deviations), two
-    backward (each rank's part of the statistics' gradient, summed).
+    backward (each rank's part of the statistics' gradient, summed): :func:`meshshard.comm.sum_of_parts`.
     """
     if not isinstance(x, OwnedRows):
         raise TypeError("batch_norm: only the input may be a ShardTensor")
@@ -331,9 +333,9 @@ def _batch_norm(
     count = spec.num_nodes * math.prod(local.shape[2:])
     if count <= 1:
         raise ValueError(f"Expected more than 1 value per channel when training batch_norm (got {count})")
-    mean = SumOfParts.apply(local.sum(dims), spec.group) / count
+    mean = sum_of_parts(local.sum(dims), group=spec.group) / count
     centred = local - mean.view(shape)
-    var = SumOfParts.apply(centred.square().sum(dims), spec.group) / count
+    var = sum_of_parts(centred.square().sum(dims), group=spec.group) / count
     out = centred * (var + eps).rsqrt().view(shape)
     if weight is not None:
         out = out * weight.view(shape)

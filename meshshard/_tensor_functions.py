@@ -2,8 +2,6 @@
 global reduction.
 
 - :class:`FullTensor`: the shards -> the whole tensor on every rank (``ShardTensor.full_tensor``).
-- :class:`SumOfParts`: a sum over the ranks of a statistic each rank uses on its own rows (the
-  global batch norm).
 - :class:`RowsUseReplicated`: a replicated value (from ``sum()``, ``mean()``, ``full_tensor()``) used
   on each rank's own rows; :func:`partial_to_whole` inserts it where a row-wise operation meets such
   a value, and :func:`from_replicated` finds those values. ``meshshard.nn.DomainParallel`` reads the
@@ -25,7 +23,7 @@ from meshshard.comm import all_gather_v, all_reduce_sum, note_replicated_result
 from ._spec import ShardSpec
 
 __all__ = [
-    "FullTensor", "SumOfParts", "RowsUseReplicated", "REPLICATING", "ROWS_USE_REPLICATED", "from_replicated",
+    "FullTensor", "RowsUseReplicated", "REPLICATING", "ROWS_USE_REPLICATED", "from_replicated",
     "partial_to_whole",
 ]
 
@@ -45,24 +43,6 @@ class FullTensor(Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         return grad.index_select(0, ctx.spec._on("owned_ids", grad.device)), None
-
-
-class SumOfParts(Function):
-    """Sum over the ranks of a statistic each rank then uses on its own rows (a batch norm's mean).
-
-    Unlike :func:`meshshard.comm.sum_to_replicated` (whose result every rank uses identically, as a
-    loss), each rank's gradient here is its own rows' part, so the backward sums the parts too.
-    Communication: one ``all_reduce`` forward, one backward.
-    """
-
-    @staticmethod
-    def forward(ctx: Any, x: Tensor, group: Any) -> Tensor:
-        ctx.group = group
-        return all_reduce_sum(x.clone(), group=group)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        return all_reduce_sum(grad.clone(), group=ctx.group), None
 
 
 class RowsUseReplicated(Function):

@@ -44,11 +44,8 @@ dataset keeps) is scored the same way, ``|F - F_true| / |F_true|``, for the mode
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
-import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -58,6 +55,9 @@ import numpy as np
 
 from meshshard.data import boundary_force, open_dataset
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from foam_sweeps import add_run_arguments, command, dataset_to_run, read_params, rel_l2, write_results  # noqa: E402
+
 RECIPE = Path(__file__).resolve().parent / "recipe.toml"
 FIELDS = ("p", "U")
 WALLS = ("lowerWall", "upperWall")
@@ -66,15 +66,6 @@ WALLS = ("lowerWall", "upperWall")
 def rescale(params: dict[str, float]) -> dict[str, float]:
     """The non-dimensionalisation of the rescaled baselines: ``p / speed^2``, ``U / speed``."""
     return {"p": params["speed"] ** 2, "U": params["speed"]}
-
-
-def read_params(path: Path) -> tuple[list[str], list[str], np.ndarray]:
-    """(sample names, parameter names, values (cases, parameters)) of ``params.csv``."""
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
-    header, body = rows[0], [r for r in rows[1:] if r]
-    assert header[0] == "sample", f"{path}: the first column must be 'sample'"
-    return [r[0] for r in body], header[1:], np.array([[float(v) for v in r[1:]] for r in body])
 
 
 def read_fields(data: object, sample: int) -> dict[str, np.ndarray]:
@@ -92,11 +83,6 @@ def wall_forces(data: object, fields: dict[str, np.ndarray]) -> dict[str, np.nda
         ids, area = data.boundary(0, wall)
         out[wall] = boundary_force(fields["p"][ids], area)
     return out
-
-
-def rel_l2(pred: np.ndarray, true: np.ndarray) -> float:
-    """||pred - true|| / ||true|| over every node (and component): predict's metrics.json figure."""
-    return float(np.linalg.norm(pred - true) / np.linalg.norm(true))
 
 
 def baselines(names: list[str], params: list[str], values: np.ndarray, fields: dict[str, dict[str, np.ndarray]],
@@ -153,18 +139,6 @@ def meshshard_prediction(pred: Path, metrics: dict, name: str, num_nodes: int) -
     return out, record
 
 
-def command(words: list[str], log: list[dict], stage: str) -> float:
-    """Run ``meshshard WORDS`` as a user would, printed first; its wall time."""
-    print(f"\n$ meshshard {shlex.join(words)}", flush=True)
-    started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "meshshard", *words])
-    seconds = time.perf_counter() - started
-    log.append({"stage": stage, "command": "meshshard " + shlex.join(words), "seconds": round(seconds, 1)})
-    if done.returncode != 0:
-        sys.exit(f"run.py: meshshard {stage} failed ({done.returncode})")
-    return seconds
-
-
 def table(rows: dict[str, dict[str, list[float]]], cases: list[str]) -> str:
     """Mean [worst] per field, then every case."""
     head = f"{'':36} {'p mean':>8} {'p worst':>8} {'U mean':>8} {'U worst':>8}   per case: p / U"
@@ -193,23 +167,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
                                 epilog="Any other option is meshshard train's (--seed 1, --steps 100), given to it after "
                                        "--config: it overrides the recipe.")
-    p.add_argument("sweep", type=Path, help="the sweep folder sweep.py wrote")
-    p.add_argument("--tag", default="base", help="this recipe's folder, SWEEP/TAG (default base)")
-    p.add_argument("--config", type=Path, default=RECIPE,
-                   help="meshshard train's recipe (default recipe.toml beside this script)")
-    p.add_argument("--inputs", default="pos[0],pos[1]",
-                   help="meshshard dataset --inputs (default 'pos[0],pos[1]': the 2-D case's plane; the "
-                        "parameters speed and nu are added by --params)")
-    p.add_argument("--target-scale", default="p=speed**2,U=speed",
-                   help="meshshard dataset --target-scale, or 'none' (default 'p=speed**2,U=speed')")
-    p.add_argument("--nproc", type=int, default=2, help="ranks for train and predict, and parts (default 2)")
+    add_run_arguments(p, "the sweep folder sweep.py wrote",
+                      "meshshard dataset --inputs (default 'pos[0],pos[1]': the 2-D case's plane; the parameters "
+                      "speed and nu are added by --params)", recipe=RECIPE)
     p.add_argument("--no-mean-field", action="store_true",
                    help="train on the fields themselves instead of their difference from the training cases' mean "
                         "field (dataset --mean-field)")
     p.add_argument("--no-collapse-2d", action="store_true",
                    help="train on the one-cell-thick 3-D mesh as foamToVTK writes it (both z-planes) instead of "
                         "its 2-D plane (dataset --collapse-2d)")
-    p.add_argument("--force", action="store_true", help="make SWEEP/TAG over (its data, parts, run, pred)")
     args, train_options = p.parse_known_args(argv)
 
     sweep: Path = args.sweep
@@ -223,17 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     log: list[dict] = []
     started = time.perf_counter()
 
-    scale = [] if args.target_scale == "none" else ["--target-scale", args.target_scale]
     collapse = [] if args.no_collapse_2d else ["--collapse-2d"]
     mean_field = [] if args.no_mean_field else ["--mean-field"]
-    command(["dataset", *(str(sweep / "cases" / name) for name in names), "--out", str(tag / "data"),
-             "--inputs", args.inputs, "--targets", "p,U", "--params", str(sweep / "params.csv"), *scale,
-             "--val-samples", ",".join(held), "--same-mesh", *collapse, *mean_field, *force], log, "dataset")
-    command(["partition", str(tag / "data"), "--parts", str(args.nproc), "--out", str(tag / "parts"), *force],
-            log, "partition")
-    train = ["train", str(tag / "parts"), "--data", str(tag / "data"), "--out", str(tag / "run"),
-             "--nproc", str(args.nproc), "--config", str(args.config), *train_options, *force]
-    command(train, log, "train")
+    dataset_to_run(args, names, held, ["--same-mesh", *collapse, *mean_field], train_options, log)
     command(["predict", str(tag / "run"), "--data", str(tag / "data"), "--out", str(tag / "pred"),
              "--nproc", str(args.nproc), "--samples", "val", "--checkpoint", "last", "--boundary", ",".join(WALLS),
              *force], log, "predict")
@@ -290,23 +248,13 @@ def main(argv: list[str] | None = None) -> int:
     for key, value in verdict.items():
         print(f"  {key}: {value if isinstance(value, bool) else format(value, '.2f') + 'x'}")
 
-    train_log = [json.loads(line) for line in (tag / "run" / "log.jsonl").read_text().splitlines() if line.strip()]
-    steps_done = max((r["step"] for r in train_log if "loss" in r), default=-1) + 1
-    val = [r["val_loss"] for r in train_log if "val_loss" in r]
-    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()} | {"train_options": train_options}
-    recipe = (tag / "run" / "config.toml").read_text()  # what train resolved: the file, the options, the defaults
-    results = {"sweep": str(sweep), "tag": args.tag, "held_out": held, "settings": settings, "recipe": recipe,
-               "steps_done": steps_done, "best_val_loss": min(val) if val else None,
-               "checkpoint": {"name": metrics.get("checkpoint"), "step": metrics.get("step")},
-               "summary": {m: {f: {"mean": float(np.mean(e[f])), "worst": float(np.max(e[f]))} for f in FIELDS}
+    write_results(tag, args, train_options, log, started, held_out=held,
+                  checkpoint={"name": metrics.get("checkpoint"), "step": metrics.get("step")},
+                  summary={m: {f: {"mean": float(np.mean(e[f])), "worst": float(np.max(e[f]))} for f in FIELDS}
                            for m, e in rows.items()},
-               "force_summary": {m: {w: {"mean": float(np.mean(e[w])), "worst": float(np.max(e[w]))} for w in WALLS}
-                                 for m, e in forces.items()},
-               "verdict": verdict, "cases": per_case, "stages": log,
-               "seconds": round(time.perf_counter() - started, 1), "table": text, "force_table": force_text}
-    (tag / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    stages = ", ".join(f"{s['stage']} {s['seconds']:.0f} s" for s in log)
-    print(f"wrote {tag}/results.json; {steps_done} training steps; {stages}")
+                  force_summary={m: {w: {"mean": float(np.mean(e[w])), "worst": float(np.max(e[w]))}
+                                     for w in WALLS} for m, e in forces.items()},
+                  verdict=verdict, cases=per_case, table=text, force_table=force_text)
     return 0
 
 

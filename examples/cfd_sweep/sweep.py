@@ -29,7 +29,8 @@ cases on both sides in every parameter (the interpolation baselines of ``run.py`
 
 Case names keep the parameters readable and survive as file names: ``U07.5_nu1.00e-05``.
 OpenFOAM's environment is taken from the shell if it is set (``WM_PROJECT_DIR``), else from
-sourcing ``--openfoam-bashrc`` (Debian's ``openfoam`` package: ``/usr/share/openfoam/etc/bashrc``).
+sourcing ``--openfoam-bashrc`` (Debian's ``openfoam`` package: ``/usr/share/openfoam/etc/bashrc``);
+that and the job loop are ``examples/foam_sweeps.py``'s, shared with ``shape_sweep``.
 """
 
 from __future__ import annotations
@@ -38,38 +39,19 @@ import argparse
 import csv
 import json
 import math
-import os
 import re
 import shutil
-import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import meshio
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from foam_sweeps import BASHRC, fresh_folder, openfoam_env, run, settle, solve_all, substitute, written_times  # noqa: E402
 
 TUTORIAL = Path("/usr/share/doc/openfoam-examples/examples/incompressible/simpleFoam/pitzDaily")
-BASHRC = Path("/usr/share/openfoam/etc/bashrc")
 
 #: The tutorial's inlet: 10 m/s, k = 0.375 m^2/s^2 (5% intensity), epsilon = 14.855 m^2/s^3.
 REF_SPEED, REF_K, REF_EPSILON = 10.0, 0.375, 14.855
-
-
-def openfoam_env(bashrc: Path) -> dict[str, str]:
-    """The environment OpenFOAM's commands need: this one if it is set, else ``bashrc``'s."""
-    if os.environ.get("WM_PROJECT_DIR"):
-        return dict(os.environ)
-    if not bashrc.is_file():
-        sys.exit(f"sweep.py: OpenFOAM's environment is not set and {bashrc} is missing: "
-                 "source OpenFOAM's etc/bashrc first, or pass --openfoam-bashrc")
-    done = subprocess.run(["bash", "-c", f'source "{bashrc}" >/dev/null 2>&1; env -0'],
-                          capture_output=True, check=True)
-    env = dict(item.split("=", 1) for item in done.stdout.decode().split("\0") if "=" in item)
-    if not env.get("WM_PROJECT_DIR"):
-        sys.exit(f"sweep.py: sourcing {bashrc} did not set WM_PROJECT_DIR")
-    return env
 
 
 def case_name(speed: float, nu: float) -> str:
@@ -99,15 +81,6 @@ def held_out(n_speed: int, n_nu: int) -> list[tuple[int, int]]:
         [(i, j) for i, j in interior if (i + j) % 2 == 0]
 
 
-def substitute(path: Path, pattern: str, value: str, count: int = 0) -> None:
-    """Replace ``pattern`` (a regex) in an OpenFOAM dictionary; a tutorial without it stops here."""
-    text = path.read_text()
-    new, n = re.subn(pattern, value, text, count=count, flags=re.M)
-    if n == 0:
-        sys.exit(f"sweep.py: {path}: found no {pattern!r} to set (another tutorial version?)")
-    path.write_text(new)
-
-
 def prepare_base(tutorial: Path, base: Path, iterations: int, env: dict[str, str], wall_distance: bool) -> None:
     """The tutorial copied, its controls set, its mesh made once by blockMesh (and its wall distance
     by checkMesh)."""
@@ -127,14 +100,6 @@ def prepare_base(tutorial: Path, base: Path, iterations: int, env: dict[str, str
         run(["checkMesh", "-writeFields", "(wallDistance)"], base, env, "checkMesh")
 
 
-def run(command: list[str], case: Path, env: dict[str, str], log: str) -> None:
-    with open(case / f"log.{log}", "w") as out:
-        done = subprocess.run(command, cwd=case, env=env, stdout=out, stderr=subprocess.STDOUT)
-    if done.returncode != 0:
-        tail = (case / f"log.{log}").read_text().splitlines()[-15:]
-        raise RuntimeError(f"{case.name}: {' '.join(command)} failed ({done.returncode}):\n" + "\n".join(tail))
-
-
 def solve_case(base: Path, case: Path, speed: float, nu: float, env: dict[str, str]) -> dict:
     """One case: the inlet and nu set, simpleFoam, foamToVTK (``case/VTK``, as it writes it)."""
     started = time.perf_counter()
@@ -145,19 +110,14 @@ def solve_case(base: Path, case: Path, speed: float, nu: float, env: dict[str, s
     substitute(case / "0" / "epsilon", r"uniform 14\.855\b", f"uniform {REF_EPSILON * scale ** 3:.6g}")
     substitute(case / "constant" / "transportProperties", r"^nu\s+.*;", f"nu              {nu:.6g};")
     run(["simpleFoam"], case, env, "simpleFoam")
-    times = sorted((int(d.name) for d in case.iterdir() if d.name.isdigit() and d.name != "0"))
+    times = written_times(case)
     if (case / "0" / "wallDistance").is_file():  # the mesh's, so the same at every time: beside the results
         shutil.copyfile(case / "0" / "wallDistance", case / str(times[-1]) / "wallDistance")
     run(["foamToVTK", "-latestTime"], case, env, "foamToVTK")
     [internal] = (case / "VTK").glob(f"{case.name}_{times[-1]}/internal.vtu")
-    settle = None
-    if len(times) > 1:  # the time before, to the side (VTK/ stays foamToVTK's usual layout)
-        run(["foamToVTK", "-time", str(times[-2]), "-name", "VTK-before", "-no-boundary"], case, env, "foamToVTK-before")
-        [before] = (case / "VTK-before").glob(f"{case.name}_{times[-2]}/internal.vtu")
-        last, prev = meshio.read(internal).point_data, meshio.read(before).point_data
-        settle = {f: float(np.linalg.norm(last[f] - prev[f]) / np.linalg.norm(last[f])) for f in ("p", "U")}
+    moved = settle(case, times, internal, env)
     return {"sample": case.name, "speed": speed, "nu": nu, "iterations": times[-1],
-            "settle": settle, "settle_over": times[-1] - times[-2] if settle else None,
+            "settle": moved, "settle_over": times[-1] - times[-2] if moved else None,
             "seconds": round(time.perf_counter() - started, 1), "foamToVTK": str(internal.relative_to(case.parent.parent))}
 
 
@@ -183,10 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     out: Path = args.out
-    if out.exists():
-        if not args.force or not (out / "sweep.json").is_file() and any(out.iterdir()):
-            sys.exit(f"sweep.py: {out} exists (--force replaces a sweep folder this script wrote)")
-        shutil.rmtree(out)
+    fresh_folder(out, args.force)
     env = openfoam_env(args.openfoam_bashrc)
     n_speed, n_nu = grid_shape(args.cases, args.nu_levels)
     speeds, nus = levels(*args.speeds, n_speed), levels(*args.nus, n_nu)
@@ -210,8 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True)
         return record
 
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        records = list(pool.map(one, grid))
+    records = solve_all(grid, one, args.jobs)
     with open(out / "params.csv", "w", newline="") as f:
         table = csv.writer(f)
         table.writerow(["sample", "speed", "nu"])

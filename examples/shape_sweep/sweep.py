@@ -28,41 +28,30 @@ each, chosen inside the family (``shapes.design``: inside the convex hull of the
 Case names keep the parameters readable and survive as file names: ``t0.140_m0.020_n0.86_a03.0``.
 OpenFOAM's environment is taken from the shell if it is set, else from sourcing
 ``--openfoam-bashrc`` (Debian's ``openfoam`` package: ``/usr/share/openfoam/etc/bashrc``); the
-helpers that find it and run its commands are ``examples/cfd_sweep/sweep.py``'s.
+helpers that find it, run its commands and loop over the cases are ``examples/foam_sweeps.py``'s,
+shared with ``cfd_sweep``.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import importlib.util
 import json
 import re
 import shutil
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import meshio
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+import foam_sweeps as foam  # noqa: E402  (examples/foam_sweeps.py: OpenFOAM's environment, commands, job loop)
 import shapes  # noqa: E402  (beside this script)
 
-
-def _cfd_sweep() -> object:
-    """``examples/cfd_sweep/sweep.py`` as a module (its OpenFOAM helpers: environment, commands, dictionaries)."""
-    spec = importlib.util.spec_from_file_location("cfd_sweep_sweep", HERE.parent / "cfd_sweep" / "sweep.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-cfd = _cfd_sweep()
 TUTORIAL = Path("/usr/share/doc/openfoam-examples/examples/incompressible/simpleFoam/airFoil2D")
-BASHRC = cfd.BASHRC
+BASHRC = foam.BASHRC
 
 
 def case_name(shape: shapes.Shape, aoa: float) -> str:
@@ -78,14 +67,14 @@ def prepare_base(tutorial: Path, base: Path, speed: float, nu: float, iterations
     for name in ("nut", "nuTilda"):  # laminar: no turbulence fields
         (base / "0" / name).unlink()
     for name in ("U", "p"):
-        cfd.substitute(base / "0" / name, r"^(\s*)walls\b", r"\1body")
-    cfd.substitute(base / "0" / "U", r"^internalField\s+uniform\s*\([^)]*\);", f"internalField   uniform ({speed:g} 0 0);")
-    cfd.substitute(base / "constant" / "turbulenceProperties", r"^simulationType\s+\w+;", "simulationType  laminar;")
-    cfd.substitute(base / "constant" / "transportProperties", r"^nu\s+.*;", f"nu              {nu:.6g};")
+        foam.substitute(base / "0" / name, r"^(\s*)walls\b", r"\1body")
+    foam.substitute(base / "0" / "U", r"^internalField\s+uniform\s*\([^)]*\);", f"internalField   uniform ({speed:g} 0 0);")
+    foam.substitute(base / "constant" / "turbulenceProperties", r"^simulationType\s+\w+;", "simulationType  laminar;")
+    foam.substitute(base / "constant" / "transportProperties", r"^nu\s+.*;", f"nu              {nu:.6g};")
     control = base / "system" / "controlDict"
-    cfd.substitute(control, r"^endTime\s+.*;", f"endTime         {iterations};")
-    cfd.substitute(control, r"^writeInterval\s+.*;", f"writeInterval   {max(1, iterations // 10)};")
-    cfd.substitute(control, r"^purgeWrite\s+.*;", "purgeWrite      2;")
+    foam.substitute(control, r"^endTime\s+.*;", f"endTime         {iterations};")
+    foam.substitute(control, r"^writeInterval\s+.*;", f"writeInterval   {max(1, iterations // 10)};")
+    foam.substitute(control, r"^purgeWrite\s+.*;", "purgeWrite      2;")
     # the tutorial's residualControl, at ``residual``: simpleFoam stops, and writes, when converged
     solution = base / "system" / "fvSolution"
     text = solution.read_text()
@@ -109,18 +98,12 @@ def solve_case(base: Path, case: Path, shape: shapes.Shape, aoa: float, sizes: s
     shutil.copytree(base, case, ignore=shutil.ignore_patterns("log.*"))
     text, cells = shapes.block_mesh_dict(shape, aoa, sizes)
     (case / "system" / "blockMeshDict").write_text(text)
-    cfd.run(["blockMesh"], case, env, "blockMesh")
-    cfd.run(["simpleFoam"], case, env, "simpleFoam")
-    times = sorted(int(d.name) for d in case.iterdir() if d.name.isdigit() and d.name != "0")
-    cfd.run(["foamToVTK", "-latestTime"], case, env, "foamToVTK")
+    foam.run(["blockMesh"], case, env, "blockMesh")
+    foam.run(["simpleFoam"], case, env, "simpleFoam")
+    times = foam.written_times(case)
+    foam.run(["foamToVTK", "-latestTime"], case, env, "foamToVTK")
     [internal] = (case / "VTK").glob(f"{case.name}_{times[-1]}/internal.vtu")
-    settle = None
-    if len(times) > 1:  # the written time before, to the side (VTK/ stays foamToVTK's usual layout)
-        cfd.run(["foamToVTK", "-time", str(times[-2]), "-name", "VTK-before", "-no-boundary"], case, env,
-                "foamToVTK-before")
-        [before] = (case / "VTK-before").glob(f"{case.name}_{times[-2]}/internal.vtu")
-        last, prev = meshio.read(internal).point_data, meshio.read(before).point_data
-        settle = {f: float(np.linalg.norm(last[f] - prev[f]) / np.linalg.norm(last[f])) for f in ("p", "U")}
+    settle = foam.settle(case, times, internal, env)
     residual = {f: last_residual(case / "log.simpleFoam", f) for f in ("p", "Ux", "Uy")}
     return {"sample": case.name, "thickness": shape.thickness, "camber": shape.camber, "nose": shape.nose,
             "aoa": aoa, "cells": cells, "iterations": times[-1], "residual": residual,
@@ -185,15 +168,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     out: Path = args.out
-    if out.exists():
-        if not args.force or not (out / "sweep.json").is_file() and any(out.iterdir()):
-            sys.exit(f"sweep.py: {out} exists (--force replaces a sweep folder this script wrote)")
-        shutil.rmtree(out)
+    foam.fresh_folder(out, args.force)
     if not args.tutorial.is_dir():
         sys.exit(f"sweep.py: OpenFOAM's airFoil2D tutorial is not at {args.tutorial} (Debian: apt-get install "
                  "openfoam-examples), or pass --tutorial")
     angles = parse_angles(args.aoa)
-    env = cfd.openfoam_env(args.openfoam_bashrc)
+    env = foam.openfoam_env(args.openfoam_bashrc)
     family, held = shapes.design(args.shapes, held=args.held_out)
     sizes = shapes.MeshSizes(scale=args.mesh_scale)
     nu = args.speed / args.reynolds
@@ -218,8 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                   if moved else ""), flush=True)
         return record
 
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        records = list(pool.map(one, jobs))
+    records = foam.solve_all(jobs, one, args.jobs)
     with open(out / "params.csv", "w", newline="") as f:
         table = csv.writer(f)
         table.writerow(["sample", "thickness", "camber", "nose", "aoa", "speed"])

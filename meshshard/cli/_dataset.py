@@ -319,6 +319,17 @@ def _dataset(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The options that each name boundaries (a list of patches, repeatable) for a geometric input.
+_WALL_INPUTS = {
+    "--wall-distance": "an input channel wall_distance: at every node, the distance to the nearest node of the named "
+    "boundaries (the patches of a foamToVTK .vtm; repeat the flag to add more)",
+    "--wall-normal": "input fields wall_offset and wall_normal: at every node, the offset x - x_wall to the nearest "
+    "node of the named boundaries and the wall's unit normal there, into the fluid (D channels each)",
+    "--signed-distance": "an input channel signed_distance: the distance to the nearest node of the named boundaries, "
+    "negative inside the body they close around (refused when they do not close)",
+}
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``dataset`` sub-parser."""
     help = "make a dataset folder from mesh files with point_data fields (one sample per file)"
@@ -357,16 +368,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--collapse-2d", action="store_true",
                    help="every mesh is one cell thick in z (OpenFOAM's 2-D cases): keep its lower plane as a 2-D "
                    "mesh (hexahedra become quads, wedges triangles, half the nodes, no z-edges)")
-    p.add_argument("--wall-distance", default=None, action="append", metavar="PATCH[,PATCH]",
-                   help="an input channel wall_distance: at every node, the distance to the nearest node of the "
-                   "named boundaries (the patches of a foamToVTK .vtm; repeat the flag to add more)")
-    p.add_argument("--wall-normal", default=None, action="append", metavar="PATCH[,PATCH]",
-                   help="input fields wall_offset and wall_normal: at every node, the offset x - x_wall to the "
-                   "nearest node of the named boundaries and the wall's unit normal there, into the fluid (D "
-                   "channels each)")
-    p.add_argument("--signed-distance", default=None, action="append", metavar="PATCH[,PATCH]",
-                   help="an input channel signed_distance: the distance to the nearest node of the named boundaries, "
-                   "negative inside the body they close around (refused when they do not close)")
+    for flag, what in _WALL_INPUTS.items():
+        p.add_argument(flag, default=None, action="append", metavar="PATCH[,PATCH]", help=what)
     p.add_argument("--boundary-classes", action="store_true",
                    help="the named boundaries (a .vtm's patches, node sets, gmsh physical groups) as one-hot input "
                    "channels node_type[k]: 0 interior, then one per boundary of the first file")

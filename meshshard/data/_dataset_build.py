@@ -24,7 +24,6 @@ from ._dataset import channel_names, read_dataset_metadata
 from ._fields import FieldSource, field_records, parse_field_names, select_fields
 from ._folder_guard import check_dataset_output
 from ._mesh_ops import WALL_DISTANCE, collapse_2d, one_cell_thick_note
-from ._mesh_ops import wall_distance as nearest_wall_distance
 from ._parameters import read_parameters, target_scales, with_parameters
 from ._prior import PriorRequest, check_prior_request, parse_prior, prior_cases_of
 from ._reader import open_dataset
@@ -32,6 +31,7 @@ from ._sources import list_sources, merged_cells, mesh_difference, read_mesh, sa
 from ._statistics import held_note
 from ._surface import boundary_classes, named_boundaries
 from ._wall_geometry import SIGNED_DISTANCE, WALL_NORMAL, WALL_OFFSET, signed_distance, wall_normal
+from ._wall_geometry import wall_distance as nearest_wall_distance
 from ._writer import Sample, write_samples
 
 __all__ = ["build_dataset"]

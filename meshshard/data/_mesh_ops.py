@@ -9,16 +9,15 @@ nodes or cells, only over cell blocks and field components. The mesh is a ``mesh
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from meshshard.partition import listed, plural
+from meshshard.partition import plural
 
-__all__ = ["cell_data_to_points", "collapse_2d", "one_cell_thick_note", "wall_distance", "WALL_DISTANCE"]
+__all__ = ["cell_data_to_points", "collapse_2d", "one_cell_thick_note", "WALL_DISTANCE"]
 
 #: The input channel ``--wall-distance`` adds.
 WALL_DISTANCE = "wall_distance"
@@ -164,28 +163,3 @@ def collapse_2d(mesh: Any, path: Path) -> Any:
     sets = {k: v for k, v in sets.items() if len(v) < len(found.keep)}
     return meshio.Mesh(points, cells, point_data=point_data, cell_data=dict(mesh.cell_data),
                        field_data=dict(getattr(mesh, "field_data", {}) or {}), point_sets=sets)
-
-
-def wall_distance(mesh: Any, patches: Sequence[str], path: Path) -> np.ndarray:
-    """The distance from every node to the nearest node of the named boundaries (``point_sets``),
-    through one k-d tree query.
-
-    Shapes:
-        Returns ``(N, 1)`` float64.
-    """
-    from scipy.spatial import cKDTree
-
-    sets = dict(getattr(mesh, "point_sets", None) or {})
-    if not sets:
-        raise ValueError(f"{path}: Expected named boundaries for --wall-distance (got none in this file; a .vtm "
-                         "with boundary blocks, as foamToVTK writes, has them)")
-    unknown = [p for p in patches if p not in sets]
-    if unknown:
-        raise ValueError(f"{path}: Expected --wall-distance to name boundaries of the file (got {listed(unknown)}; "
-                         f"the boundaries are {listed(list(sets), limit=20)})")
-    ids = np.unique(np.concatenate([np.asarray(sets[p], dtype=np.int64).reshape(-1) for p in patches]))
-    if not len(ids):
-        raise ValueError(f"{path}: Expected nodes on {listed(list(patches))} for --wall-distance (got none)")
-    pts = np.asarray(mesh.points, dtype=np.float64)
-    dist, _ = cKDTree(pts[ids]).query(pts, k=1)
-    return dist.reshape(-1, 1)

@@ -44,7 +44,7 @@ from meshshard.partition import listed, plural
 
 from ._surface import _FACETS, _dimension, facet_vectors, named_boundaries
 
-__all__ = ["SIGNED_DISTANCE", "WALL_NORMAL", "WALL_OFFSET", "signed_distance", "wall_normal"]
+__all__ = ["SIGNED_DISTANCE", "WALL_NORMAL", "WALL_OFFSET", "signed_distance", "wall_distance", "wall_normal"]
 
 #: The input fields ``--wall-normal`` adds: the offset to the nearest wall node, and its normal.
 WALL_OFFSET = "wall_offset"
@@ -170,12 +170,24 @@ def _wall(mesh: Any, patches: Sequence[str], path: Path, flag: str, closed: bool
     return _Wall(kept, nodes, normal[nodes] / length[nodes, None], inside)
 
 
-def _nearest(points: np.ndarray, wall: _Wall) -> tuple[np.ndarray, np.ndarray]:
-    """Each node's nearest wall node (index into ``wall.nodes``) and its distance."""
+def _nearest(points: np.ndarray, wall_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each node's nearest wall node (index into ``wall_ids``) and its distance: one k-d tree query."""
     from scipy.spatial import cKDTree
 
-    dist, at = cKDTree(points[wall.nodes]).query(points, k=1)
+    dist, at = cKDTree(points[wall_ids]).query(points, k=1)
     return np.asarray(at, dtype=np.int64), np.asarray(dist, dtype=np.float64)
+
+
+def wall_distance(mesh: Any, patches: Sequence[str], path: Path) -> np.ndarray:
+    """``--wall-distance``: the distance from every node to the nearest node of the named boundaries
+    (:func:`~meshshard.data._surface.named_boundaries`), their facets not needed.
+
+    Shapes:
+        Returns ``(N, 1)`` float64.
+    """
+    ids = np.unique(np.concatenate(_wall_ids(mesh, patches, path, "--wall-distance")))
+    _, dist = _nearest(np.asarray(mesh.points, dtype=np.float64), ids)
+    return dist.reshape(-1, 1)
 
 
 def wall_normal(mesh: Any, patches: Sequence[str], path: Path) -> np.ndarray:
@@ -187,7 +199,7 @@ def wall_normal(mesh: Any, patches: Sequence[str], path: Path) -> np.ndarray:
     """
     points = np.asarray(mesh.points, dtype=np.float64)
     wall = _wall(mesh, patches, path, "--wall-normal")
-    at, _ = _nearest(points, wall)
+    at, _ = _nearest(points, wall.nodes)
     return np.concatenate([points - points[wall.nodes[at]], wall.normal[at]], axis=1)
 
 
@@ -225,5 +237,5 @@ def signed_distance(mesh: Any, patches: Sequence[str], path: Path) -> np.ndarray
     """
     points = np.asarray(mesh.points, dtype=np.float64)
     wall = _wall(mesh, patches, path, "--signed-distance", closed=True)
-    _, dist = _nearest(points, wall)
+    _, dist = _nearest(points, wall.nodes)
     return np.where(wall.inside, -dist, dist).reshape(-1, 1)

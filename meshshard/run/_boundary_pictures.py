@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,10 +79,12 @@ def _values(a: np.ndarray, order: np.ndarray, sl: slice) -> np.ndarray:
     return np.linalg.norm(a[order, sl], axis=1) if sl.stop - sl.start > 1 else a[order, sl][:, 0]
 
 
-def plot_boundaries(path: Path, title: str, walls: list[tuple[str, np.ndarray, np.ndarray | None, np.ndarray]],
-                    fields: list[tuple[str, slice]]) -> bool:
-    """One row per boundary ``(name, pos, truth or None, pred)``, one column per field: the truth
-    (a black line) and the prediction (red) along the boundary; False without matplotlib."""
+def _panels(path: Path, title: str, shape: tuple[int, int], size: tuple[float, float],
+            panels: list[Callable[[Any], tuple[str, str, str | None, bool]]]) -> bool:
+    """A figure of ``shape`` (rows, columns) axes, ``size`` inches each (and 0.5 for the title),
+    row by row one per ``panels`` entry (the rest hidden): each draws on its axes and returns
+    ``(title, x label, y label or None, legend)``, and every panel gets the same type sizes and
+    grid; saved at ``path``. False without matplotlib."""
     try:
         import matplotlib
 
@@ -89,33 +92,51 @@ def plot_boundaries(path: Path, title: str, walls: list[tuple[str, np.ndarray, n
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    fig, axes = plt.subplots(len(walls), len(fields), figsize=(4.8 * len(fields), 3.2 * len(walls) + 0.5), dpi=100,
-                             squeeze=False)
+    rows, cols = shape
+    fig, axes = plt.subplots(rows, cols, figsize=(size[0] * cols, size[1] * rows + 0.5), dpi=100, squeeze=False)
     try:
-        for row, (name, pos, truth, pred) in enumerate(walls):
-            order, along, label = boundary_order(pos)
-            lines = pos.shape[1] == 2 and len(pos) <= 4000
-            for col, (field, sl) in enumerate(fields):
-                ax = axes[row, col]
-                width = sl.stop - sl.start
-                shown = f"|{field}|" if width > 1 else field
-                style = {"lw": 1.4} if lines else {"ls": "none", "marker": ".", "ms": 2}
-                if truth is not None:
-                    ax.plot(along, _values(truth, order, sl), color="black", label="truth", **style)
-                ax.plot(along, _values(pred, order, sl), color="tab:red", label="prediction",
-                        **({"lw": 1.2, "ls": "--"} if lines else style))
-                ax.set_title(f"{shown} on {name}", fontsize=9)
-                ax.set_xlabel(label, fontsize=8)
-                ax.tick_params(labelsize=7)
-                ax.grid(True, alpha=0.3)
-                if row == 0 and col == 0:
-                    ax.legend(fontsize=7)
+        for ax in axes.ravel()[len(panels):]:
+            ax.set_visible(False)
+        for ax, draw in zip(axes.ravel(), panels):
+            name, xlabel, ylabel, legend = draw(ax)
+            ax.set_title(name, fontsize=9)
+            ax.set_xlabel(xlabel, fontsize=8)
+            if ylabel is not None:
+                ax.set_ylabel(ylabel, fontsize=8)
+            ax.tick_params(labelsize=7)
+            ax.grid(True, alpha=0.3)
+            if legend:
+                ax.legend(fontsize=7)
         fig.suptitle(title, fontsize=10)
         fig.tight_layout()
         fig.savefig(path)
     finally:
         plt.close(fig)
     return True
+
+
+def plot_boundaries(path: Path, title: str, walls: list[tuple[str, np.ndarray, np.ndarray | None, np.ndarray]],
+                    fields: list[tuple[str, slice]]) -> bool:
+    """One row per boundary ``(name, pos, truth or None, pred)``, one column per field: the truth
+    (a black line) and the prediction (red) along the boundary; False without matplotlib."""
+
+    def panel(row: int, wall: tuple[str, np.ndarray, np.ndarray | None, np.ndarray], field: str,
+              sl: slice) -> Callable[[Any], tuple[str, str, str | None, bool]]:
+        def draw(ax: Any) -> tuple[str, str, str | None, bool]:
+            name, pos, truth, pred = wall
+            order, along, label = boundary_order(pos)
+            lines = pos.shape[1] == 2 and len(pos) <= 4000
+            style = {"lw": 1.4} if lines else {"ls": "none", "marker": ".", "ms": 2}
+            if truth is not None:
+                ax.plot(along, _values(truth, order, sl), color="black", label="truth", **style)
+            ax.plot(along, _values(pred, order, sl), color="tab:red", label="prediction",
+                    **({"lw": 1.2, "ls": "--"} if lines else style))
+            shown = f"|{field}|" if sl.stop - sl.start > 1 else field
+            return f"{shown} on {name}", label, None, row == 0 and sl == fields[0][1]
+        return draw
+
+    panels = [panel(row, wall, field, sl) for row, wall in enumerate(walls) for field, sl in fields]
+    return _panels(path, title, (len(walls), len(fields)), (4.8, 3.2), panels)
 
 
 def boundary_picture(path: Path, name: str, data: Any, mesh: int, walls: list[tuple[np.ndarray, np.ndarray]],
@@ -164,37 +185,20 @@ def _force_pairs(records: list[dict[str, Any]], scoring: Any, wall: str) -> list
 def plot_forces(path: Path, panels: list[tuple[str, str, np.ndarray]], title: str) -> bool:
     """One panel per ``(boundary, quantity, (cases, 2) true and predicted)``: the cases as points,
     the diagonal as a line; False without matplotlib."""
-    try:
-        import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    cols = min(3, len(panels))
-    rows = math.ceil(len(panels) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.0 * cols, 3.8 * rows + 0.4), dpi=100, squeeze=False)
-    try:
-        for ax in axes.ravel()[len(panels):]:
-            ax.set_visible(False)
-        for ax, (wall, what, pairs) in zip(axes.ravel(), panels):
+    def panel(wall: str, what: str, pairs: np.ndarray) -> Callable[[Any], tuple[str, str, str | None, bool]]:
+        def draw(ax: Any) -> tuple[str, str, str | None, bool]:
             lo, hi = float(pairs.min()), float(pairs.max())
             pad = 0.05 * (hi - lo) or 0.05 * max(abs(hi), 1e-30)
             ax.plot([lo - pad, hi + pad], [lo - pad, hi + pad], color="grey", lw=1, label="prediction = truth")
             ax.plot(pairs[:, 0], pairs[:, 1], "o", color="tab:blue", ms=4, label=f"{len(pairs)} cases")
-            ax.set_xlabel(f"true {what}", fontsize=8)
-            ax.set_ylabel(f"predicted {what}", fontsize=8)
-            ax.set_title(f"{what} on {wall}", fontsize=9)
             ax.set_aspect("equal", adjustable="datalim")
-            ax.tick_params(labelsize=7)
-            ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=7)
-        fig.suptitle(title, fontsize=10)
-        fig.tight_layout()
-        fig.savefig(path)
-    finally:
-        plt.close(fig)
-    return True
+            return f"{what} on {wall}", f"true {what}", f"predicted {what}", True
+        return draw
+
+    cols = min(3, len(panels))
+    shape = (math.ceil(len(panels) / cols), cols)
+    return _panels(path, title, shape, (4.0, 3.8), [panel(*p) for p in panels])
 
 
 def forces_picture(path: Path, records: list[dict[str, Any]], scoring: Any, title: str) -> str | None:

@@ -1,6 +1,9 @@
 """The shape-sweep example (``examples/shape_sweep/``): its family of bodies and their meshes without
-OpenFOAM, and, where OpenFOAM is installed, the example as its README says at a tiny size (3 shapes
-x 2 angles on coarse meshes, two training steps of a small model, the table against every baseline).
+OpenFOAM, and, where OpenFOAM is installed, the example as its README says at a tiny size, with
+its recipe (the knn:4 prior leaving out each training case's shape, the wall normal, the body
+weighted): 6 shapes x 1 angle on coarse meshes (one held out, so a training case's prior has
+exactly the 4 other training shapes), two training steps of a small model, the table against
+every baseline.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from tests._examples import example_module
 from tests.apps.test_examples import REPO, run_example
 
 TUTORIAL = Path("/usr/share/doc/openfoam-examples/examples/incompressible/simpleFoam/airFoil2D")
-SIZES = {"--shapes": "3", "--aoa": "0,4", "--mesh-scale": "3", "--iterations": "300"}
+SIZES = {"--shapes": "6", "--aoa": "4", "--mesh-scale": "3", "--iterations": "300"}
 RECIPE_SIZES = {"steps": 2, "batch": 1, "latent_size": 8, "message_passing_steps": 1, "warmup": 0, "val_every": 1,
                 "max_time": 300.0, "attention_slices": 4}
 
@@ -98,10 +101,27 @@ def test_the_c_grid_of_a_body_turned_to_its_angle(shapes) -> None:  # noqa: ANN0
     assert coarse < cells / 2  # coarser cells, fewer of them
 
 
-def test_the_recipe_is_a_recipe_train_reads() -> None:
-    recipe = read_recipe(REPO / "examples" / "shape_sweep" / "recipe.toml", TrainConfig,
-                         convert={"max_time": parse_duration})
-    assert (recipe["latent_size"], recipe["global_attention"], recipe["max_time"]) == (32, 1, 600.0)
+def test_the_recipes_are_recipes_train_reads() -> None:
+    folder = REPO / "examples" / "shape_sweep"
+    recipe = read_recipe(folder / "recipe.toml", TrainConfig, convert={"max_time": parse_duration})
+    assert (recipe["latent_size"], recipe["global_attention"], recipe["steps"], recipe["max_time"],
+            recipe["loss_weight"]) == (32, 1, 3000, 540.0, {"body": 10.0})
+    before = read_recipe(folder / "recipe-before.toml", TrainConfig, convert={"max_time": parse_duration})
+    assert (before["steps"], before["max_time"], "loss_weight" in before) == (1500, 600.0, False)
+    assert set(recipe) - set(before) == {"loss_weight"}
+
+
+def test_run_py_runs_the_recipe_and_before_the_first_one() -> None:
+    run = example_module("shape_sweep", "run")
+    folder = REPO / "examples" / "shape_sweep"
+    args, train = run.arguments(["sweep", "--seed", "1"])
+    assert (args.tag, args.config, args.dataset_options, train) == ("after", folder / "recipe.toml",
+                                                                    run.DATASET_OPTIONS, ["--seed", "1"])
+    assert "--mean-field knn:4" in run.DATASET_OPTIONS and "--wall-normal body" in run.DATASET_OPTIONS
+    args, _ = run.arguments(["sweep", "--before"])  # README.md's `run.py shape-sweep --before`
+    assert (args.tag, args.config, args.dataset_options) == ("before", folder / "recipe-before.toml", "")
+    args, _ = run.arguments(["sweep", "--before", "--tag", "b1", "--dataset-options", "--wall-normal body"])
+    assert (args.tag, args.config, args.dataset_options) == ("b1", folder / "recipe-before.toml", "--wall-normal body")
 
 
 @pytest.mark.slow
@@ -119,24 +139,32 @@ def test_shape_sweep_example_runs_as_its_readme_says(tmp_path: Path) -> None:
     assert len(outputs) == 2
     sweep = tmp_path / "shape-sweep"
     info = json.loads((sweep / "sweep.json").read_text())
-    assert len(info["shapes"]) == 3 and len(info["held_out_shapes"]) == 1
-    assert len(info["held_out"]) == 2 and all(n.startswith(info["held_out_shapes"][0]) for n in info["held_out"])
+    assert len(info["shapes"]) == 6 and len(info["held_out_shapes"]) == 1
+    assert info["held_out"] == [f"{info['held_out_shapes'][0]}_a04.0"]
     assert (sweep / "params.csv").read_text().splitlines()[0] == "sample,thickness,camber,nose,aoa,speed"
     meshes = {r["sample"]: r["cells"] for r in info["cases"]}
     assert len(meshes) == 6
     for name in meshes:  # foamToVTK's layout, the body's patch in every file
         [vtm] = (sweep / "cases" / name / "VTK").glob("*.vtm")
         assert (vtm.parent / vtm.stem / "boundary" / "body.vtp").is_file(), list(vtm.parent.rglob("*"))
-    results = json.loads((sweep / "base" / "results.json").read_text())
+    results = json.loads((sweep / "after" / "results.json").read_text())
+    # the defaults are the recipe: the dataset's prior and wall normal, the body weighted in the loss
+    assert results["settings"]["dataset_options"] == ("--mean-field knn:4 --shape-params thickness,camber,nose "
+                                                      "--wall-normal body")
+    assert "loss_weight = {body = 10.0}" in results["recipe"] and results["steps_done"] == 2
+    data = json.loads((sweep / "after" / "data" / "dataset.json").read_text())
+    assert (data["mean_field"]["method"], data["mean_field"]["left_out"]) == ("knn:4", "shape"), data["mean_field"]
+    assert "wall_normal" in [i["name"] for i in data["inputs"]], data["inputs"]
     rows = results["summary"]
     assert list(rows) == ["free stream", "training mean", "nearest shape", "knn:4 (inverse distance)", "meshshard"]
     for method, row in rows.items():
         for column in ("p near", "U near", "p body", "CL MAE", "CD MAE"):
             assert math.isfinite(row[column]) and row[column] > 0, (method, column, row)
-    metrics = json.loads((sweep / "base" / "pred" / "metrics.json").read_text())
-    for record in metrics["samples"]:  # the table's figures are predict's
+    metrics = json.loads((sweep / "after" / "pred" / "metrics.json").read_text())
+    for record in metrics["samples"]:  # the table's figures are predict's, near the body too
         case = results["cases"]["meshshard"][record["name"]]
         assert case["p body"] == record["boundaries"]["body"]["fields"]["p"]["rel_l2"]
-    assert rows["free stream"]["p body"] == 1.0
-    assert results["steps_done"] == 2
+        assert case["near"]["U"] == record["near"]["fields"]["U"]["rel_l2"] and record["near"]["num_nodes"] > 0
+    # the free stream over the same near nodes of the written files: p = 0 is 100% off
+    assert rows["free stream"]["p body"] == 1.0 and rows["free stream"]["p near"] == pytest.approx(1.0, rel=1e-12)
     assert "meshshard" in outputs[1] and "nearest shape" in outputs[1]

@@ -15,7 +15,8 @@ import pytest
 
 from meshshard.cli import main
 from meshshard.data import build_dataset, open_dataset
-from meshshard.data._mesh_ops import cell_data_to_points, collapse_2d, one_cell_thick_note, wall_distance
+from meshshard.data._mesh_ops import cell_data_to_points, collapse_2d, one_cell_thick_note
+from meshshard.data._wall_geometry import wall_distance
 
 from ._solver_files import FOAM_CAVITY, extruded, foam_case, write_vtu
 from .conftest import grid_triangles
@@ -211,7 +212,8 @@ def test_wall_distance_is_the_distance_to_the_nearest_patch_node() -> None:
     with pytest.raises(ValueError, match=r"^m\.vtm: Expected nodes on c for --wall-distance \(got none\)$"):
         wall_distance(mesh, ["c"], Path("m.vtm"))
     with pytest.raises(ValueError, match=r"^m\.vtu: Expected named boundaries for --wall-distance \(got none in this "
-                                         r"file; a \.vtm with boundary blocks, as foamToVTK writes, has them\)$"):
+                                         r"file; a \.vtm with boundary blocks, as foamToVTK writes, node sets or gmsh "
+                                         r"physical groups have them\)$"):
         wall_distance(meshio.Mesh(pts, []), ["a"], Path("m.vtu"))
 
 
