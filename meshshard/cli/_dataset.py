@@ -385,10 +385,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="refuse a file whose mesh is not exactly the first file's, saying how it differs "
                    "(without it, such files make a many-meshes dataset)")
     mean = p.add_mutually_exclusive_group()
-    mean.add_argument("--mean-field", nargs="?", const="mean", default=None, metavar="mean|knn:K",
+    mean.add_argument("--mean-field", nargs="?", const="mean", default=None, metavar="mean|knn:K|linear[:K]",
                       help="a prior as input fields <target>_mean, and the model learns each case's difference from "
                       "it (predict adds it back): the training cases' node-wise mean of the targets (mean, the bare "
-                      "flag) or the inverse-distance-weighted mean of the K nearest in --params space (knn:K); on "
+                      "flag), the inverse-distance-weighted mean of the K nearest in --params space (knn:K) or the "
+                      "node-wise affine least-squares fit in --params (linear; linear:K: of the K nearest); on "
                       "many meshes each case is mapped onto the sample's mesh and a training sample's prior leaves "
                       "out every case on its own mesh")
     mean.add_argument("--mean-field-from", default=None, metavar="DATA",

@@ -125,6 +125,7 @@ _LAZY: dict[str, str] = {
     "held_channels": "._statistics",
     "NodeMap": "._mapping",
     "node_map": "._mapping",
+    "linear_cases": "._neighbours",
     "nearest_cases": "._neighbours",
     "parameter_scale": "._neighbours",
 }
@@ -181,6 +182,7 @@ __all__ = [
     "mesh_checksum",
     "METADATA_FILE",
     "named_boundaries",
+    "linear_cases",
     "nearest_cases",
     "node_map",
     "NodeMap",

@@ -1,4 +1,4 @@
-"""Priors: ``meshshard dataset --mean-field [mean|knn:K]`` on many meshes, and of the nearest cases.
+"""Priors: ``meshshard dataset --mean-field [mean|knn:K|linear[:K]]`` on many meshes, and of the nearest cases.
 
 What a sample gets as its input channels ``<target>_mean`` (marked ``"mean_of"``), and what the
 model learns the difference from (``normalisation.target_offset``, :mod:`meshshard.data._mean_field`),
@@ -10,7 +10,11 @@ source's points' hull, the nearest source node outside; point clouds by inverse 
 - ``mean`` (the bare flag): every training case the sample may use, equally weighted;
 - ``knn:K``: the ``K`` of them nearest in parameter space (``--params``, each parameter divided by
   its standard deviation over all the training cases), weighted by inverse distance, an exact
-  match alone (:mod:`meshshard.data._neighbours`, as ``meshshard baseline --method knn:K``).
+  match alone (:mod:`meshshard.data._neighbours`, as ``meshshard baseline --method knn:K``);
+- ``linear``: at every node, the least-squares fit of the cases by an affine function of the
+  parameters (scaled as for ``knn:K``), evaluated at the sample's; ``linear:K``: over its ``K``
+  nearest cases only. It is a weighted sum of the cases too (weights summing to 1, some
+  negative: :func:`meshshard.data.linear_cases`), as ``meshshard baseline --method linear``.
 
 A training sample must not see itself in its prior (the prior would be its target). Which cases a
 sample may use is recorded as ``mean_field.left_out``:
@@ -66,7 +70,7 @@ from ._clouds import is_point_cloud
 from ._dataset import channel_names, save_npy
 from ._mapping import NodeMap, node_map
 from ._mean_field import add_mean_field, append_mean_fields, finish_prior, mean_field_of
-from ._neighbours import nearest_cases, parameter_scale
+from ._neighbours import linear_cases, nearest_cases, parameter_scale
 from ._statistics import Running
 
 __all__ = ["PriorCases", "PriorMethod", "PriorRequest", "add_prior", "check_prior_request", "parse_prior",
@@ -75,23 +79,27 @@ __all__ = ["PriorCases", "PriorMethod", "PriorRequest", "add_prior", "check_prio
 
 @dataclass(frozen=True)
 class PriorMethod:
-    """A parsed ``--mean-field``: ``kind`` ``"mean"`` or ``"knn"``, with ``k`` for knn."""
+    """A parsed ``--mean-field``: ``kind`` ``"mean"``, ``"knn"`` (with ``k``) or ``"linear"`` (``k``
+    None: every case)."""
 
     kind: str
     k: int | None = None
 
     def __str__(self) -> str:
-        return f"knn:{self.k}" if self.kind == "knn" else "mean"
+        return self.kind if self.k is None else f"{self.kind}:{self.k}"
 
 
 def parse_prior(text: str | bool | None) -> PriorMethod:
-    """``mean`` (also ``True``, the bare flag) or ``knn:K`` (K >= 1); a one-line ``ValueError`` otherwise."""
+    """``mean`` (also ``True``, the bare flag), ``knn:K`` (K >= 1), ``linear`` or ``linear:K`` (K >= 2);
+    a one-line ``ValueError`` otherwise."""
     if text is True or text == "mean":
         return PriorMethod("mean")
     kind, _, rest = str(text).strip().partition(":")
     if kind == "knn" and rest.strip().isdigit() and int(rest) >= 1:
         return PriorMethod("knn", int(rest))
-    raise ValueError(f"Expected --mean-field mean or knn:K with K a whole number >= 1 (got {text!r}; a bare "
+    if kind == "linear" and (not rest or rest.strip().isdigit() and int(rest) >= 2):
+        return PriorMethod("linear", int(rest) if rest else None)
+    raise ValueError(f"Expected --mean-field mean, knn:K (K >= 1), linear or linear:K (K >= 2) (got {text!r}; a bare "
                      "--mean-field takes the word after it as its method: put it after the sources)")
 
 
@@ -184,7 +192,7 @@ def _check_given(cases: PriorCases, meta: Mapping[str, Any], dtype: np.dtype) ->
             [(f["name"], f["components"]) for f in cases.fields]:
         raise ValueError(f"Expected the targets of the --mean-field-from dataset ({channel_names(cases.fields)}) "
                          f"(got {meta['target_channels']})")
-    if cases.method.kind == "knn":
+    if cases.method.kind in ("knn", "linear"):
         mine = [str(n) for n in (meta.get("parameters") or {}).get("names", [])]
         missing = [n for n in cases.names if n not in mine]
         if missing:
@@ -208,7 +216,7 @@ def check_prior_request(mean_field: Any, given: PriorCases | None, dtype: str,
     if not target_fields:
         raise ValueError("Expected --targets for --mean-field (it is made of the training targets); for new cases "
                          "without targets, take a training dataset's with --mean-field-from DATA")
-    if method.kind == "knn" and not (table or {}).get("names"):
+    if method.kind != "mean" and not (table or {}).get("names"):
         raise ValueError(f"Expected --params for --mean-field {method}, which measures distances in parameter space "
                          "(--mean-field mean needs none)")
 
@@ -293,7 +301,7 @@ def _sources(cases: PriorCases, allowed: np.ndarray, value: np.ndarray, scale: n
              left_out: str) -> list[tuple[int, float]]:
     """The cases of one sample's prior and their weights; a one-line refusal when too few are allowed."""
     method, count = cases.method, int(allowed.sum())
-    need = 1 if method.kind == "mean" else int(method.k or 1)
+    need = int(method.k or 1) if method.kind == "knn" else 1
     if count < need:
         rule = {"mesh": f"the training cases on other meshes than {name}'s (leave-one-shape-out)",
                 "shape": f"the training cases of other shapes than {name}'s (--shape-params)",
@@ -302,6 +310,8 @@ def _sources(cases: PriorCases, allowed: np.ndarray, value: np.ndarray, scale: n
     if method.kind == "mean":
         rows = np.flatnonzero(allowed)
         return [(int(c), 1.0 / len(rows)) for c in rows]
+    if method.kind == "linear":
+        return linear_cases(cases.values, value, scale, allowed, method.k)
     return nearest_cases(cases.values, value, need, scale, allowed)
 
 
@@ -322,7 +332,7 @@ def add_prior(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: np.d
     method = mean_field.method if given else parse_prior(mean_field)
     if not given and method.kind == "mean" and meta["kind"] == "one-mesh":
         return add_mean_field(tmp, meta, train, dtype, None, progress)  # one field for every sample, as before
-    if method.kind == "knn" and not given and not (meta.get("parameters") or {}).get("names"):
+    if method.kind != "mean" and not given and not (meta.get("parameters") or {}).get("names"):
         raise ValueError(f"Expected --params for --mean-field {method}, which measures distances in parameter space "
                          "(--mean-field mean needs none)")
     if given:
@@ -339,8 +349,8 @@ def add_prior(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: np.d
     run_in, run_out = _write_priors(tmp, meta, train, dtype, cases, left_out, progress, shape)
     record: dict[str, Any] = {"of": "another dataset (--mean-field-from)" if given else "training samples",
                               "method": str(method)}
-    if method.kind == "knn":
-        record["k"] = int(method.k or 1)
+    if method.k is not None:
+        record["k"] = int(method.k)
     record["left_out"] = left_out
     if shape:
         record["shape"] = list(shape)

@@ -1,7 +1,7 @@
 """``meshshard baseline``: what a model must beat, made from the dataset's training samples alone
 and written as ``meshshard predict`` writes a prediction.
 
-``meshshard baseline DATA --out PRED --method mean|nearest|knn:K|interp:PARAM [--samples LIST]
+``meshshard baseline DATA --out PRED --method mean|nearest|knn:K|linear[:K]|interp:PARAM [--samples LIST]
 [--from TRAINING_DATA] [--boundary NAMES ...] [--near PATCHES:DISTANCE]`` writes, for each chosen
 sample (default: the validation samples), the same files as predict (``<sample>.vtu`` / ``.vtp``
 with ``<target>_pred``, ``<target>``, ``<target>_error``; the pictures) and the same
@@ -17,6 +17,11 @@ piecewise-linear interpolation from the source's points, the nearest source node
   vary), Euclidean distance; a tie goes to the lower sample index;
 - ``knn:K``: the ``K`` nearest, weights ``1 / d`` normalised to sum to 1; training samples at
   distance 0 (an exact parameter match) take the prediction alone, equally weighted;
+- ``linear``: at every node, the least-squares fit of the training samples' fields by an affine
+  function of the parameters (scaled as above), evaluated at the sample's parameters: a weighted
+  sum of the training samples too, weights summing to 1, some negative
+  (:func:`meshshard.data.linear_cases`); ``linear:K``: the fit over the ``K`` nearest alone. A
+  parameter that does not vary over them drops out;
 - ``interp:PARAM``: linear interpolation along ``PARAM``. The *line* is the training samples
   nearest the sample in the other parameters (scaled as above; every training sample within
   ``1e-9 (1 + d_min)`` of the smallest such distance ``d_min``: with a full grid of cases, those
@@ -59,6 +64,7 @@ from meshshard.data import (
     check_expression,
     is_point_cloud,
     is_trajectory_dataset,
+    linear_cases,
     nearest_cases,
     node_map,
     open_dataset,
@@ -79,26 +85,34 @@ from ._writer import write_gathered as _write_gathered
 __all__ = ["BaselineConfig", "BaselineMethod", "baseline", "baseline_sources", "parse_method"]
 
 #: The methods, as ``--method`` spells them.
-METHODS = "mean, nearest, knn:K or interp:PARAM"
+METHODS = "mean, nearest, knn:K, linear, linear:K or interp:PARAM"
 
 
 @dataclass(frozen=True)
 class BaselineMethod:
-    """A parsed ``--method``: ``kind`` one of mean, nearest, knn, interp; ``k`` for knn; ``param`` for interp."""
+    """A parsed ``--method``: ``kind`` one of mean, nearest, knn, linear, interp; ``k`` for knn (and
+    linear:K); ``param`` for interp."""
 
     kind: str
     k: int | None = None
     param: str | None = None
 
     def __str__(self) -> str:
-        return {"knn": f"knn:{self.k}", "interp": f"interp:{self.param}"}.get(self.kind, self.kind)
+        if self.kind == "interp":
+            return f"interp:{self.param}"
+        return self.kind if self.k is None else f"{self.kind}:{self.k}"
 
 
 def parse_method(text: str) -> BaselineMethod:
-    """``mean``, ``nearest``, ``knn:K`` (K >= 1) or ``interp:PARAM``; a one-line ``ValueError`` otherwise."""
+    """``mean``, ``nearest``, ``knn:K`` (K >= 1), ``linear``, ``linear:K`` (K >= 2) or ``interp:PARAM``;
+    a one-line ``ValueError`` otherwise."""
     kind, _, rest = str(text).strip().partition(":")
-    if kind in ("mean", "nearest") and not rest:
+    if kind in ("mean", "nearest", "linear") and not rest:
         return BaselineMethod(kind)
+    if kind == "linear":
+        if not rest.strip().isdigit() or int(rest) < 2:
+            raise ValueError(f"Expected --method linear:K with K a whole number >= 2 (got {text!r})")
+        return BaselineMethod("linear", k=int(rest))
     if kind == "knn":
         try:
             k = int(rest)
@@ -148,9 +162,9 @@ def _check_method(method: BaselineMethod, data: Any) -> tuple[np.ndarray, list[s
         raise ValueError(f"{data.path}: Expected parameters (meshshard dataset --params) for --method {method}, "
                          "which measures distances in parameter space (--method mean needs none)")
     values = np.asarray(table.get("values", []), dtype=np.float64).reshape(data.num_samples, len(names))
-    if method.kind == "knn" and method.k is not None and method.k > len(train):
-        raise ValueError(f"Expected --method knn:K with K at most the {plural(len(train), 'training sample')} of "
-                         f"{data.path} (got K = {method.k})")
+    if method.kind in ("knn", "linear") and method.k is not None and method.k > len(train):
+        raise ValueError(f"Expected --method {method.kind}:K with K at most the "
+                         f"{plural(len(train), 'training sample')} of {data.path} (got K = {method.k})")
     if method.kind == "interp" and method.param not in names:
         raise ValueError(f"Expected --method interp:PARAM to name a parameter of {data.path} "
                          f"({', '.join(names)}) (got {method.param!r})")
@@ -169,6 +183,8 @@ def baseline_sources(method: BaselineMethod, train_values: np.ndarray, value: np
     if method.kind in ("nearest", "knn"):
         k = 1 if method.kind == "nearest" else int(method.k or 1)
         return nearest_cases(train_values, value, k, scale), None
+    if method.kind == "linear":
+        return linear_cases(train_values, value, scale, k=method.k), None
     z, zs = train_values / scale, np.asarray(value, dtype=np.float64) / scale
     j = names.index(str(method.param))
     others = [c for c in range(len(names)) if c != j]

@@ -1,7 +1,7 @@
-"""``meshshard dataset --mean-field mean|knn:K`` on many meshes and on the nearest cases: each
+"""``meshshard dataset --mean-field mean|knn:K|linear`` on many meshes and on the nearest cases: each
 training case mapped onto the sample's own mesh (exact for a linear field), a training sample's
 prior never made of its own mesh's cases (of itself, on one mesh), inverse-distance weights of
-the nearest cases, new shapes with ``--mean-field-from``, the record in ``meshshard info``, and
+the nearest cases, the affine least-squares fit, new shapes with ``--mean-field-from``, the record in ``meshshard info``, and
 every refusal in one line, leaving nothing behind."""
 
 from __future__ import annotations
@@ -89,7 +89,17 @@ def _knn_weights(cases: dict[str, tuple[float, float]], train: list[str], name: 
     return {c: (1 / d[c]) / total for c in nearest}
 
 
-@pytest.mark.parametrize("method", ["mean", "knn:2"])
+def _linear_weights(cases: dict[str, tuple[float, float]], train: list[str], name: str,
+                    allowed: list[str]) -> dict[str, float]:
+    """By hand: the hat matrix's row of the affine least-squares fit in the parameters (each over
+    its std over the training cases) of the allowed cases, at the sample's parameters."""
+    std = np.array([cases[c] for c in train]).std(0)
+    design = np.array([[1.0, *(np.array(cases[c]) / std)] for c in allowed])
+    row = design @ np.linalg.solve(design.T @ design, np.r_[1.0, np.array(cases[name]) / std])
+    return dict(zip(allowed, row.tolist()))
+
+
+@pytest.mark.parametrize("method", ["mean", "knn:2", "linear"])
 def test_a_linear_field_maps_exactly_and_a_shape_never_sees_its_own_mesh(tmp_path: Path, method: str,
                                                                          capsys: pytest.CaptureFixture) -> None:
     _write(tmp_path, SHAPES)
@@ -108,6 +118,7 @@ def test_a_linear_field_maps_exactly_and_a_shape_never_sees_its_own_mesh(tmp_pat
         own = name[0]
         allowed = [c for c in train if c[0] != own] if name in train else train  # validation: every training case
         weights = ({c: 1 / len(allowed) for c in allowed} if method == "mean"
+                   else _linear_weights(cases, train, name, allowed) if method == "linear"
                    else _knn_weights(cases, train, name, 2, allowed))
         xy = np.asarray(data.mesh_points(data.sample_mesh(s)))[:, :2]
         np.testing.assert_allclose(_prior_of(data, s), _expected(xy, weights, cases), rtol=1e-12, atol=1e-12)
@@ -186,7 +197,7 @@ def test_the_one_mesh_mean_goes_onto_a_new_mesh_mapped(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("case", "message"), [
-    ("bad-method", "Expected --mean-field mean or knn:K with K a whole number >= 1 (got 'knn:0'"),
+    ("bad-method", "Expected --mean-field mean, knn:K (K >= 1), linear or linear:K (K >= 2) (got 'knn:0'"),
     ("knn-no-params", "Expected --params for --mean-field knn:2"),
     ("knn-too-many", "Expected --mean-field knn:4 to find 4 cases among the training cases on other meshes than "
                      "A-1's (leave-one-shape-out) (got 3)"),

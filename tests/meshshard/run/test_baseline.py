@@ -33,6 +33,10 @@ def _expected_weights(method: str, case: int) -> dict[int, float]:
     if method == "knn:3":
         near = np.argsort(d)[:3]
         return {int(i): (1 / d[i]) / (1 / d[near]).sum() for i in near}
+    if method == "linear":  # the hat matrix's row of the affine least-squares fit in (a, b)
+        design = np.c_[np.ones(N_TRAIN), train]
+        row = design @ np.linalg.solve(design.T @ design, np.r_[1.0, PARAMS[case]])
+        return dict(enumerate(row.tolist()))
     # interp:a: the training samples whose b is nearest the sample's, bracketing its a
     a, b = PARAMS[case]
     line = [i for i in range(N_TRAIN) if abs(train[i, 1] - b) == np.abs(train[:, 1] - b).min()]
@@ -50,7 +54,7 @@ def one_mesh(tmp_path_factory) -> dict:
     return write_sweep(tmp_path_factory.mktemp("sweep") / "data")
 
 
-@pytest.mark.parametrize("method", ["mean", "nearest", "knn:3", "interp:a"])
+@pytest.mark.parametrize("method", ["mean", "nearest", "knn:3", "linear", "interp:a"])
 def test_each_method_on_one_mesh_equals_numpy_with_rescaled_targets(one_mesh: dict, method: str,
                                                                     tmp_path: Path) -> None:
     out = tmp_path / "pred"
@@ -84,13 +88,18 @@ def test_each_method_on_one_mesh_equals_numpy_with_rescaled_targets(one_mesh: di
     assert on_disk["complete"] and on_disk["baseline"]["method"] == method and on_disk["run"] is None
     lift = on_disk["boundaries"]["bottom"]["coefficients"]["lift"]
     assert set(lift) >= {"mae", "r2", "spearman"}
+    if method == "linear":  # stored p = p / b**2 and U are affine in (a, b): the fit is the truth, v1 (a = 4) too
+        for record, case in zip(metrics["samples"], VAL):
+            written = meshio.read(out / record["file"])
+            np.testing.assert_allclose(written.point_data["p_pred"], truth[case][:, 0], rtol=1e-9, atol=1e-10)
+            np.testing.assert_allclose(written.point_data["U_pred"], truth[case][:, 1:], rtol=1e-9, atol=1e-10)
     if method == "interp:a":  # v1 (a = 4) is beyond the trained range: the nearest end, said
         assert "the nearest end, a = 3" in metrics["samples"][1]["baseline"]["note"]
 
 
 def test_many_meshes_map_a_linear_field_exactly(tmp_path: Path) -> None:
     sweep = write_sweep(tmp_path / "data", meshes="many", scale=False)
-    for method in ("mean", "knn:3", "interp:a"):
+    for method in ("mean", "knn:3", "linear", "interp:a"):
         out = tmp_path / method.replace(":", "-")
         metrics = baseline(BaselineConfig(data=sweep["data"], out=str(out), method=method, quiet=True, plots=False))
         for record, case in zip(metrics["samples"], VAL):
@@ -147,7 +156,7 @@ def test_node_map_of_clouds_takes_a_coincident_point_alone() -> None:
     ({}, "interp:c", "Expected --method interp:PARAM to name a parameter of"),
     ({}, "knn:0", "Expected --method knn:K with K a whole number >= 1 (got 'knn:0')"),
     ({}, "knn:9", "Expected --method knn:K with K at most the 8 training samples of"),
-    ({}, "median", "Expected --method mean, nearest, knn:K or interp:PARAM (got 'median')"),
+    ({}, "median", "Expected --method mean, nearest, knn:K, linear, linear:K or interp:PARAM (got 'median')"),
     ({"targets": False}, "mean", "Expected a dataset with targets (it holds inputs only)"),
 ])
 def test_refusals_are_one_line_before_anything_is_written(tmp_path: Path, kwargs: dict, method: str,
@@ -162,6 +171,10 @@ def test_refusals_are_one_line_before_anything_is_written(tmp_path: Path, kwargs
 def test_parse_method() -> None:
     assert str(parse_method("knn:4")) == "knn:4" and parse_method("interp:speed").param == "speed"
     assert parse_method("nearest").kind == "nearest"
+    assert str(parse_method("linear")) == "linear" and parse_method("linear:6").k == 6
+    for bad in ("linear:1", "linear:x"):
+        with pytest.raises(ValueError, match="Expected --method linear:K with K a whole number >= 2"):
+            parse_method(bad)
 
 
 def test_mae_r2_and_spearman_over_samples_by_hand() -> None:
