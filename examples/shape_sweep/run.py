@@ -34,6 +34,7 @@ mesh (piecewise-linear interpolation):
 - **nearest shape**: the training case nearest in parameter space (shape parameters and angle,
   each divided by its spread over the training cases): the nearest solved shape at the same angle;
 - **knn:4**: the 4 nearest, weighted by inverse distance;
+- **linear:12**: a least-squares fit, linear in the parameters, over the 12 nearest training cases;
 - **free stream** (computed here, no command): ``p = 0``, ``U = (speed, 0)`` everywhere, no force.
 
 Then, on the held-out cases and in physical units, it prints one row per baseline and the model:
@@ -78,7 +79,12 @@ import foam_sweeps as common  # noqa: E402  (examples/foam_sweeps.py: the comman
 RECIPE, RECIPE_BEFORE = HERE / "recipe.toml", HERE / "recipe-before.toml"
 #: The dataset options of the recipe (README.md's "after"); ``--before`` leaves them out.
 DATASET_OPTIONS = "--mean-field knn:4 --shape-params thickness,camber,nose --wall-normal body"
-BASELINES = {"training mean": "mean", "nearest shape": "nearest", "knn:4 (inverse distance)": "knn:4"}
+BASELINES = {
+    "training mean": "mean",
+    "nearest shape": "nearest",
+    "knn:4 (inverse distance)": "knn:4",
+    "linear:12 (local least squares)": "linear:12",
+}
 FORCES = ["--boundary", "body", "--force-reference", "0.5*speed**2", "--direction", "1,0", "--lift-direction", "0,1"]
 SETTLED = 0.01  # a case whose p and U moved less than this over its last written iterations is settled
 COLUMNS = ("p near", "U near", "p body", "CL MAE", "CL rho", "CD MAE", "CD rho")
