@@ -45,16 +45,24 @@ def test_array_exchange_sends_any_dtype_by_bytes() -> None:
         assert gathered == [{"r": q} for q in range(world)]
 
 
-@pytest.mark.parametrize("world, num_parts", [(1, 3), (2, 5), (3, 7), (4, 2), (4, 9)])
-def test_processes_write_the_one_process_files(tmp_path: Path, world: int, num_parts: int) -> None:
+def _partitions(rank: int, world: int, mesh: str, outs: list[str], counts: list[int]) -> list[str]:
+    """:func:`_partition` into each of ``counts`` parts in turn, in one process group."""
+    return [_partition(rank, world, mesh, out, num_parts) for out, num_parts in zip(outs, counts)]
+
+
+# the part counts of one world run in one spawn of its processes (a spawn costs seconds)
+@pytest.mark.parametrize("world, counts", [(1, (3,)), (2, (5,)), (3, (7,)), (4, (2, 9))])
+def test_processes_write_the_one_process_files(tmp_path: Path, world: int, counts: tuple[int, ...]) -> None:
     mesh = write_mixed_vtkhdf(tmp_path)
-    one = partition_file(mesh, tmp_path / "one", num_parts, method="morton")
-    out = tmp_path / "dist"
-    assert run_ranks(_partition, world, str(mesh), str(out), num_parts, timeout=TIMEOUT) == [str(out)] * world
-    same_folders(one, out)
-    assert read_metadata(out)["distributed"] == {"engine": "geometric", "processes": world}
-    assert verify_partition(out) == []
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["dist", "mixed.vtkhdf", "one"]  # no staging left
+    outs = [str(tmp_path / f"dist{k}") for k in counts]
+    assert run_ranks(_partitions, world, str(mesh), outs, list(counts), timeout=TIMEOUT) == [outs] * world
+    for num_parts, out in zip(counts, outs):
+        one = partition_file(mesh, tmp_path / f"one{num_parts}", num_parts, method="morton")
+        same_folders(one, Path(out))
+        assert read_metadata(out)["distributed"] == {"engine": "geometric", "processes": world}, num_parts
+        assert verify_partition(out) == [], num_parts
+    names = sorted(["mixed.vtkhdf", *(f"dist{k}" for k in counts), *(f"one{k}" for k in counts)])
+    assert sorted(p.name for p in tmp_path.iterdir()) == names  # no staging left
 
 
 def _partition_in_batches(rank: int, world: int, mesh: str, out: str, num_parts: int, batch: int) -> str:

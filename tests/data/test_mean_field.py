@@ -16,6 +16,7 @@ from meshshard.cli import main
 from meshshard.data import open_dataset, write_dataset
 from meshshard.run import load_run
 from meshshard.tasks import DatasetReader, whole_sample
+from tests._refusals import assert_refused_in_one_line
 
 SPEEDS = {"u10": 10.0, "u12": 12.0, "u14": 14.0, "u16": 16.0, "u18": 18.0}
 
@@ -189,11 +190,7 @@ def test_a_mean_field_that_cannot_work_is_refused_leaving_nothing(tmp_path: Path
         _cases(other)
         args = ["dataset", str(other / "cases"), "--out", f"{root}/out", "--inputs", "pos[0],pos[1]",
                 "--mean-field-from", f"{root}/data"]
-    capsys.readouterr()
-    assert main(args) == 2
-    err = capsys.readouterr().err
-    assert message in err and len(err.strip().splitlines()) == 1, err
-    assert not (tmp_path / "out").exists()
+    assert_refused_in_one_line(args, message, capsys, tmp_path / "out")
 
 
 def test_write_dataset_takes_a_mean_field_too(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from scipy.spatial import Delaunay
 
 from meshshard.cli import main
 from meshshard.data import build_dataset, node_map, open_dataset
+from tests._refusals import assert_refused_in_one_line
 
 #: Shapes, each on a mesh of its own, with its shape parameter t.
 SHAPES = {"A": 0.1, "B": 0.2, "C": 0.45}  # no two distances tie (a tie would be up to round-off)
@@ -243,11 +244,7 @@ def test_a_prior_that_cannot_be_made_is_refused_in_one_line_leaving_nothing(
                 args[args.index("--params") + 1] = str(tmp_path / "both.csv")
                 (tmp_path / "both.csv").write_text("sample,speed,t\nA-1,1,0.1\nB-2,2,0.2\n")
                 args[args.index("A-2")] = "B-2"
-    capsys.readouterr()
-    assert main(args) == 2
-    err = capsys.readouterr().err
-    assert message in err and len(err.strip().splitlines()) == 1, err
-    assert not (tmp_path / "out").exists()
+    assert_refused_in_one_line(args, message, capsys, tmp_path / "out")
 
 
 def test_both_mean_field_options_are_refused_from_python(tmp_path: Path) -> None:

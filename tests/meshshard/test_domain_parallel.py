@@ -483,16 +483,24 @@ def _pooled_head_grads(rank: int, world: int, use: str) -> list:
     return [p.grad.detach().numpy().copy() for p in model.parameters()]
 
 
-@pytest.mark.parametrize("use", ["rows", "graph"])
-def test_a_head_on_globally_pooled_features_gets_the_single_process_gradient(use: str) -> None:
+POOLED_USES = ("rows", "graph")
+
+
+def _pooled_head_grads_of_each_use(rank: int, world: int) -> dict[str, list]:
+    return {use: _pooled_head_grads(rank, world, use) for use in POOLED_USES}
+
+
+def test_a_head_on_globally_pooled_features_gets_the_single_process_gradient() -> None:
     """Its gradient is whole on every rank (the replicated computation runs on each); summed over
-    the ranks it was R times the single-process one: DomainParallel counts it once."""
-    reference = _pooled_head_grads(0, 0, use)
+    the ranks it was R times the single-process one: DomainParallel counts it once. Both uses run
+    in one spawn per rank count."""
+    reference = _pooled_head_grads_of_each_use(0, 0)
     for world in (2, 3):
-        for rank_grads in run_ranks(_pooled_head_grads, world, use, timeout=120):
-            for got, want in zip(rank_grads, reference, strict=True):
-                torch.testing.assert_close(torch.from_numpy(got), torch.from_numpy(want), rtol=1e-10, atol=1e-12,
-                                           msg=lambda m: f"{use}, {world} ranks: {m}")
+        for rank_grads in run_ranks(_pooled_head_grads_of_each_use, world, timeout=120):
+            for use in POOLED_USES:
+                for got, want in zip(rank_grads[use], reference[use], strict=True):
+                    torch.testing.assert_close(torch.from_numpy(got), torch.from_numpy(want), rtol=1e-10, atol=1e-12,
+                                               msg=lambda m: f"{use}, {world} ranks: {m}")
 
 
 def test_a_parameter_on_both_rows_and_pooled_values_is_refused() -> None:

@@ -15,26 +15,8 @@ from meshshard.cli import main
 from meshshard.data import build_dataset, node_map, open_dataset
 from meshshard.run import BaselineConfig, baseline
 from meshshard.run._vtk import read_vtp
+from tests.meshshard.run._cases import uv_ellipsoid
 from tests.meshshard.run._sweeps import PARAMS, TRAIN, fields, write_sweep
-
-
-def _body(scale: np.ndarray, n_lat: int, n_lon: int) -> tuple[np.ndarray, np.ndarray]:
-    """A UV ellipsoid of semi-axes ``scale``, triangles wound outward."""
-    th = np.linspace(0, np.pi, n_lat + 1)[1:-1]
-    ph = np.linspace(0, 2 * np.pi, n_lon, endpoint=False)
-    t, p = np.meshgrid(th, ph, indexing="ij")
-    ring = np.stack([np.sin(t) * np.cos(p), np.sin(t) * np.sin(p), np.cos(t)], -1).reshape(-1, 3)
-    pts = np.concatenate([[[0, 0, 1]], ring, [[0, 0, -1]]])
-    idx = 1 + np.arange(len(ring)).reshape(n_lat - 1, n_lon)
-    nxt = np.roll(idx, -1, axis=1)
-    a, b, c, d = idx[:-1].ravel(), nxt[:-1].ravel(), nxt[1:].ravel(), idx[1:].ravel()
-    tris = np.concatenate([np.stack([np.zeros(n_lon, int), idx[0], nxt[0]], 1),
-                           np.stack([np.full(n_lon, len(pts) - 1), nxt[-1], idx[-1]], 1),
-                           np.stack([a, d, c], 1), np.stack([a, c, b], 1)])
-    v = pts[tris]
-    outward = np.einsum("fd,fd->f", np.cross(v[:, 1] - v[:, 0], v[:, 2] - v[:, 0]), v.mean(1)) > 0
-    tris[~outward] = tris[~outward][:, ::-1]
-    return pts * scale, tris
 
 
 def _point_areas(points: np.ndarray, tris: np.ndarray) -> np.ndarray:
@@ -50,7 +32,7 @@ def bodies(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("bodies")
     files, shapes = [], []
     for k in range(4):  # each body its own cloud: different shapes and point counts
-        pts, tris = _body(np.array([1.0 + 0.2 * k, 1.0, 0.8]), 7 + k, 12 + 2 * k)
+        pts, tris = uv_ellipsoid(np.array([1.0 + 0.2 * k, 1.0, 0.8]), 7 + k, 12 + 2 * k)
         p = pts[:, 0] + 0.5 * k * pts[:, 2] ** 2
         path = root / f"body-{k}.vtu"
         meshio.write(path, meshio.Mesh(pts, [("triangle", tris)], point_data={"p": p}))

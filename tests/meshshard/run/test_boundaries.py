@@ -10,43 +10,17 @@ import numpy as np
 import pytest
 
 from meshshard.cli import main
-from meshshard.data import partition_dataset, write_dataset
+from meshshard.data import partition_dataset
 from meshshard.run import PredictConfig, TrainConfig, predict, train
 from meshshard.run._boundaries import BoundaryScoring, boundary_record, boundary_summary
 from tests._dist import run_ranks
 from tests._ranks import predict_rank
 
 
-def _grid(nx: int = 24, ny: int = 12) -> tuple[np.ndarray, np.ndarray]:
-    x, y = np.meshgrid(np.linspace(0.0, 2.0, nx + 1), np.linspace(0.0, 1.0, ny + 1), indexing="xy")
-    pts = np.stack([x.ravel(), y.ravel()], 1)
-    i, j = np.meshgrid(np.arange(nx), np.arange(ny), indexing="xy")
-    a = (j * (nx + 1) + i).ravel()
-    return pts, np.stack([a, a + 1, a + nx + 2, a + nx + 1], 1)
-
-
-@pytest.fixture(scope="module")
-def case(tmp_path_factory) -> dict:
-    root = tmp_path_factory.mktemp("boundaries")
-    pts, quads = _grid()
-    rng = np.random.default_rng(1)
-    waves = rng.normal(size=(4, 2, 2))
-    inputs = np.stack([np.cos(pts @ w) for w in waves])
-    targets = np.stack([np.stack([3 + x[:, 0] + pts[:, 0], x[:, 1], x[:, 0] * x[:, 1]], 1) for x in inputs])
-    walls = {"bottom": np.flatnonzero(pts[:, 1] == 0.0), "left": np.flatnonzero(pts[:, 0] == 0.0)}
-    write_dataset(root / "data", inputs, targets, pos=pts, cells=[("quad", quads)], input_names=[("a", 2)],
-                  target_names=["p", ("U", 2)], val_samples=[2, 3], dtype="float64", boundaries=walls)
-    partition_dataset(root / "data", root / "parts1", 1)
-    partition_dataset(root / "data", root / "parts3", 3)
-    train(TrainConfig(partition=str(root / "parts1"), data=str(root / "data"), out=str(root / "run"), steps=2,
-                      lr=1e-2, latent_size=8, hidden_layers=1, message_passing_steps=2, quiet=True, dtype="float64"))
-    return {"root": root, "data": str(root / "data"), "run": str(root / "run"), "pts": pts, "walls": walls}
-
-
 @pytest.mark.slow
-def test_boundary_errors_and_forces_on_shards_equal_one_process_and_the_files(case: dict) -> None:
-    root = case["root"]
-    common = {"run": case["run"], "data": case["data"], "samples": "all", "boundary": "bottom,left",
+def test_boundary_errors_and_forces_on_shards_equal_one_process_and_the_files(walls_case: dict) -> None:
+    root = walls_case["root"]
+    common = {"run": walls_case["run"], "data": walls_case["data"], "samples": "all", "boundary": "bottom,left",
               "quiet": True, "plots": True}
     one = predict(PredictConfig(out=str(root / "p1"), **common))
     three = run_ranks(predict_rank, 3, {"out": str(root / "p3"), "partition": str(root / "parts3"), **common},
@@ -82,8 +56,8 @@ def test_boundary_errors_and_forces_on_shards_equal_one_process_and_the_files(ca
     assert (root / "p1" / f"{one['samples'][0]['file'][:-4]}.png").is_file()
 
 
-def test_bad_boundary_requests_are_refused_in_one_line(case: dict, capsys, tmp_path) -> None:
-    base = ["predict", case["run"], "--data", case["data"], "--out", str(tmp_path / "p"), "--no-plots"]
+def test_bad_boundary_requests_are_refused_in_one_line(walls_case: dict, capsys, tmp_path) -> None:
+    base = ["predict", walls_case["run"], "--data", walls_case["data"], "--out", str(tmp_path / "p"), "--no-plots"]
     for extra, message in (
         (["--boundary", "top"], "Expected --boundary to name boundaries of the meshes (got top; mesh 0 has bottom, "
                                 "left)"),

@@ -11,40 +11,13 @@ import numpy as np
 import pytest
 
 from meshshard.cli import main
-from meshshard.data import partition_dataset, write_dataset
-from meshshard.run import BaselineConfig, PredictConfig, TrainConfig, baseline, comparison_table, predict, train
+from meshshard.run import BaselineConfig, PredictConfig, baseline, comparison_table, predict
 from meshshard.run._boundary_pictures import boundary_order
 from meshshard.run._near import NearRegion, near_mask, near_record, parse_near
 from tests._dist import run_ranks
 from tests._ranks import predict_rank
 
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
-def _grid(nx: int = 16, ny: int = 8) -> tuple[np.ndarray, np.ndarray]:
-    x, y = np.meshgrid(np.linspace(0.0, 2.0, nx + 1), np.linspace(0.0, 1.0, ny + 1), indexing="xy")
-    pts = np.stack([x.ravel(), y.ravel()], 1)
-    i, j = np.meshgrid(np.arange(nx), np.arange(ny), indexing="xy")
-    a = (j * (nx + 1) + i).ravel()
-    return pts, np.stack([a, a + 1, a + nx + 2, a + nx + 1], 1)
-
-
-@pytest.fixture(scope="module")
-def case(tmp_path_factory) -> dict:
-    root = tmp_path_factory.mktemp("near")
-    pts, quads = _grid()
-    rng = np.random.default_rng(4)
-    waves = rng.normal(size=(4, 2, 2))
-    inputs = np.stack([np.cos(pts @ w) for w in waves])
-    targets = np.stack([np.stack([3 + x[:, 0] + pts[:, 0], x[:, 1], x[:, 0] * x[:, 1]], 1) for x in inputs])
-    walls = {"bottom": np.flatnonzero(pts[:, 1] == 0.0), "left": np.flatnonzero(pts[:, 0] == 0.0)}
-    write_dataset(root / "data", inputs, targets, pos=pts, cells=[("quad", quads)], input_names=[("a", 2)],
-                  target_names=["p", ("U", 2)], val_samples=[2, 3], dtype="float64", boundaries=walls)
-    for k in (1, 2, 3, 4):
-        partition_dataset(root / "data", root / f"parts{k}", k)
-    train(TrainConfig(partition=str(root / "parts1"), data=str(root / "data"), out=str(root / "run"), steps=2,
-                      lr=1e-2, latent_size=8, hidden_layers=1, message_passing_steps=2, quiet=True, dtype="float64"))
-    return {"root": root, "data": str(root / "data"), "run": str(root / "run"), "pts": pts}
 
 
 def _by_hand(file, pts: np.ndarray, distance: float) -> dict:
@@ -61,15 +34,15 @@ def _by_hand(file, pts: np.ndarray, distance: float) -> dict:
 
 
 @pytest.mark.slow
-def test_near_errors_on_one_to_four_ranks_equal_one_process_and_the_files(case: dict) -> None:
-    root = case["root"]
-    common = {"run": case["run"], "data": case["data"], "samples": "all", "near": "bottom,left:0.3",
+def test_near_errors_on_one_to_four_ranks_equal_one_process_and_the_files(walls_case: dict) -> None:
+    root = walls_case["root"]
+    common = {"run": walls_case["run"], "data": walls_case["data"], "samples": "all", "near": "bottom,left:0.3",
               "boundary": "bottom", "quiet": True, "plots": False}
     one = predict(PredictConfig(out=str(root / "n1"), **common))
     for record in one["samples"]:
-        want = _by_hand(root / "n1" / record["file"], case["pts"], 0.3)
+        want = _by_hand(root / "n1" / record["file"], walls_case["pts"], 0.3)
         got = record["near"]
-        assert got["num_nodes"] == want["num_nodes"] and 0 < got["num_nodes"] < len(case["pts"])
+        assert got["num_nodes"] == want["num_nodes"] and 0 < got["num_nodes"] < len(walls_case["pts"])
         assert got["boundaries"] == ["bottom", "left"] and got["distance"] == 0.3
         for field in ("p", "U"):
             assert got["fields"][field]["rmse"] == pytest.approx(want[field][0], rel=1e-10)
@@ -88,19 +61,19 @@ def test_near_errors_on_one_to_four_ranks_equal_one_process_and_the_files(case: 
     assert on_disk["near"]["fields"]["U"]["rel_l2"] == pytest.approx(mean, rel=1e-12)
 
 
-def test_near_is_exact_on_any_split_of_the_rows(case: dict) -> None:
+def test_near_is_exact_on_any_split_of_the_rows(walls_case: dict) -> None:
     """The mask and sums of every split of the nodes (an empty part, uneven parts) add up to the whole."""
     from meshshard.data import open_dataset
 
-    data = open_dataset(case["data"])
+    data = open_dataset(walls_case["data"])
     region = NearRegion(("bottom",), 0.25)
-    n = len(case["pts"])
+    n = len(walls_case["pts"])
     rng = np.random.default_rng(0)
     pred, truth = rng.normal(size=(n, 3)), rng.normal(size=(n, 3))
     fields = [("p", slice(0, 1)), ("U", slice(1, 3))]
     ctx = type("Ctx", (), {"device": "cpu"})()
     whole = near_mask(data, 0, np.arange(n), region)
-    assert whole.sum() == (case["pts"][:, 1] <= 0.25).sum()  # the floor: distance is y
+    assert whole.sum() == (walls_case["pts"][:, 1] <= 0.25).sum()  # the floor: distance is y
     full = near_record(whole, pred, truth, fields, region, ctx)
     for cuts in ([], [0], [40, 41, 100], [10, 60, 61]):
         parts = np.split(np.arange(n), cuts)
@@ -111,13 +84,13 @@ def test_near_is_exact_on_any_split_of_the_rows(case: dict) -> None:
         assert np.sqrt(sse / sst) == pytest.approx(full["fields"]["U"]["rel_l2"], rel=1e-12)
 
 
-def test_parse_near_and_its_refusals(case: dict, capsys, tmp_path) -> None:
+def test_parse_near_and_its_refusals(walls_case: dict, capsys, tmp_path) -> None:
     assert parse_near("walls,inlet:0.05") == NearRegion(("walls", "inlet"), 0.05)
     assert parse_near("a:b:1") == NearRegion(("a:b",), 1.0)
     for bad in ("walls", "walls:-1", "walls:nan", ":1", "walls:x"):
         with pytest.raises(ValueError, match=r"^Expected --near PATCHES:DISTANCE"):
             parse_near(bad)
-    base = ["predict", case["run"], "--data", case["data"], "--out", str(tmp_path / "p"), "--no-plots"]
+    base = ["predict", walls_case["run"], "--data", walls_case["data"], "--out", str(tmp_path / "p"), "--no-plots"]
     for extra, message in ((["--near", "top:1"], "Expected --near to name boundaries of the meshes (got top"),
                            (["--near", "bottom"], "Expected --near PATCHES:DISTANCE")):
         capsys.readouterr()
@@ -127,10 +100,10 @@ def test_parse_near_and_its_refusals(case: dict, capsys, tmp_path) -> None:
     assert not (tmp_path / "p").exists()
 
 
-def test_pictures_along_the_boundaries_and_of_the_forces_and_the_tables(case: dict, tmp_path, capsys) -> None:
+def test_pictures_along_the_boundaries_and_of_the_forces_and_the_tables(walls_case: dict, tmp_path, capsys) -> None:
     out = tmp_path / "pred"
     capsys.readouterr()
-    assert main(["predict", case["run"], "--data", case["data"], "--out", str(out), "--samples", "all",
+    assert main(["predict", walls_case["run"], "--data", walls_case["data"], "--out", str(out), "--samples", "all",
                  "--boundary", "bottom,left", "--near", "left:0.2"]) == 0
     table = capsys.readouterr().out
     assert "p near L2" in table and "near: the nodes within 0.2 of left: mean p rel L2" in table
@@ -143,7 +116,7 @@ def test_pictures_along_the_boundaries_and_of_the_forces_and_the_tables(case: di
     assert "forces.png" in metrics["files"]
     # the mean baseline draws them too, and the comparison shows the near rows
     base = tmp_path / "base"
-    baseline(BaselineConfig(data=case["data"], out=str(base), samples="all", boundary="bottom", near="left:0.2",
+    baseline(BaselineConfig(data=walls_case["data"], out=str(base), samples="all", boundary="bottom", near="left:0.2",
                             quiet=True))
     assert all((base / r["boundary_picture"]).read_bytes()[:8] == PNG
                for r in json.loads((base / "metrics.json").read_text())["samples"])
@@ -151,7 +124,7 @@ def test_pictures_along_the_boundaries_and_of_the_forces_and_the_tables(case: di
     assert "near left<=0.2: p rel L2" in comparison_table(out, base)
     # with one case there is no forces.png
     single = tmp_path / "single"
-    predict(PredictConfig(run=case["run"], data=case["data"], out=str(single), samples="0", boundary="bottom",
+    predict(PredictConfig(run=walls_case["run"], data=walls_case["data"], out=str(single), samples="0", boundary="bottom",
                           quiet=True))
     assert not (single / "forces.png").exists() and len(list(single.glob("*_boundaries.png"))) == 1
 

@@ -16,31 +16,12 @@ from meshshard.run import PredictConfig, TrainConfig, predict, train
 from meshshard.run._vtk import read_vtp
 from tests._dist import run_ranks
 from tests._ranks import predict_rank
-
-
-def _sphere(n_lat: int = 10, n_lon: int = 16) -> tuple[np.ndarray, np.ndarray]:
-    """A unit UV sphere of triangles wound outward."""
-    th = np.linspace(0, np.pi, n_lat + 1)[1:-1]
-    ph = np.linspace(0, 2 * np.pi, n_lon, endpoint=False)
-    t, p = np.meshgrid(th, ph, indexing="ij")
-    ring = np.stack([np.sin(t) * np.cos(p), np.sin(t) * np.sin(p), np.cos(t)], -1).reshape(-1, 3)
-    pts = np.concatenate([[[0, 0, 1]], ring, [[0, 0, -1]]])
-    idx = 1 + np.arange(len(ring)).reshape(n_lat - 1, n_lon)
-    nxt = np.roll(idx, -1, axis=1)
-    tris = [np.stack([np.zeros(n_lon, int), idx[0], nxt[0]], 1),
-            np.stack([np.full(n_lon, len(pts) - 1), nxt[-1], idx[-1]], 1)]
-    a, b, c, d = idx[:-1].ravel(), nxt[:-1].ravel(), nxt[1:].ravel(), idx[1:].ravel()
-    tris += [np.stack([a, d, c], 1), np.stack([a, c, b], 1)]
-    tris = np.concatenate(tris)
-    v = pts[tris]
-    outward = np.einsum("fd,fd->f", np.cross(v[:, 1] - v[:, 0], v[:, 2] - v[:, 0]), v.mean(1)) > 0
-    tris[~outward] = tris[~outward][:, ::-1]
-    return pts, tris
+from tests.meshshard.run._cases import uv_ellipsoid
 
 
 def _surface_files(root, count: int = 3) -> list[str]:
     """Spheres squashed differently, with p = x (+ a wave) and a shear tau, as .ply/.vtu surfaces."""
-    pts, tris = _sphere()
+    pts, tris = uv_ellipsoid()
     files = []
     for k in range(count):
         q = pts * np.array([1.0 + 0.2 * k, 1.0, 0.8])
