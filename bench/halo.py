@@ -6,8 +6,15 @@ A jittered ``side^3`` tetrahedral lattice (side 59: 205,379 nodes) is partitione
 ``--ranks`` parts; each rank loads its part and times ``with_halo()`` on ``(N_own, features)``
 float32 rows, forward and backward (``x.with_halo().backward(g)`` with a fixed ``g``), against two bare
 ``all_to_all_single`` calls of the same ghost bytes (the forward and backward exchanges) in the
-same run, interleaved: BEFORE (the exchange as before issue 37: fresh result and gradient) and
-AFTER (recycled storages, the owned rows' gradient copied while the ghost rows travel).
+same run, interleaved: BEFORE (the concatenating exchange as before issue 37: fresh result and
+gradient) and AFTER (``append_halo``: the owned rows copied while the ghost rows travel; the
+gradient here is held by the caller, so the owned rows' gradient is copied too, into recycled
+memory), and the same for rows made with room for the ghosts (``HaloPlan.empty_owned``: no forward
+copy). A layer's case is the consumer's: its backward makes a fresh gradient, into which autograd
+adds the ghost rows' gradients in place, so no owned-row pass is left either way; it is timed as a
+consumer ``(h * w).sum()`` on the result minus the same consumer on rows that exist plus the bare
+exchanges, over the bare exchange. CPU time ratios (the process's, all threads) are printed too:
+on a shared machine they vary less than wall time.
 
 ``with_halo()`` of a tensor that already exists copies its owned rows into the owned + ghost result,
 and their gradient back: memory passes over all ``N_own`` rows for an exchange of the ghost rows.
@@ -53,13 +60,44 @@ def worker(args: argparse.Namespace) -> None:
 
     weight = (torch.randn(args.features, args.features, generator=g) / args.features**0.5).requires_grad_()
 
+    index = spec.halo.index_on("cpu")
+    room = spec.halo.empty_owned(args.features)  # the same rows, written into a buffer with room for the ghosts
+    room.copy_(local.detach())
+    room.requires_grad_()
+    weights = torch.randn(spec.num_owned + spec.num_ghost, args.features, generator=g)
+    full = torch.randn(spec.num_owned + spec.num_ghost, args.features, generator=g).requires_grad_()
+
     def halo() -> None:
         local.grad = None
         x.with_halo().backward(grad)
 
-    def halo_before() -> None:
+    def halo_before() -> None:  # the concatenating exchange, as before issue 37
+        local.grad = None
         with _collectives._reference_path():
-            halo()
+            _collectives._HaloPass.apply(local, index, send_counts, recv_counts, ctx.rank, None, False).backward(grad)
+
+    def halo_room() -> None:
+        room.grad = None
+        ShardTensor.from_local(room, spec).with_halo().backward(grad)
+
+    def consumer_before() -> None:  # a consumer whose backward makes the gradient (a layer's case)
+        local.grad = None
+        with _collectives._reference_path():
+            h = _collectives._HaloPass.apply(local, index, send_counts, recv_counts, ctx.rank, None, False)
+            (h * weights).sum().backward()
+
+    def consumer_after() -> None:
+        room.grad = None
+        (ShardTensor.from_local(room, spec).with_halo() * weights).sum().backward()
+
+    def consumer_plain() -> None:  # rows without room: the forward copies them once
+        local.grad = None
+        (x.with_halo() * weights).sum().backward()
+
+    def consumer_bare() -> None:  # the same consumer on owned + ghost rows that exist, and the bare exchanges
+        full.grad = None
+        (full * weights).sum().backward()
+        bare()
 
     def gemm() -> None:  # the GEMM and the bare exchanges, in the order of the layer's (same sync points)
         local.grad = weight.grad = None
@@ -81,23 +119,28 @@ def worker(args: argparse.Namespace) -> None:
         dist.all_to_all_single(recv_buf, send_buf, recv_counts, send_counts)
         dist.all_to_all_single(send_buf, recv_buf, send_counts, recv_counts)
 
-    paths = {"before": halo_before, "after": halo, "bare": bare, "gemm": gemm, "layer_before": layer_before,
-             "layer_after": layer_after}
+    paths = {"before": halo_before, "after": halo, "room": halo_room, "bare": bare, "gemm": gemm,
+             "layer_before": layer_before, "layer_after": layer_after, "consumer_before": consumer_before,
+             "consumer_after": consumer_after, "consumer_plain": consumer_plain, "consumer_bare": consumer_bare}
     for _ in range(3):
         for fn in paths.values():
             fn()
     with count_collectives() as log:
         halo()
     times: dict[str, list[float]] = {name: [] for name in paths}
+    cpu: dict[str, list[float]] = {name: [] for name in paths}
     for _ in range(args.repeats):
         for name, fn in paths.items():
             dist.barrier()
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             fn()
+            cpu[name].append(time.process_time() - start_cpu)  # this process's CPU time, all its threads
             times[name].append(time.perf_counter() - start)
-    med = torch.tensor([statistics.median(times[name]) for name in paths], dtype=torch.float64)
+    med = torch.tensor([statistics.median(times[name]) for name in paths]
+                       + [statistics.median(cpu[name]) for name in paths], dtype=torch.float64)
     dist.all_reduce(med, op=dist.ReduceOp.MAX)
-    t = dict(zip(paths, med.tolist()))
+    t = dict(zip(paths, med.tolist()[: len(paths)]))
+    c = dict(zip(paths, med.tolist()[len(paths) :]))
     if ctx.rank == 0:
         result = {
             "ranks": ctx.world_size, "features": args.features, "num_nodes": spec.num_nodes,
@@ -109,6 +152,17 @@ def worker(args: argparse.Namespace) -> None:
             "bare_2x_all_to_all_single_ms": round(1e3 * t["bare"], 3),
             "ratio_before": round(t["before"] / t["bare"], 3),
             "ratio": round(t["after"] / t["bare"], 3),
+            "with_halo_room_ms": round(1e3 * t["room"], 3),
+            "ratio_room": round(t["room"] / t["bare"], 3),
+            "cpu_ratio_before": round(c["before"] / c["bare"], 3),
+            "cpu_ratio": round(c["after"] / c["bare"], 3),
+            "cpu_ratio_room": round(c["room"] / c["bare"], 3),
+            "consumer_ratio_before": round((t["consumer_before"] - t["consumer_bare"] + t["bare"]) / t["bare"], 3),
+            "consumer_ratio": round((t["consumer_after"] - t["consumer_bare"] + t["bare"]) / t["bare"], 3),
+            "consumer_ratio_plain": round((t["consumer_plain"] - t["consumer_bare"] + t["bare"]) / t["bare"], 3),
+            "consumer_cpu_ratio_plain": round((c["consumer_plain"] - c["consumer_bare"] + c["bare"]) / c["bare"], 3),
+            "consumer_cpu_ratio_before": round((c["consumer_before"] - c["consumer_bare"] + c["bare"]) / c["bare"], 3),
+            "consumer_cpu_ratio": round((c["consumer_after"] - c["consumer_bare"] + c["bare"]) / c["bare"], 3),
             "share_outside_collective": round(1 - t["bare"] / t["after"], 3),
             "gemm_and_bare_fwd_bwd_ms": round(1e3 * t["gemm"], 3),
             "layer_before_ms": round(1e3 * t["layer_before"], 3),
@@ -153,6 +207,11 @@ def main() -> int:
     print(f"{'ghosts (rank 0)':>16} {'MiB':>7} {'BEFORE ms':>10} {'AFTER ms':>9} {'bare ms':>9} {'BEFORE':>7} {'AFTER':>6}")
     print(f"{r['ghosts_rank0']:>16,} {r['ghost_mib_rank0']:>7} {r['with_halo_before_ms']:>10} {r['with_halo_fwd_bwd_ms']:>9} "
           f"{r['bare_2x_all_to_all_single_ms']:>9} {r['ratio_before']:>7} {r['ratio']:>6}")
+    print(f"rows made with room (HaloPlan.empty_owned): {r['with_halo_room_ms']} ms, {r['ratio_room']}x; "
+          f"CPU time ratios BEFORE / AFTER / room: {r['cpu_ratio_before']} / {r['cpu_ratio']} / {r['cpu_ratio_room']}")
+    print(f"in a consumer whose backward makes the gradient, (step - consumer) / bare: BEFORE "
+          f"{r['consumer_ratio_before']}, AFTER {r['consumer_ratio_plain']}, rows with room {r['consumer_ratio']} "
+          f"(CPU time: {r['consumer_cpu_ratio_before']} / {r['consumer_cpu_ratio_plain']} / {r['consumer_cpu_ratio']})")
     print("\nthe layer step (source products W h with the halo) vs the GEMM + bare exchange: (step - GEMM) / bare")
     print(f"{'GEMM+bare':>9} {'BEFORE ms':>10} {'AFTER ms':>9} {'bare ms':>9} {'BEFORE':>7} {'AFTER':>6}")
     print(f"{r['gemm_and_bare_fwd_bwd_ms']:>9} {r['layer_before_ms']:>10} {r['layer_after_ms']:>9} {r['bare_2x_all_to_all_single_ms']:>9} "

@@ -42,7 +42,6 @@ from ._arrays import directory_lookup, exchange_counts, gather_rows, max_across,
 from ._collectives import (
     all_gather_v,
     all_to_all_v,
-    append_halo,
     communication_device,
     debug_enabled,
     gather_v,
@@ -77,6 +76,7 @@ from ._group import (
     shutdown,
 )
 from ._halo import HaloPlan
+from ._halo_room import append_halo
 from ._launch import (
     RankFailed,
     Terminated,

@@ -49,7 +49,6 @@ from ._validate import (
 
 __all__ = [
     "indexed_all_to_all_v",
-    "append_halo",
     "all_to_all_v",
     "all_gather_v",
     "gather_v",
@@ -121,7 +120,7 @@ _workspace = _Workspace()
 _recycler = Recycler()  # the results handed out (rows received, gradients): see _recycle.py
 
 
-_overlap = True  # run a backward's local share (``meanwhile``) while its rows are in flight
+_overlap = True  # run an exchange's local share (``meanwhile``) while its rows are in flight
 
 
 @contextlib.contextmanager
@@ -194,6 +193,8 @@ def _exchange(send: Tensor, keep: Tensor | None, send_counts: list[int], recv_co
     row_bytes = send.element_size() * math.prod(rest)
     record(CollectiveCall(op, phase, sum(send_split) * row_bytes, sum(recv_split) * row_bytes, world))
     if world == 1:
+        if meanwhile is not None:
+            meanwhile()
         if out is not None:
             return out
         return keep.clone() if keep is not None else send.new_empty((0, *rest))
@@ -311,9 +312,9 @@ def _append_ghosts(
     """``(N_own, ...)`` -> ``(N_own + N_ghost, ...)``: the owned rows, then the rows received."""
     n = x0.shape[0]
     result = _recycler.empty((n + sum(recv_counts), *x0.shape[1:]), x0.dtype, x0.device)
-    result[:n].copy_(x0)
     send = _select_into_workspace(x0, index)
-    _exchange(send, None, send_counts, recv_counts, rank, group, "indexed_all_to_all_v", phase, out=result[n:])
+    _exchange(send, None, send_counts, recv_counts, rank, group, "indexed_all_to_all_v", phase, out=result[n:],
+              meanwhile=lambda: result[:n].copy_(x0))  # the owned rows are copied while the ghost rows travel
     return result
 
 
@@ -463,41 +464,6 @@ def indexed_all_to_all_v(
     x, rank, dim, sc, rc = _checked_exchange(x, send_counts, recv_counts, dim, group)
     index = _check_index(send_index, sc, x.shape[dim] if check_index else None, x, dim)
     return _IndexedAllToAllV.apply(x.movedim(dim, 0), index, sc, rc, rank, group).movedim(0, dim)
-
-
-def append_halo(
-    x: Tensor,
-    send_index: Tensor,
-    send_counts: Counts,
-    recv_counts: Counts,
-    *,
-    group: Any = None,
-    check_index: bool = True,
-) -> Tensor:
-    """``x`` with the rows received from other ranks appended: ``torch.cat([x, indexed_all_to_all_v(x, ...)])``.
-
-    The halo exchange as layers use it, fused: the rows arrive directly in the result, and the
-    backward copies the owned rows' gradient once and ``index_add``s the ghost rows' gradients
-    (sent back to their owners) into it, instead of a zero-filled buffer plus a separate sum.
-    A halo plan sends nothing to its own rank. Recorded as one ``indexed_all_to_all_v`` per pass.
-
-    Shapes:
-        x: ``(N_own, ...)``; send_index: ``(sum(send_counts),)``; result: ``(N_own + sum(recv_counts), ...)``.
-
-    Communication: one ``all_to_all_single`` forward, one backward (the adjoint exchange).
-    """
-    x = check_tensor("x", x)
-    rank, world = group_rank_and_size(group)
-    check_dim(0, x.dim())
-    sc = as_counts("send_counts", send_counts, world)
-    rc = as_counts("recv_counts", recv_counts, world)
-    if sc[rank] or rc[rank]:
-        raise ValueError(
-            f"Expected a halo plan to send nothing to its own rank (got send_counts[{rank}] = {sc[rank]}, "
-            f"recv_counts[{rank}] = {rc[rank]})"
-        )
-    index = _check_index(send_index, sc, x.shape[0] if check_index else None, x, 0)
-    return _HaloPass.apply(x, index, sc, rc, rank, group, False)
 
 
 def all_to_all_v(x: Tensor, send_counts: Counts, recv_counts: Counts, *, dim: int = 0, group: Any = None) -> Tensor:

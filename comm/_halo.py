@@ -39,12 +39,12 @@ from ._collectives import (
     _HaloPass,
     all_gather_v,
     all_to_all_v,
-    append_halo,
     communication_device,
     group_rank_and_size,
     indexed_all_to_all_v,
 )
 from ._halo_linear import linear_with_halo
+from ._halo_room import append_halo, empty_with_room
 from ._validate import MESSAGE_WORDS, as_counts, decode_problem, encode_problem
 
 __all__ = ["HaloPlan"]
@@ -202,12 +202,24 @@ class HaloPlan:
         Shapes:
             x: ``(N_own, ...)``; result: ``(N_own + N_ghost, ...)``.
 
-        Communication: one ``indexed_all_to_all_v`` forward, one backward (:func:`append_halo`).
+        Communication: one ``indexed_all_to_all_v`` forward, one backward (:func:`append_halo`: no
+        copy of the owned rows' gradient, nor of the owned rows when ``x`` came from :meth:`empty_owned`).
         """
         self._check_rows(x)
         return append_halo(
             x, self.index_on(x.device), self.send_counts, self.recv_counts, group=self.group, check_index=False
         )
+
+    def empty_owned(self, *rest: int, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> Tensor:
+        """An uninitialised ``(N_own, *rest)`` tensor on storage with room for the ghost rows: owned
+        rows written into it (``torch.mm(a, b, out=rows)``, ``rows.copy_(y)``) are not copied again by
+        :meth:`append`, whose exchange writes only the ghost rows after them (and which copies as
+        before once anything else holds the storage: a former result, a view).
+
+        Shapes:
+            result: ``(N_own, *rest)``, on a storage of ``(N_own + N_ghost, *rest)``.
+        """
+        return empty_with_room(self.num_owned, self.num_ghost, rest, dtype, torch.device(device))
 
     def linear(self, x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         """``self.append(F.linear(x, weight, bias))`` with no copy of the owned rows: the GEMM writes

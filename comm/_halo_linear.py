@@ -27,7 +27,8 @@ from torch import Tensor
 from torch.autograd import Function
 from torch.autograd.function import once_differentiable
 
-from ._collectives import _exchange, _exchange_rows, _recycler, _select_into_workspace, append_halo
+from ._collectives import _exchange, _exchange_rows, _recycler, _select_into_workspace
+from ._halo_room import append_halo
 
 __all__ = ["linear_with_halo"]
 

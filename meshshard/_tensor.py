@@ -177,8 +177,9 @@ class ShardTensor(OwnedRows):
 
         Differentiable: the ghost rows' gradients flow back to their owners and accumulate there.
 
-        Communication: one ``indexed_all_to_all_v`` forward, one backward (fused with the
-        concatenation: :func:`meshshard.comm.append_halo`).
+        Communication: one ``indexed_all_to_all_v`` forward, one backward
+        (:func:`meshshard.comm.append_halo`: the owned rows' gradient is not copied, and the owned
+        rows are not either when the local tensor came from ``spec.halo.empty_owned(...)``).
         """
         spec = self._spec
         if not spec.has_halo:

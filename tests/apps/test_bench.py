@@ -230,7 +230,8 @@ def test_halo_and_collectives_benches_print_before_and_after(tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr
     r = json.loads(done.stdout.splitlines()[0])
     assert r["collectives_fwd_bwd"] == [1, 1] and r["ghosts_rank0"] > 0, r
-    for key in ("ratio_before", "ratio", "layer_halo_ratio_before", "layer_halo_ratio"):
+    for key in ("ratio_before", "ratio", "ratio_room", "consumer_ratio", "consumer_ratio_plain", "layer_halo_ratio_before",
+                "layer_halo_ratio"):
         assert isinstance(r[key], float), (key, r)
     assert "BEFORE" in done.stdout and "AFTER" in done.stdout, done.stdout
     from meshshard.comm import free_port

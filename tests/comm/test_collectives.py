@@ -257,6 +257,47 @@ def _check_halo_linear(rank: int, world: int, dtype: torch.dtype) -> None:
         assert_close(got, expected, dtype, f"HaloPlan.linear {what} {dtype}", scale=1.0)
 
 
+def _check_append_without_copies(rank: int, world: int) -> None:
+    """HaloPlan.append of rows made with room for the ghosts (empty_owned) writes the ghost rows after
+    them (the result views x's memory) and equals the plain path, forward and gradient, with the
+    gradient fresh (a layer's) or held by the caller (which stays unchanged); a second append while
+    the first result lives copies instead; writing into the result in place is refused."""
+    plan = make_plan(world, 23, torch.float64, row=(2, 3))
+    for r in range(world):
+        plan.index[r][r] = plan.index[r][r][:0]
+    halo = HaloPlan.from_layout(plan.send_index(rank), plan.send_counts(rank), plan.recv_counts(rank),
+                                num_owned=len(plan.xs[rank]))
+    g = torch.Generator().manual_seed(13)
+    weights = torch.randn(halo.num_owned + halo.num_ghost, 2, 3, generator=g, dtype=torch.float64)
+    plain = plan.xs[rank].clone().requires_grad_()
+    expected = halo.append(plain)
+    (expected * weights).sum().backward()
+    x = halo.empty_owned(2, 3, dtype=torch.float64)
+    x.copy_(plan.xs[rank])
+    x.requires_grad_()
+
+    def memory(t: torch.Tensor) -> int:  # an empty rank's x has no data_ptr of its own
+        return t.untyped_storage().data_ptr()
+
+    out = halo.append(x)
+    assert memory(out) == memory(x), "append of rows with room: the result is x's memory"
+    again = halo.append(x)  # `out` still shows the ghost rows: this one is a copy
+    assert memory(again) != memory(x), "a second append while the first result lives"
+    _check_equal_rows(out.detach(), expected.detach(), "append of rows with room")
+    _check_equal_rows(again.detach(), expected.detach(), "second append of rows with room")
+    with pytest.raises(RuntimeError, match="view"):
+        out.mul_(2)
+    (out * weights).sum().backward()
+    assert_close(x.grad, plain.grad, torch.float64, "append of rows with room: grad", scale=1.0)
+    x.grad = None
+    held = weights.clone()
+    again.backward(held)  # the caller holds the gradient: added into a copy, never into `held`
+    assert torch.equal(held, weights), "a gradient held by the caller was written into"
+    assert_close(x.grad, plain.grad, torch.float64, "append, gradient held by the caller", scale=1.0)
+    del out, again
+    assert memory(halo.append(x)) == memory(x), "the room is used again once the results are gone"
+
+
 def _adjoint_of(plan: object, rank: int, grads: list[torch.Tensor]) -> torch.Tensor:
     """A^T applied to every rank's gradient of its received rows, on one process (this rank's part)."""
     xs = [xr.clone().requires_grad_() for xr in plan.xs]
@@ -329,6 +370,7 @@ def _battery(rank: int, world: int) -> str:
     _check_counter(rank, world)
     _check_zero_width_and_empty(rank, world)
     _check_two_exchanges_one_graph(rank, world)
+    _check_append_without_copies(rank, world)
     _check_sum_of_parts(rank, world)
     return "ok"
 
