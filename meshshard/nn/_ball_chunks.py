@@ -5,23 +5,30 @@ encodings of its ``K`` neighbours: several ``(N, K, width)`` tensors (and the po
 ``(N, K, hidden)``), all kept by autograd for the backward. That is most of a step's memory
 (about 8 KB per point at width 16 and ``K = 8``).
 
-Here the points are taken in chunks of ``c`` rows (``c * K * width`` at most ``chunk_elements``).
-Each point's softmax runs over its own neighbours only, so the chunks are independent: the
-forward computes a chunk's output rows ``(c, width)`` from its neighbour tensors and frees them,
-and saves for the backward only the inputs (``q`` ``(N, width)``, ``kv`` ``(N_all, 2 width)``, the
-positions, the neighbour lists) -- nothing of size ``N * K * width``. The backward (a custom
-autograd Function, flash-attention style) recomputes one chunk at a time under autograd,
-differentiates it, and returns the gradients of the gathered rows to their rows with
-``index_add_``: the adjoint of the gather. Peak memory: the inputs, their gradients, and one
-chunk's working set, in the forward and in the backward alike.
+Here the whole layer but its halo exchange (the projections ``q``, ``[k, v]`` and ``out``, the
+position MLP, the masked softmax) is one autograd Function that takes the points in chunks of
+``c`` rows (``c * K * width`` at most ``chunk_elements``). Each point's softmax runs over its own
+neighbours only, so the chunks are independent: the forward projects a chunk's queries, gathers its
+neighbours' input rows and projects them to keys and values there, computes the chunk's output rows
+``(c, out_dim)`` and frees everything else. It saves for the backward only its input (the halo'd
+``[x, pos]``, ``(N_all, width + D)``, which nothing else keeps) and the weights: no queries, keys
+or values of all points, no attention output, nothing of size ``N * K * width``. The backward (flash-attention
+style) recomputes one chunk at a time under autograd, differentiates it, and returns the gradients
+of the gathered rows to their rows with ``index_add_`` (the adjoint of the gather). Peak memory: the
+input, its gradient and one chunk's working set, in the forward and in the backward alike.
 
-The per-point arithmetic is the dense formulation's, operation for operation (gather, position
-MLP, ``q . (k + e)``, masked softmax, weighted sum of ``v + e``), so a chunk's rows equal the dense
-rows up to the rounding of batched matrix products; the gradients of a row gathered by several
-chunks are summed in chunk order. Chunking over neighbours instead (an online softmax: running
-maximum, denominator and weighted sum) would still hold ``(N, chunk_of_K, width)`` per step and an
-``(N, H, width)`` running state; chunking over points bounds the working set by ``chunk_elements``
-whatever ``N``, and needs no rescaling.
+The per-point arithmetic is the dense formulation's, operation for operation (projection, gather,
+position MLP, ``q . (k + e)``, masked softmax, weighted sum of ``v + e``, output projection), except
+that the keys and values are projected from the gathered rows (a row's projection is computed once
+per neighbour slot that gathers it, not once): the same numbers up to the rounding of batched matrix
+products. The gradients of a row gathered by several chunks are summed in chunk order.
+
+Why chunks of points, not of neighbours: an online softmax over neighbour chunks (running maximum,
+denominator and weighted sum, as flash attention does over keys) fits attention over *all* keys,
+where a query's keys do not fit at once. Here a point has at most ``K`` neighbours (8 to 64), so a
+chunk of points holds all of its points' neighbours, needs no running statistics or rescaling, and
+bounds the working set by ``chunk_elements`` whatever ``N``; an online softmax would add an ``(N, H)``
+state and an ``(N, width)`` accumulator for nothing.
 """
 
 from __future__ import annotations
@@ -36,8 +43,10 @@ from torch.autograd.function import once_differentiable
 
 __all__ = ["chunked_ball_attention", "CHUNK_ELEMENTS"]
 
-#: Default bound on one chunk's ``points * neighbours * width`` (4M elements: about 16 MB per
-#: float32 tensor of the chunk).
+#: Default bound on one chunk's ``points * neighbours * width`` (4M elements: 16 MB per float32
+#: tensor of the chunk; the backward's working set is about fifteen of them, a constant, whatever the
+#: points). Smaller chunks hold less but run more, smaller operations: on a loaded 2-core machine
+#: 256K took 5x the time of 4M (each operation's thread barrier waits on a descheduled thread).
 CHUNK_ELEMENTS = 1 << 22
 
 
@@ -73,83 +82,100 @@ def _attend_gathered(q: Tensor, kv: Tensor, rel: Tensor, mask: Tensor, heads: in
     return (weights[..., None] * values).sum(1).reshape(c, dim)
 
 
-def chunked_ball_attention(q: Tensor, kv_all: Tensor, pos: Tensor, pos_all: Tensor, index: Tensor, mask: Tensor,
-                           heads: int, params: tuple[Tensor, ...], chunk_elements: int = CHUNK_ELEMENTS) -> Tensor:
-    """Ball-query attention of the owned rows, ``chunk_elements`` at a time, forward and backward.
+def _chunk(x_own: Tensor, x_nbr: Tensor, rel: Tensor, mask: Tensor, heads: int, weights: tuple) -> Tensor:
+    """One chunk's output rows from its own input rows, its neighbours' input rows and relative positions.
+
+    Shapes: x_own ``(c, dim)``, x_nbr ``(c, K, dim)``, rel ``(c, K, D)``, mask ``(c, K)``; result
+    ``(c, out_dim)``. ``weights``: ``(wq, bq, wkv, bkv, w1, b1, w2, b2, wo, bo)`` (biases may be None).
+    """
+    wq, bq, wkv, bkv, w1, b1, w2, b2, wo, bo = weights
+    out = _attend_gathered(F.linear(x_own, wq, bq), F.linear(x_nbr, wkv, bkv), rel, mask, heads, (w1, b1, w2, b2))
+    return F.linear(out, wo, bo)
+
+
+def chunked_ball_attention(both: Tensor, num_owned: int, index: Tensor, mask: Tensor, heads: int,
+                           weights: tuple[Tensor | None, ...], chunk_elements: int = CHUNK_ELEMENTS) -> Tensor:
+    """Ball-query attention of the owned rows, projections included, ``chunk_elements`` at a time.
 
     Args:
-        q: queries of the owned points; kv_all: ``[keys, values]`` of owned + ghost points.
-        pos, pos_all: coordinates of the owned and of owned + ghost points (the features' dtype).
+        both: ``[x, pos]`` of the owned then the ghost points (the halo'd input: features, then
+            coordinates in the features' dtype); the first ``num_owned`` rows are the owned points.
+        num_owned: ``N_own``.
         index, mask: the neighbour lists in local rows (``-1`` / False in padding slots).
         heads: attention heads.
-        params: the position MLP's ``(w1, b1, w2, b2)`` (``Linear``, GELU, ``Linear``).
+        weights: ``(wq, bq, wkv, bkv, w1, b1, w2, b2, wo, bo)``: the query, key-value and output
+            ``Linear``s and the position MLP's (``Linear``, GELU, ``Linear``); biases may be None.
         chunk_elements: the most ``points * K * dim`` of one chunk.
 
     Shapes:
-        q ``(N_own, dim)``, kv_all ``(N_all, 2 dim)``, pos ``(N_own, D)``, pos_all ``(N_all, D)``,
-        index, mask ``(N_own, K)``; result ``(N_own, dim)``.
+        both ``(N_all, dim + D)``, index, mask ``(N_own, K)``; result ``(N_own, out_dim)``.
 
     Communication: none. Backward: the adjoint of the gathers (``index_add_``), each chunk
     recomputed; not twice differentiable.
     """
-    rows = chunk_rows(index.shape[1], q.shape[1], chunk_elements)
-    return _ChunkedBallAttention.apply(q, kv_all, pos, pos_all, index.clamp(min=0), mask, heads, rows, *params)
+    dim = weights[0].shape[1]
+    rows = chunk_rows(index.shape[1], dim, chunk_elements)
+    return _ChunkedBallAttention.apply(both, index, mask, num_owned, heads, rows, *weights)
+
+
+def _gather(both: Tensor, index: Tensor, a: int, b: int, dim: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Rows ``a:b``: their features, their neighbours' features and relative positions, their neighbour rows."""
+    nbr = index[a:b].clamp(min=0)
+    gathered = both[nbr]  # (c, K, dim + D)
+    return both[a:b, :dim], gathered[..., :dim], gathered[..., dim:] - both[a:b, None, dim:], nbr
 
 
 class _ChunkedBallAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, q: Tensor, kv_all: Tensor, pos: Tensor, pos_all: Tensor, index: Tensor, mask: Tensor,
-                heads: int, rows: int, *params: Tensor) -> Tensor:
-        ctx.heads, ctx.rows = heads, rows
-        ctx.autocast = {d: (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in (q.device.type,)}
-        ctx.save_for_backward(q, kv_all, pos, pos_all, index, mask, *params)
-        n = q.shape[0]
-        if n == 0:
-            return q.new_zeros(0, q.shape[1])
-        parts = [attend_rows(q[a:a + rows], kv_all, pos[a:a + rows], pos_all, index[a:a + rows], mask[a:a + rows],
-                             heads, params) for a in range(0, n, rows)]
+    def forward(ctx: Any, both: Tensor, index: Tensor, mask: Tensor, num_owned: int, heads: int, rows: int,
+                *weights: Tensor | None) -> Tensor:
+        ctx.heads, ctx.rows, ctx.num_owned = heads, rows, num_owned
+        ctx.autocast = (both.device.type, torch.is_autocast_enabled(both.device.type),
+                        torch.get_autocast_dtype(both.device.type))
+        ctx.has = [w is not None for w in weights]
+        ctx.save_for_backward(both, index, mask, *[w for w in weights if w is not None])
+        dim = weights[0].shape[1]
+        parts = []
+        for a in range(0, num_owned, rows):
+            b = min(a + rows, num_owned)
+            x_own, x_nbr, rel, _ = _gather(both, index, a, b, dim)
+            parts.append(_chunk(x_own, x_nbr, rel, mask[a:b], heads, weights))
+        if not parts:
+            out_dim = weights[8].shape[0]
+            dtype = torch.get_autocast_dtype(both.device.type) if ctx.autocast[1] else both.dtype
+            return both.new_zeros(0, out_dim, dtype=dtype)
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
-        q, kv_all, pos, pos_all, index, mask, *params = ctx.saved_tensors
-        need = ctx.needs_input_grad
-        want_q, want_kv, want_pos, want_pos_all = need[0], need[1], need[2], need[3]
-        want_params = need[8:]
-        want_rel = want_pos or want_pos_all
-        grad_q = torch.zeros_like(q) if want_q else None
-        grad_kv = torch.zeros_like(kv_all) if want_kv else None
-        grad_pos = torch.zeros_like(pos) if want_pos else None
-        grad_pos_all = torch.zeros_like(pos_all) if want_pos_all else None
-        grad_params = [torch.zeros_like(p) if w else None for p, w in zip(params, want_params)]
-        (device, (on, dtype)), = ctx.autocast.items()
-        d = pos.shape[1]
-        for a in range(0, q.shape[0], ctx.rows):
-            b = min(a + ctx.rows, q.shape[0])
-            nbr = index[a:b]
+        both, index, mask, *present = ctx.saved_tensors
+        given = iter(present)
+        weights = [next(given) if h else None for h in ctx.has]
+        want_both = ctx.needs_input_grad[0]
+        want_w = [w is not None and bool(n) for w, n in zip(weights, ctx.needs_input_grad[6:])]
+        grad_both = torch.zeros_like(both) if want_both else None
+        grad_w = [torch.zeros_like(w) if want else None for w, want in zip(weights, want_w)]
+        device, on, dtype = ctx.autocast
+        dim = weights[0].shape[1]
+        for a in range(0, ctx.num_owned, ctx.rows):
+            b = min(a + ctx.rows, ctx.num_owned)
+            x_own, x_nbr, rel, nbr = _gather(both, index, a, b, dim)
             with torch.enable_grad(), torch.autocast(device, dtype=dtype, enabled=on):
-                leaves = [q[a:b].detach().requires_grad_(want_q), kv_all[nbr].detach().requires_grad_(want_kv),
-                          (pos_all[nbr] - pos[a:b, None, :]).detach().requires_grad_(want_rel)]
-                ps = [p.detach().requires_grad_(bool(w)) for p, w in zip(params, want_params)]
-                out = _attend_gathered(leaves[0], leaves[1], leaves[2], mask[a:b], ctx.heads, tuple(ps))
-                inputs = [t for t in leaves + ps if t.requires_grad]
+                leaves = [t.detach().requires_grad_(want_both) for t in (x_own, x_nbr, rel)]
+                ws = [w if w is None else w.detach().requires_grad_(want) for w, want in zip(weights, want_w)]
+                out = _chunk(*leaves, mask[a:b], ctx.heads, tuple(ws))
+                inputs = [t for t in leaves + ws if t is not None and t.requires_grad]
                 grads = iter(torch.autograd.grad(out, inputs, grad_out[a:b].to(out.dtype), allow_unused=True))
-            g_q = next(grads) if want_q else None
-            g_kv = next(grads) if want_kv else None
-            g_rel = next(grads) if want_rel else None
-            if g_q is not None:
-                grad_q[a:b] = g_q
-            if g_kv is not None:
-                grad_kv.index_add_(0, nbr.reshape(-1), g_kv.reshape(-1, g_kv.shape[-1]).to(grad_kv.dtype))
-            if g_rel is not None:  # rel = pos_all[nbr] - pos: + to the neighbour's row, - to the point's
-                if grad_pos_all is not None:
-                    grad_pos_all.index_add_(0, nbr.reshape(-1), g_rel.reshape(-1, d).to(grad_pos_all.dtype))
-                if grad_pos is not None:
-                    grad_pos[a:b] -= g_rel.sum(1).to(grad_pos.dtype)
-            for i, w in enumerate(want_params):
-                if w:
+            if want_both:
+                g_own, g_nbr, g_rel = next(grads), next(grads), next(grads)
+                flat = nbr.reshape(-1)
+                grad_both[a:b, :dim] += g_own.to(both.dtype)
+                grad_both.index_add_(0, flat, torch.cat([g_nbr, g_rel], -1).reshape(flat.numel(), -1).to(both.dtype))
+                grad_both[a:b, dim:] -= g_rel.sum(1).to(both.dtype)  # rel = pos[nbr] - pos[row]
+            for i, want in enumerate(want_w):
+                if want:
                     g = next(grads)
                     if g is not None:
-                        grad_params[i] += g.to(grad_params[i].dtype)
-        return (grad_q, grad_kv, grad_pos, grad_pos_all, None, None, None, None, *grad_params)
+                        grad_w[i] += g.to(grad_w[i].dtype)
+        return (grad_both, None, None, None, None, None, *grad_w)
