@@ -43,11 +43,12 @@ from torch.autograd.function import once_differentiable
 
 __all__ = ["chunked_ball_attention", "CHUNK_ELEMENTS"]
 
-#: Default bound on one chunk's ``points * neighbours * width`` (4M elements: 16 MB per float32
-#: tensor of the chunk; the backward's working set is about fifteen of them, a constant, whatever the
-#: points). Smaller chunks hold less but run more, smaller operations: on a loaded 2-core machine
-#: 256K took 5x the time of 4M (each operation's thread barrier waits on a descheduled thread).
-CHUNK_ELEMENTS = 1 << 22
+#: Default bound on one chunk's ``points * neighbours * width`` (1M elements: 4 MB per float32
+#: tensor of the chunk; the backward's working set is a few tens of them, a constant whatever the
+#: points). At 200k points, width 16, 8 neighbours: 4M elements peaked 300 MB higher, at the same
+#: speed (1M: 8,192 points per chunk). Far smaller chunks run many small operations: on a 2-core
+#: machine at load 25, 256K took 5x the time of 4M.
+CHUNK_ELEMENTS = 1 << 20
 
 
 def chunk_rows(num_neighbors: int, dim: int, chunk_elements: int) -> int:
