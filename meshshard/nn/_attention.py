@@ -152,7 +152,7 @@ class BallQueryAttention(nn.Module):
 
     def _attend(self, x: Tensor, pos: Tensor, plan: BallQueryPlan) -> Tensor:
         """The attention of the owned rows ``x`` over the plan's neighbours, in chunks of points
-        (``chunk_elements``; the projections inside the chunks, memory linear in points x width,
+        (``chunk_elements``; the projections inside the Function, memory linear in points x width,
         :mod:`._ball_chunks`), or, when ``chunk_elements`` is 0, in one pass whose ``(N, K, width)``
         tensors autograd keeps for the backward (the former path, kept for comparison:
         ``bench/pointcloud.py --attention dense``)."""

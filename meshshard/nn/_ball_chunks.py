@@ -8,20 +8,24 @@ encodings of its ``K`` neighbours: several ``(N, K, width)`` tensors (and the po
 Here the whole layer but its halo exchange (the projections ``q``, ``[k, v]`` and ``out``, the
 position MLP, the masked softmax) is one autograd Function that takes the points in chunks of
 ``c`` rows (``c * K * width`` at most ``chunk_elements``). Each point's softmax runs over its own
-neighbours only, so the chunks are independent: the forward projects a chunk's queries, gathers its
-neighbours' input rows and projects them to keys and values there, computes the chunk's output rows
-``(c, out_dim)`` and frees everything else. It saves for the backward only its input (the halo'd
-``[x, pos]``, ``(N_all, width + D)``, which nothing else keeps) and the weights: no queries, keys
-or values of all points, no attention output, nothing of size ``N * K * width``. The backward (flash-attention
-style) recomputes one chunk at a time under autograd, differentiates it, and returns the gradients
-of the gathered rows to their rows with ``index_add_`` (the adjoint of the gather). Peak memory: the
-input, its gradient and one chunk's working set, in the forward and in the backward alike.
+neighbours only, so the chunks are independent. The forward projects the queries of the owned
+points and the keys and values of all points once (``(N_all, 3 width)``), computes each chunk's
+rows from them and frees them with the chunk's tensors: it saves for the backward only its input
+(the halo'd ``[x, pos]``, ``(N_all, width + D)``, which nothing else keeps) and the weights: no
+queries, keys or values, no attention output, nothing of size ``N * K * width``. The backward
+(flash-attention style) projects the queries, keys and values once more (held during the backward
+only, with their gradients: about ``6 width`` floats per point), recomputes one chunk at a time
+under autograd, differentiates it, returns the gradients of the gathered rows to their rows with
+``index_add_`` (the adjoint of the gather), and differentiates the projections once at the end.
+Peak memory: the input, the projections, their gradients and one chunk's working set.
 
 The per-point arithmetic is the dense formulation's, operation for operation (projection, gather,
-position MLP, ``q . (k + e)``, masked softmax, weighted sum of ``v + e``, output projection), except
-that the keys and values are projected from the gathered rows (a row's projection is computed once
-per neighbour slot that gathers it, not once): the same numbers up to the rounding of batched matrix
-products. The gradients of a row gathered by several chunks are summed in chunk order.
+position MLP, ``q . (k + e)``, masked softmax, weighted sum of ``v + e``, output projection): the
+same numbers up to the rounding of batched matrix products. The gradients of a row gathered by
+several chunks are summed in chunk order. (Projecting the keys and values from the gathered rows
+inside each chunk instead keeps nothing per point in the backward either, but computes a row's
+projection once per neighbour slot: at 200k points it made the training step 3.6x the one-pass
+path's time, see ``docs/benchmarks.md``.)
 
 Why chunks of points, not of neighbours: an online softmax over neighbour chunks (running maximum,
 denominator and weighted sum, as flash attention does over keys) fits attention over *all* keys,
@@ -43,12 +47,12 @@ from torch.autograd.function import once_differentiable
 
 __all__ = ["chunked_ball_attention", "CHUNK_ELEMENTS"]
 
-#: Default bound on one chunk's ``points * neighbours * width`` (1M elements: 4 MB per float32
+#: Default bound on one chunk's ``points * neighbours * width`` (4M elements: 16 MB per float32
 #: tensor of the chunk; the backward's working set is a few tens of them, a constant whatever the
-#: points). At 200k points, width 16, 8 neighbours: 4M elements peaked 300 MB higher, at the same
-#: speed (1M: 8,192 points per chunk). Far smaller chunks run many small operations: on a 2-core
-#: machine at load 25, 256K took 5x the time of 4M.
-CHUNK_ELEMENTS = 1 << 20
+#: points). Fewer, larger operations: at 100k points, width 16, 8 neighbours, on a 2-core machine at
+#: load 7, forward + backward took 1.0x / 1.8x / 2.7x the time of 4eac3e7's chunked path with chunks
+#: of 4M / 2M / 1M elements (1M chunks peak 300-450 MB lower at 200k points: docs/benchmarks.md).
+CHUNK_ELEMENTS = 1 << 22
 
 
 def chunk_rows(num_neighbors: int, dim: int, chunk_elements: int) -> int:
@@ -83,15 +87,11 @@ def _attend_gathered(q: Tensor, kv: Tensor, rel: Tensor, mask: Tensor, heads: in
     return (weights[..., None] * values).sum(1).reshape(c, dim)
 
 
-def _chunk(x_own: Tensor, x_nbr: Tensor, rel: Tensor, mask: Tensor, heads: int, weights: tuple) -> Tensor:
-    """One chunk's output rows from its own input rows, its neighbours' input rows and relative positions.
-
-    Shapes: x_own ``(c, dim)``, x_nbr ``(c, K, dim)``, rel ``(c, K, D)``, mask ``(c, K)``; result
-    ``(c, out_dim)``. ``weights``: ``(wq, bq, wkv, bkv, w1, b1, w2, b2, wo, bo)`` (biases may be None).
-    """
-    wq, bq, wkv, bkv, w1, b1, w2, b2, wo, bo = weights
-    out = _attend_gathered(F.linear(x_own, wq, bq), F.linear(x_nbr, wkv, bkv), rel, mask, heads, (w1, b1, w2, b2))
-    return F.linear(out, wo, bo)
+def _project(both: Tensor, num_owned: int, weights: tuple) -> tuple[Tensor, Tensor]:
+    """The queries of the owned rows ``(N_own, dim)`` and ``[keys, values]`` of all rows ``(N_all, 2 dim)``."""
+    wq, bq, wkv, bkv = weights[:4]
+    x_all = both[:, : wq.shape[1]]
+    return F.linear(x_all[:num_owned], wq, bq), F.linear(x_all, wkv, bkv)
 
 
 def chunked_ball_attention(both: Tensor, num_owned: int, index: Tensor, mask: Tensor, heads: int,
@@ -111,19 +111,12 @@ def chunked_ball_attention(both: Tensor, num_owned: int, index: Tensor, mask: Te
     Shapes:
         both ``(N_all, dim + D)``, index, mask ``(N_own, K)``; result ``(N_own, out_dim)``.
 
-    Communication: none. Backward: the adjoint of the gathers (``index_add_``), each chunk
-    recomputed; not twice differentiable.
+    Communication: none. Backward: the projections recomputed once, each chunk recomputed, the
+    adjoint of the gathers (``index_add_``); not twice differentiable.
     """
     dim = weights[0].shape[1]
     rows = chunk_rows(index.shape[1], dim, chunk_elements)
-    return _ChunkedBallAttention.apply(both, index, mask, num_owned, heads, rows, *weights)
-
-
-def _gather(both: Tensor, index: Tensor, a: int, b: int, dim: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Rows ``a:b``: their features, their neighbours' features and relative positions, their neighbour rows."""
-    nbr = index[a:b].clamp(min=0)
-    gathered = both[nbr]  # (c, K, dim + D)
-    return both[a:b, :dim], gathered[..., :dim], gathered[..., dim:] - both[a:b, None, dim:], nbr
+    return _ChunkedBallAttention.apply(both, index.clamp(min=0), mask, num_owned, heads, rows, *weights)
 
 
 class _ChunkedBallAttention(torch.autograd.Function):
@@ -136,16 +129,16 @@ class _ChunkedBallAttention(torch.autograd.Function):
         ctx.has = [w is not None for w in weights]
         ctx.save_for_backward(both, index, mask, *[w for w in weights if w is not None])
         dim = weights[0].shape[1]
-        parts = []
-        for a in range(0, num_owned, rows):
-            b = min(a + rows, num_owned)
-            x_own, x_nbr, rel, _ = _gather(both, index, a, b, dim)
-            parts.append(_chunk(x_own, x_nbr, rel, mask[a:b], heads, weights))
+        q, kv = _project(both, num_owned, weights)  # once per point; freed when the forward returns
+        pos_all = both[:, dim:]
+        pos_mlp = weights[4:8]
+        pos_own = pos_all[:num_owned]
+        parts = [attend_rows(q[a:a + rows], kv, pos_own[a:a + rows], pos_all, index[a:a + rows], mask[a:a + rows],
+                             heads, pos_mlp) for a in range(0, num_owned, rows)]
         if not parts:
-            out_dim = weights[8].shape[0]
-            dtype = torch.get_autocast_dtype(both.device.type) if ctx.autocast[1] else both.dtype
-            return both.new_zeros(0, out_dim, dtype=dtype)
-        return parts[0] if len(parts) == 1 else torch.cat(parts)
+            parts = [q[:0]]
+        attended = parts[0] if len(parts) == 1 else torch.cat(parts)
+        return F.linear(attended, weights[8], weights[9])
 
     @staticmethod
     @once_differentiable
@@ -155,26 +148,46 @@ class _ChunkedBallAttention(torch.autograd.Function):
         weights = [next(given) if h else None for h in ctx.has]
         want_both = ctx.needs_input_grad[0]
         want_w = [w is not None and bool(n) for w, n in zip(weights, ctx.needs_input_grad[6:])]
+        device, on, dtype = ctx.autocast
+        n, dim = ctx.num_owned, weights[0].shape[1]
+        with torch.enable_grad(), torch.autocast(device, dtype=dtype, enabled=on):
+            # the projections, recomputed once per point and differentiated once, after the chunks
+            proj_in = [both.detach().requires_grad_(want_both)]
+            proj_w = [w if w is None else w.detach().requires_grad_(want) for w, want in zip(weights[:4], want_w[:4])]
+            q, kv = _project(proj_in[0], n, tuple(proj_w))
+        grad_q, grad_kv = torch.zeros_like(q), torch.zeros_like(kv)
         grad_both = torch.zeros_like(both) if want_both else None
         grad_w = [torch.zeros_like(w) if want else None for w, want in zip(weights, want_w)]
-        device, on, dtype = ctx.autocast
-        dim = weights[0].shape[1]
-        for a in range(0, ctx.num_owned, ctx.rows):
-            b = min(a + ctx.rows, ctx.num_owned)
-            x_own, x_nbr, rel, nbr = _gather(both, index, a, b, dim)
+        pos_all = both[:, dim:]
+        for a in range(0, n, ctx.rows):
+            b = min(a + ctx.rows, n)
+            nbr = index[a:b]
             with torch.enable_grad(), torch.autocast(device, dtype=dtype, enabled=on):
-                leaves = [t.detach().requires_grad_(want_both) for t in (x_own, x_nbr, rel)]
-                ws = [w if w is None else w.detach().requires_grad_(want) for w, want in zip(weights, want_w)]
-                out = _chunk(*leaves, mask[a:b], ctx.heads, tuple(ws))
+                leaves = [q[a:b].detach().requires_grad_(), kv.detach()[nbr].requires_grad_(),
+                          (pos_all[nbr] - pos_all[a:b, None, :]).detach().requires_grad_(want_both)]
+                ws = [w if w is None else w.detach().requires_grad_(want) for w, want in zip(weights[4:], want_w[4:])]
+                out = F.linear(_attend_gathered(*leaves, mask[a:b], ctx.heads, tuple(ws[:4])), ws[4], ws[5])
                 inputs = [t for t in leaves + ws if t is not None and t.requires_grad]
                 grads = iter(torch.autograd.grad(out, inputs, grad_out[a:b].to(out.dtype), allow_unused=True))
+            flat = nbr.reshape(-1)
+            grad_q[a:b] = next(grads)
+            grad_kv.index_add_(0, flat, next(grads).reshape(flat.numel(), -1).to(grad_kv.dtype))
+            if want_both:  # rel = pos[nbr] - pos[row]: + to the neighbour's row, - to the point's
+                g_rel = next(grads).to(both.dtype)
+                grad_both[:, dim:].index_add_(0, flat, g_rel.reshape(flat.numel(), -1))
+                grad_both[a:b, dim:] -= g_rel.sum(1)
+            for i, want in enumerate(want_w[4:], 4):
+                if want:
+                    g = next(grads)
+                    if g is not None:
+                        grad_w[i] += g.to(grad_w[i].dtype)
+        inputs = [t for t in proj_in + proj_w if t is not None and t.requires_grad]
+        if inputs:
+            with torch.enable_grad():
+                grads = iter(torch.autograd.grad((q, kv), inputs, (grad_q, grad_kv), allow_unused=True))
             if want_both:
-                g_own, g_nbr, g_rel = next(grads), next(grads), next(grads)
-                flat = nbr.reshape(-1)
-                grad_both[a:b, :dim] += g_own.to(both.dtype)
-                grad_both.index_add_(0, flat, torch.cat([g_nbr, g_rel], -1).reshape(flat.numel(), -1).to(both.dtype))
-                grad_both[a:b, dim:] -= g_rel.sum(1).to(both.dtype)  # rel = pos[nbr] - pos[row]
-            for i, want in enumerate(want_w):
+                grad_both += next(grads)
+            for i, want in enumerate(want_w[:4]):
                 if want:
                     g = next(grads)
                     if g is not None:

@@ -13,9 +13,8 @@ per point set and kept in the model's :class:`~meshshard.nn.PlanCache` (``plan_c
 bytes) across steps and epochs; without it, at the start of each forward. The attention runs in
 chunks of points (``BallQueryAttention.chunk_elements``), projections included, and keeps only its
 halo'd input; each block's MLP is recomputed in the backward (``BallAttentionBlock.recompute_mlp``):
-so memory is linear in points x width in the forward and the backward: 3.1 KB per point of peak
-RSS over the idle process at 200k points, width 16, 2 blocks and 8 neighbours, against 10.1 KB for
-the one-pass path (``bench/pointcloud.py``).
+so memory is linear in points x width in the forward and the backward, plus one chunk's working
+set (a constant: smaller ``chunk_elements`` lower the peak and cost time, ``docs/benchmarks.md``).
 """
 
 from __future__ import annotations
