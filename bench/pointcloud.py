@@ -15,8 +15,9 @@ each load only their own points and run, on float32:
   ``--neighbors`` kept). Its :class:`~meshshard.nn.BallQueryPlan` is built once
   (:meth:`~meshshard.nn.BallAttentionNet.build_plans`) and timed against one forward.
   ``--attention chunked,dense`` runs it both ways, each in its own processes: ``chunked``, the
-  attention in chunks of points whose backward recomputes each chunk (memory linear in points x
-  width), its plans kept in the model's plan cache across steps (``plan_owner``); ``dense``, the
+  attention (projections included) in chunks of points whose backward recomputes each chunk, and
+  each block's MLP recomputed in the backward (memory linear in points x width), its plans kept in
+  the model's plan cache across steps (``plan_owner``); ``dense``, the
   former path: every ``(points, neighbours, width)`` tensor kept for the backward, and the plans
   rebuilt at every forward by the former build (``meshshard.nn._ball_query.WHOLE_QUERY``: every
   query's cell runs at once and candidate chunks of 4M pairs, where the library's build works in
@@ -24,9 +25,10 @@ each load only their own points and run, on float32:
 - ``transolver``: :class:`~meshshard.nn.Transolver` with ``--blocks`` blocks, ``--slices`` slices.
 
 Measured per run: the plan's build time (ball-attention), one forward, and forward + backward of a
-sum loss with the plans given (the median of ``--repeats`` after one warm-up); for ball-attention
-also a training step as the loop runs it (``step_s``: forward + backward with the plans rebuilt
-(dense) or taken from the cache (chunked), median); the points per second,
+sum loss with the plans given (dense) or taken from the plan cache (chunked; the plans of the timed
+build are dropped first, so one set is held, as in training) (the median of ``--repeats`` after one
+warm-up); for ball-attention also a training step as the loop runs it (``step_s``: forward +
+backward with the plans rebuilt (dense) or taken from the cache (chunked), median); the points per second,
 ``points / (forward + backward time of the slowest rank)``; each rank's peak resident set
 (``ru_maxrss``, the whole process: Python, torch, the points and the step); and, for
 ball-attention, the points each rank receives from the plan against the true geometric halo (the
@@ -119,6 +121,7 @@ def worker(args: argparse.Namespace) -> None:
         for block in model.blocks:
             if dense:  # the former path: one pass, every (points, neighbours, width) tensor kept for the backward
                 block.attention.chunk_elements = 0
+                block.recompute_mlp = False
         barrier()
         start = time.perf_counter()
         plans = model.build_plans(pos, spec)
@@ -127,12 +130,13 @@ def worker(args: argparse.Namespace) -> None:
         out["received"] = plan.num_ghost
         out["sent"] = int(sum(plan.send_counts))
         features = x if spec is None else ShardTensor.from_local(x, spec)
+        owner = type("Sample", (), {})()  # stands for the sample's ShardGraph, the key of the plan cache
+        if not dense:  # the plan cache's plans serve every call (held once, as in training)
+            plans = plan = None
 
         def forward() -> torch.Tensor:
-            y = model(features, pos, plans)
+            y = model(features, pos, plans, plan_owner=owner)
             return y if spec is None else y.to_local()
-
-        owner = type("Sample", (), {})()  # stands for the sample's ShardGraph, the key of the plan cache
 
         def step() -> None:  # a training step: plans rebuilt at every forward (dense), or cached (chunked)
             model.zero_grad(set_to_none=True)

@@ -55,8 +55,9 @@ class BallQueryAttention(nn.Module):
         pos: ``(N, D)`` / ``(N_own, D)`` (a tensor or a ``ShardTensor`` of the same spec).
         result: ``(N, out_dim)``, or a ``ShardTensor`` ``(N_own, out_dim)`` of ``x``'s spec.
 
-    Memory: linear in ``N * dim``: the neighbours are attended in chunks of points
-    (:attr:`chunk_elements`), and the backward recomputes one chunk at a time.
+    Memory: linear in ``N * dim``: the layer (projections included) runs in chunks of points
+    (:attr:`chunk_elements`), keeps only its halo'd input for the backward, and the backward
+    recomputes one chunk at a time.
 
     Communication (shards): one ``indexed_all_to_all_v`` forward (halo rows of ``[x, pos]``) and
     its adjoint backward; building the plan, when none is given, adds that of
@@ -151,18 +152,19 @@ class BallQueryAttention(nn.Module):
 
     def _attend(self, x: Tensor, pos: Tensor, plan: BallQueryPlan) -> Tensor:
         """The attention of the owned rows ``x`` over the plan's neighbours, in chunks of points
-        (``chunk_elements``; memory linear in points x width, :mod:`._ball_chunks`), or, when
-        ``chunk_elements`` is 0, in one pass whose ``(N, K, width)`` tensors autograd keeps for the
-        backward (the former path, kept for comparison: ``bench/pointcloud.py --attention dense``)."""
+        (``chunk_elements``; the projections inside the Function, memory linear in points x width,
+        :mod:`._ball_chunks`), or, when ``chunk_elements`` is 0, in one pass whose ``(N, K, width)``
+        tensors autograd keeps for the backward (the former path, kept for comparison:
+        ``bench/pointcloud.py --attention dense``)."""
         both = plan.with_halo(torch.cat([x, pos], 1))  # the one exchange: halo rows of [x, pos]
-        x_all, pos_all = both[:, : self.dim], both[:, self.dim :]
         index = plan.neighbors.index.to(x.device)
         mask = plan.neighbors.mask.to(x.device)
         first, second = self.pos_mlp[0], self.pos_mlp[2]
-        params = (first.weight, first.bias, second.weight, second.bias)
-        q, kv_all = self.q(x), self.kv(x_all)
         if self.chunk_elements:
-            out = chunked_ball_attention(q, kv_all, pos, pos_all, index, mask, self.heads, params, self.chunk_elements)
-        else:
-            out = attend_rows(q, kv_all, pos, pos_all, index.clamp(min=0), mask, self.heads, params)
+            weights = (self.q.weight, self.q.bias, self.kv.weight, self.kv.bias, first.weight, first.bias,
+                       second.weight, second.bias, self.out.weight, self.out.bias)
+            return chunked_ball_attention(both, x.shape[0], index, mask, self.heads, weights, self.chunk_elements)
+        x_all, pos_all = both[:, : self.dim], both[:, self.dim :]
+        params = (first.weight, first.bias, second.weight, second.bias)
+        out = attend_rows(self.q(x), self.kv(x_all), pos, pos_all, index.clamp(min=0), mask, self.heads, params)
         return self.out(out)

@@ -5,23 +5,34 @@ encodings of its ``K`` neighbours: several ``(N, K, width)`` tensors (and the po
 ``(N, K, hidden)``), all kept by autograd for the backward. That is most of a step's memory
 (about 8 KB per point at width 16 and ``K = 8``).
 
-Here the points are taken in chunks of ``c`` rows (``c * K * width`` at most ``chunk_elements``).
-Each point's softmax runs over its own neighbours only, so the chunks are independent: the
-forward computes a chunk's output rows ``(c, width)`` from its neighbour tensors and frees them,
-and saves for the backward only the inputs (``q`` ``(N, width)``, ``kv`` ``(N_all, 2 width)``, the
-positions, the neighbour lists) -- nothing of size ``N * K * width``. The backward (a custom
-autograd Function, flash-attention style) recomputes one chunk at a time under autograd,
-differentiates it, and returns the gradients of the gathered rows to their rows with
-``index_add_``: the adjoint of the gather. Peak memory: the inputs, their gradients, and one
-chunk's working set, in the forward and in the backward alike.
+Here the whole layer but its halo exchange (the projections ``q``, ``[k, v]`` and ``out``, the
+position MLP, the masked softmax) is one autograd Function that takes the points in chunks of
+``c`` rows (``c * K * width`` at most ``chunk_elements``). Each point's softmax runs over its own
+neighbours only, so the chunks are independent. The forward projects the queries of the owned
+points and the keys and values of all points once (``(N_all, 3 width)``), computes each chunk's
+rows from them and frees them with the chunk's tensors: it saves for the backward only its input
+(the halo'd ``[x, pos]``, ``(N_all, width + D)``, which nothing else keeps) and the weights: no
+queries, keys or values, no attention output, nothing of size ``N * K * width``. The backward
+(flash-attention style) projects the queries, keys and values once more (held during the backward
+only, with their gradients: about ``6 width`` floats per point), recomputes one chunk at a time
+under autograd, differentiates it, returns the gradients of the gathered rows to their rows with
+``index_add_`` (the adjoint of the gather), and differentiates the projections once at the end.
+Peak memory: the input, the projections, their gradients and one chunk's working set.
 
-The per-point arithmetic is the dense formulation's, operation for operation (gather, position
-MLP, ``q . (k + e)``, masked softmax, weighted sum of ``v + e``), so a chunk's rows equal the dense
-rows up to the rounding of batched matrix products; the gradients of a row gathered by several
-chunks are summed in chunk order. Chunking over neighbours instead (an online softmax: running
-maximum, denominator and weighted sum) would still hold ``(N, chunk_of_K, width)`` per step and an
-``(N, H, width)`` running state; chunking over points bounds the working set by ``chunk_elements``
-whatever ``N``, and needs no rescaling.
+The per-point arithmetic is the dense formulation's, operation for operation (projection, gather,
+position MLP, ``q . (k + e)``, masked softmax, weighted sum of ``v + e``, output projection): the
+same numbers up to the rounding of batched matrix products. The gradients of a row gathered by
+several chunks are summed in chunk order. (Projecting the keys and values from the gathered rows
+inside each chunk instead keeps nothing per point in the backward either, but computes a row's
+projection once per neighbour slot: at 200k points it made the training step 3.6x the one-pass
+path's time, see ``docs/benchmarks.md``.)
+
+Why chunks of points, not of neighbours: an online softmax over neighbour chunks (running maximum,
+denominator and weighted sum, as flash attention does over keys) fits attention over *all* keys,
+where a query's keys do not fit at once. Here a point has at most ``K`` neighbours (8 to 64), so a
+chunk of points holds all of its points' neighbours, needs no running statistics or rescaling, and
+bounds the working set by ``chunk_elements`` whatever ``N``; an online softmax would add an ``(N, H)``
+state and an ``(N, width)`` accumulator for nothing.
 """
 
 from __future__ import annotations
@@ -36,8 +47,11 @@ from torch.autograd.function import once_differentiable
 
 __all__ = ["chunked_ball_attention", "CHUNK_ELEMENTS"]
 
-#: Default bound on one chunk's ``points * neighbours * width`` (4M elements: about 16 MB per
-#: float32 tensor of the chunk).
+#: Default bound on one chunk's ``points * neighbours * width`` (4M elements: 16 MB per float32
+#: tensor of the chunk; the backward's working set is a few tens of them, a constant whatever the
+#: points). Fewer, larger operations: at 100k points, width 16, 8 neighbours, on a 2-core machine at
+#: load 7, forward + backward took 1.0x / 1.8x / 2.7x the time of 4eac3e7's chunked path with chunks
+#: of 4M / 2M / 1M elements (1M chunks peak 300-450 MB lower at 200k points: docs/benchmarks.md).
 CHUNK_ELEMENTS = 1 << 22
 
 
@@ -73,83 +87,109 @@ def _attend_gathered(q: Tensor, kv: Tensor, rel: Tensor, mask: Tensor, heads: in
     return (weights[..., None] * values).sum(1).reshape(c, dim)
 
 
-def chunked_ball_attention(q: Tensor, kv_all: Tensor, pos: Tensor, pos_all: Tensor, index: Tensor, mask: Tensor,
-                           heads: int, params: tuple[Tensor, ...], chunk_elements: int = CHUNK_ELEMENTS) -> Tensor:
-    """Ball-query attention of the owned rows, ``chunk_elements`` at a time, forward and backward.
+def _project(both: Tensor, num_owned: int, weights: tuple) -> tuple[Tensor, Tensor]:
+    """The queries of the owned rows ``(N_own, dim)`` and ``[keys, values]`` of all rows ``(N_all, 2 dim)``."""
+    wq, bq, wkv, bkv = weights[:4]
+    x_all = both[:, : wq.shape[1]]
+    return F.linear(x_all[:num_owned], wq, bq), F.linear(x_all, wkv, bkv)
+
+
+def chunked_ball_attention(both: Tensor, num_owned: int, index: Tensor, mask: Tensor, heads: int,
+                           weights: tuple[Tensor | None, ...], chunk_elements: int = CHUNK_ELEMENTS) -> Tensor:
+    """Ball-query attention of the owned rows, projections included, ``chunk_elements`` at a time.
 
     Args:
-        q: queries of the owned points; kv_all: ``[keys, values]`` of owned + ghost points.
-        pos, pos_all: coordinates of the owned and of owned + ghost points (the features' dtype).
+        both: ``[x, pos]`` of the owned then the ghost points (the halo'd input: features, then
+            coordinates in the features' dtype); the first ``num_owned`` rows are the owned points.
+        num_owned: ``N_own``.
         index, mask: the neighbour lists in local rows (``-1`` / False in padding slots).
         heads: attention heads.
-        params: the position MLP's ``(w1, b1, w2, b2)`` (``Linear``, GELU, ``Linear``).
+        weights: ``(wq, bq, wkv, bkv, w1, b1, w2, b2, wo, bo)``: the query, key-value and output
+            ``Linear``s and the position MLP's (``Linear``, GELU, ``Linear``); biases may be None.
         chunk_elements: the most ``points * K * dim`` of one chunk.
 
     Shapes:
-        q ``(N_own, dim)``, kv_all ``(N_all, 2 dim)``, pos ``(N_own, D)``, pos_all ``(N_all, D)``,
-        index, mask ``(N_own, K)``; result ``(N_own, dim)``.
+        both ``(N_all, dim + D)``, index, mask ``(N_own, K)``; result ``(N_own, out_dim)``.
 
-    Communication: none. Backward: the adjoint of the gathers (``index_add_``), each chunk
-    recomputed; not twice differentiable.
+    Communication: none. Backward: the projections recomputed once, each chunk recomputed, the
+    adjoint of the gathers (``index_add_``); not twice differentiable.
     """
-    rows = chunk_rows(index.shape[1], q.shape[1], chunk_elements)
-    return _ChunkedBallAttention.apply(q, kv_all, pos, pos_all, index.clamp(min=0), mask, heads, rows, *params)
+    dim = weights[0].shape[1]
+    rows = chunk_rows(index.shape[1], dim, chunk_elements)
+    return _ChunkedBallAttention.apply(both, index.clamp(min=0), mask, num_owned, heads, rows, *weights)
 
 
 class _ChunkedBallAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, q: Tensor, kv_all: Tensor, pos: Tensor, pos_all: Tensor, index: Tensor, mask: Tensor,
-                heads: int, rows: int, *params: Tensor) -> Tensor:
-        ctx.heads, ctx.rows = heads, rows
-        ctx.autocast = {d: (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in (q.device.type,)}
-        ctx.save_for_backward(q, kv_all, pos, pos_all, index, mask, *params)
-        n = q.shape[0]
-        if n == 0:
-            return q.new_zeros(0, q.shape[1])
-        parts = [attend_rows(q[a:a + rows], kv_all, pos[a:a + rows], pos_all, index[a:a + rows], mask[a:a + rows],
-                             heads, params) for a in range(0, n, rows)]
-        return parts[0] if len(parts) == 1 else torch.cat(parts)
+    def forward(ctx: Any, both: Tensor, index: Tensor, mask: Tensor, num_owned: int, heads: int, rows: int,
+                *weights: Tensor | None) -> Tensor:
+        ctx.heads, ctx.rows, ctx.num_owned = heads, rows, num_owned
+        ctx.autocast = (both.device.type, torch.is_autocast_enabled(both.device.type),
+                        torch.get_autocast_dtype(both.device.type))
+        ctx.has = [w is not None for w in weights]
+        ctx.save_for_backward(both, index, mask, *[w for w in weights if w is not None])
+        dim = weights[0].shape[1]
+        q, kv = _project(both, num_owned, weights)  # once per point; freed when the forward returns
+        pos_all = both[:, dim:]
+        pos_mlp = weights[4:8]
+        pos_own = pos_all[:num_owned]
+        parts = [attend_rows(q[a:a + rows], kv, pos_own[a:a + rows], pos_all, index[a:a + rows], mask[a:a + rows],
+                             heads, pos_mlp) for a in range(0, num_owned, rows)]
+        if not parts:
+            parts = [q[:0]]
+        attended = parts[0] if len(parts) == 1 else torch.cat(parts)
+        return F.linear(attended, weights[8], weights[9])
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
-        q, kv_all, pos, pos_all, index, mask, *params = ctx.saved_tensors
-        need = ctx.needs_input_grad
-        want_q, want_kv, want_pos, want_pos_all = need[0], need[1], need[2], need[3]
-        want_params = need[8:]
-        want_rel = want_pos or want_pos_all
-        grad_q = torch.zeros_like(q) if want_q else None
-        grad_kv = torch.zeros_like(kv_all) if want_kv else None
-        grad_pos = torch.zeros_like(pos) if want_pos else None
-        grad_pos_all = torch.zeros_like(pos_all) if want_pos_all else None
-        grad_params = [torch.zeros_like(p) if w else None for p, w in zip(params, want_params)]
-        (device, (on, dtype)), = ctx.autocast.items()
-        d = pos.shape[1]
-        for a in range(0, q.shape[0], ctx.rows):
-            b = min(a + ctx.rows, q.shape[0])
+        both, index, mask, *present = ctx.saved_tensors
+        given = iter(present)
+        weights = [next(given) if h else None for h in ctx.has]
+        want_both = ctx.needs_input_grad[0]
+        want_w = [w is not None and bool(n) for w, n in zip(weights, ctx.needs_input_grad[6:])]
+        device, on, dtype = ctx.autocast
+        n, dim = ctx.num_owned, weights[0].shape[1]
+        with torch.enable_grad(), torch.autocast(device, dtype=dtype, enabled=on):
+            # the projections, recomputed once per point and differentiated once, after the chunks
+            proj_in = [both.detach().requires_grad_(want_both)]
+            proj_w = [w if w is None else w.detach().requires_grad_(want) for w, want in zip(weights[:4], want_w[:4])]
+            q, kv = _project(proj_in[0], n, tuple(proj_w))
+        grad_q, grad_kv = torch.zeros_like(q), torch.zeros_like(kv)
+        grad_both = torch.zeros_like(both) if want_both else None
+        grad_w = [torch.zeros_like(w) if want else None for w, want in zip(weights, want_w)]
+        pos_all = both[:, dim:]
+        for a in range(0, n, ctx.rows):
+            b = min(a + ctx.rows, n)
             nbr = index[a:b]
             with torch.enable_grad(), torch.autocast(device, dtype=dtype, enabled=on):
-                leaves = [q[a:b].detach().requires_grad_(want_q), kv_all[nbr].detach().requires_grad_(want_kv),
-                          (pos_all[nbr] - pos[a:b, None, :]).detach().requires_grad_(want_rel)]
-                ps = [p.detach().requires_grad_(bool(w)) for p, w in zip(params, want_params)]
-                out = _attend_gathered(leaves[0], leaves[1], leaves[2], mask[a:b], ctx.heads, tuple(ps))
-                inputs = [t for t in leaves + ps if t.requires_grad]
+                leaves = [q[a:b].detach().requires_grad_(), kv.detach()[nbr].requires_grad_(),
+                          (pos_all[nbr] - pos_all[a:b, None, :]).detach().requires_grad_(want_both)]
+                ws = [w if w is None else w.detach().requires_grad_(want) for w, want in zip(weights[4:], want_w[4:])]
+                out = F.linear(_attend_gathered(*leaves, mask[a:b], ctx.heads, tuple(ws[:4])), ws[4], ws[5])
+                inputs = [t for t in leaves + ws if t is not None and t.requires_grad]
                 grads = iter(torch.autograd.grad(out, inputs, grad_out[a:b].to(out.dtype), allow_unused=True))
-            g_q = next(grads) if want_q else None
-            g_kv = next(grads) if want_kv else None
-            g_rel = next(grads) if want_rel else None
-            if g_q is not None:
-                grad_q[a:b] = g_q
-            if g_kv is not None:
-                grad_kv.index_add_(0, nbr.reshape(-1), g_kv.reshape(-1, g_kv.shape[-1]).to(grad_kv.dtype))
-            if g_rel is not None:  # rel = pos_all[nbr] - pos: + to the neighbour's row, - to the point's
-                if grad_pos_all is not None:
-                    grad_pos_all.index_add_(0, nbr.reshape(-1), g_rel.reshape(-1, d).to(grad_pos_all.dtype))
-                if grad_pos is not None:
-                    grad_pos[a:b] -= g_rel.sum(1).to(grad_pos.dtype)
-            for i, w in enumerate(want_params):
-                if w:
+            flat = nbr.reshape(-1)
+            grad_q[a:b] = next(grads)
+            grad_kv.index_add_(0, flat, next(grads).reshape(flat.numel(), -1).to(grad_kv.dtype))
+            if want_both:  # rel = pos[nbr] - pos[row]: + to the neighbour's row, - to the point's
+                g_rel = next(grads).to(both.dtype)
+                grad_both[:, dim:].index_add_(0, flat, g_rel.reshape(flat.numel(), -1))
+                grad_both[a:b, dim:] -= g_rel.sum(1)
+            for i, want in enumerate(want_w[4:], 4):
+                if want:
                     g = next(grads)
                     if g is not None:
-                        grad_params[i] += g.to(grad_params[i].dtype)
-        return (grad_q, grad_kv, grad_pos, grad_pos_all, None, None, None, None, *grad_params)
+                        grad_w[i] += g.to(grad_w[i].dtype)
+        inputs = [t for t in proj_in + proj_w if t is not None and t.requires_grad]
+        if inputs:
+            with torch.enable_grad():
+                grads = iter(torch.autograd.grad((q, kv), inputs, (grad_q, grad_kv), allow_unused=True))
+            if want_both:
+                grad_both += next(grads)
+            for i, want in enumerate(want_w[:4]):
+                if want:
+                    g = next(grads)
+                    if g is not None:
+                        grad_w[i] += g.to(grad_w[i].dtype)
+        return (grad_both, None, None, None, None, None, *grad_w)

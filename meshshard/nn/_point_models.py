@@ -11,8 +11,10 @@ any partition is exact, whatever radius it was made for). Given the object that 
 (``plan_owner``: the training loop passes the sample's ``ShardGraph``), the plans are built once
 per point set and kept in the model's :class:`~meshshard.nn.PlanCache` (``plan_cache``, bounded in
 bytes) across steps and epochs; without it, at the start of each forward. The attention runs in
-chunks of points (``BallQueryAttention.chunk_elements``), so its memory is linear in points x
-width in the forward and the backward.
+chunks of points (``BallQueryAttention.chunk_elements``), projections included, and keeps only its
+halo'd input; each block's MLP is recomputed in the backward (``BallAttentionBlock.recompute_mlp``):
+so memory is linear in points x width in the forward and the backward, plus one chunk's working
+set (a constant: smaller ``chunk_elements`` lower the peak and cost time, ``docs/benchmarks.md``).
 """
 
 from __future__ import annotations
@@ -35,9 +37,17 @@ __all__ = ["BallAttentionNet"]
 class BallAttentionBlock(nn.Module):
     """``x + attention(norm1(x), pos)``, then ``x + mlp(norm2(x))`` (pre-norm, residuals).
 
+    Memory: the attention keeps only its halo'd input for the backward (:mod:`._ball_chunks`); the
+    MLP branch ``mlp(norm2(x))`` is recomputed in the backward from its input (``recompute_mlp``,
+    non-reentrant checkpointing: the same numbers), so of the block's ``(N, mlp_ratio * width)``
+    hidden activations none is kept; the recomputation costs one more LayerNorm and MLP forward.
+
     Shapes: ``x`` ``(N_own, width)`` local rows, ``pos`` ``(N_own, D)``; the plan is the one of
     ``pos`` for this block's radius.
     """
+
+    #: Recompute the MLP branch in the backward instead of keeping its activations.
+    recompute_mlp = True
 
     def __init__(self, width: int, heads: int, radius: float, max_neighbors: int, mlp_ratio: int, pos_dim: int) -> None:
         super().__init__()
@@ -49,7 +59,12 @@ class BallAttentionBlock(nn.Module):
     def forward(self, x: Tensor, pos: Tensor, plan: BallQueryPlan) -> Tensor:
         """The block on local rows with the plan of their positions."""
         x = x + self.attention._attend(self.norm1(x), pos, plan)
-        return x + self.mlp(self.norm2(x))
+        if self.recompute_mlp and torch.is_grad_enabled():
+            return x + checkpoint(self._mlp, x, use_reentrant=False, preserve_rng_state=False)
+        return x + self._mlp(x)
+
+    def _mlp(self, x: Tensor) -> Tensor:
+        return self.mlp(self.norm2(x))
 
 
 class BallAttentionNet(nn.Module):

@@ -96,6 +96,26 @@ def test_what_the_backward_keeps_is_linear_in_points_times_width() -> None:
     assert chunked <= n * 2 * DIM < per_point_neighbours  # at most the keys and values of every point
 
 
+def test_the_model_keeps_no_hidden_activation_of_its_mlps_or_attention() -> None:
+    """``BallAttentionNet``'s blocks keep, per point, at most their halo'd ``[x, pos]``: no queries,
+    keys or values, no attention output and no ``(N, mlp_ratio * width)`` MLP activation; turning
+    the MLP's recomputation off keeps the MLP's hidden activations (so the check can fail)."""
+    n, width = 500, 8
+    pos, x = uniform_cloud(n, 8), torch.randn(n, 3, dtype=torch.float64)
+    for recompute, widest in ((True, width + 3), (False, 2 * width)):
+        torch.manual_seed(0)
+        model = BallAttentionNet(3, 1, width=width, layers=2, heads=2, radius=0.2, max_neighbors=6).double()
+        for block in model.blocks:
+            block.recompute_mlp = recompute
+        plans = model.build_plans(pos)
+        shapes: list[tuple[int, ...]] = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: shapes.append(tuple(t.shape)) or t, lambda t: t):
+            y = model(x, pos, plans)
+        y.sum().backward()
+        per_point = [s[-1] if len(s) == 2 else 0 for s in shapes if s and s[0] == n]
+        assert max(per_point) == widest, f"recompute_mlp={recompute}: {sorted(set(shapes))}"
+
+
 def test_chunks_under_autocast_follow_the_one_pass_path() -> None:
     pos, x = uniform_cloud(200, 7), torch.randn(200, DIM)
     w = torch.randn(200, 5)

@@ -98,20 +98,24 @@ def test_point_models_on_shards_equal_whole_cloud(world: int) -> None:
 
 
 def test_checkpointing_changes_nothing_on_one_process() -> None:
-    """Checkpointed blocks give the same output and gradients as kept activations, and the plans
-    of both radii serve the blocks in turn."""
+    """Checkpointed blocks, and blocks whose MLP is recomputed in the backward (the default), give
+    the same output and gradients as kept activations, and the plans of both radii serve the
+    blocks in turn."""
     pos = _cloud(300, 5).requires_grad_()
     x = torch.randn(300, 5, dtype=torch.float64)
     grads = []
-    for checkpoint in (False, True):
+    for checkpoint, recompute_mlp in ((False, False), (False, True), (True, True)):
         model = _model("ball", checkpoint).double()
+        for block in model.blocks:
+            block.recompute_mlp = recompute_mlp
         pos.grad = None
         model(x, pos).square().sum().backward()
         grads.append((pos.grad.clone(), [q.grad.clone() for q in model.parameters()]))
     assert [b.attention.radius for b in _model("ball", False).blocks] == [RADII[0], RADII[1], RADII[0]]
-    assert_close(grads[1][0], grads[0][0], torch.float64, "position grad")
-    for a, b in zip(grads[1][1], grads[0][1], strict=True):
-        assert_close(a, b, torch.float64, "parameter grad")
+    for got, what in zip(grads[1:], ("MLP recomputed", "checkpointed")):
+        assert_close(got[0], grads[0][0], torch.float64, f"position grad, {what}")
+        for a, b in zip(got[1], grads[0][1], strict=True):
+            assert_close(a, b, torch.float64, f"parameter grad, {what}")
 
 
 def test_bad_positions_are_refused_in_one_line() -> None:
