@@ -20,6 +20,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from ._mpi_exchange import checked_chunks
+
 __all__ = ["ArrayExchange"]
 
 _OPS = {"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}
@@ -55,14 +57,8 @@ class ArrayExchange:
 
         Every chunk of a call has one dtype and one shape past the first axis, on every rank.
         """
-        if len(chunks) != self.size:
-            raise ValueError(f"Expected one chunk per rank, {self.size} (got {len(chunks)})")
-        arrays = [np.ascontiguousarray(c) for c in chunks]
+        arrays = checked_chunks(chunks, self.size, "rank")
         dtype, tail = arrays[0].dtype, arrays[0].shape[1:]
-        for c in arrays:
-            if c.dtype != dtype or c.shape[1:] != tail:
-                raise ValueError(f"Expected chunks of one dtype and row shape "
-                                 f"(got {dtype}{tail} and {c.dtype}{c.shape[1:]})")
         if self.size == 1:
             return [arrays[0]]
         row = dtype.itemsize * int(np.prod(tail, dtype=np.int64))

@@ -28,6 +28,20 @@ __all__ = ["MPIExchange", "mpi_comm_world"]
 MAX_ROUND_BYTES = (1 << 31) - 1
 
 
+def checked_chunks(chunks: Sequence[np.ndarray], size: int, member: str) -> list[np.ndarray]:
+    """``chunks`` as contiguous arrays, after checking there is one per ``member`` (``size`` of them) and
+    that all have one dtype and one shape past the first axis (a one-line ``ValueError`` otherwise)."""
+    if len(chunks) != size:
+        raise ValueError(f"Expected one chunk per {member}, {size} (got {len(chunks)})")
+    arrays = [np.ascontiguousarray(c) for c in chunks]
+    dtype, tail = arrays[0].dtype, arrays[0].shape[1:]
+    for c in arrays:
+        if c.dtype != dtype or c.shape[1:] != tail:
+            raise ValueError(f"Expected chunks of one dtype and row shape "
+                             f"(got {dtype}{tail} and {c.dtype}{c.shape[1:]})")
+    return arrays
+
+
 def mpi_comm_world() -> Any:
     """``mpi4py.MPI.COMM_WORLD`` (importing mpi4py starts MPI), or a one-line ``ValueError`` with the
     install commands when mpi4py or an MPI library is missing."""
@@ -62,14 +76,8 @@ class MPIExchange:
 
         Every chunk of a call has one dtype and one shape past the first axis, on every process.
         """
-        if len(chunks) != self.size:
-            raise ValueError(f"Expected one chunk per process, {self.size} (got {len(chunks)})")
-        arrays = [np.ascontiguousarray(c) for c in chunks]
+        arrays = checked_chunks(chunks, self.size, "process")
         dtype, tail = arrays[0].dtype, arrays[0].shape[1:]
-        for c in arrays:
-            if c.dtype != dtype or c.shape[1:] != tail:
-                raise ValueError(f"Expected chunks of one dtype and row shape "
-                                 f"(got {dtype}{tail} and {c.dtype}{c.shape[1:]})")
         if self.size == 1:
             return [arrays[0]]
         send = np.array([c.nbytes for c in arrays], dtype=np.int64)
