@@ -7,12 +7,12 @@ printed before it runs)::
     meshshard dataset SWEEP/cases/<case> ... --out TAG/data --inputs 'pos[0],pos[1]' --targets p,U \\
         --params SWEEP/params.csv --target-scale 'p=speed**2,U=speed' --val-samples <the held-out cases> \\
         --collapse-2d --wall-distance body \\
-        --mean-field knn:4 --shape-params thickness,camber,nose --wall-normal body
+        --mean-field linear:12 --shape-params thickness,camber,nose --wall-normal body
     meshshard partition TAG/data --parts 2 --out TAG/parts
     meshshard train TAG/parts --data TAG/data --out TAG/run --nproc 2 --config recipe.toml [train options]
     meshshard predict TAG/run --data TAG/data --out TAG/pred --nproc 2 --samples val --checkpoint last \\
         --boundary body --force-reference '0.5*speed**2' --direction 1,0 --lift-direction 0,1 --near body:0.1
-    meshshard baseline TAG/data --out TAG/baseline-<method> --method mean|nearest|knn:4 <predict's --boundary ...>
+    meshshard baseline TAG/data --out TAG/baseline-<method> --method mean|nearest|knn:4|linear:12 <predict's --boundary ...>
 
 where ``TAG`` is ``SWEEP/<--tag>``; a case that ``sweep.json`` records as not converged (its
 residuals still above ``--residual`` after ``--iterations``, its fields still moving by 1% or more)
@@ -22,9 +22,10 @@ be chosen by the very cases it is scored on. ``--params`` makes the shape parame
 camber, nose) and the operating point (aoa, speed) input channels; ``--wall-distance body`` adds
 each node's distance to the body.
 
-The recipe is the best measured (README.md's "after"): the dataset's ``--mean-field knn:4
---shape-params thickness,camber,nose --wall-normal body`` (``--dataset-options``: a prior from
-the 4 nearest other shapes, the wall's offset and normal) and ``recipe.toml`` (3,000 steps, the
+The recipe is the best measured (README.md's "after"): the dataset's ``--mean-field linear:12
+--shape-params thickness,camber,nose --wall-normal body`` (``--dataset-options``: a prior fitted,
+affine in the parameters, over the 12 nearest training cases of other shapes; the wall's offset
+and normal) and ``recipe.toml`` (3,000 steps, the
 body weighted ten times in the loss). ``--before`` runs the first recipe instead, the table's
 "before" row: ``recipe-before.toml`` (1,500 steps, no weight) and no dataset options beyond the
 ones above. The baselines (``meshshard baseline``) map training cases onto each held-out case's
@@ -78,7 +79,7 @@ import foam_sweeps as common  # noqa: E402  (examples/foam_sweeps.py: the comman
 
 RECIPE, RECIPE_BEFORE = HERE / "recipe.toml", HERE / "recipe-before.toml"
 #: The dataset options of the recipe (README.md's "after"); ``--before`` leaves them out.
-DATASET_OPTIONS = "--mean-field knn:4 --shape-params thickness,camber,nose --wall-normal body"
+DATASET_OPTIONS = "--mean-field linear:12 --shape-params thickness,camber,nose --wall-normal body"
 BASELINES = {
     "training mean": "mean",
     "nearest shape": "nearest",

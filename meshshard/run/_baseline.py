@@ -162,7 +162,7 @@ def _check_method(method: BaselineMethod, data: Any) -> tuple[np.ndarray, list[s
         raise ValueError(f"{data.path}: Expected parameters (meshshard dataset --params) for --method {method}, "
                          "which measures distances in parameter space (--method mean needs none)")
     values = np.asarray(table.get("values", []), dtype=np.float64).reshape(data.num_samples, len(names))
-    if method.kind in ("knn", "linear") and method.k is not None and method.k > len(train):
+    if method.kind == "knn" and method.k is not None and method.k > len(train):
         raise ValueError(f"Expected --method {method.kind}:K with K at most the "
                          f"{plural(len(train), 'training sample')} of {data.path} (got K = {method.k})")
     if method.kind == "interp" and method.param not in names:

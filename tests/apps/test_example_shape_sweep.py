@@ -1,6 +1,6 @@
 """The shape-sweep example (``examples/shape_sweep/``): its family of bodies and their meshes without
 OpenFOAM, and, where OpenFOAM is installed, the example as its README says at a tiny size, with
-its recipe (the knn:4 prior leaving out each training case's shape, the wall normal, the body
+its recipe (the linear:12 prior leaving out each training case's shape, the wall normal, the body
 weighted): 6 shapes x 1 angle on coarse meshes (one held out, so a training case's prior has
 exactly the 4 other training shapes), two training steps of a small model, the table against
 every baseline.
@@ -117,7 +117,7 @@ def test_run_py_runs_the_recipe_and_before_the_first_one() -> None:
     args, train = run.arguments(["sweep", "--seed", "1"])
     assert (args.tag, args.config, args.dataset_options, train) == ("after", folder / "recipe.toml",
                                                                     run.DATASET_OPTIONS, ["--seed", "1"])
-    assert "--mean-field knn:4" in run.DATASET_OPTIONS and "--wall-normal body" in run.DATASET_OPTIONS
+    assert "--mean-field linear:12" in run.DATASET_OPTIONS and "--wall-normal body" in run.DATASET_OPTIONS
     args, _ = run.arguments(["sweep", "--before"])  # README.md's `run.py shape-sweep --before`
     assert (args.tag, args.config, args.dataset_options) == ("before", folder / "recipe-before.toml", "")
     args, _ = run.arguments(["sweep", "--before", "--tag", "b1", "--dataset-options", "--wall-normal body"])
@@ -149,14 +149,15 @@ def test_shape_sweep_example_runs_as_its_readme_says(tmp_path: Path) -> None:
         assert (vtm.parent / vtm.stem / "boundary" / "body.vtp").is_file(), list(vtm.parent.rglob("*"))
     results = json.loads((sweep / "after" / "results.json").read_text())
     # the defaults are the recipe: the dataset's prior and wall normal, the body weighted in the loss
-    assert results["settings"]["dataset_options"] == ("--mean-field knn:4 --shape-params thickness,camber,nose "
+    assert results["settings"]["dataset_options"] == ("--mean-field linear:12 --shape-params thickness,camber,nose "
                                                       "--wall-normal body")
     assert "loss_weight = {body = 10.0}" in results["recipe"] and results["steps_done"] == 2
     data = json.loads((sweep / "after" / "data" / "dataset.json").read_text())
-    assert (data["mean_field"]["method"], data["mean_field"]["left_out"]) == ("knn:4", "shape"), data["mean_field"]
+    assert (data["mean_field"]["method"], data["mean_field"]["left_out"]) == ("linear:12", "shape"), data["mean_field"]
     assert "wall_normal" in [i["name"] for i in data["inputs"]], data["inputs"]
     rows = results["summary"]
-    assert list(rows) == ["free stream", "training mean", "nearest shape", "knn:4 (inverse distance)", "meshshard"]
+    assert list(rows) == ["free stream", "training mean", "nearest shape", "knn:4 (inverse distance)",
+                          "linear:12 (local least squares)", "meshshard"]
     for method, row in rows.items():
         for column in ("p near", "U near", "p body", "CL MAE", "CD MAE"):
             assert math.isfinite(row[column]) and row[column] > 0, (method, column, row)
