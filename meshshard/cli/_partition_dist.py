@@ -27,8 +27,13 @@ _ONE_PROCESS_ONLY = {"graph": None, "tpwgts": None, "recursive": None, "tries": 
 
 
 def launched() -> bool:
-    """Whether this process was started by torchrun (or another launcher that sets its variables)."""
-    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    """Whether this process is one of several that torchrun, or srun (SLURM, more than one task),
+    started: ``meshshard.comm.init_distributed`` reads either's variables. A batch script's single
+    task (``SLURM_NTASKS=1``) is one process, as without SLURM."""
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return True
+    tasks = os.environ.get("SLURM_NTASKS", "")
+    return "SLURM_PROCID" in os.environ and tasks.isdigit() and int(tasks) > 1
 
 
 #: Variables an MPI launcher sets in each process: Open MPI's mpirun, MPICH's (Hydra) and PMIx's.

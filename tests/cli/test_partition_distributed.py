@@ -44,6 +44,31 @@ def test_convert_then_torchrun_writes_the_one_process_folder(tmp_path: Path, cap
     assert verify_partition(tmp_path / "parts") == []
 
 
+def test_srun_tasks_partition_as_torchrun_processes_do(tmp_path: Path) -> None:
+    """Two processes started with the variables srun sets (no torchrun, no MPI) make one distributed
+    partition, the same folder as one process's Morton partition."""
+    import socket
+
+    write_mixed_vtkhdf(tmp_path)
+    assert main(["partition", str(tmp_path / "mixed.vtkhdf"), "--parts", "3", "--method", "morton",
+                 "--out", str(tmp_path / "one"), "--quiet"]) == 0
+    with socket.socket() as sock:  # a free port for the rendezvous (srun derives one from the job id)
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    procs = [subprocess.Popen([sys.executable, "-m", "meshshard", "partition", "mixed.vtkhdf", "--parts", "3",
+                               "--out", "parts"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True,
+                              env=ENV | {"SLURM_PROCID": str(r), "SLURM_NTASKS": "2", "SLURM_LOCALID": str(r),
+                                         "SLURM_NTASKS_PER_NODE": "2", "SLURM_JOB_NODELIST": "localhost",
+                                         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
+             for r in range(2)]
+    outs = [p.communicate(timeout=180) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    assert outs[0][0].count("with 2 process(es)") == 1 and "process(es)" not in outs[1][0]
+    same_folders(tmp_path / "one", tmp_path / "parts")
+    assert verify_partition(tmp_path / "parts") == []
+
+
 def test_an_agreed_error_is_one_line_from_process_0(tmp_path: Path) -> None:
     write_mixed_vtkhdf(tmp_path)
     proc = _torchrun(2, "-m", "meshshard", "partition", "mixed.vtkhdf", "--parts", "3", "--out", "parts",
