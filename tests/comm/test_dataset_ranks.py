@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import pytest
 from meshshard.data import write_dataset
 from meshshard.partition import read_slice, write_vtkhdf
 from tests._dist import RankFailure, run_ranks
+from tests._trace import largest_array_held
 from tests.partition._mixed_mesh import mixed_mesh
 
 pytest.importorskip("h5py")
@@ -164,39 +164,9 @@ def _largest_array(rank: int, world: int, files: list[str], out: str) -> list[An
     import meshshard.partition._vtkhdf as vtkhdf
     from meshshard.comm import ArrayExchange
 
-    watched = {m.__file__ for m in (top, graph, exchange, vtkhdf)}
-    largest: list[Any] = [0, ""]
-
-    def size(value: Any, depth: int = 0) -> int:
-        if isinstance(value, np.memmap):
-            return 0
-        if isinstance(value, np.ndarray):
-            return max(value.shape, default=0)
-        if depth > 2:
-            return 0
-        if isinstance(value, (list, tuple)):
-            return max((size(v, depth + 1) for v in value), default=0)
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            return max((size(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value)), default=0)
-        return 0
-
-    def local(frame: Any, event: str, arg: Any) -> Any:
-        for name, value in [*frame.f_locals.items(), ("<returned>", arg if event == "return" else None)]:
-            found = size(value)
-            if found > largest[0]:
-                largest[:] = [found, f"{name} in {frame.f_code.co_name} ({Path(frame.f_code.co_filename).name}"
-                                     f":{frame.f_lineno})"]
-        return local
-
-    def tracer(frame: Any, event: str, arg: Any) -> Any:
-        return local if frame.f_code.co_filename in watched else None
-
-    sys.settrace(tracer)
-    try:
-        top.write_dataset_distributed(files, out, ArrayExchange(), inputs="T,pos", targets="p")
-    finally:
-        sys.settrace(None)
-    return largest
+    return largest_array_held(
+        lambda: top.write_dataset_distributed(files, out, ArrayExchange(), inputs="T,pos", targets="p"),
+        (top, graph, exchange, vtkhdf), skip_memmaps=True)
 
 
 def test_no_process_holds_an_array_of_the_global_length(tmp_path: Path) -> None:

@@ -3,7 +3,6 @@ errors raised on every process alike, and no process holding an array of the glo
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import pytest
 
 from meshshard.partition import partition_file, read_metadata, verify_partition, write_vtkhdf
 from tests._dist import run_ranks
+from tests._trace import largest_array_held
 from tests.partition._mixed_mesh import write_mixed_vtkhdf
 from tests.partition.test_distributed import same_folders
 
@@ -149,8 +149,6 @@ def _chain(n: int) -> tuple[np.ndarray, np.ndarray]:
 def _largest_array(rank: int, world: int, mesh: str, out: str, num_parts: int) -> list[Any]:
     """Run the partition with every line of the distributed modules traced: the longest numpy array
     (largest dimension) held by a local variable, or inside a list, tuple or dataclass held by one."""
-    import dataclasses
-
     import meshshard.partition._dist_assign as assign
     import meshshard.partition._dist_graph as graph
     import meshshard.partition._dist_plan as plan
@@ -158,40 +156,10 @@ def _largest_array(rank: int, world: int, mesh: str, out: str, num_parts: int) -
     import meshshard.partition._exchange as exchange
     import meshshard.partition._vtkhdf as vtkhdf
     from meshshard.comm import ArrayExchange
-
-    watched = {m.__file__ for m in (assign, graph, plan, top, exchange, vtkhdf)}
-    largest: list[Any] = [0, ""]
-
-    def size(value: Any, depth: int = 0) -> int:
-        if isinstance(value, np.ndarray):
-            return max(value.shape, default=0)
-        if depth > 2:
-            return 0
-        if isinstance(value, (list, tuple)):
-            return max((size(v, depth + 1) for v in value), default=0)
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            return max((size(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value)), default=0)
-        return 0
-
-    def local(frame: Any, event: str, arg: Any) -> Any:
-        for name, value in [*frame.f_locals.items(), ("<returned>", arg if event == "return" else None)]:
-            found = size(value)
-            if found > largest[0]:
-                largest[:] = [found, f"{name} in {frame.f_code.co_name} ({Path(frame.f_code.co_filename).name}"
-                                     f":{frame.f_lineno})"]
-        return local
-
-    def tracer(frame: Any, event: str, arg: Any) -> Any:
-        return local if frame.f_code.co_filename in watched else None
-
     from meshshard.partition import partition_distributed
 
-    sys.settrace(tracer)
-    try:
-        partition_distributed(mesh, out, num_parts, ArrayExchange())
-    finally:
-        sys.settrace(None)
-    return largest
+    return largest_array_held(lambda: partition_distributed(mesh, out, num_parts, ArrayExchange()),
+                              (assign, graph, plan, top, exchange, vtkhdf))
 
 
 @pytest.mark.parametrize("world", [3, 4])
