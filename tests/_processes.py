@@ -3,6 +3,8 @@
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for_line(proc, r"step\\s+1\\s", 120, "training did not start")
 
+:func:`local_ranks` lists the ranks a launcher (``--nproc``, ``launch_local``) started.
+
 :func:`hold_folder_lock` starts a process that holds an output folder's lock (what another
 meshshard command writing there holds) until its stdin closes or it is killed.
 
@@ -22,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["hold_folder_lock", "wait_for_line"]
+__all__ = ["hold_folder_lock", "local_ranks", "wait_for_line"]
 
 
 def wait_for_line(proc: subprocess.Popen, pattern: str, timeout: float, what: str) -> str:
@@ -70,3 +72,31 @@ def hold_folder_lock(out: str | Path, command: str = "meshshard train X --out Y"
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for_line(proc, "^held$", 60, "the lock was not taken")
     return proc
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
+
+
+def local_ranks(launcher: int) -> list[int]:
+    """The pids of the ranks process ``launcher`` started with ``launch_local`` (Linux ``/proc``): its
+    fork server's children (or, spawned, its own children that run multiprocessing's ``spawn_main``)."""
+    ranks = []
+    for child in _children(launcher):
+        if "spawn_main" in _cmdline(child):
+            ranks.append(child)
+        elif "forkserver" in _cmdline(child):
+            ranks += _children(child)
+    return ranks

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._processes import wait_for_line
+from tests._processes import local_ranks, wait_for_line
 from tests.meshshard.run.test_train import setup  # noqa: F401 - the shared module fixture
 
 
@@ -24,13 +24,6 @@ def _command(setup: dict, out: Path, *extra: str, quiet: bool = True) -> list[st
     cfg = setup["cfg"]
     return [sys.executable, "-m", "meshshard", "train", cfg.partition, "--data", cfg.data, "--out", str(out),
             "--latent", "8", "--hidden-layers", "1", "--mp-steps", "2", *(["--quiet"] if quiet else []), *extra]
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(c) for c in (task / "children").read_text().split()]
-    return found
 
 
 def _gone(pid: int) -> bool:
@@ -52,7 +45,7 @@ def _training(setup: dict, out: Path) -> tuple[subprocess.Popen, list[int]]:  # 
                             env=os.environ | {"MESHSHARD_TIMEOUT": "60"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     wait_for_line(proc, r"^step\s+1\s+loss ", 120, "training did not start")
-    return proc, [c for c in _children(proc.pid) if "spawn" in Path(f"/proc/{c}/cmdline").read_text()]
+    return proc, local_ranks(proc.pid)
 
 
 @pytest.mark.slow

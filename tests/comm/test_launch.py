@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._processes import local_ranks
+
 _MMAP_PROBE = """
 import ctypes, sys
 libc = ctypes.CDLL(None)
@@ -87,7 +89,7 @@ def test_local_ranks_are_capped_by_the_cores_with_an_override(monkeypatch: pytes
 
 _SLOW_LAUNCHER = """
 import os, sys, time
-if __name__ != "__main__":  # a spawned rank imports this file first: it is still starting when the launcher dies
+if __name__ != "__main__":  # a rank imports this file first: it is still starting when the launcher dies
     time.sleep(4)
 
 def forever(folder):
@@ -116,9 +118,7 @@ def test_every_rank_dies_with_its_launcher_even_one_still_starting(tmp_path: Pat
         deadline = time.monotonic() + 60
         ranks: list[int] = []
         while len(ranks) < 2 and time.monotonic() < deadline:
-            ranks = [int(c) for task in Path(f"/proc/{proc.pid}/task").iterdir()
-                     for c in (task / "children").read_text().split()
-                     if "spawn_main" in Path(f"/proc/{c}/cmdline").read_text()]
+            ranks = local_ranks(proc.pid)
             time.sleep(0.05)
         assert len(ranks) == 2, "the launcher did not start its ranks"
         proc.send_signal(signal.SIGKILL)  # while the ranks are still importing the launcher's file
