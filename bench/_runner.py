@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import resource
 import subprocess
 import sys
@@ -60,9 +61,16 @@ def read_json(path: str | Path, done: subprocess.CompletedProcess[str], what: st
     exit naming its last line on stderr (or its exit code)."""
     path = Path(path)
     if done.returncode or not path.is_file():
-        lines = [t for t in (done.stderr or "").splitlines() if t.strip().strip("=-") and not t.startswith(" ")]
-        errors = [t for t in lines if "Error" in t or "error:" in t or "Exception" in t]  # the cause, not torchrun's banner
+        text = done.stderr or ""
+        lines = [t for t in text.splitlines() if t.strip().strip("=-") and not t.startswith(" ")]
+        # the cause: a worker's own error, not torchrun's summary of it (ChildFailedError, empty when
+        # the worker died without a traceback: then its exit code, from torchrun's table, says how)
+        errors = [t for t in lines if ("Error" in t or "error:" in t or "Exception" in t)
+                  and "ChildFailedError" not in t and "torch.distributed.elastic" not in t]
+        codes = re.findall(r"exitcode\s*:\s*(-?\d+)", text)
         last = errors[-1] if errors else lines[-1] if lines else f"exit code {done.returncode}"
+        if codes and not errors:
+            last += f" (a worker's exit code: {', '.join(sorted(set(codes)))}; negative: killed by that signal)"
         raise SystemExit(f"{what} failed: {last}")
     return json.loads(path.read_text())
 

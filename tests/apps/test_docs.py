@@ -4,8 +4,9 @@ Blocks marked ```python torchrun (docs) and the README's ```python test blocks r
 
 The blocks of one page run in order, in one temporary folder, so a page can make the files its
 later commands use. A block marked ```python file=NAME.py is a file the page asks you to save: it is
-written there under that name (not run), for the later blocks to use. ``meshshard`` and ``python`` are this environment's; bash blocks run with
-``set -e``, so any failing command fails the test.
+written there under that name (not run), for the later blocks to use. ``python`` is this environment's,
+``meshshard`` its command started warm (:mod:`tests._warm`); bash blocks run with ``set -e``, so any
+failing command fails the test.
 """
 
 from __future__ import annotations
@@ -37,9 +38,11 @@ def test_the_pages_with_runnable_blocks_are_the_user_guides() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # a user guide runs every one of its blocks in turn: minutes on a loaded 2-core machine
 @pytest.mark.parametrize("page", PAGES)
-def test_docs_page_runs(page: str, tmp_path: Path) -> None:
-    env = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-                        "MPLBACKEND": "Agg"}
+def test_docs_page_runs(page: str, tmp_path: Path, warm_bin: Path) -> None:
+    """``meshshard`` is the warm one of :mod:`tests._warm` (the same entry point, without importing
+    torch for each command), ``python`` this environment's."""
+    path = os.pathsep.join([str(warm_bin), str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    env = os.environ | {"PATH": path, "MPLBACKEND": "Agg"}
     for n, (language, code) in enumerate(runnable_blocks(DOCS / page)):
         if language.startswith("file="):
             (tmp_path / language.removeprefix("file=")).write_text(code)

@@ -50,10 +50,10 @@ def test_inclined_body_feels_a_pitching_moment_and_no_force() -> None:
 
 
 @pytest.mark.slow
-def test_point_cloud_example_runs_as_its_readme_says(tmp_path: Path) -> None:
+def test_point_cloud_example_runs_as_its_readme_says(tmp_path: Path, warm_bin: Path) -> None:
     _needs_solver()
     pytest.importorskip("vtk", reason="reading .vtp (pip install vtk, or meshshard[examples])")
-    outputs = run_example("point_cloud", SIZES, tmp_path, timeout=240)
+    outputs = run_example("point_cloud", SIZES, tmp_path, timeout=240, warm=warm_bin)
     assert len(outputs) == 6
     assert "sphere check: Cp relative L2 error" in outputs[0]
     assert "params.csv" not in outputs[1] or "skipped" in outputs[1]

@@ -11,12 +11,12 @@ from tests.apps.test_examples import readme_commands, run_example
 
 
 @pytest.mark.slow
-def test_transient_example_runs_as_its_readme_says(tmp_path: Path) -> None:
+def test_transient_example_runs_as_its_readme_says(tmp_path: Path, warm_bin: Path) -> None:
     pytest.importorskip("gmsh", reason="the example's mesher (pip install gmsh, or meshshard[examples])")
     pytest.importorskip("skfem", reason="the example's solver (pip install scikit-fem, or meshshard[examples])")
     assert len(readme_commands("transient")) == 6
     sizes = {"--size": "0.2", "--trajectories": "4", "--steps": "12", "--val-every": "6", "--latent": "8"}
-    outputs = run_example("transient", sizes, tmp_path, timeout=240)
+    outputs = run_example("transient", sizes, tmp_path, timeout=240, warm=warm_bin)
     pred = tmp_path / "tr" / "pred"
     metrics = json.loads((pred / "metrics.json").read_text())
     [sample] = metrics["samples"]  # 4 runs, a quarter held out

@@ -32,8 +32,9 @@ def readme_commands(example: str) -> list[str]:
     return [line for line in lines if line and not line.startswith("#")]
 
 
-def shrink(command: str, sizes: dict[str, str]) -> list[str]:
-    """``command`` split into words, each size flag's value replaced, ``python`` / ``meshshard`` made ours."""
+def shrink(command: str, sizes: dict[str, str], warm: Path | None = None) -> list[str]:
+    """``command`` split into words, each size flag's value replaced, ``python`` / ``meshshard`` made
+    ours (``meshshard`` the warm one in folder ``warm`` when given: :mod:`tests._warm`)."""
     words = shlex.split(command)
     for i, word in enumerate(words[:-1]):
         if word in sizes:
@@ -41,18 +42,19 @@ def shrink(command: str, sizes: dict[str, str]) -> list[str]:
     if words[0] == "python":
         words[0] = sys.executable
     elif words[0] == "meshshard":
-        words[:1] = [sys.executable, "-m", "meshshard"]
+        words[:1] = [str(warm / "meshshard")] if warm is not None else [sys.executable, "-m", "meshshard"]
     return words
 
 
-def run_example(example: str, sizes: dict[str, str], cwd: Path, timeout: float) -> list[str]:
+def run_example(example: str, sizes: dict[str, str], cwd: Path, timeout: float, warm: Path | None = None) -> list[str]:
     """The README's commands run one after another in ``cwd``, size flags replaced and the shell's
-    globs (``tr/runs/traj-*``) expanded as bash would (sorted); their outputs."""
+    globs (``tr/runs/traj-*``) expanded as bash would (sorted); their outputs. ``meshshard`` runs warm
+    when ``warm`` (the ``warm_bin`` fixture) is given."""
     outputs = []
     env = os.environ | {"MPLBACKEND": "Agg"}
     for command in readme_commands(example):
         words = []
-        for word in shrink(command, sizes):
+        for word in shrink(command, sizes, warm):
             if word.startswith("examples/"):
                 words.append(str(REPO / word))
             elif "*" in word and not word.startswith("-") and "=" not in word:  # a shell glob: runs/traj-*
@@ -74,17 +76,17 @@ def test_heat_diffusion_example_runs_as_its_readme_says(tmp_path: Path) -> None:
     assert (tmp_path / "meshshard-demo" / "run" / "checkpoint.pt").is_file()
 
 
-def run_heat_sink_example(example: str, tmp_path: Path) -> list[str]:
+def run_heat_sink_example(example: str, tmp_path: Path, warm: Path) -> list[str]:
     """An example built on the gmsh heat-sink mesh and its scikit-fem cases, at a reduced size."""
     pytest.importorskip("gmsh", reason="the example's mesher (pip install gmsh, or meshshard[examples])")
     pytest.importorskip("skfem", reason="the example's solver (pip install scikit-fem, or meshshard[examples])")
     sizes = {"--size": "0.2", "--samples": "4", "--steps": "2", "--val-every": "1"}
-    return run_example(example, sizes, tmp_path, timeout=300)
+    return run_example(example, sizes, tmp_path, timeout=300, warm=warm)
 
 
 @pytest.mark.slow
-def test_bring_your_own_mesh_example_runs_as_its_readme_says(tmp_path: Path) -> None:
-    outputs = run_heat_sink_example("bring_your_own_mesh", tmp_path)
+def test_bring_your_own_mesh_example_runs_as_its_readme_says(tmp_path: Path, warm_bin: Path) -> None:
+    outputs = run_heat_sink_example("bring_your_own_mesh", tmp_path, warm_bin)
     assert len(outputs) == 9
     pred = tmp_path / "byo" / "pred"
     metrics = json.loads((pred / "metrics.json").read_text())
@@ -108,8 +110,8 @@ def test_bring_your_own_mesh_example_runs_as_its_readme_says(tmp_path: Path) -> 
 
 
 @pytest.mark.slow
-def test_own_model_example_runs_as_its_readme_says(tmp_path: Path) -> None:
-    outputs = run_heat_sink_example("own_model", tmp_path)
+def test_own_model_example_runs_as_its_readme_says(tmp_path: Path, warm_bin: Path) -> None:
+    outputs = run_heat_sink_example("own_model", tmp_path, warm_bin)
     assert len(outputs) == 6
     assert f"model: AttentionGNN from {REPO / 'examples' / 'own_model' / 'model.py'}:build" in outputs[4], outputs[4]
     pred = tmp_path / "own" / "pred"
