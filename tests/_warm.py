@@ -1,7 +1,6 @@
-"""A warm ``meshshard`` command for tests that run the documented commands by name (docs pages).
+"""A warm ``meshshard`` command for tests that run many commands (docs pages, examples, command tests).
 
-    with warm_meshshard() as bin_dir:     # a folder holding a ``meshshard`` to put first on PATH
-        subprocess.run(["bash", "-c", "meshshard train ..."], env=os.environ | {"PATH": f"{bin_dir}:..."})
+    subprocess.run([*warm_command(), "train", ...])   # or put its folder first on PATH
 
 A command started on a 2-core machine spends seconds importing torch, torch._dynamo (every
 optimizer loads it) and matplotlib before it does anything, and each ``--nproc`` rank again; a docs
@@ -20,18 +19,21 @@ killed while ranks start) is tested by tests/cli/test_launch.py and tests/comm/t
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
+import select
+import shutil
+import signal
 import socket
 import struct
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["warm_meshshard"]
+__all__ = ["warm_command"]
 
 _CLIENT = """#!{python} -S
 import json, os, signal, socket, struct, sys
@@ -69,6 +71,9 @@ def _run_command(request: dict, fds: list[int]) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     sys.argv = ["meshshard", *request["argv"]]
+    from meshshard.comm import set_debug
+
+    set_debug(os.environ.get("MESHSHARD_DEBUG", "") not in ("", "0"))  # read at import, in the server
     import multiprocessing
 
     import meshshard.comm._launch as launch
@@ -93,8 +98,6 @@ def _run_command(request: dict, fds: list[int]) -> None:
 
 
 def _serve(path: str) -> None:
-    import signal
-
     import matplotlib
 
     matplotlib.use("Agg")
@@ -133,30 +136,42 @@ def _serve(path: str) -> None:
             os.close(fd)
         with contextlib.suppress(OSError):
             conn.sendall(f"{pid}\n".encode())
-        status = os.waitpid(pid, 0)[1]
-        code = os.waitstatus_to_exitcode(status)
+        ended = os.pidfd_open(pid)
+        while not select.select([ended, conn], [], [])[0].__contains__(ended):
+            if not conn.recv(1):  # the client was killed (a test's timeout): so is its command
+                os.kill(pid, signal.SIGKILL)
+                break
+        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
         with contextlib.suppress(OSError):
             conn.sendall(f"{code if code >= 0 else 128 - code}\n".encode())
         os._exit(0)
 
 
-@contextlib.contextmanager
-def warm_meshshard() -> Iterator[Path]:
-    """A folder with a ``meshshard`` that runs each command in a fork of one warm server; the server
-    lives as long as the ``with`` block."""
-    with tempfile.TemporaryDirectory(prefix="meshshard-warm-") as tmp:
-        path = os.path.join(tmp, "server.sock")
+_started: list = []  # [(server process, its folder)] of this process, at most one
+
+
+def warm_command() -> list[str]:
+    """The argv prefix of a warm ``meshshard`` (``[".../meshshard"]``), its server started at the first
+    call in this process and stopped when the process exits."""
+    if not _started:
+        folder = tempfile.mkdtemp(prefix="meshshard-warm-")
+        path = os.path.join(folder, "server.sock")
         repo = str(Path(__file__).resolve().parents[1])
         proc = subprocess.Popen([sys.executable, "-c", f"import sys; sys.path.insert(0, {repo!r}); "
                                  f"from tests._warm import _serve; _serve({path!r})"],
                                 stdout=subprocess.PIPE, text=True, env=os.environ | {"MPLBACKEND": "Agg"})
-        try:
-            if proc.stdout.readline() != "ready\n":
-                raise RuntimeError(f"the warm meshshard server did not start (exit code {proc.wait()})")
-            client = Path(tmp) / "meshshard"
-            client.write_text(_CLIENT.format(python=sys.executable, socket_path=path))
-            client.chmod(0o755)
-            yield Path(tmp)
-        finally:
-            proc.kill()
-            proc.wait()
+        if proc.stdout.readline() != "ready\n":
+            raise RuntimeError(f"the warm meshshard server did not start (exit code {proc.wait()})")
+        client = Path(folder) / "meshshard"
+        client.write_text(_CLIENT.format(python=sys.executable, socket_path=path))
+        client.chmod(0o755)
+        _started.append((proc, folder))
+        atexit.register(_stop)
+    return [str(Path(_started[0][1]) / "meshshard")]
+
+
+def _stop() -> None:
+    for proc, folder in _started:
+        proc.kill()
+        proc.wait()
+        shutil.rmtree(folder, ignore_errors=True)

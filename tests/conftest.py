@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests._meshes import DATA, NO_SHARED_ENV, shared_data_dir
+from tests._warm import warm_command
 
 # The suite runs on the CPU, as CI does, also on a machine with GPUs: every rank and every command it
 # starts uses gloo (its multi-rank tests start more ranks than a workstation has GPUs). The GPU
@@ -38,3 +39,10 @@ def shared_data() -> Path:
         why = f"hidden by {NO_SHARED_ENV}=1" if SHARED_DATA.is_dir() else "not found"
         pytest.skip(f"needs the real test data at {SHARED_DATA} ({why}; expected ../shared/data beside the repo)")
     return root
+
+
+@pytest.fixture(scope="session")
+def warm_bin() -> Path:
+    """A folder with a warm ``meshshard`` (:mod:`tests._warm`) to put first on PATH: the documented
+    commands run without importing torch anew (one server per test process, for the session)."""
+    return Path(warm_command()[0]).parent

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from meshshard.data import write_dataset
+from tests._warm import warm_command
 from tests.partition.conftest import grid_triangles
 
 
@@ -19,7 +19,7 @@ def _meshshard(*argv: str, timeout: float = 120, env: dict[str, str] | None = No
     """``meshshard ARGV`` in a subprocess; one still running after ``timeout`` seconds fails the test
     (it hung) instead of hanging the suite."""
     try:
-        return subprocess.run([sys.executable, "-m", "meshshard", *argv], capture_output=True, text=True,
+        return subprocess.run([*warm_command(), *argv], capture_output=True, text=True,
                               timeout=timeout, env=None if env is None else os.environ | env)
     except subprocess.TimeoutExpired:
         pytest.fail(f"meshshard {' '.join(argv)} still running after {timeout:g} s (it hangs)")

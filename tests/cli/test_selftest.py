@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import meshio
@@ -18,6 +17,7 @@ import numpy as np
 import pytest
 
 from meshshard.cli import main
+from tests._warm import warm_command
 
 pytest.importorskip("torch_geometric")
 
@@ -25,7 +25,7 @@ MODELS = Path(__file__).resolve().parents[1] / "meshshard" / "run" / "_exactness
 
 
 def _selftest(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "meshshard", "selftest", *argv], capture_output=True, text=True,
+    return subprocess.run([*warm_command(), "selftest", *argv], capture_output=True, text=True,
                           timeout=300)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,6 +15,7 @@ import torch
 from meshshard.data import partition_dataset
 from meshshard.run import _folder, _report
 from tests._examples import example_module
+from tests._warm import warm_command
 
 _runlog = SimpleNamespace(**vars(_folder), write_loss_plot=_report.write_loss_plot)  # the run folder, and loss.png
 
@@ -201,7 +201,7 @@ def small_case(tmp_path_factory) -> dict:
 
 
 def _train(case: dict, run: Path, *extra: str, parts: str = "parts") -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "meshshard", "train", case[parts], "--data", case["data"], "--out", str(run),
+    cmd = [*warm_command(), "train", case[parts], "--data", case["data"], "--out", str(run),
            "--nproc", "2" if parts == "parts" else "0", "--latent", "8", "--hidden-layers", "1", "--mp-steps", "2", "--log-every", "2",
            "--dtype", "float64", *extra]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=240)

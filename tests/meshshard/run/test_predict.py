@@ -13,7 +13,6 @@ import json
 import math
 import os
 import subprocess
-import sys
 from dataclasses import asdict
 
 import meshio
@@ -27,6 +26,7 @@ from meshshard.run._vtk import read_pvtu
 from tests._dist import run_ranks
 from tests._meshes import DATA
 from tests._ranks import predict_rank
+from tests._warm import warm_command
 
 
 def _lattice_hexes(side: int = 14) -> tuple[np.ndarray, np.ndarray]:
@@ -151,7 +151,7 @@ def test_sharded_prediction_equals_one_process_and_files_hold_the_values_at_thei
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "meshshard", "predict", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([*warm_command(), "predict", *args], capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.slow
@@ -258,7 +258,7 @@ def test_new_cases_without_targets_are_predicted_with_no_truth_and_the_same_valu
         ids, values, _ = _by_id(read_pvtu(root / "new-pred2" / f"{s:05d}.pvtu"), ["p_pred", "q_pred"])
         for f in ("p_pred", "q_pred"):
             np.testing.assert_allclose(values[f], with_truth[f][ids], rtol=1e-10, atol=1e-10)
-    proc = subprocess.run([sys.executable, "-m", "meshshard", "train", str(root / "parts1"), "--data", str(root / "new"),
+    proc = subprocess.run([*warm_command(), "train", str(root / "parts1"), "--data", str(root / "new"),
                            "--out", str(root / "new-run")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and not (root / "new-run").exists()
     assert proc.stderr.strip() == (f"meshshard train: error: {root / 'new'}: has no targets (made without --targets), so "

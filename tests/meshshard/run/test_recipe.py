@@ -15,7 +15,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from meshshard.run._recipe import check_model_output as check_output
 from meshshard.tasks import whole_sample
 from tests._dist import run_ranks
 from tests._ranks import train_rank
+from tests._warm import warm_command
 from tests.meshshard.run._cases import waves_on_big_mesh
 
 REPO = Path(__file__).resolve().parents[3]
@@ -88,7 +88,7 @@ def test_your_own_pyg_model_trains_on_shards_exactly_as_one_process(case: dict, 
 
 
 def _cli(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "meshshard", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([*warm_command(), *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=os.environ | {"MPLBACKEND": "Agg"})
 
 

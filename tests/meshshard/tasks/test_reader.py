@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from meshshard.run import TrainConfig, load_checkpoint, sample_index
 from meshshard.tasks import DatasetReader, Normaliser, whole_sample
 from tests._dist import run_ranks
 from tests._ranks import train_rank
+from tests._warm import warm_command
 from tests.partition.conftest import grid_triangles
 
 STEPS = 4
@@ -152,7 +152,7 @@ def test_training_on_many_meshes_equals_one_process(setup: dict, world: int, dat
 @pytest.mark.slow
 def test_a_partition_made_for_another_dataset_is_refused_at_train_time(setup: dict, tmp_path: Path) -> None:
     root = setup["root"]
-    cmd = [sys.executable, "-m", "meshshard", "train", str(root / "other-parts"), "--data", setup["data"],
+    cmd = [*warm_command(), "train", str(root / "other-parts"), "--data", setup["data"],
            "--out", str(tmp_path / "run"), "--steps", "1", "--quiet"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
