@@ -19,6 +19,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[test,examples]'
+	@# bytecode of our own sources now: with PYTHONDONTWRITEBYTECODE set (as on CI) every process, a rank
+	@# too, compiled them again (0.2 s of a core each, hundreds of processes in the suite)
+	$(PY) -m compileall -q meshshard comm partition tests bench examples > /dev/null
 	touch $(STAMP)
 	@echo "installed: the meshshard command is $(VENV)/bin/meshshard (source $(VENV)/bin/activate to put it on PATH)"
 
