@@ -137,7 +137,7 @@ def _serve(path: str) -> None:
         with contextlib.suppress(OSError):
             conn.sendall(f"{pid}\n".encode())
         ended = os.pidfd_open(pid)
-        while not select.select([ended, conn], [], [])[0].__contains__(ended):
+        while ended not in select.select([ended, conn], [], [])[0]:
             if not conn.recv(1):  # the client was killed (a test's timeout): so is its command
                 os.kill(pid, signal.SIGKILL)
                 break

@@ -15,7 +15,6 @@ and compare the skips (``-rs`` lists them with their reasons) with a run without
 from __future__ import annotations
 
 import os
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -48,10 +47,3 @@ def warm_bin() -> Path:
     commands run without importing torch anew (one server per test process, for the session)."""
     return Path(warm_command()[0]).parent
 
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The files with the most tests marked slow run first, each file's tests in their order (so a
-    file's fixtures are made once per worker): on two workers the long tests start early and the
-    short ones fill the end, instead of one worker finishing a long test alone."""
-    slow = Counter(item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow"))
-    items.sort(key=lambda item: -slow[item.nodeid.split("::")[0]])
