@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _runner import peak_rss_mb, read_json, run_workers, worker_arguments
+from _runner import end_worker, peak_rss_mb, read_json, run_workers, worker_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -137,7 +137,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.worker:
         worker(args)
-        return 0
+        end_worker()
 
     import meshio
 

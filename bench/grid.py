@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _runner import peak_rss_mb, read_json, run_workers
+from _runner import end_worker, peak_rss_mb, read_json, run_workers
 
 
 def _model(channels: int, layers: int):
@@ -155,7 +155,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.worker:
         worker(args)
-        return 0
+        end_worker()
     _, in_channels = _model(args.channels, args.layers)
     work = Path(tempfile.mkdtemp(prefix="meshshard-bench-grid-"))
     results = []

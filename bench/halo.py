@@ -175,7 +175,7 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def main() -> int:
-    from _runner import read_json, run_workers, worker_arguments
+    from _runner import end_worker, read_json, run_workers, worker_arguments
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--side", type=int, default=59)
@@ -186,7 +186,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.worker:
         worker(args)
-        return 0
+        end_worker()
 
     import meshio
     from _meshes import make_box_mesh

@@ -39,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _runner import peak_rss_mb, run_workers, worker_arguments
+from _runner import end_worker, peak_rss_mb, run_workers, worker_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -161,7 +161,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.worker:
         worker(args)
-        return 0
+        end_worker()
 
     import meshio
     from _meshes import make_box_mesh

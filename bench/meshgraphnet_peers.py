@@ -72,7 +72,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _runner import peak_rss_mb, run_workers, worker_arguments
+from _runner import end_worker, peak_rss_mb, run_workers, worker_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
 STUBS = Path(__file__).resolve().parent / "_stubs"
@@ -448,7 +448,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.worker:
         worker(args)
-        return 0
+        end_worker()
 
     impls = args.only.split(",") if args.only else list(DEFAULT)
     unknown = sorted(set(impls) - set(IMPLEMENTATIONS))

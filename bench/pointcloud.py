@@ -61,7 +61,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _runner import emit, peak_rss_mb, read_json, run_workers  # noqa: E402
+from _runner import emit, end_worker, peak_rss_mb, read_json, run_workers  # noqa: E402
 
 MODELS = ("ball-attention", "transolver")
 
@@ -250,7 +250,7 @@ def main() -> int:
     args = p.parse_args()
     if args.worker:
         worker(args)
-        return 0
+        end_worker()
     models = [m for m in args.models.split(",") if m]
     if not models or any(m not in MODELS for m in models):
         p.error(f"--models: expected names from {', '.join(MODELS)}, got {args.models!r}")

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _runner import emit, read_json, run_workers, worker_arguments
+from _runner import emit, end_worker, read_json, run_workers, worker_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL_MESH = ROOT.parent / "shared" / "data" / "sfepy" / "wheelset.vtk"
@@ -125,7 +125,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.worker:
         worker(args)
-        return 0
+        end_worker()
 
     from meshshard.partition import partition_file
 
