@@ -8,7 +8,7 @@
 
     results = run_ranks(_check, 3, 10)   # one entry per rank
 
-Ranks start from a forkserver that has torch, torch._dynamo (every optimizer loads it) and the
+Ranks start from a forkserver that has torch, torch._dynamo (every optimizer loads it), PyG and the
 library preloaded (a fork costs a fraction of a second, and no rank inherits a parent's OpenMP
 threads): ranks that train start 2-3 s of a core sooner than ranks importing these themselves. They rendezvous through a file, so no port can clash.
 The first rank that raises (or dies) stops the run at once: the others are killed, and its
@@ -33,7 +33,8 @@ from meshshard.comm import free_port
 __all__ = ["RankFailure", "free_port", "run_ranks"]
 
 DEFAULT_TIMEOUT_S = 90.0
-_PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "numpy", "meshshard.comm", "meshshard.nn", "meshshard.tasks", "meshshard.run"]
+_PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "numpy", "meshshard.comm", "meshshard.nn", "meshshard.tasks", "meshshard.run",
+            "torch_geometric.nn", "scipy.spatial"]
 _context: Any = None
 
 

@@ -105,6 +105,7 @@ def _serve(path: str) -> None:
     import torch
     import torch._dynamo  # noqa: F401 - every optimizer imports it, at its first use
     import torch.distributed  # noqa: F401
+    import torch_geometric.nn  # noqa: F401 - a model of one's own is often built on it
 
     import meshshard.cli
     import meshshard.data  # noqa: F401
