@@ -60,7 +60,7 @@ __all__ = [
     "communication_device",
 ]
 
-_debug = os.environ.get("MESHSHARD_DEBUG", "") not in ("", "0")
+_debug: bool | None = None  # set_debug's choice; None: MESHSHARD_DEBUG, read at each call
 
 
 def set_debug(enabled: bool) -> None:
@@ -78,8 +78,11 @@ def set_debug(enabled: bool) -> None:
 def debug_enabled() -> bool:
     """Whether the cross-rank argument check is on (:func:`set_debug`, else ``MESHSHARD_DEBUG``),
     read at call time: for layers above that run checks of their own under the same switch
-    (``DomainParallel`` compares parameters across ranks)."""
-    return _debug
+    (``DomainParallel`` compares parameters across ranks), and for a process that got its
+    environment after this module was imported (a rank forked from a fork server)."""
+    if _debug is not None:
+        return _debug
+    return os.environ.get("MESHSHARD_DEBUG", "") not in ("", "0")
 
 
 def group_rank_and_size(group: Any = None) -> tuple[int, int]:
@@ -198,7 +201,7 @@ def _exchange(send: Tensor, keep: Tensor | None, send_counts: list[int], recv_co
         if out is not None:
             return out
         return keep.clone() if keep is not None else send.new_empty((0, *rest))
-    if _debug and phase == "forward":
+    if phase == "forward" and debug_enabled():
         _cross_rank_check(op, send, send_counts, recv_counts, group)
     shape = (sum(recv_split), *rest)
     pooled = pooled_result and (keep is None or keep.shape[0] == 0)

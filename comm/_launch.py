@@ -194,10 +194,6 @@ def _entry(
     if environment != os.environ:  # a fork server's environment is the one it started with
         os.environ.clear()
         os.environ.update(environment)
-        if "meshshard.comm._collectives" in sys.modules:  # read at import, in the server
-            from ._collectives import set_debug
-
-            set_debug(_debug())
     os.environ.update(
         RANK=str(local_rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local_rank),
         LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), MESHSHARD_BACKEND=backend,

@@ -71,9 +71,6 @@ def _run_command(request: dict, fds: list[int]) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     sys.argv = ["meshshard", *request["argv"]]
-    from meshshard.comm import set_debug
-
-    set_debug(os.environ.get("MESHSHARD_DEBUG", "") not in ("", "0"))  # read at import, in the server
     import multiprocessing
 
     import meshshard.comm._launch as launch

@@ -154,3 +154,16 @@ def test_record_collective_adds_to_every_open_log() -> None:
         comm.record_collective(call)
     for log in (outer, inner):
         assert log.count("my_reduction", "backward") == 1 and log.bytes_sent() == 8
+
+
+def test_debug_switch_follows_the_environment_until_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read at each call, not at import: a rank forked from a fork server gets its environment later."""
+    from meshshard.comm import _collectives
+
+    monkeypatch.setattr(_collectives, "_debug", None)
+    monkeypatch.setenv("MESHSHARD_DEBUG", "1")
+    assert comm.debug_enabled() is True
+    monkeypatch.setenv("MESHSHARD_DEBUG", "0")
+    assert comm.debug_enabled() is False
+    comm.set_debug(True)
+    assert comm.debug_enabled() is True
