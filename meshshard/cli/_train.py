@@ -462,8 +462,9 @@ def register(subparsers: Any) -> None:
                    "0: off, best.pt by the one-step loss)")
     p.add_argument("--loss-weight", default=None, action="append", metavar="NAME=W[,NAME=W]",
                    help="steady task: weigh the loss at the nodes of named boundaries of the dataset (meshshard info "
-                   "DATA lists them) by W, every other node by 1; the loss is the weighted mean (repeat the flag to "
-                   "add more; default: none; on --resume the run's)")
+                   "DATA lists them) by W, and with NAME:DISTANCE=W at the nodes within DISTANCE of one, every other "
+                   "node by 1; the loss is the weighted mean (repeat the flag to add more; default: none; on --resume "
+                   "the run's)")
     p.add_argument("--nproc", type=int, default=0, help="start this many local ranks (when not under torchrun)")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="no banner, no per-step lines (errors and notes still print)")

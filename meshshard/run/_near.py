@@ -2,9 +2,9 @@
 baseline`` alike): each target's errors over the nodes near named boundaries, where a domain-wide
 figure is dominated by the far field.
 
-A node is *near* when its distance to the nearest node of the named boundaries (a
-``scipy.spatial.cKDTree`` of their points) is at most ``DISTANCE``, in the mesh's units; the
-boundary's own nodes are at distance 0. ``PATCHES`` is comma-separated (``walls,inlet:0.05``);
+A node is *near* when its distance to the nearest node of the named boundaries is at most
+``DISTANCE``, in the mesh's units (:func:`meshshard.data.nodes_near`; the boundary's own nodes
+are at distance 0). ``PATCHES`` is comma-separated (``walls,inlet:0.05``);
 ``surface`` names every point of a surface sample. Per sample, ``near`` holds the boundaries, the
 distance, ``num_nodes`` (how many nodes are near) and per target field its ``rmse`` and
 ``rel_l2`` (``||pred - true|| / ||true||`` over those nodes, a vector field as a vector); the
@@ -24,8 +24,9 @@ from typing import Any
 import numpy as np
 
 from meshshard.comm import sum_across
+from meshshard.data import nodes_near
 
-from ._boundaries import SURFACE, check_boundary_names
+from ._boundaries import check_boundary_names
 
 __all__ = ["NearRegion", "check_near_request", "near_mask", "near_record", "near_summary", "parse_near"]
 
@@ -71,30 +72,11 @@ def check_near_request(data: Any, near: str | None, samples: list[int]) -> NearR
     return region
 
 
-def _boundary_points(data: Any, mesh: int, names: tuple[str, ...]) -> np.ndarray:
-    """The points of the named boundaries of mesh ``mesh`` (every point for ``surface`` on a surface)."""
-    points = data.mesh_points(mesh)
-    stored = [str(b["name"]) for b in data.meta["meshes"][mesh].get("boundaries", [])]
-    if any(n == SURFACE and n not in stored for n in names):
-        return np.asarray(points, dtype=np.float64)
-    ids = np.unique(np.concatenate([data.boundary(mesh, n)[0] for n in names]))
-    return np.asarray(points[ids], dtype=np.float64)
-
-
 def near_mask(data: Any, mesh: int, owned_ids: np.ndarray, region: NearRegion) -> np.ndarray:
     """Which of this rank's owned nodes (``owned_ids``, sorted global ids) are within the region's
-    distance of its boundaries, ``(N_own,)`` bool; positions are the dataset's, in float64, so the
-    same node gets the same answer on any number of ranks. No communication."""
-    from scipy.spatial import cKDTree
-
-    wall = _boundary_points(data, mesh, region.names)
-    owned = np.asarray(owned_ids, dtype=np.int64)
-    if not len(wall) or not len(owned):
-        return np.zeros(len(owned), dtype=bool)
-    pos = np.asarray(data.mesh_points(mesh)[owned], dtype=np.float64)
-    bound = region.distance * (1 + 1e-9) + 1e-100  # a slightly larger bound (squared, it stays > 0); then exact
-    dist, _ = cKDTree(wall).query(pos, k=1, distance_upper_bound=bound)
-    return dist <= region.distance
+    distance of its boundaries, ``(N_own,)`` bool (:func:`meshshard.data.nodes_near`: the same node
+    gets the same answer on any number of ranks). No communication."""
+    return nodes_near(data, mesh, owned_ids, region.names, region.distance)
 
 
 def near_record(mask: np.ndarray, pred: np.ndarray, truth: np.ndarray | None, fields: list[tuple[str, slice]],

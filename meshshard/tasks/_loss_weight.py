@@ -1,8 +1,10 @@
 """``meshshard train --loss-weight NAME=W[,NAME=W]``: a loss that weights the rows of named
-boundaries.
+boundaries, and with ``NAME:DISTANCE=W`` the nodes within ``DISTANCE`` of a named boundary (the
+region of ``predict --near NAME:DISTANCE``, :func:`meshshard.data.nodes_near`), where the fields
+that make the forces change fastest.
 
-Each node has a weight: the largest ``W`` among the weighted boundaries it lies on (a corner of two),
-1 on none. The loss is the weighted mean
+Each node has a weight: the largest ``W`` among the weighted boundaries it lies on (a corner of two)
+and the weighted regions it lies in, 1 on none. The loss is the weighted mean
 
     sum_i w_i |e_i|^2 / (F * sum_i w_i)
 
@@ -10,14 +12,17 @@ over every node ``i`` of the mesh and the ``F`` target channels (``e_i`` the nor
 node ``i``); with every weight 1 it is the plain mean squared error. On shards, each rank sums
 ``w_i |e_i|^2`` over its owned rows and the sum over the ranks is the one all-reduce of
 :meth:`~meshshard.ShardTensor.sum`; the denominator ``sum_i w_i`` is the same number on every
-rank, counted from the dataset's boundary node lists (a boundary is a small part of a mesh, read
-whole once per mesh), so it costs no communication and the loss and every gradient equal the
+rank. With boundaries alone it is counted from the dataset's boundary node lists (a boundary is a
+small part of a mesh, read whole once per mesh), at no communication; a region's nodes are known
+only where they are owned, so with a region the ranks add their weights once per mesh (one
+all-reduce, at the mesh's first loss) and keep the sum. The loss and every gradient equal the
 single-process computation.
 
 A boundary is named as ``meshshard info DATA`` lists it (a ``.vtm``'s patches, node sets, gmsh
 physical groups, ``surface`` for a surface sample); a name on none of the dataset's meshes is
 refused in one line before any rank starts, listing the names there are. A mesh without a named
-boundary weighs its nodes 1.
+boundary weighs its nodes 1. In a recipe, a region is a quoted key: ``loss_weight = {body = 10.0,
+"body:0.1" = 3.0}``.
 """
 
 from __future__ import annotations
@@ -29,6 +34,22 @@ from typing import Any
 import numpy as np
 
 __all__ = ["BoundaryWeights", "check_loss_weight", "parse_loss_weight"]
+
+
+def _split_key(key: str) -> tuple[str, float | None]:
+    """``"walls"`` -> ``("walls", None)``; ``"walls:0.1"`` -> ``("walls", 0.1)``: a boundary, or the
+    region within a distance of it. One-line ``ValueError`` for a distance that is not a number >= 0."""
+    name, colon, value = key.rpartition(":")
+    if not colon:
+        return key, None
+    try:
+        distance = float(value)
+    except ValueError:
+        distance = math.nan
+    if not name.strip() or not (math.isfinite(distance) and distance >= 0):
+        raise ValueError(f"Expected --loss-weight NAME:DISTANCE=W with a boundary name and a distance >= 0 "
+                         f"(got {key!r})")
+    return name.strip(), distance
 
 
 def parse_loss_weight(value: str | Sequence[str] | Mapping[str, Any] | None) -> dict[str, float]:
@@ -56,6 +77,10 @@ def parse_loss_weight(value: str | Sequence[str] | Mapping[str, Any] | None) -> 
             w = math.nan
         if not (math.isfinite(w) and w > 0):
             raise ValueError(f"Expected --loss-weight {name}=W with W a positive number (got {weight!r})")
+        boundary, distance = _split_key(name)
+        if distance is not None:
+            short = f"{distance:g}"
+            name = f"{boundary}:{short if float(short) == distance else repr(distance)}"
         if name in out and out[name] != w:
             raise ValueError(f"Expected --loss-weight to weigh {name} once (got {out[name]:g} and {w:g})")
         out[name] = w
@@ -79,7 +104,7 @@ def check_loss_weight(dataset: Any, weights: Mapping[str, float], max_points: in
         raise ValueError(f"Expected --loss-weight without --max-points (got --max-points {max_points}): the "
                          "weighted mean is over every node of a sample")
     known = _dataset_boundaries(dataset)
-    unknown = [name for name in weights if name not in known]
+    unknown = list(dict.fromkeys(_split_key(name)[0] for name in weights if _split_key(name)[0] not in known))
     if unknown:
         there = (", ".join(known) if known else "none: they come from a .vtm's patches, a file's node sets or gmsh "
                  "physical groups")
@@ -95,7 +120,13 @@ class BoundaryWeights:
     def __init__(self, dataset: Any, weights: Mapping[str, float]) -> None:
         self.dataset = dataset
         self.weights = dict(weights)
-        self._cache: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
+        self._cache: dict[int, tuple[np.ndarray, np.ndarray, float | None]] = {}
+
+    @property
+    def has_regions(self) -> bool:
+        """Whether a weight is a region's (``NAME:DISTANCE``): then the sum of the weights over a
+        mesh takes the ranks' parts (:meth:`set_total`)."""
+        return any(_split_key(name)[1] is not None for name in self.weights)
 
     def _ids(self, mesh: int, name: str) -> np.ndarray:
         stored = [str(b["name"]) for b in self.dataset.meta["meshes"][mesh].get("boundaries", [])]
@@ -103,14 +134,17 @@ class BoundaryWeights:
             return np.arange(int(self.dataset.meta["meshes"][mesh]["num_nodes"]), dtype=np.int64)
         return np.asarray(self.dataset.boundary(mesh, name)[0], dtype=np.int64)
 
-    def local(self, mesh: int, owned_ids: np.ndarray) -> tuple[np.ndarray, float]:
+    def local(self, mesh: int, owned_ids: np.ndarray) -> tuple[np.ndarray, float | None]:
         """``(w, total)``: ``(N_own,)`` float64 the weights of ``owned_ids`` (sorted global ids),
-        and the sum of every node's weight on mesh ``mesh``."""
+        and the sum of every node's weight on mesh ``mesh``: None with a region until
+        :meth:`set_total` gave it (the ranks add their ``w``)."""
         owned = np.asarray(owned_ids, dtype=np.int64)
         if mesh in self._cache and np.array_equal(self._cache[mesh][0], owned):
             return self._cache[mesh][1:]
         n = int(self.dataset.meta["meshes"][mesh]["num_nodes"])
-        names = [name for name in self.weights if name in self.dataset.boundary_names(mesh)]
+        present = self.dataset.boundary_names(mesh)
+        keys = [(key, *_split_key(key)) for key in self.weights]
+        names = [key for key, name, distance in keys if distance is None and name in present]
         if names:
             ids = np.concatenate([self._ids(mesh, name) for name in names])
             ws = np.concatenate([np.full(len(self._ids(mesh, name)), self.weights[name]) for name in names])
@@ -121,11 +155,28 @@ class BoundaryWeights:
             ids, ws = ids[first], ws[first]
         else:
             ids, ws = np.zeros(0, dtype=np.int64), np.zeros(0)
-        total = float(n - len(ids) + ws.sum())
+        total: float | None = float(n - len(ids) + ws.sum())
         w = np.ones(len(owned))
         if len(ids) and len(owned):
             at = np.minimum(np.searchsorted(ids, owned), len(ids) - 1)
             hit = ids[at] == owned
             w[hit] = ws[at[hit]]
+        regions = [(key, name, distance) for key, name, distance in keys if distance is not None and name in present]
+        if self.has_regions:
+            from meshshard.data import nodes_near
+
+            touched = np.zeros(len(owned), dtype=bool)  # on a weighted boundary or in a weighted region
+            if len(ids) and len(owned):
+                touched[hit] = True
+            for key, name, distance in regions:
+                near = nodes_near(self.dataset, mesh, owned, [name], distance)
+                w[near] = np.where(touched[near], np.maximum(w[near], self.weights[key]), self.weights[key])
+                touched |= near
+            total = None
         self._cache[mesh] = (owned, w, total)
         return w, total
+
+    def set_total(self, mesh: int, total: float) -> None:
+        """Keep the sum of mesh ``mesh``'s weights that the ranks added (after :meth:`local`)."""
+        owned, w, _ = self._cache[mesh]
+        self._cache[mesh] = (owned, w, float(total))

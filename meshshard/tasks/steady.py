@@ -62,6 +62,13 @@ class SteadyFields(Task):
         weight = torch.as_tensor(w, device=err.device).to(err.dtype)[:, None]
         if isinstance(err, ShardTensor):
             weight = ShardTensor.from_local(weight, err.spec)
+        if total is None:  # a weighted region: the ranks add their weights (float64), once per mesh
+            mine: Any = torch.as_tensor(w, device=err.device)[:, None]
+            if isinstance(err, ShardTensor):
+                mine = ShardTensor.from_local(mine, err.spec)
+            with torch.no_grad():
+                total = float(mine.sum())
+            weights.set_total(batch.mesh, total)
         return (err * weight).sum() / (total * err.shape[1])
 
     def output_fields(self, dataset: Any, run_config: dict[str, Any]) -> list[dict[str, Any]]:

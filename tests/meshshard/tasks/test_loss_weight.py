@@ -1,7 +1,8 @@
-"""``train --loss-weight NAME=W``: the steady task's loss weighs the rows of named boundaries. On 1,
-2, 3 and 4 ranks (uneven shards) the loss and every gradient equal the weighted mean of one
-process on the whole mesh, written here from the raw arrays (float64, 1e-10); training with it
-equals that reference step for step; the weights are recorded, shown and refused in one line."""
+"""``train --loss-weight NAME=W``: the steady task's loss weighs the rows of named boundaries, and
+with ``NAME:DISTANCE=W`` the nodes near one. On 1, 2, 3 and 4 ranks (uneven shards) the loss and
+every gradient equal the weighted mean of one process on the whole mesh, written here from the raw
+arrays (float64, 1e-10); training with it equals that reference step for step; the weights are
+recorded, shown and refused in one line."""
 
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ from tests._ranks import all_sum, train_rank
 from tests.meshshard.tasks import _trajectories
 
 WEIGHTS = {"bottom": 10.0, "left": 0.5}  # the corner (0, 0) is on both: it takes 10
+# the nodes within 0.25 of the top (its three upper rows, y >= 7/9) weigh 3, those of them on the left too
+# (the largest weight); the top's own nodes 4; the bottom's nodes near the left's bottom corner 0.25
+REGIONS = {"bottom": 10.0, "left": 0.5, "top:0.25": 3.0, "top": 4.0, "left:0.15": 0.25}
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +51,17 @@ def case(tmp_path_factory) -> dict:
         partition_dataset(root / "data", root / f"parts{k}", k)
     w = np.where(np.isin(np.arange(len(pts)), walls["bottom"]), 10.0,
                  np.where(np.isin(np.arange(len(pts)), walls["left"]), 0.5, 1.0))
-    return {"root": root, "data": str(root / "data"), "w": w}
+    # the same with REGIONS, from the raw points: every weight that applies, the largest wins, 1 if none
+    def near(name: str, d: float) -> np.ndarray:
+        gap = np.linalg.norm(pts[:, None, :] - pts[walls[name]][None, :, :], axis=2).min(1)
+        return gap <= d
+    on = {n: np.isin(np.arange(len(pts)), walls[n]) for n in walls}
+    applies = [(on["bottom"], 10.0), (on["left"], 0.5), (near("top", 0.25), 3.0), (on["top"], 4.0),
+               (near("left", 0.15), 0.25)]
+    stack = np.stack([np.where(m, v, -np.inf) for m, v in applies])
+    wr = np.where(np.isfinite(stack.max(0)), stack.max(0), 1.0)
+    assert {3.0, 4.0, 10.0, 0.5, 0.25, 1.0} <= set(wr.tolist())  # every kind of node is there
+    return {"root": root, "data": str(root / "data"), "w": w, "w_regions": wr}
 
 
 def _model() -> MeshGraphNet:
@@ -57,6 +71,8 @@ def _model() -> MeshGraphNet:
 
 def _sharded(rank: int, world: int, data: str, parts: str, weights: dict) -> list[tuple[float, list[np.ndarray]]]:
     """Per sample: the loss and every parameter's gradient (summed over the ranks)."""
+    if isinstance(weights, list):  # several sets of weights in one start of the ranks
+        return [_sharded(rank, world, data, parts, w) for w in weights]
     model, task = _model(), get_task("steady", {"loss_weight": weights})
     reader = task.reader(open_dataset(data), parts, rank, None, dtype=torch.float64)
     out = []
@@ -84,16 +100,20 @@ def _reference(data: str, w: np.ndarray) -> list[tuple[float, list[np.ndarray]]]
 @pytest.mark.slow
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 def test_the_weighted_loss_and_every_gradient_on_shards_equal_one_process(case: dict, world: int) -> None:
-    want = _reference(case["data"], case["w"])
+    """Boundaries alone (the sum of the weights counted from their node lists) and with regions (the
+    ranks add their weights): both equal the reference."""
+    wants = [_reference(case["data"], case["w"]), _reference(case["data"], case["w_regions"])]
     parts = str(case["root"] / f"parts{world}")
-    got = run_ranks(_sharded, world, case["data"], parts, WEIGHTS, timeout=90) if world > 1 else \
-        [_sharded(0, 1, case["data"], parts, WEIGHTS)]
+    sets = [WEIGHTS, REGIONS]
+    got = run_ranks(_sharded, world, case["data"], parts, sets, timeout=90) if world > 1 else \
+        [_sharded(0, 1, case["data"], parts, sets)]
     counts = [p["num_owned"] for p in read_metadata(dataset_partition_folder(parts, 0))["parts"]]
     for rank in got:
-        for (loss, grads), (ref, ref_grads) in zip(rank, want):
-            assert abs(loss - ref) <= 1e-10 * abs(ref)
-            for g, r in zip(grads, ref_grads):
-                np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-13)
+        for per_set, want in zip(rank, wants):
+            for (loss, grads), (ref, ref_grads) in zip(per_set, want):
+                assert abs(loss - ref) <= 1e-10 * abs(ref)
+                for g, r in zip(grads, ref_grads):
+                    np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-13)
     assert len(counts) == world and (world != 3 or len(set(counts)) > 1)  # uneven shards
 
 
@@ -112,22 +132,31 @@ def test_training_with_weights_on_three_ranks_equals_one_process(case: dict) -> 
     root = case["root"]
     cfg = TrainConfig(partition=str(root / "parts3"), data=case["data"], out=str(root / "run3"), steps=3, lr=1e-2,
                       latent_size=8, hidden_layers=1, message_passing_steps=2, quiet=True, dtype="float64",
-                      loss_weight=dict(WEIGHTS))
+                      loss_weight=dict(REGIONS))
     three = run_ranks(train_rank, 3, asdict(cfg), timeout=120)[0]
     one = train_rank(0, 1, asdict(TrainConfig(**{**asdict(cfg), "partition": str(root / "parts1"),
                                                  "out": str(root / "run1")})))
     np.testing.assert_allclose(three, one, rtol=1e-10)
-    assert load_checkpoint(root / "run3" / "checkpoint.pt")["config"]["loss_weight"] == WEIGHTS
-    assert 'loss_weight = {bottom = 10.0, left = 0.5}' in (root / "run3" / "config.toml").read_text()
+    assert load_checkpoint(root / "run3" / "checkpoint.pt")["config"]["loss_weight"] == REGIONS
+    assert ('loss_weight = {bottom = 10.0, left = 0.5, "top:0.25" = 3.0, top = 4.0, "left:0.15" = 0.25}'
+            in (root / "run3" / "config.toml").read_text())
 
 
 def test_parse_loss_weight() -> None:
     assert parse_loss_weight(["walls=10,inlet=2", "outlet=0.5"]) == {"walls": 10.0, "inlet": 2.0, "outlet": 0.5}
     assert parse_loss_weight({"walls": 3}) == {"walls": 3.0} and parse_loss_weight(None) == {}
+    assert parse_loss_weight("walls=10,walls:0.10=3,walls:1e-3=2") == {"walls": 10.0, "walls:0.1": 3.0,
+                                                                      "walls:0.001": 2.0}
+    assert parse_loss_weight({"walls:0.123456789": 2}) == {"walls:0.123456789": 2.0}
     for bad, message in (("walls", r"^Expected --loss-weight as NAME=W\[,NAME=W\] \(got 'walls'\)$"),
                          ("walls=-1", r"^Expected --loss-weight walls=W with W a positive number \(got '-1'\)$"),
                          ("walls=x", r"^Expected --loss-weight walls=W with W a positive number \(got 'x'\)$"),
-                         ("walls=1,walls=2", r"^Expected --loss-weight to weigh walls once \(got 1 and 2\)$")):
+                         ("walls=1,walls=2", r"^Expected --loss-weight to weigh walls once \(got 1 and 2\)$"),
+                         ("walls:x=2", r"^Expected --loss-weight NAME:DISTANCE=W with a boundary name and a distance "
+                                       r">= 0 \(got 'walls:x'\)$"),
+                         ("walls:-1=2", r"distance >= 0 \(got 'walls:-1'\)$"),
+                         (":0.1=2", r"distance >= 0 \(got ':0.1'\)$"),
+                         ("walls:0.1=2,walls:0.10=3", r"^Expected --loss-weight to weigh walls:0.1 once")):
         with pytest.raises(ValueError, match=message):
             parse_loss_weight(bad)
 
@@ -137,7 +166,7 @@ def test_the_command_records_shows_and_refuses(case: dict, capsys) -> None:
     common = [str(root / "parts1"), "--data", case["data"], "--steps", "1", "--latent", "8", "--mp-steps", "1", "-q"]
     capsys.readouterr()
     assert main(["train", *common, "--out", str(root / "x"), "--loss-weight", "bottom=10,wing=2",
-                 "--loss-weight", "fin=1"]) == 2
+                 "--loss-weight", "fin:0.1=1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"meshshard train: error: {case['data']}: Expected --loss-weight to name boundaries of the dataset "
                    "(got wing, fin; its boundaries are bottom, left, top)"], err
@@ -145,21 +174,22 @@ def test_the_command_records_shows_and_refuses(case: dict, capsys) -> None:
     assert main(["train", *common, "--out", str(root / "x"), "--loss-weight", "bottom"]) == 2
     assert "Expected --loss-weight as NAME=W[,NAME=W] (got 'bottom')" in capsys.readouterr().err
     assert main(["train", *common, "--out", str(root / "cli"), "--loss-weight", "bottom=4", "--loss-weight",
-                 "top=2", "--print-config"]) == 0
+                 "top=2,top:0.3=1.5", "--print-config"]) == 0
     printed = capsys.readouterr().out
-    assert "loss_weight = {bottom = 4.0, top = 2.0}\n" in printed
+    assert 'loss_weight = {bottom = 4.0, top = 2.0, "top:0.3" = 1.5}\n' in printed
     (root / "recipe.toml").write_text(printed)
     assert main(["train", "--config", str(root / "recipe.toml"), "-q"]) == 0
-    assert "loss_weight = {bottom = 4.0, top = 2.0}" in (root / "cli" / "config.toml").read_text()
+    assert 'loss_weight = {bottom = 4.0, top = 2.0, "top:0.3" = 1.5}' in (root / "cli" / "config.toml").read_text()
     capsys.readouterr()
     assert main(["info", str(root / "cli")]) == 0
-    assert ("  weights    the loss weighs the nodes of bottom x4, top x2, every other node x1 (--loss-weight)"
-            in capsys.readouterr().out)
+    assert ("  weights    the loss weighs the nodes of bottom x4, top x2, within 0.3 of top x1.5, every other node x1 "
+            "(--loss-weight)" in capsys.readouterr().out)
+    weighted = {"bottom": 4.0, "top": 2.0, "top:0.3": 1.5}
     assert main(["info", str(root / "cli"), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["task"]["loss_weight"] == {"bottom": 4.0, "top": 2.0}
+    assert json.loads(capsys.readouterr().out)["task"]["loss_weight"] == weighted
     # on --resume the run's weights, and another is refused: the run would not repeat
     assert main(["train", *common[:-1], "--out", str(root / "cli"), "--resume", "--steps", "2", "-q"]) == 0
-    assert load_checkpoint(root / "cli" / "checkpoint.pt")["config"]["loss_weight"] == {"bottom": 4.0, "top": 2.0}
+    assert load_checkpoint(root / "cli" / "checkpoint.pt")["config"]["loss_weight"] == weighted
     assert main(["train", *common[:-1], "--out", str(root / "cli"), "--resume", "--steps", "3",
                  "--loss-weight", "top=3", "-q"]) == 2
     assert "cannot resume with changed settings: loss_weight" in capsys.readouterr().err
