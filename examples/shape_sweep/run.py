@@ -25,7 +25,7 @@ each node's distance to the body.
 The recipe is the best measured (README.md's "after"): the dataset's ``--mean-field linear:12
 --shape-params thickness,camber,nose --wall-normal body`` (``--dataset-options``: a prior fitted,
 affine in the parameters, over the 12 nearest training cases of other shapes; the wall's offset
-and normal) and ``recipe.toml`` (3,000 steps, the
+and normal) and ``recipe.toml`` (5,000 steps, the
 body weighted ten times in the loss). ``--before`` runs the first recipe instead, the table's
 "before" row: ``recipe-before.toml`` (1,500 steps, no weight) and no dataset options beyond the
 ones above. The baselines (``meshshard baseline``) map training cases onto each held-out case's

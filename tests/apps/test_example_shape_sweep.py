@@ -105,7 +105,7 @@ def test_the_recipes_are_recipes_train_reads() -> None:
     folder = REPO / "examples" / "shape_sweep"
     recipe = read_recipe(folder / "recipe.toml", TrainConfig, convert={"max_time": parse_duration})
     assert (recipe["latent_size"], recipe["global_attention"], recipe["steps"], recipe["max_time"],
-            recipe["loss_weight"]) == (32, 1, 3000, 540.0, {"body": 10.0})
+            recipe["loss_weight"]) == (32, 1, 5000, 690.0, {"body": 10.0})
     before = read_recipe(folder / "recipe-before.toml", TrainConfig, convert={"max_time": parse_duration})
     assert (before["steps"], before["max_time"], "loss_weight" in before) == (1500, 600.0, False)
     assert set(recipe) - set(before) == {"loss_weight"}
