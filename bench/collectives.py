@@ -8,8 +8,12 @@ send back, index_add) is timed against two bare ``all_to_all_single`` calls of t
 forward and the backward exchange), in the same run, interleaved, twice: BEFORE (every result and
 gradient a fresh ``torch.empty``, as before issue 37) and AFTER (results and gradients on recycled
 storages that nobody holds any more, ``comm/_recycle.py``, and the gradient's zero fill done while
-the rows travel). Prints one JSON object per line (rank 0)
-and a table. Target (issues 2 and 37): ratio <= 1.25 for 10k rows and more, with glibc's defaults.
+the rows travel); and LOCAL, the memory passes the pair needs beyond the two exchanges (the gather of
+the rows sent; ``x``'s dense gradient zero-filled and the rows received ``index_add``ed), timed with
+nothing sent. ``(bare + local) / bare`` is the floor of the ratio where those passes cannot overlap
+the transfer (on loopback gloo the transfer is itself memory copies on the same cores). Prints one
+JSON object per line (rank 0) and a table. Target (issues 2 and 37): ratio <= 1.25 for 10k rows and
+more, with glibc's defaults.
 """
 
 from __future__ import annotations
@@ -58,7 +62,14 @@ def bench_one(rows: int, features: int, repeats: int, device: torch.device) -> d
         dist.all_to_all_single(recv_buf, send_buf, counts, counts)
         dist.all_to_all_single(send_buf, recv_buf, counts, counts)
 
-    paths = {"before": before, "after": indexed, "bare": bare}
+    grad_x = torch.empty_like(x)
+    xd = x.detach()
+
+    def local() -> None:  # the memory passes the adjoint pair needs beyond the exchanges, nothing sent
+        torch.index_select(xd, 0, index, out=send_buf)  # forward: the rows to send
+        grad_x.zero_().index_add_(0, index, recv_buf)  # backward: x's dense gradient, the rows received added
+
+    paths = {"before": before, "after": indexed, "bare": bare, "local": local}
     for _ in range(3):  # warm up every path
         for fn in paths.values():
             fn()
@@ -69,7 +80,7 @@ def bench_one(rows: int, features: int, repeats: int, device: torch.device) -> d
             times[name].append(_timed(fn, sync))
     med = torch.tensor([statistics.median(times[name]) for name in paths], dtype=torch.float64)
     dist.all_reduce(med, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
-    t_before, t_after, t_bare = med.tolist()
+    t_before, t_after, t_bare, t_local = med.tolist()
     mb = rows * features * 4 * (world - 1) / 2**20
     return {
         "rows_per_peer": rows,
@@ -80,6 +91,8 @@ def bench_one(rows: int, features: int, repeats: int, device: torch.device) -> d
         "bare_2x_all_to_all_single_ms": round(1e3 * t_bare, 3),
         "ratio_before": round(t_before / t_bare, 3),
         "ratio": round(t_after / t_bare, 3),
+        "local_passes_ms": round(1e3 * t_local, 3),
+        "floor_ratio": round((t_bare + t_local) / t_bare, 3),
     }
 
 
@@ -99,10 +112,15 @@ def main() -> None:
         for r in results:
             print(json.dumps({**info, **r}))
         print(f"\nindexed_all_to_all_v fwd+bwd vs 2x bare all_to_all_single ({ctx.backend}, {ctx.world_size} ranks, float32 x {args.features})")
-        print(f"{'rows/peer':>10} {'MiB/rank':>9} {'BEFORE ms':>10} {'AFTER ms':>9} {'bare ms':>9} {'BEFORE':>7} {'AFTER':>6}")
+        print(f"{'rows/peer':>10} {'MiB/rank':>9} {'BEFORE ms':>10} {'AFTER ms':>9} {'bare ms':>9} {'BEFORE':>7} {'AFTER':>6} "
+              f"{'local ms':>9} {'floor':>6}")
         for r in results:
             print(f"{r['rows_per_peer']:>10} {r['mib_sent_per_rank']:>9} {r['before_fwd_bwd_ms']:>10} {r['after_fwd_bwd_ms']:>9} "
-                  f"{r['bare_2x_all_to_all_single_ms']:>9} {r['ratio_before']:>7} {r['ratio']:>6}")
+                  f"{r['bare_2x_all_to_all_single_ms']:>9} {r['ratio_before']:>7} {r['ratio']:>6} "
+                  f"{r['local_passes_ms']:>9} {r['floor_ratio']:>6}")
+        print("local: the gather of the rows sent, the zero fill of x's gradient and the index_add of the rows received,"
+              " with nothing sent; floor: (bare + local) / bare, what any exchange that returns x's dense gradient"
+              " costs on this machine when its memory passes do not overlap the transfer")
     dist.barrier()
     dist.destroy_process_group()
 

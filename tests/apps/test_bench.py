@@ -244,3 +244,4 @@ def test_halo_and_collectives_benches_print_before_and_after(tmp_path: Path) -> 
     r = json.loads(done.stdout.splitlines()[0])
     assert r["rows_per_peer"] == 50 and r["world_size"] == 2, r
     assert r["before_fwd_bwd_ms"] > 0 and r["after_fwd_bwd_ms"] > 0 and r["bare_2x_all_to_all_single_ms"] > 0, r
+    assert r["local_passes_ms"] > 0 and r["floor_ratio"] > 1, r
