@@ -33,7 +33,7 @@ def test_the_recipe_is_a_recipe_train_reads() -> None:
 
 
 @pytest.mark.slow
-def test_cfd_sweep_example_runs_as_its_readme_says(tmp_path: Path) -> None:
+def test_cfd_sweep_example_runs_as_its_readme_says(tmp_path: Path, warm_bin: Path) -> None:
     if shutil.which("simpleFoam") is None:
         pytest.skip("OpenFOAM is not installed (no simpleFoam on PATH; Debian: apt-get install openfoam "
                     "openfoam-examples)")
@@ -42,7 +42,7 @@ def test_cfd_sweep_example_runs_as_its_readme_says(tmp_path: Path) -> None:
     recipe = read_recipe(REPO / "examples" / "cfd_sweep" / "recipe.toml", TrainConfig, convert={"max_time": parse_duration})
     tiny = tmp_path / "tiny.toml"
     tiny.write_text(toml_text(recipe | RECIPE_SIZES))
-    outputs = run_example("cfd_sweep", SIZES | {"--config": str(tiny)}, tmp_path, timeout=120)
+    outputs = run_example("cfd_sweep", SIZES | {"--config": str(tiny)}, tmp_path, timeout=120, warm=warm_bin)
     assert len(outputs) == 2
     sweep = tmp_path / "cfd-sweep"
     info = json.loads((sweep / "sweep.json").read_text())

@@ -126,7 +126,7 @@ def test_run_py_runs_the_recipe_and_before_the_first_one() -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # about 60 s of CPU time; the guard is for a loaded machine
-def test_shape_sweep_example_runs_as_its_readme_says(tmp_path: Path) -> None:
+def test_shape_sweep_example_runs_as_its_readme_says(tmp_path: Path, warm_bin: Path) -> None:
     if shutil.which("simpleFoam") is None and not Path("/usr/share/openfoam/etc/bashrc").is_file():
         pytest.skip("OpenFOAM is not installed (Debian: apt-get install openfoam openfoam-examples)")
     if not TUTORIAL.is_dir():
@@ -135,7 +135,7 @@ def test_shape_sweep_example_runs_as_its_readme_says(tmp_path: Path) -> None:
                          convert={"max_time": parse_duration})
     tiny = tmp_path / "tiny.toml"
     tiny.write_text(toml_text(recipe | RECIPE_SIZES))
-    outputs = run_example("shape_sweep", SIZES | {"--config": str(tiny)}, tmp_path, timeout=600)
+    outputs = run_example("shape_sweep", SIZES | {"--config": str(tiny)}, tmp_path, timeout=600, warm=warm_bin)
     assert len(outputs) == 2
     sweep = tmp_path / "shape-sweep"
     info = json.loads((sweep / "sweep.json").read_text())
