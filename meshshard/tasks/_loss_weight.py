@@ -104,7 +104,8 @@ def check_loss_weight(dataset: Any, weights: Mapping[str, float], max_points: in
         raise ValueError(f"Expected --loss-weight without --max-points (got --max-points {max_points}): the "
                          "weighted mean is over every node of a sample")
     known = _dataset_boundaries(dataset)
-    unknown = list(dict.fromkeys(_split_key(name)[0] for name in weights if _split_key(name)[0] not in known))
+    named = (_split_key(key)[0] for key in weights)
+    unknown = list(dict.fromkeys(name for name in named if name not in known))
     if unknown:
         there = (", ".join(known) if known else "none: they come from a .vtm's patches, a file's node sets or gmsh "
                  "physical groups")
@@ -146,8 +147,9 @@ class BoundaryWeights:
         keys = [(key, *_split_key(key)) for key in self.weights]
         names = [key for key, name, distance in keys if distance is None and name in present]
         if names:
-            ids = np.concatenate([self._ids(mesh, name) for name in names])
-            ws = np.concatenate([np.full(len(self._ids(mesh, name)), self.weights[name]) for name in names])
+            each = [self._ids(mesh, name) for name in names]
+            ids = np.concatenate(each)
+            ws = np.concatenate([np.full(len(i), self.weights[name]) for i, name in zip(each, names)])
             order = np.lexsort((-ws, ids))  # by id, the largest weight first
             ids, ws = ids[order], ws[order]
             first = np.ones(len(ids), dtype=bool)
