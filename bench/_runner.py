@@ -3,7 +3,8 @@
 A script runs its own ``--worker`` mode in a child: one process, or R local ranks under torchrun
 (``python -m torch.distributed.run`` on a free loopback port). The worker writes its figures as JSON
 to a file the script names; peak memory is ``ru_maxrss`` (Linux: KiB), reported in MiB. Scripts
-that run the commands themselves share :func:`ensure_partition` (a cached ``meshshard partition``).
+that run the commands themselves start ``meshshard`` as :func:`meshshard_command` says and share
+:func:`ensure_partition` (a cached ``meshshard partition``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import os
 import re
 import resource
+import shlex
 import subprocess
 import sys
 import time
@@ -20,7 +22,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-__all__ = ["peak_rss_mb", "worker_arguments", "worker_command", "run_workers", "read_json", "emit", "ensure_partition"]
+__all__ = ["meshshard_command", "peak_rss_mb", "worker_arguments", "worker_command", "run_workers", "read_json", "emit", "ensure_partition"]
+
+
+def meshshard_command() -> list[str]:
+    """How a script starts ``meshshard``: ``$MESHSHARD_COMMAND`` when set (split as a shell would;
+    the tests set it to their warm command, whose processes start without importing anything), else
+    this Python's ``-m meshshard``. What a command measures of itself (its step, its ranks' memory)
+    is measured inside it either way."""
+    given = os.environ.get("MESHSHARD_COMMAND", "").strip()
+    return shlex.split(given) if given else [sys.executable, "-m", "meshshard"]
 
 
 def peak_rss_mb(children: bool = False) -> float:
@@ -94,7 +105,7 @@ def ensure_partition(data: Path, parts: Path, num_parts: int) -> float:
         except ValueError:
             pass
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "meshshard", "partition", str(data), "--parts", str(num_parts),
+    subprocess.run([*meshshard_command(), "partition", str(data), "--parts", str(num_parts),
                     "--out", str(parts), "--force", "--quiet"], check=True)
     return time.perf_counter() - start
 

@@ -51,16 +51,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from _meshes import make_square_mesh
-from _runner import emit, ensure_partition
-
-MS = [sys.executable, "-m", "meshshard"]
+from _runner import emit, ensure_partition, meshshard_command
 
 
 def wave_states(points: np.ndarray, speed: float, times: np.ndarray):
@@ -106,7 +103,7 @@ def roll(run: Path, data: Path, cache: Path, ranks: int, steps: int, work: Path,
     of one, or ``val``) on ``ranks`` ranks, its files written as ``writer`` says (:data:`WRITERS`);
     its figures from ``metrics.json``."""
     out = work / f"pred-{data.name}-{ranks}"
-    cmd = [*MS, "predict", str(run), "--data", str(data), "--out", str(out), "--rollout", "--rollout-steps", str(steps),
+    cmd = [*meshshard_command(), "predict", str(run), "--data", str(data), "--out", str(out), "--rollout", "--rollout-steps", str(steps),
            "--samples", samples, "--no-plots", "--force", "--quiet", *WRITERS[writer]]
     partition_s = 0.0
     if ranks > 1:
@@ -284,7 +281,7 @@ def main() -> int:
     run = work / "run"
     start = time.perf_counter()
     ensure_partition(small, args.cache / f"{small.name}-parts-1", 1)
-    subprocess.run([*MS, "train", str(args.cache / f"{small.name}-parts-1"), "--data", str(small), "--out", str(run),
+    subprocess.run([*meshshard_command(), "train", str(args.cache / f"{small.name}-parts-1"), "--data", str(small), "--out", str(run),
                     "--steps", str(args.train_steps), "--latent", str(args.latent), "--mp-steps", str(args.mp_steps),
                     "--force", "--quiet"], check=True)
     train_s = time.perf_counter() - start

@@ -48,9 +48,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _runner import emit, ensure_partition
-
-MS = [sys.executable, "-m", "meshshard"]
+from _runner import emit, ensure_partition, meshshard_command
 
 
 def ensure_dataset(cache: Path, side: int, samples: int) -> tuple[Path, float]:
@@ -64,7 +62,7 @@ def ensure_dataset(cache: Path, side: int, samples: int) -> tuple[Path, float]:
     src = cache / f"dataset-src-{side}-{samples}-vtu"
     make_sources(src, side, samples, "vtu")
     shutil.rmtree(out, ignore_errors=True)
-    subprocess.run([*MS, "dataset", str(src), "--out", str(out), "--inputs", "a,b", "--targets", "c", "--quiet"],
+    subprocess.run([*meshshard_command(), "dataset", str(src), "--out", str(out), "--inputs", "a,b", "--targets", "c", "--quiet"],
                    check=True)
     return out, time.perf_counter() - start
 
@@ -115,7 +113,7 @@ def run_one(args: argparse.Namespace, data: Path, work: Path, num_ranks: int) ->
     partition_s = ensure_partition(data, parts, num_ranks)
     meta = read_metadata(parts)
     run = work / f"run-{num_ranks}"
-    cmd = [*MS, "train", str(parts), "--data", str(data), "--out", str(run), "--nproc", str(num_ranks),
+    cmd = [*meshshard_command(), "train", str(parts), "--data", str(data), "--out", str(run), "--nproc", str(num_ranks),
            "--steps", str(args.steps), "--latent", str(args.latent), "--mp-steps", str(args.mp_steps),
            "--log-every", "1", "--force", "--quiet"]
     if not args.no_val:

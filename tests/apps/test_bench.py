@@ -14,7 +14,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests._warm import warm_command
+
 BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def warm_env() -> dict[str, str]:
+    """The environment of a bench script whose ``meshshard`` commands run warm (``bench/_runner.py``'s
+    ``meshshard_command``): what a command measures of itself is measured inside it either way."""
+    return os.environ | {"MESHSHARD_COMMAND": warm_command()[0]}
 
 
 def test_partition_bench_reports_every_step(tmp_path: Path) -> None:
@@ -42,7 +50,7 @@ def test_train_memory_bench_reports_every_rank(tmp_path: Path) -> None:
     side = 8
     subprocess.run([sys.executable, str(BENCH / "train_memory.py"), "--side", str(side), "--samples", "3",
                     "--ranks", "1,2", "--steps", "1", "--cache", str(tmp_path), "--json", str(result)],
-                   check=True, capture_output=True, timeout=300)
+                   check=True, capture_output=True, timeout=300, env=warm_env())
     rows = json.loads(result.read_text())["rows"]
     assert [r["ranks"] for r in rows] == [1, 2]
     edges = 2 * (3 * side * side * (side - 1) + 3 * side * (side - 1) ** 2 + (side - 1) ** 3)
@@ -112,7 +120,8 @@ def test_rollout_bench_reports_throughput_memory_writing_and_flatness(tmp_path: 
     done = subprocess.run([sys.executable, str(BENCH / "rollout.py"), "--side", str(side), "--steps", str(steps),
                            "--ranks", "1,2", "--flat-side", str(flat_side), "--flat-steps", str(flat_steps),
                            "--flat-ranks", "2", "--latent", "4", "--mp-steps", "1", "--cache", str(tmp_path),
-                           "--repeat", "1", "--json", str(result)], capture_output=True, text=True, timeout=600)
+                           "--repeat", "1", "--json", str(result)], capture_output=True, text=True, timeout=600,
+                          env=warm_env())
     assert done.returncode == 0, done.stderr
     out = json.loads(result.read_text())
     assert [(r["ranks"], r["writer"]) for r in out["rows"]] == [(1, "before"), (1, "after"), (2, "before"), (2, "after")]
