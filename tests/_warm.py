@@ -15,6 +15,9 @@ What runs is the command's code with the user's arguments, from a clean process 
 differs is only how the process starts. How ranks start for real (fork server, signals, a launcher
 killed while ranks start) is tested by tests/cli/test_launch.py and tests/comm/test_launch.py with
 ``python -m meshshard``. SIGINT and SIGTERM sent to a client go on to its command.
+
+:func:`warm_python` is the same for ``python SCRIPT``, as the docs pages' Python blocks run: the
+script runs as ``__main__`` in such a fork, with the same imports already made.
 """
 
 from __future__ import annotations
@@ -33,13 +36,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["warm_command"]
+__all__ = ["warm_command", "warm_python"]
 
 _CLIENT = """#!{python} -S
 import json, os, signal, socket, struct, sys
 s = socket.socket(socket.AF_UNIX)
 s.connect({socket_path!r})
-body = json.dumps({{"argv": sys.argv[1:], "cwd": os.getcwd(), "env": dict(os.environ)}}).encode()
+body = json.dumps({{"argv": sys.argv[1:], "cwd": os.getcwd(), "env": dict(os.environ), "python": {python_mode!r}}}).encode()
 socket.send_fds(s, [struct.pack("!I", len(body)) + body], [0, 1, 2])
 f = s.makefile("r")
 pid = int(f.readline())
@@ -70,7 +73,7 @@ def _run_command(request: dict, fds: list[int]) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    sys.argv = ["meshshard", *request["argv"]]
+    sys.argv = [*request["argv"]] if request.get("python") else ["meshshard", *request["argv"]]
     import multiprocessing
 
     import meshshard.comm._launch as launch
@@ -78,9 +81,15 @@ def _run_command(request: dict, fds: list[int]) -> None:
     launch._rank_context = lambda fn: multiprocessing.get_context("fork")  # see the module's docstring
     code = 1
     try:
-        from meshshard.cli import entry
+        if request.get("python"):  # python SCRIPT ARGS: the script as __main__, its folder first on sys.path
+            import runpy
 
-        entry()
+            sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))
+            runpy.run_path(sys.argv[0], run_name="__main__")
+        else:
+            from meshshard.cli import entry
+
+            entry()
         code = 0
     except SystemExit as done:
         code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
@@ -160,12 +169,20 @@ def warm_command() -> list[str]:
                                 stdout=subprocess.PIPE, text=True, env=os.environ | {"MPLBACKEND": "Agg"})
         if proc.stdout.readline() != "ready\n":
             raise RuntimeError(f"the warm meshshard server did not start (exit code {proc.wait()})")
-        client = Path(folder) / "meshshard"
-        client.write_text(_CLIENT.format(python=sys.executable, socket_path=path))
-        client.chmod(0o755)
+        for name, python_mode in (("meshshard", False), ("warm-python", True)):  # not "python": the folder goes on PATH
+            client = Path(folder) / name
+            client.write_text(_CLIENT.format(python=sys.executable, socket_path=path, python_mode=python_mode))
+            client.chmod(0o755)
         _started.append((proc, folder))
         atexit.register(_stop)
     return [str(Path(_started[0][1]) / "meshshard")]
+
+
+def warm_python() -> list[str]:
+    """The argv prefix of a warm ``python`` that runs a script file (``[".../warm-python"]``, then
+    ``SCRIPT ARGS``): the script runs as ``__main__`` in a fork of the same server, its folder first
+    on ``sys.path``, with torch, meshshard and matplotlib (Agg) already imported."""
+    return [str(Path(warm_command()[0]).parent / "warm-python")]
 
 
 def _stop() -> None:

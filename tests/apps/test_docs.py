@@ -5,7 +5,7 @@ Blocks marked ```python torchrun (docs) and the README's ```python test blocks r
 The blocks of one page run in order, in one temporary folder, so a page can make the files its
 later commands use. A block marked ```python file=NAME.py is a file the page asks you to save: it is
 written there under that name (not run), for the later blocks to use. ``python`` is this environment's,
-``meshshard`` its command started warm (:mod:`tests._warm`); bash blocks run with ``set -e``, so any
+``meshshard`` its command and a Python block started warm (:mod:`tests._warm`); bash blocks run with ``set -e``, so any
 failing command fails the test.
 """
 
@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests._warm import warm_python
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 BLOCK = re.compile(r"^```(bash|python) (test|file=[\w.-]+)\n(.*?)^```", re.S | re.M)
@@ -40,7 +42,8 @@ def test_the_pages_with_runnable_blocks_are_the_user_guides() -> None:
 @pytest.mark.parametrize("page", PAGES)
 def test_docs_page_runs(page: str, tmp_path: Path, warm_bin: Path) -> None:
     """``meshshard`` is the warm one of :mod:`tests._warm` (the same entry point, without importing
-    torch for each command), ``python`` this environment's."""
+    torch for each command), and so is the ``python`` of a Python block (``warm_python``); a
+    ``python`` in a bash block is this environment's."""
     path = os.pathsep.join([str(warm_bin), str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     env = os.environ | {"PATH": path, "MPLBACKEND": "Agg"}
     for n, (language, code) in enumerate(runnable_blocks(DOCS / page)):
@@ -50,7 +53,7 @@ def test_docs_page_runs(page: str, tmp_path: Path, warm_bin: Path) -> None:
         if language == "python":
             script = tmp_path / f"block-{n}.py"
             script.write_text(code)
-            cmd = [sys.executable, str(script)]
+            cmd = [*warm_python(), str(script)]
         else:
             cmd = ["bash", "-e", "-o", "pipefail", "-c", code]
         proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
