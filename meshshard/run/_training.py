@@ -630,7 +630,7 @@ def train(cfg: TrainConfig) -> list[float]:
         stopping = False
     if validating and cfg.steps > start and not stopping:
         keep_best(cfg.steps)
-    log.plot()
+    log.plot(final=True)
     log.close()
     barrier()
     return losses

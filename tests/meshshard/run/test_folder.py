@@ -1,5 +1,6 @@
 """The run folder of ``meshshard train``: refusing an existing RUN, --force, --resume checks, the
-banner, peak memory and throughput in log.jsonl, loss.png kept current, a changed lr logged."""
+banner, peak memory and throughput in log.jsonl, loss.png kept current (at most every 30 s while
+training), a changed lr logged."""
 
 from __future__ import annotations
 
@@ -182,6 +183,31 @@ def test_loss_plot_is_written_and_replaced(tmp_path: Path) -> None:
     assert _runlog.write_loss_plot(records, tmp_path / "loss.png")
     assert (tmp_path / "loss.png").read_bytes()[:4] == b"\x89PNG"
     assert [p.name for p in tmp_path.iterdir()] == ["loss.png"]  # no temporary file left
+
+
+def test_loss_plot_is_redrawn_at_most_every_plot_every_s_while_training_and_always_at_the_end(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from meshshard.run import _train_log
+
+    cfg = SimpleNamespace(out=str(tmp_path), quiet=True, steps=10, log_every=1, data_parallel=1, batch=1)
+    log = _train_log.TrainLog(True, cfg, 0, 100)
+    drawn: list[int] = []  # the steps logged when loss.png was drawn
+    monkeypatch.setattr(_train_log._report, "write_loss_plot", lambda records, path, title: drawn.append(len(records)) or True)
+    clock = [1000.0]
+    monkeypatch.setattr(_train_log.time, "monotonic", lambda: clock[0])
+    try:
+        log.step(0, 1.0, 0.1)
+        log.plot()  # the first drawing
+        log.step(1, 0.9, 0.1)
+        clock[0] += _train_log.PLOT_EVERY_S - 0.5
+        log.plot()  # too soon after it
+        clock[0] += 0.5
+        log.plot()  # PLOT_EVERY_S after it
+        log.step(2, 0.8, 0.1)
+        log.plot(final=True)  # the end: always, however soon
+    finally:
+        log.close()
+    assert drawn == [1, 2, 3]
 
 
 @pytest.fixture(scope="module")
