@@ -3,8 +3,9 @@
 A script runs its own ``--worker`` mode in a child: one process, or R local ranks under torchrun
 (``python -m torch.distributed.run`` on a free loopback port). The worker writes its figures as JSON
 to a file the script names; peak memory is ``ru_maxrss`` (Linux: KiB), reported in MiB. Scripts
-that run the commands themselves start ``meshshard`` as :func:`meshshard_command` says and share
-:func:`ensure_partition` (a cached ``meshshard partition``).
+that run the commands themselves start ``meshshard`` as ``meshshard.cli.command_argv`` says
+(``$MESHSHARD_COMMAND`` when set: what a command measures of itself, its step and its ranks' memory,
+is measured inside it either way) and share :func:`ensure_partition` (a cached ``meshshard partition``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import json
 import os
 import re
 import resource
-import shlex
 import subprocess
 import sys
 import time
@@ -22,16 +22,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-__all__ = ["meshshard_command", "peak_rss_mb", "worker_arguments", "worker_command", "run_workers", "read_json", "emit", "ensure_partition"]
+from meshshard.cli import command_argv
 
-
-def meshshard_command() -> list[str]:
-    """How a script starts ``meshshard``: ``$MESHSHARD_COMMAND`` when set (split as a shell would;
-    the tests set it to their warm command, whose processes start without importing anything), else
-    this Python's ``-m meshshard``. What a command measures of itself (its step, its ranks' memory)
-    is measured inside it either way."""
-    given = os.environ.get("MESHSHARD_COMMAND", "").strip()
-    return shlex.split(given) if given else [sys.executable, "-m", "meshshard"]
+__all__ = ["peak_rss_mb", "worker_arguments", "worker_command", "run_workers", "read_json", "emit", "ensure_partition"]
 
 
 def peak_rss_mb(children: bool = False) -> float:
@@ -105,7 +98,7 @@ def ensure_partition(data: Path, parts: Path, num_parts: int) -> float:
         except ValueError:
             pass
     start = time.perf_counter()
-    subprocess.run([*meshshard_command(), "partition", str(data), "--parts", str(num_parts),
+    subprocess.run([*command_argv(), "partition", str(data), "--parts", str(num_parts),
                     "--out", str(parts), "--force", "--quiet"], check=True)
     return time.perf_counter() - start
 

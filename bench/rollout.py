@@ -57,7 +57,9 @@ from typing import Any
 
 import numpy as np
 from _meshes import make_square_mesh
-from _runner import emit, ensure_partition, meshshard_command
+from _runner import emit, ensure_partition
+
+from meshshard.cli import command_argv
 
 
 def wave_states(points: np.ndarray, speed: float, times: np.ndarray):
@@ -103,7 +105,7 @@ def roll(run: Path, data: Path, cache: Path, ranks: int, steps: int, work: Path,
     of one, or ``val``) on ``ranks`` ranks, its files written as ``writer`` says (:data:`WRITERS`);
     its figures from ``metrics.json``."""
     out = work / f"pred-{data.name}-{ranks}"
-    cmd = [*meshshard_command(), "predict", str(run), "--data", str(data), "--out", str(out), "--rollout", "--rollout-steps", str(steps),
+    cmd = [*command_argv(), "predict", str(run), "--data", str(data), "--out", str(out), "--rollout", "--rollout-steps", str(steps),
            "--samples", samples, "--no-plots", "--force", "--quiet", *WRITERS[writer]]
     partition_s = 0.0
     if ranks > 1:
@@ -281,7 +283,7 @@ def main() -> int:
     run = work / "run"
     start = time.perf_counter()
     ensure_partition(small, args.cache / f"{small.name}-parts-1", 1)
-    subprocess.run([*meshshard_command(), "train", str(args.cache / f"{small.name}-parts-1"), "--data", str(small), "--out", str(run),
+    subprocess.run([*command_argv(), "train", str(args.cache / f"{small.name}-parts-1"), "--data", str(small), "--out", str(run),
                     "--steps", str(args.train_steps), "--latent", str(args.latent), "--mp-steps", str(args.mp_steps),
                     "--force", "--quiet"], check=True)
     train_s = time.perf_counter() - start

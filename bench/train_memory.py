@@ -48,7 +48,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _runner import emit, ensure_partition, meshshard_command
+from _runner import emit, ensure_partition
+
+from meshshard.cli import command_argv
 
 
 def ensure_dataset(cache: Path, side: int, samples: int) -> tuple[Path, float]:
@@ -62,7 +64,7 @@ def ensure_dataset(cache: Path, side: int, samples: int) -> tuple[Path, float]:
     src = cache / f"dataset-src-{side}-{samples}-vtu"
     make_sources(src, side, samples, "vtu")
     shutil.rmtree(out, ignore_errors=True)
-    subprocess.run([*meshshard_command(), "dataset", str(src), "--out", str(out), "--inputs", "a,b", "--targets", "c", "--quiet"],
+    subprocess.run([*command_argv(), "dataset", str(src), "--out", str(out), "--inputs", "a,b", "--targets", "c", "--quiet"],
                    check=True)
     return out, time.perf_counter() - start
 
@@ -113,7 +115,7 @@ def run_one(args: argparse.Namespace, data: Path, work: Path, num_ranks: int) ->
     partition_s = ensure_partition(data, parts, num_ranks)
     meta = read_metadata(parts)
     run = work / f"run-{num_ranks}"
-    cmd = [*meshshard_command(), "train", str(parts), "--data", str(data), "--out", str(run), "--nproc", str(num_ranks),
+    cmd = [*command_argv(), "train", str(parts), "--data", str(data), "--out", str(run), "--nproc", str(num_ranks),
            "--steps", str(args.steps), "--latent", str(args.latent), "--mp-steps", str(args.mp_steps),
            "--log-every", "1", "--force", "--quiet"]
     if not args.no_val:

@@ -16,7 +16,7 @@ Step 2, the commands and the table (``run.py`` of each example):
   ``--inputs``, ``--target-scale``, ``--nproc``, ``--force``); any other is meshshard train's;
 - :func:`read_params`: ``params.csv``;
 - :func:`command`: run ``meshshard WORDS`` as a user would, printed first, timed
-  (``MESHSHARD_COMMAND``, when set, is the ``meshshard`` to start: :func:`meshshard_command`);
+  (``MESHSHARD_COMMAND``, when set, is the ``meshshard`` to start: ``meshshard.cli.command_argv``);
 - :func:`dataset_to_run`: ``meshshard dataset``, ``partition`` and ``train`` on the sweep;
 - :func:`rel_l2`: ``||pred - true|| / ||true||``;
 - :func:`write_results`: ``TAG/results.json`` with what train did (its steps, its recipe).
@@ -43,6 +43,8 @@ from typing import Any
 
 import meshio
 import numpy as np
+
+from meshshard.cli import command_argv
 
 BASHRC = Path("/usr/share/openfoam/etc/bashrc")
 
@@ -141,18 +143,11 @@ def read_params(path: Path) -> tuple[list[str], list[str], np.ndarray]:
     return [r[0] for r in body], header[1:], np.array([[float(v) for v in r[1:]] for r in body])
 
 
-def meshshard_command() -> list[str]:
-    """How to start ``meshshard``: ``$MESHSHARD_COMMAND`` when set (split as a shell would; the
-    tests set it to their warm command), else this Python's ``-m meshshard``."""
-    given = os.environ.get("MESHSHARD_COMMAND", "").strip()
-    return shlex.split(given) if given else [sys.executable, "-m", "meshshard"]
-
-
 def command(words: list[str], log: list[dict], stage: str) -> float:
     """Run ``meshshard WORDS`` as a user would, printed first; its wall time, logged in ``log``."""
     print(f"\n$ meshshard {shlex.join(words)}", flush=True)
     started = time.perf_counter()
-    done = subprocess.run([*meshshard_command(), *words])
+    done = subprocess.run([*command_argv(), *words])
     seconds = time.perf_counter() - started
     log.append({"stage": stage, "command": "meshshard " + shlex.join(words), "seconds": round(seconds, 1)})
     if done.returncode != 0:

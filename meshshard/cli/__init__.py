@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 
@@ -96,6 +97,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{command}: interrupted", file=sys.stderr)
         return 130
+
+
+def command_argv() -> list[str]:
+    """How a script starts the ``meshshard`` command: ``$MESHSHARD_COMMAND`` when set (split as a
+    shell would; the test suite sets it to its warm command), else this Python's ``-m meshshard``.
+    The sweep examples and the bench scripts start their commands with it."""
+    given = os.environ.get("MESHSHARD_COMMAND", "").strip()
+    return shlex.split(given) if given else [sys.executable, "-m", "meshshard"]
 
 
 def _process_group_up() -> bool:

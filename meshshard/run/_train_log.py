@@ -2,7 +2,7 @@
 what rank 0 prints as it trains (a progress bar on a terminal, a line every ``log_every`` steps
 otherwise) and ``RUN/loss.png``, redrawn at most every :data:`PLOT_EVERY_S` seconds while training
 (a drawing takes 0.3 s of rank 0, while the other ranks wait for it at the next step: drawn every
-10 steps, it was a third of a 5,000-step run of 0.1 s steps) and always at the end.
+10 steps, it was about a fifth of a 5,000-step run of 0.1 s steps) and always at the end.
 """
 
 from __future__ import annotations

@@ -20,8 +20,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 def warm_env() -> dict[str, str]:
-    """The environment of a bench script whose ``meshshard`` commands run warm (``bench/_runner.py``'s
-    ``meshshard_command``): what a command measures of itself is measured inside it either way."""
+    """The environment of a bench script whose ``meshshard`` commands run warm (``meshshard.cli.command_argv``): what a command measures of itself is measured inside it either way."""
     return os.environ | {"MESHSHARD_COMMAND": warm_command()[0]}
 
 

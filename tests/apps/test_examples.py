@@ -52,7 +52,7 @@ def run_example(example: str, sizes: dict[str, str], cwd: Path, timeout: float, 
     when ``warm`` (the ``warm_bin`` fixture) is given."""
     outputs = []
     env = os.environ | {"MPLBACKEND": "Agg"}
-    if warm is not None:  # the examples' own scripts start meshshard warm too (foam_sweeps.meshshard_command)
+    if warm is not None:  # the examples' own scripts start meshshard warm too (meshshard.cli.command_argv)
         env["MESHSHARD_COMMAND"] = shlex.quote(str(warm / "meshshard"))
     for command in readme_commands(example):
         words = []

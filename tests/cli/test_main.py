@@ -52,3 +52,14 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path) -> None:
     finally:
         os.close(write)
     assert done.returncode == 141 and done.stderr == "", done.stderr
+
+
+def test_scripts_start_the_command_that_meshshard_command_names(monkeypatch) -> None:
+    from meshshard.cli import command_argv
+
+    monkeypatch.delenv("MESHSHARD_COMMAND", raising=False)
+    assert command_argv() == [sys.executable, "-m", "meshshard"]
+    monkeypatch.setenv("MESHSHARD_COMMAND", "  ")  # blank: as if unset
+    assert command_argv() == [sys.executable, "-m", "meshshard"]
+    monkeypatch.setenv("MESHSHARD_COMMAND", "'/tmp/a b/meshshard' --x")  # split as a shell would
+    assert command_argv() == ["/tmp/a b/meshshard", "--x"]
