@@ -26,6 +26,9 @@ Implementations:
 - ``pyg``: a plain PyTorch Geometric implementation (``tests/meshshard/_reference_meshgraphnet.py``);
 - ``meshshard-2ranks``: meshshard on a 2-part METIS partition, 2 local ranks of 1 thread each
   (single-process runs use 2 threads); its peak RSS is per rank;
+- ``meshshard-unfused``: ``meshshard`` with ``MESHSHARD_TRITON=0``: on a GPU, the processor's edge
+  MLPs as separate kernels instead of one Triton kernel each (``meshshard/nn/_edge_triton.py``);
+  the same as ``meshshard`` on a CPU. Not in the default set;
 - ``meshshard-bf16``: meshshard under bfloat16 autocast (what ``meshshard train --precision
   bf16-mixed`` does: float32 weights, Adam state, sums at destinations and loss). Not in the
   default set; after its timed steps it also reports its error against float32 from the same
@@ -76,8 +79,9 @@ from _runner import end_worker, peak_rss_mb, run_workers, worker_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
 STUBS = Path(__file__).resolve().parent / "_stubs"
-IMPLEMENTATIONS = ("meshshard", "meshshard-saved", "physicsnemo", "physicsnemo-concat", "pyg", "meshshard-2ranks", "meshshard-bf16")
-DEFAULT = IMPLEMENTATIONS[:-1]  # meshshard-bf16 with --only
+IMPLEMENTATIONS = ("meshshard", "meshshard-saved", "physicsnemo", "physicsnemo-concat", "pyg", "meshshard-2ranks", "meshshard-bf16",
+                   "meshshard-unfused")
+DEFAULT = IMPLEMENTATIONS[:-2]  # meshshard-bf16 and meshshard-unfused with --only
 
 
 # ----------------------------------------------------------------------------- worker side
@@ -114,6 +118,7 @@ def worker(args: argparse.Namespace) -> None:
     from meshshard.comm import init_distributed, sum_gradients
 
     torch.set_num_threads(args.threads)
+    torch.set_float32_matmul_precision(args.matmul_precision)
     torch.manual_seed(0)
     device = torch.device(args.device)
     cuda = device.type == "cuda"
@@ -240,6 +245,8 @@ def _peer_available(impl: str) -> str | None:
 
 def _env(impl: str, threads: int = 2) -> dict[str, str]:
     env = os.environ | {"OMP_NUM_THREADS": str(threads), "MALLOC_MMAP_THRESHOLD_": str(4 * 2**20), "MESHSHARD_TIMEOUT": "600"}
+    if impl == "meshshard-unfused":
+        env["MESHSHARD_TRITON"] = "0"
     if impl.startswith("physicsnemo"):
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(STUBS), env.get("PYTHONPATH", "")) if p)
         env.setdefault("WARP_CACHE_PATH", tempfile.gettempdir())
@@ -253,7 +260,7 @@ def run_one(impl: str, work: Path, args: argparse.Namespace, side: int, num_node
     flags = ["--worker", "--impl", impl, "--mesh", str(work / f"mesh{side}"),
              "--partition", str(work / f"parts{side}"), "--num-nodes", str(num_nodes), "--threads", str(threads),
              "--latent", str(args.latent), "--mp-steps", str(args.mp_steps), "--iters", str(args.iters), "--out-json", out,
-             "--device", args.device]
+             "--device", args.device, "--matmul-precision", args.matmul_precision]
     env = _env(impl, threads)
     if ranks > 1 and args.device == "cuda" and _cuda_devices() < ranks:
         env["MESHSHARD_BACKEND"] = "gloo"  # NCCL wants a GPU per rank: share one GPU, exchange through gloo
@@ -349,10 +356,14 @@ def ratios(table: dict[str, dict]) -> dict[str, float]:
         before = "gpu_before_mb" if gpu else "rss_before_mb"
         a0, b0 = get("meshshard-2ranks", before), get("meshshard", before)
         out["same, above each process's memory at its first step"] = round((a - a0) / (b - b0), 3)
-    for key, name in ((mem, "memory"), ("step_s_median", "time")):
-        a, b = get("meshshard-bf16", key), get("meshshard", key)
-        if a and b:
-            out[f"{name} meshshard-bf16 / meshshard"] = round(a / b, 3)
+    for other in ("meshshard-bf16", "meshshard-unfused"):
+        for key, name in ((mem, "memory"), ("step_s_median", "time")):
+            a, b = get(other, key), get("meshshard", key)
+            if a and b:
+                out[f"{name} {other} / meshshard"] = round(a / b, 3)
+    a, b = get("meshshard-unfused", "step_s_median"), get("pyg", "step_s_median")
+    if a and b:
+        out["time meshshard-unfused / pyg"] = round(a / b, 3)
     return out
 
 
@@ -440,6 +451,9 @@ def main() -> int:
     parser.add_argument("--json")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                         help="cuda: on the first GPU; memory is then the peak GPU memory allocated (see above)")
+    parser.add_argument("--matmul-precision", default="highest", choices=("highest", "high"),
+                        help="torch.set_float32_matmul_precision in every run: high lets float32 products use "
+                             "TF32 on a GPU (cuBLAS's, and meshshard's fused edge MLPs, which run only then)")
     worker_arguments(parser)
     parser.add_argument("--impl", help=argparse.SUPPRESS)
     parser.add_argument("--mesh", help=argparse.SUPPRESS)
@@ -489,7 +503,7 @@ def main() -> int:
         table[impl] = {"status": why}
     rat = ratios(table)
     print_table(table, rat)
-    result = {"device": args.device, "nodes": n, "directed_edges": edges, "latent": args.latent, "mp_steps": args.mp_steps, "rounds": args.rounds,
+    result = {"device": args.device, "matmul_precision": args.matmul_precision, "nodes": n, "directed_edges": edges, "latent": args.latent, "mp_steps": args.mp_steps, "rounds": args.rounds,
               "iters": args.iters, "malloc_mmap_threshold": 4 * 2**20, "results": table, "ratios": rat}
     print(json.dumps(result))
     if args.json:
