@@ -5,7 +5,7 @@
 #     SIDE=12 bash bench/gpu.sh          # a smaller mesh (default 30: 27,000 nodes)
 #
 # From a generated dataset of tet-mesh cases (.vtu files with point fields), the commands a user
-# runs, on the GPU: dataset, partition, train (float32, bf16-mixed, float64, --model), predict,
+# runs, on the GPU: dataset, partition, train (float32, bf16-mixed, tf32, float64, --model), predict,
 # and the same runs' NCCL set-up under torchrun. Then what one machine with fewer GPUs than ranks
 # does: --nproc 2 on one GPU runs the ranks on the CPU (gloo) with a note, MESHSHARD_BACKEND=nccl
 # refuses it before any rank starts, and torchrun with 2 ranks on one GPU is refused on every rank
@@ -75,6 +75,7 @@ train=(--data data --steps 20 --log-every 5 --val-every 10)
 check train-gpu 0 ms train parts1 "${train[@]}" --out run-gpu
 grep -q "cuda" "$W/train-gpu.log" || failed+=("train-gpu: the banner does not name a CUDA device")
 check train-gpu-bf16 0 ms train parts1 "${train[@]}" --out run-bf16 --precision bf16-mixed
+check train-gpu-tf32 0 ms train parts1 "${train[@]}" --out run-tf32 --precision tf32
 check train-torchrun-nccl 0 $py -m torch.distributed.run --nproc-per-node 1 -m meshshard train parts1 "${train[@]}" --out run-nccl
 check train-own-model 0 ms train parts1 "${train[@]}" --out run-model --model "$ROOT/examples/own_model/model.py:build" --model-args '{"hidden": 32}'
 check predict-gpu 0 ms predict run-gpu --data data --out pred-gpu

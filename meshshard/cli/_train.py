@@ -140,7 +140,7 @@ _DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 #: TrainConfig's fields that the parsed arguments hold under another name (the flag's).
 _ARGUMENT = {"latent_size": "latent", "message_passing_steps": "mp_steps", "checkpoint_every": "every"}
 #: The values a setting may take, for the flag and the recipe file alike.
-_CHOICES = {"dtype": ("float32", "float64"), "precision": ("fp32", "bf16-mixed"),
+_CHOICES = {"dtype": ("float32", "float64"), "precision": ("fp32", "bf16-mixed", "tf32"),
             "lr_schedule": ("constant", "cosine", "exponential")}
 #: What must be given, on the command line or in the recipe: argument name -> how usage names it.
 _REQUIRED = {"partition": "PARTS", "data": "--data", "out": "--out"}
@@ -427,8 +427,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--dtype", default=None, choices=_CHOICES["dtype"],
                    help=f"parameters and data (default {_DEFAULTS['dtype']})")
     p.add_argument("--precision", default=None, choices=_CHOICES["precision"],
-                   help="fp32 (default), or bf16-mixed: bfloat16 matrix products under autocast, float32 weights, "
-                   "sums and loss")
+                   help="fp32 (default); bf16-mixed: bfloat16 matrix products under autocast, float32 weights, "
+                   "sums and loss; tf32: float32 with TF32 matrix products on a GPU (fused edge MLPs; no change "
+                   "on a CPU)")
     p.add_argument("--lr-schedule", default=None, choices=_CHOICES["lr_schedule"],
                    help="cosine (default: a half cosine), exponential (geometric, after --warmup) or constant: "
                    "from --lr down to --lr x --lr-floor at the last step")

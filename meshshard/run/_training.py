@@ -342,8 +342,8 @@ def _checked_setup(cfg: TrainConfig, ctx: Any) -> tuple[TrainConfig, Any, Any, d
     if cfg.dtype not in ("float32", "float64"):
         raise ValueError(f"Expected --dtype float32 or float64 (got {cfg.dtype!r})")
     dtype = getattr(torch, cfg.dtype)
-    if cfg.precision not in ("fp32", "bf16-mixed") or (cfg.precision == "bf16-mixed" and cfg.dtype != "float32"):
-        raise ValueError(f"Expected --precision fp32, or bf16-mixed with --dtype float32 "
+    if cfg.precision not in PRECISIONS or (cfg.precision != "fp32" and cfg.dtype != "float32"):
+        raise ValueError(f"Expected --precision fp32, or bf16-mixed or tf32 with --dtype float32 "
                          f"(got {cfg.precision!r}, {cfg.dtype})")
     return cfg, dataset, task, meta, domain, dtype
 
@@ -519,8 +519,26 @@ def _open_log(session: _Session, stale: list[Path], losses: list[float], start: 
     return log
 
 
+#: ``--precision``: float32 products; bfloat16 products under autocast; TF32 products on a GPU.
+PRECISIONS = ("fp32", "bf16-mixed", "tf32")
+
+
 def train(cfg: TrainConfig) -> list[float]:
-    """Run (or resume) training; returns the loss of every step so far (on every rank)."""
+    """Run (or resume) training; returns the loss of every step so far (on every rank).
+
+    ``precision="tf32"``: float32 matrix products may use TF32 on a GPU while it runs
+    (``torch.set_float32_matmul_precision("high")``, restored after): cuBLAS's, and the
+    processor's edge MLPs then run as one fused kernel each (``meshshard/nn/_edge_triton.py``)."""
+    before = torch.get_float32_matmul_precision()
+    if cfg.precision == "tf32":
+        torch.set_float32_matmul_precision("high")
+    try:
+        return _train(cfg)
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+def _train(cfg: TrainConfig) -> list[float]:
     from meshshard.comm import init_device_mesh_2d, init_distributed
 
     from ..nn import DomainParallel

@@ -187,9 +187,41 @@ def test_bf16_mixed_precision_trains_close_to_float32(setup: dict) -> None:
     assert all(p.dtype == torch.float32 for p in ckpt["model"].values())  # master weights stay float32
     rel = max(abs(a - b) / abs(b) for a, b in zip(bf16, fp32))
     assert 0 < rel < 0.05, (bf16, fp32)
-    with pytest.raises(ValueError, match=r"Expected --precision fp32, or bf16-mixed with --dtype float32 \(got 'bf16-mixed', float64\)"):
+    with pytest.raises(ValueError, match=r"Expected --precision fp32, or bf16-mixed or tf32 with --dtype float32 "
+                                         r"\(got 'bf16-mixed', float64\)"):
         train(TrainConfig.from_dict(asdict(setup["cfg"]) | base | {"out": str(setup["root"] / "bf16-64"), "dtype": "float64",
                                                                   "precision": "bf16-mixed"}))
+
+
+def test_tf32_lets_float32_products_use_tf32_while_training_and_restores_the_setting(
+        setup: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--precision tf32: torch.set_float32_matmul_precision("high") during every step (what lets a
+    GPU's products use TF32, and the fused edge MLP kernel run), the caller's setting after; refused
+    with float64 in one line."""
+    from meshshard.run import _training
+
+    seen = []
+    real = _training._Session.backward
+
+    def backward(self, *args, **kwargs):
+        seen.append(torch.get_float32_matmul_precision())
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(_training._Session, "backward", backward)
+    base = asdict(setup["cfg"]) | {"partition": str(setup["root"] / "partition1"), "data_parallel": 1, "steps": 2,
+                                   "dtype": "float32"}
+    assert torch.get_float32_matmul_precision() == "highest"
+    losses = train(TrainConfig.from_dict(base | {"out": str(setup["root"] / "tf32"), "precision": "tf32"}))
+    assert len(losses) == 2 and all(np.isfinite(losses)) and seen == ["high", "high"]
+    assert torch.get_float32_matmul_precision() == "highest"
+    del seen[:]
+    train(TrainConfig.from_dict(base | {"out": str(setup["root"] / "fp32-2")}))
+    assert seen == ["highest", "highest"]
+    with pytest.raises(ValueError, match=r"^Expected --precision fp32, or bf16-mixed or tf32 with --dtype float32 "
+                                         r"\(got 'tf32', float64\)$"):
+        train(TrainConfig.from_dict(base | {"out": str(setup["root"] / "tf32-64"), "dtype": "float64",
+                                            "precision": "tf32"}))
+    assert torch.get_float32_matmul_precision() == "highest"
 
 
 def _run_one(setup: dict, name: str, **changes) -> tuple[list[float], dict]:
