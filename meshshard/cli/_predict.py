@@ -19,6 +19,7 @@ from meshshard.run import (
     comparison_table,
     normalise_spec,
     parse_direction,
+    parse_ensemble,
     parse_model_args,
     parse_view,
     predict,
@@ -46,6 +47,7 @@ def _predict(args: argparse.Namespace) -> int:
         view = parse_view(args.view) if args.view else None
         direction = parse_direction(args.direction, "--direction") if args.direction else None
         lift = parse_direction(args.lift_direction, "--lift-direction") if args.lift_direction else None
+        ensemble = parse_ensemble(args.ensemble) if args.ensemble is not None else None
     except ValueError as err:
         print(f"meshshard predict: error: {err}", file=sys.stderr)
         return 2
@@ -56,7 +58,7 @@ def _predict(args: argparse.Namespace) -> int:
                         force_reference=args.force_reference, reference_area=args.reference_area,
                         direction=direction, lift_direction=lift, view=view, near=args.near, rollout=args.rollout,
                         steps=args.rollout_steps, compression=args.compression,
-                        background=not args.no_background)
+                        background=not args.no_background, ensemble=ensemble)
     def check() -> None:  # one line before any rank starts
         check_prediction_request(cfg)
         if args.baseline is not None:
@@ -96,6 +98,9 @@ def register(subparsers: Any) -> None:
                    help="the run's own model, when it trained one with train --model (never read from the checkpoint)")
     p.add_argument("--model-args", default=None, metavar="JSON",
                    help="keyword arguments of --model (default: the run's)")
+    p.add_argument("--ensemble", default=None, metavar="RUN2[,RUN3...]",
+                   help="average the predictions of these runs with RUN's (runs trained alike on one dataset, other "
+                   "seeds; each with the same --checkpoint)")
     p.add_argument("--checkpoint", default="best", choices=["best", "last"],
                    help="best (default): RUN/best.pt, the lowest validation loss (RUN/checkpoint.pt for a run "
                    "trained without --val-every); last: RUN/checkpoint.pt, the latest step")

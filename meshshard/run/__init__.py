@@ -7,7 +7,8 @@ as library code that the ``meshshard train / predict / info`` commands only call
 - :class:`TrainConfig`, :func:`train`, :func:`check_training`: the one training loop (data x
   domain parallel, exact resume); the workload (:mod:`meshshard.tasks`) plugs into it;
 - :class:`PredictConfig`, :func:`predict`: the one prediction writer (ParaView files, metrics,
-  pictures), on whole meshes or on shards;
+  pictures), on whole meshes or on shards; :class:`MeanOf`, :func:`parse_ensemble`: several runs'
+  predictions averaged (``predict --ensemble``);
 - :class:`BaselineConfig`, :func:`baseline`: what a model must beat (the training mean, the
   nearest cases, interpolation), made of the training samples and written as predict writes;
   :func:`comparison_table`: a prediction beside a baseline, from their ``metrics.json``;
@@ -30,6 +31,7 @@ from ._baseline import BaselineConfig, BaselineMethod, baseline, baseline_source
 from ._boundaries import over_samples, parse_direction
 from ._checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from ._compare import comparison_table
+from ._ensemble import MeanOf, parse_ensemble
 from ._exactness import ExactnessReport, check_model_exact
 from ._folder import (
                       CHECKPOINT,
@@ -112,6 +114,8 @@ __all__ = [
     "normalise_spec",
     "parse_model_args",
     "parse_view",
+    "parse_ensemble",
+    "MeanOf",
     "parse_direction",
     "transolver_args",
     "predict",

@@ -58,6 +58,7 @@ from ._boundaries import (
     check_boundary_request,
 )
 from ._boundary_pictures import boundary_picture
+from ._ensemble import ensemble_model
 from ._folder import checkpoint_used, read_run
 from ._near import check_near_request, near_mask, near_record
 from ._pictures import sample_picture
@@ -139,7 +140,11 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
                          "need each sample's parameters to be written in physical units")
     num_targets = len(norm.targets.channels)
     sizes = len(data.input_channels), len(data.edge_channels), num_targets
-    model = build_model(ckpt, sizes, dtype, cfg.model, cfg.model_args, str(data.path)).to(ctx.device)
+    model = build_model(ckpt, sizes, dtype, cfg.model, cfg.model_args, str(data.path))
+    if cfg.ensemble:  # the mean of these runs' outputs and this one's
+        model = ensemble_model(model, cfg.run, run_cfg, cfg.ensemble, cfg.checkpoint, sizes, dtype, cfg.model,
+                               cfg.model_args, str(data.path))
+    model = model.to(ctx.device)
     names = [str(e["name"]) for e in data.meta["samples"]]
     picks = select_samples(cfg.samples, names, [int(v) for v in data.val])
     parts, reader = partition_reader(cfg, data, run_cfg, ctx, dtype, normaliser)
@@ -153,7 +158,7 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
     head = {"format": METRICS_FORMAT, "format_version": 1, "complete": False, "run": str(cfg.run),
             "data": str(cfg.data), "step": ckpt.get("step"), "checkpoint": checkpoint_used(cfg.run, cfg.checkpoint),
             "world_size": ctx.world_size, "units": "physical (de-normalised)", "targets_known": truth,
-            "compression": cfg.compression, "files": []}
+            "compression": cfg.compression, "files": []} | ({"ensemble": list(cfg.ensemble)} if cfg.ensemble else {})
     barrier()  # every rank has looked at PRED before rank 0 changes it
     if ctx.rank == 0:
         delete_paths(stale)
@@ -164,7 +169,8 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
     if main:
         where = "one process, whole meshes" if parts is None else f"{ctx.world_size} ranks, partition {parts}"
         print(f"meshshard predict: {len(picks)} sample(s) of {cfg.data} with {cfg.run} "
-              f"(step {ckpt.get('step')}); {where}"
+              f"(step {ckpt.get('step')})" + (f" and {', '.join(cfg.ensemble)}, averaged" if cfg.ensemble else "")
+              + f"; {where}"
               + ("" if truth else f"; {cfg.data} has no targets: predictions only, no errors"), flush=True)
     layouts: dict[tuple[int, bool], MeshOnRank] = {}
     point_areas: dict[int, np.ndarray | None] = {}  # a surface's area per owned point, per mesh

@@ -16,6 +16,7 @@ from meshshard.partition import check_apart, check_input_folders, plural
 from ..tasks import DatasetReader, get_task
 from ._boundaries import check_boundary_names, check_boundary_request
 from ._checkpoint import peek
+from ._ensemble import check_ensemble
 from ._folder import checkpoint_path, read_run
 from ._near import check_near_request
 from ._recipe import check_model_radius, load_factory
@@ -56,6 +57,7 @@ class PredictConfig:
     steps: int | None = None  # --rollout-steps N: a rollout's model applications (default: T - 1 strides)
     compression: str = COMPRESSIONS[0]  # --compression: of the ParaView files (_vtk.py: none, zlib, lz4)
     background: bool = True  # a rollout's files written by a background thread while the next step computes
+    ensemble: list[str] | None = None  # --ensemble RUN2,...: runs averaged with this one (_ensemble.py)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> PredictConfig:
@@ -209,6 +211,7 @@ def check_prediction_request(cfg: PredictConfig) -> None:
     ckpt = seen if isinstance((seen or {}).get("config"), dict) else read_run(cfg.run, cfg.checkpoint)
     check_model_request(ckpt, cfg.run, cfg.model)
     check_rollout_request(cfg, ckpt.get("config", {}))
+    check_ensemble(cfg.run, ckpt.get("config", {}), cfg.ensemble, cfg.checkpoint, cfg.rollout)
     if cfg.partition:
         check_model_radius(ckpt.get("config", {}), cfg.partition)
     if cfg.model:
