@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["RankFailed", "Terminated", "launch_local", "free_port", "fix_mmap_threshold", "max_local_ranks",
-           "check_local_ranks"]
+           "check_local_ranks", "rank_threads"]
 
 GRACE_S = 5.0
 #: Local ranks per core :func:`launch_local` starts at most (``MESHSHARD_MAX_LOCAL_RANKS`` overrides):
@@ -149,6 +149,16 @@ def check_local_ranks(nprocs: int) -> None:
                          f"MESHSHARD_MAX_LOCAL_RANKS sets another cap) (got {nprocs})")
 
 
+def rank_threads(world: int) -> int:
+    """The threads of each of ``world`` local ranks: ``OMP_NUM_THREADS`` where it is set to a
+    positive number (two ensemble members side by side, one thread each, say), else the rank's
+    share of the cores, at least one."""
+    given = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if given.isdigit() and int(given) > 0:
+        return int(given)
+    return max(1, (os.cpu_count() or 1) // world)
+
+
 def _parent_of(pid: int) -> int | None:
     """The parent of process ``pid`` (Linux ``/proc``), or None when it is gone or unknown."""
     try:
@@ -203,7 +213,7 @@ def _entry(
         fix_mmap_threshold()  # in here: a bad MESHSHARD_MMAP_THRESHOLD is reported like any rank error
         import torch
 
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+        torch.set_num_threads(rank_threads(world))
         fn(*args)
         # Done: leave without the interpreter's teardown, where gloo's threads can still abort the
         # rank ("terminate called without an active exception") after its work is all written.

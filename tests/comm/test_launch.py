@@ -143,3 +143,16 @@ def _running(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return state not in ("Z", "X")
+
+
+def test_each_rank_takes_omp_num_threads_where_it_is_set_else_its_share_of_the_cores(monkeypatch) -> None:
+    """Two runs side by side (an ensemble's members) give each rank one thread with OMP_NUM_THREADS=1;
+    without it (or with a value that is no positive number) a rank takes its share of the cores."""
+    from meshshard.comm._launch import rank_threads
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert [rank_threads(w) for w in (1, 2, 3, 16)] == [8, 4, 2, 1]
+    for given, want in (("3", 3), ("1", 1), ("0", 4), ("-2", 4), ("many", 4), ("", 4)):
+        monkeypatch.setenv("OMP_NUM_THREADS", given)
+        assert rank_threads(2) == want, given
