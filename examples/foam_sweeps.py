@@ -17,7 +17,8 @@ Step 2, the commands and the table (``run.py`` of each example):
 - :func:`read_params`: ``params.csv``;
 - :func:`command`: run ``meshshard WORDS`` as a user would, printed first, timed
   (``MESHSHARD_COMMAND``, when set, is the ``meshshard`` to start: ``meshshard.cli.command_argv``);
-- :func:`dataset_to_run`: ``meshshard dataset``, ``partition`` and ``train`` on the sweep;
+- :func:`dataset_to_run`: ``meshshard dataset``, ``partition`` and ``train`` on the sweep (or
+  several trainings side by side, :func:`commands`, for ``predict --ensemble``);
 - :func:`rel_l2`: ``||pred - true|| / ||true||``;
 - :func:`write_results`: ``TAG/results.json`` with what train did (its steps, its recipe).
 
@@ -156,20 +157,55 @@ def command(words: list[str], log: list[dict], stage: str) -> float:
 
 
 def dataset_to_run(args: argparse.Namespace, names: list[str], held: list[str], dataset_options: list[str],
-                   train_options: list[str], log: list[dict]) -> None:
+                   train_options: list[str], log: list[dict], members: int = 1) -> list[Path]:
     """``meshshard dataset`` of the cases ``names`` (``held`` for validation; ``--inputs``,
     ``--target-scale`` and ``dataset_options`` given), ``partition`` into ``--nproc`` parts and
-    ``train`` with ``--config`` and ``train_options``, in ``SWEEP/TAG`` (``--force`` to each)."""
+    ``train`` with ``--config`` and ``train_options``, in ``SWEEP/TAG`` (``--force`` to each).
+
+    ``members`` > 1: that many runs side by side, each on ``--nproc / members`` ranks (the
+    partition's parts), with seeds ``S, S + 1, ...`` (``S``: ``--seed`` of ``train_options``, else
+    0), in ``TAG/run``, ``TAG/run-2``, ...: an ensemble for ``predict --ensemble``. Returns the
+    run folders."""
     sweep, tag = args.sweep, args.sweep / args.tag
     force = ["--force"] if args.force else []
     scale = [] if args.target_scale == "none" else ["--target-scale", args.target_scale]
+    if members < 1 or args.nproc % members:
+        sys.exit(f"run.py: Expected --nproc to be a multiple of --members (got {args.nproc} and {members})")
+    ranks = args.nproc // members
     command(["dataset", *(str(sweep / "cases" / name) for name in names), "--out", str(tag / "data"),
              "--inputs", args.inputs, "--targets", "p,U", "--params", str(sweep / "params.csv"), *scale,
              "--val-samples", ",".join(held), *dataset_options, *force], log, "dataset")
-    command(["partition", str(tag / "data"), "--parts", str(args.nproc), "--out", str(tag / "parts"), *force],
+    command(["partition", str(tag / "data"), "--parts", str(ranks), "--out", str(tag / "parts"), *force],
             log, "partition")
-    command(["train", str(tag / "parts"), "--data", str(tag / "data"), "--out", str(tag / "run"),
-             "--nproc", str(args.nproc), "--config", str(args.config), *train_options, *force], log, "train")
+    runs = [tag / ("run" if i == 0 else f"run-{i + 1}") for i in range(members)]
+    words = [["train", str(tag / "parts"), "--data", str(tag / "data"), "--out", str(run), "--nproc", str(ranks),
+              "--config", str(args.config), *train_options, *force] for run in runs]
+    if members > 1:
+        seed = int(train_options[train_options.index("--seed") + 1]) if "--seed" in train_options[:-1] else 0
+        words = [w + ["--seed", str(seed + i)] for i, w in enumerate(words)]
+    commands(words, log, "train", threads=max(1, (os.cpu_count() or 1) // args.nproc))
+    return runs
+
+
+def commands(words: list[list[str]], log: list[dict], stage: str, threads: int) -> float:
+    """Run several ``meshshard`` commands side by side (one: :func:`command`), each printed first,
+    each rank with ``threads`` threads (``OMP_NUM_THREADS``: together they use the cores once);
+    their wall time, logged once in ``log``. A failed one stops the script once all have ended."""
+    if len(words) == 1:
+        return command(words[0], log, stage)
+    for w in words:
+        print(f"\n$ OMP_NUM_THREADS={threads} meshshard {shlex.join(w)} &", flush=True)
+    started = time.perf_counter()
+    env = os.environ | {"OMP_NUM_THREADS": str(threads)}
+    procs = [subprocess.Popen([*command_argv(), *w], env=env) for w in words]
+    codes = [p.wait() for p in procs]
+    seconds = time.perf_counter() - started
+    log.append({"stage": stage, "command": " & ".join("meshshard " + shlex.join(w) for w in words),
+                "seconds": round(seconds, 1)})
+    failed = [c for c in codes if c != 0]
+    if failed:
+        sys.exit(f"run.py: meshshard {stage} failed ({failed[0]})")
+    return seconds
 
 
 def rel_l2(pred: np.ndarray, true: np.ndarray) -> float:

@@ -8,10 +8,12 @@ printed before it runs)::
         --params SWEEP/params.csv --target-scale 'p=speed**2,U=speed' --val-samples <the held-out cases> \\
         --collapse-2d --wall-distance body \\
         --mean-field linear:12 --shape-params thickness,camber,nose --wall-normal body
-    meshshard partition TAG/data --parts 2 --out TAG/parts
-    meshshard train TAG/parts --data TAG/data --out TAG/run --nproc 2 --config recipe.toml [train options]
-    meshshard predict TAG/run --data TAG/data --out TAG/pred --nproc 2 --samples val --checkpoint last \\
-        --boundary body --force-reference '0.5*speed**2' --direction 1,0 --lift-direction 0,1 --near body:0.1
+    meshshard partition TAG/data --parts 1 --out TAG/parts
+    meshshard train TAG/parts --data TAG/data --out TAG/run --nproc 1 --config recipe.toml [train options] --seed 0 &
+    meshshard train TAG/parts --data TAG/data --out TAG/run-2 --nproc 1 --config recipe.toml [train options] --seed 1
+    meshshard predict TAG/run --data TAG/data --out TAG/pred --nproc 1 --samples val --checkpoint last \\
+        --ensemble TAG/run-2 --boundary body --force-reference '0.5*speed**2' --direction 1,0 \\
+        --lift-direction 0,1 --near body:0.1
     meshshard baseline TAG/data --out TAG/baseline-<method> --method mean|nearest|knn:4|linear:12 <predict's --boundary ...>
 
 where ``TAG`` is ``SWEEP/<--tag>``; a case that ``sweep.json`` records as not converged (its
@@ -25,10 +27,12 @@ each node's distance to the body.
 The recipe is the best measured (README.md's "after"): the dataset's ``--mean-field linear:12
 --shape-params thickness,camber,nose --wall-normal body`` (``--dataset-options``: a prior fitted,
 affine in the parameters, over the 12 nearest training cases of other shapes; the wall's offset
-and normal) and ``recipe.toml`` (5,000 steps, the
-body weighted ten times in the loss). ``--before`` runs the first recipe instead, the table's
-"before" row: ``recipe-before.toml`` (1,500 steps, no weight) and no dataset options beyond the
-ones above. The baselines (``meshshard baseline``) map training cases onto each held-out case's
+and normal) and ``recipe.toml`` (4,500 steps, the
+body weighted ten times in the loss), trained twice side by side, one rank each, with seeds 0 and
+1 (``--members 2``: ``--nproc`` split between the runs, the partition into ``--nproc / members``
+parts), and predicted as the mean of the two (``predict --ensemble``). ``--before`` runs the first
+recipe instead, the table's "before" row: ``recipe-before.toml`` (1,500 steps, no weight), one
+run on ``--nproc`` ranks, and no dataset options beyond the ones above. The baselines (``meshshard baseline``) map training cases onto each held-out case's
 mesh (piecewise-linear interpolation):
 
 - **training mean**: every training case, equally weighted;
@@ -88,6 +92,7 @@ BASELINES = {
 }
 FORCES = ["--boundary", "body", "--force-reference", "0.5*speed**2", "--direction", "1,0", "--lift-direction", "0,1"]
 SETTLED = 0.01  # a case whose p and U moved less than this over its last written iterations is settled
+MEMBERS = 2  # the recipe's runs side by side (one rank each on 2 cores), predicted as their mean
 COLUMNS = ("p near", "U near", "p body", "CL MAE", "CL rho", "CD MAE", "CD rho")
 
 
@@ -183,6 +188,9 @@ def arguments(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[s
                         "tag before (without it: recipe.toml and the dataset options, tag after)")
     p.add_argument("--dataset-options", default=None,
                    help=f"more meshshard dataset options, one string (default '{DATASET_OPTIONS}'; none with --before)")
+    p.add_argument("--members", type=int, default=None,
+                   help="runs trained side by side, each on --nproc / MEMBERS ranks with its own seed, and predicted "
+                        "as their mean (predict --ensemble); default 2, 1 with --before")
     p.add_argument("--near", type=float, default=0.1,
                    help="'near the body': within this distance of it, in chords (default 0.1): --near body:NEAR")
     args, train_options = p.parse_known_args(argv)
@@ -190,6 +198,8 @@ def arguments(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[s
     args.config = args.config or (RECIPE_BEFORE if args.before else RECIPE)
     if args.dataset_options is None:
         args.dataset_options = "" if args.before else DATASET_OPTIONS
+    if args.members is None:
+        args.members = 1 if args.before else MEMBERS
     return args, train_options
 
 
@@ -211,12 +221,14 @@ def main(argv: list[str] | None = None) -> int:
     log: list[dict] = []
     started = time.perf_counter()
 
-    common.dataset_to_run(args, names, held, ["--collapse-2d", "--wall-distance", "body",
-                                              *shlex.split(args.dataset_options)], train_options, log)
+    runs = common.dataset_to_run(args, names, held, ["--collapse-2d", "--wall-distance", "body",
+                                                     *shlex.split(args.dataset_options)], train_options, log,
+                                 members=args.members)
     near = ["--near", f"body:{args.near:g}"]
-    common.command(["predict", str(tag / "run"), "--data", str(tag / "data"), "--out", str(tag / "pred"),
-                    "--nproc", str(args.nproc), "--samples", "val", "--checkpoint", "last", *FORCES, *near, *force],
-                   log, "predict")
+    ensemble = ["--ensemble", ",".join(str(r) for r in runs[1:])] if len(runs) > 1 else []
+    common.command(["predict", str(runs[0]), "--data", str(tag / "data"), "--out", str(tag / "pred"),
+                    "--nproc", str(args.nproc // args.members), "--samples", "val", "--checkpoint", "last", *ensemble,
+                    *FORCES, *near, *force], log, "predict")
     for method in BASELINES.values():
         folder = tag / f"baseline-{method.replace(':', '')}"
         common.command(["baseline", str(tag / "data"), "--out", str(folder), "--method", method, "--samples", "val",

@@ -105,7 +105,7 @@ def test_the_recipes_are_recipes_train_reads() -> None:
     folder = REPO / "examples" / "shape_sweep"
     recipe = read_recipe(folder / "recipe.toml", TrainConfig, convert={"max_time": parse_duration})
     assert (recipe["latent_size"], recipe["global_attention"], recipe["steps"], recipe["max_time"],
-            recipe["loss_weight"]) == (32, 1, 5000, 690.0, {"body": 10.0})
+            recipe["loss_weight"]) == (32, 1, 4500, 690.0, {"body": 10.0})
     before = read_recipe(folder / "recipe-before.toml", TrainConfig, convert={"max_time": parse_duration})
     assert (before["steps"], before["max_time"], "loss_weight" in before) == (1500, 600.0, False)
     assert set(recipe) - set(before) == {"loss_weight"}
@@ -118,8 +118,10 @@ def test_run_py_runs_the_recipe_and_before_the_first_one() -> None:
     assert (args.tag, args.config, args.dataset_options, train) == ("after", folder / "recipe.toml",
                                                                     run.DATASET_OPTIONS, ["--seed", "1"])
     assert "--mean-field linear:12" in run.DATASET_OPTIONS and "--wall-normal body" in run.DATASET_OPTIONS
+    assert args.members == 2  # two runs side by side, predicted as their mean
     args, _ = run.arguments(["sweep", "--before"])  # README.md's `run.py shape-sweep --before`
-    assert (args.tag, args.config, args.dataset_options) == ("before", folder / "recipe-before.toml", "")
+    assert (args.tag, args.config, args.dataset_options, args.members) == ("before", folder / "recipe-before.toml",
+                                                                           "", 1)
     args, _ = run.arguments(["sweep", "--before", "--tag", "b1", "--dataset-options", "--wall-normal body"])
     assert (args.tag, args.config, args.dataset_options) == ("b1", folder / "recipe-before.toml", "--wall-normal body")
 
@@ -162,6 +164,11 @@ def test_shape_sweep_example_runs_as_its_readme_says(tmp_path: Path, warm_bin: P
         for column in ("p near", "U near", "p body", "CL MAE", "CD MAE"):
             assert math.isfinite(row[column]) and row[column] > 0, (method, column, row)
     metrics = json.loads((sweep / "after" / "pred" / "metrics.json").read_text())
+    # two runs side by side, one rank each, other seeds, predicted as their mean
+    assert [Path(m).parts[-2:] for m in metrics["ensemble"]] == [("after", "run-2")] and metrics["world_size"] == 1
+    seeds = [read_recipe(sweep / "after" / run / "config.toml", TrainConfig)["seed"] for run in ("run", "run-2")]
+    assert seeds == [0, 1]
+    assert [s["stage"] for s in results["stages"]].count("train") == 1 and " & " in results["stages"][2]["command"]
     for record in metrics["samples"]:  # the table's figures are predict's, near the body too
         case = results["cases"]["meshshard"][record["name"]]
         assert case["p body"] == record["boundaries"]["body"]["fields"]["p"]["rel_l2"]
