@@ -33,6 +33,19 @@ def waves_on_big_mesh(root: Path, samples: int, seed: int, gain: float, offset: 
     return {"root": root, "data": str(root / "data")}
 
 
+def hex_lattice(side: int) -> tuple[np.ndarray, np.ndarray]:
+    """The nodes ``(side^3, 3)`` of a unit cube's lattice and its hexahedra ``((side-1)^3, 8)``, in
+    VTK's corner order."""
+    axis = np.arange(side)
+    i, j, k = (a.ravel() for a in np.meshgrid(axis, axis, axis, indexing="ij"))
+    points = np.stack([i, j, k], 1) / (side - 1.0)
+    c = np.arange(side - 1)
+    ci, cj, ck = (a.ravel() for a in np.meshgrid(c, c, c, indexing="ij"))
+    b = (ci * side + cj) * side + ck
+    sx, sy = side * side, side
+    return points, np.stack([b, b + sx, b + sx + sy, b + sy, b + 1, b + sx + 1, b + sx + sy + 1, b + sy + 1], 1)
+
+
 def quad_grid(nx: int, ny: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``(nx+1)(ny+1)`` nodes of ``[0, 2] x [0, 1]`` and its ``nx * ny`` quads."""
     x, y = np.meshgrid(np.linspace(0.0, 2.0, nx + 1), np.linspace(0.0, 1.0, ny + 1), indexing="xy")

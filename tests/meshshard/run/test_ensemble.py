@@ -20,17 +20,7 @@ from meshshard.run import PredictConfig, TrainConfig, check_prediction_request, 
 from tests._dist import run_ranks
 from tests._ranks import predict_rank
 from tests._warm import warm_command
-
-
-def _lattice(side: int = 8) -> tuple[np.ndarray, np.ndarray]:
-    axis = np.arange(side)
-    i, j, k = (a.ravel() for a in np.meshgrid(axis, axis, axis, indexing="ij"))
-    points = np.stack([i, j, k], 1) / (side - 1.0)
-    c = np.arange(side - 1)
-    ci, cj, ck = (a.ravel() for a in np.meshgrid(c, c, c, indexing="ij"))
-    b = (ci * side + cj) * side + ck
-    sx, sy = side * side, side
-    return points, np.stack([b, b + sx, b + sx + sy, b + sy, b + 1, b + sx + 1, b + sx + sy + 1, b + sy + 1], 1)
+from tests.meshshard.run._cases import hex_lattice
 
 
 def _dataset(folder, points, hexes, scale: float) -> None:
@@ -45,7 +35,7 @@ def _dataset(folder, points, hexes, scale: float) -> None:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("ensemble")
-    points, hexes = _lattice()
+    points, hexes = hex_lattice(8)
     _dataset(root / "data", points, hexes, 5.0)
     _dataset(root / "other", points, hexes, 2.0)  # other target statistics
     partition_dataset(root / "data", root / "parts1", 1)

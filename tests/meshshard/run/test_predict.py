@@ -27,18 +27,7 @@ from tests._dist import run_ranks
 from tests._meshes import DATA
 from tests._ranks import predict_rank
 from tests._warm import warm_command
-
-
-def _lattice_hexes(side: int = 14) -> tuple[np.ndarray, np.ndarray]:
-    axis = np.arange(side)
-    i, j, k = (a.ravel() for a in np.meshgrid(axis, axis, axis, indexing="ij"))
-    points = np.stack([i, j, k], 1) / (side - 1.0)
-    c = np.arange(side - 1)
-    ci, cj, ck = (a.ravel() for a in np.meshgrid(c, c, c, indexing="ij"))
-    b = (ci * side + cj) * side + ck
-    sx, sy = side * side, side
-    hexes = np.stack([b, b + sx, b + sx + sy, b + sy, b + 1, b + sx + 1, b + sx + sy + 1, b + sy + 1], 1)
-    return points, hexes
+from tests.meshshard.run._cases import hex_lattice
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +39,7 @@ def case(tmp_path_factory) -> dict:
         points = np.asarray(mesh.points, dtype=np.float64)
         hexes = np.concatenate([b.data for b in mesh.cells if b.type == "hexahedron"]).astype(np.int64)
     else:
-        points, hexes = _lattice_hexes()
+        points, hexes = hex_lattice(14)
     rng = np.random.default_rng(0)
     s = 5
     waves = rng.normal(size=(s, 3, 3))
