@@ -23,8 +23,7 @@ from torch import nn
 
 from meshshard.partition import check_input_folders
 
-from ._checkpoint import peek
-from ._folder import checkpoint_path, read_run
+from ._folder import peek_run, read_run
 from ._recipe import build_model
 
 __all__ = ["MeanOf", "check_ensemble", "ensemble_model", "parse_ensemble"]
@@ -78,19 +77,12 @@ def check_ensemble(run: str, config: dict[str, Any], members: list[str] | None, 
     if len(set(resolved)) < len(resolved):
         raise ValueError(f"Expected --ensemble runs other than {run} and each given once (got {','.join(members)})")
     check_input_folders(*((m, "run folder of --ensemble") for m in members))
-    read = read or _peek_run
+    read = read or peek_run
     for member in members:
         theirs = read(member, checkpoint).get("config", {})
         for key, what in _SHARED.items():
             if theirs.get(key) != config.get(key):
                 raise ValueError(f"{member}: Expected a run trained like {run} to average with it; its {what} differ")
-
-
-def _peek_run(run: str, checkpoint: str) -> dict[str, Any]:
-    """A run's checkpoint entries, its tensors not read where that can be (else the whole, checked)."""
-    path = checkpoint_path(run, checkpoint)
-    seen = peek(path) if not path.is_symlink() else None
-    return seen if isinstance((seen or {}).get("config"), dict) else read_run(run, checkpoint)
 
 
 def ensemble_model(model: nn.Module, run: str, config: dict[str, Any], members: list[str], checkpoint: str,

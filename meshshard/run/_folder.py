@@ -48,6 +48,7 @@ __all__ = [
     "BEST",
     "CHECKPOINTS",
     "checkpoint_path",
+    "peek_run",
     "checkpoint_used",
     "LOG",
     "FIRST_STEP",
@@ -310,6 +311,14 @@ def read_run(run: str | os.PathLike[str], checkpoint: str = "last") -> dict[str,
     if not path.exists():
         raise ValueError(f"{run}: no {CHECKPOINT} (not a run folder of meshshard train, or no step finished yet)")
     return load_checkpoint(path)  # a FIFO, a device or a folder in its place: refused in one line, never opened
+
+
+def peek_run(run: str | os.PathLike[str], checkpoint: str = "last") -> dict[str, Any]:
+    """A run's checkpoint entries for a check before any rank starts: a look at them, its tensors
+    not read, where that can be; else :func:`read_run` (the whole, for the one-line reason)."""
+    path = checkpoint_path(run, checkpoint)
+    seen = peek(path) if not path.is_symlink() else None
+    return seen if isinstance((seen or {}).get("config"), dict) else read_run(run, checkpoint)
 
 
 def resume_hint(out: str | os.PathLike[str]) -> str | None:

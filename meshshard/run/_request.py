@@ -15,9 +15,8 @@ from meshshard.partition import check_apart, check_input_folders, plural
 
 from ..tasks import DatasetReader, get_task
 from ._boundaries import check_boundary_names, check_boundary_request
-from ._checkpoint import peek
 from ._ensemble import check_ensemble
-from ._folder import checkpoint_path, read_run
+from ._folder import peek_run
 from ._near import check_near_request
 from ._recipe import check_model_radius, load_factory
 from ._vtk import COMPRESSIONS, check_compression
@@ -206,9 +205,7 @@ def check_prediction_request(cfg: PredictConfig) -> None:
                          f"{Path(cfg.out) / 'pred'} would do)")
     # the model it trained, from a look at the checkpoint's entries (its tensors are not read; a
     # checkpoint that does not load so is read whole, for the one-line reason); the ranks check it whole
-    path = checkpoint_path(cfg.run, cfg.checkpoint)
-    seen = peek(path) if not path.is_symlink() else None
-    ckpt = seen if isinstance((seen or {}).get("config"), dict) else read_run(cfg.run, cfg.checkpoint)
+    ckpt = peek_run(cfg.run, cfg.checkpoint)
     check_model_request(ckpt, cfg.run, cfg.model)
     check_rollout_request(cfg, ckpt.get("config", {}))
     check_ensemble(cfg.run, ckpt.get("config", {}), cfg.ensemble, cfg.checkpoint, cfg.rollout)
