@@ -16,6 +16,7 @@ run's model step after step.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from torch import nn
 from meshshard.partition import check_input_folders
 
 from ._folder import peek_run, read_run
-from ._recipe import build_model
+from ._recipe import build_model, check_model_radius
 
 __all__ = ["MeanOf", "check_ensemble", "ensemble_model", "parse_ensemble"]
 
@@ -64,11 +65,13 @@ def parse_ensemble(text: str) -> list[str]:
 
 
 def check_ensemble(run: str, config: dict[str, Any], members: list[str] | None, checkpoint: str, rollout: bool,
-                   read: Any = None) -> None:
+                   read: Any = None, partition: Any = None) -> None:
     """Refuse, in one line, members that cannot be averaged with ``run`` (its checkpoint's
     ``config``): a rollout, a folder given twice or missing, a member trained otherwise (see
-    :data:`_SHARED`). ``read(member)`` gives a member's checkpoint (default: a look at its entries,
-    its tensors not read)."""
+    :data:`_SHARED`), and with ``partition`` a member whose ball radius exceeds the halo the
+    partition was made for (:func:`~meshshard.run._recipe.check_model_radius`, as for ``run``).
+    ``read(member)`` gives a member's checkpoint (default: a look at its entries, its tensors not
+    read)."""
     if not members:
         return
     if rollout:
@@ -83,14 +86,21 @@ def check_ensemble(run: str, config: dict[str, Any], members: list[str] | None, 
         for key, what in _SHARED.items():
             if theirs.get(key) != config.get(key):
                 raise ValueError(f"{member}: Expected a run trained like {run} to average with it; its {what} differ")
+        if partition:
+            try:
+                check_model_radius(theirs, partition)
+            except ValueError as err:
+                raise ValueError(f"{member}: {err}") from None
 
 
 def ensemble_model(model: nn.Module, run: str, config: dict[str, Any], members: list[str], checkpoint: str,
-                   sizes: tuple[int, int, int], dtype: Any, model_spec: str | None, model_args: Any,
+                   sizes: tuple[int, int, int], dtype: Any, model_spec: str | nn.Module | None, model_args: Any,
                    where: str) -> MeanOf:
     """``model`` (``run``'s) and each member's, rebuilt from its checkpoint (read whole and
-    checked again here, on every rank), as one :class:`MeanOf`."""
+    checked again here, on every rank), as one :class:`MeanOf`. ``model_spec`` a module (your
+    own, built): each member gets a copy of it with its weights."""
     ckpts = {m: read_run(m, checkpoint) for m in members}
     check_ensemble(run, config, members, checkpoint, False, read=lambda m, _: ckpts[m])
-    built = [build_model(ckpts[m], sizes, dtype, model_spec, model_args, where) for m in members]
+    built = [build_model(ckpts[m], sizes, dtype, copy.deepcopy(model_spec) if isinstance(model_spec, nn.Module)
+                         else model_spec, model_args, where) for m in members]
     return MeanOf([model, *built])

@@ -208,7 +208,8 @@ def check_prediction_request(cfg: PredictConfig) -> None:
     ckpt = peek_run(cfg.run, cfg.checkpoint)
     check_model_request(ckpt, cfg.run, cfg.model)
     check_rollout_request(cfg, ckpt.get("config", {}))
-    check_ensemble(cfg.run, ckpt.get("config", {}), cfg.ensemble, cfg.checkpoint, cfg.rollout)
+    check_ensemble(cfg.run, ckpt.get("config", {}), cfg.ensemble, cfg.checkpoint, cfg.rollout,
+                   partition=cfg.partition)
     if cfg.partition:
         check_model_radius(ckpt.get("config", {}), cfg.partition)
     if cfg.model:

@@ -27,6 +27,7 @@ checksum checked); code is never imported from what a checkpoint names.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,7 @@ from torch import nn
 from meshshard.data import Normalisation
 
 from ..tasks import TensorNormalisation, get_task
+from ._ensemble import check_ensemble, ensemble_model
 from ._folder import read_run
 from ._recipe import build_model
 
@@ -271,7 +273,8 @@ class TransientRun(TrainedRun):
 def load_run(run: str | os.PathLike[str], *, model: str | nn.Module | None = None,
              model_args: dict[str, Any] | None = None, device: Any = None,
              dtype: torch.dtype | str | None = None, checkpoint: str = "best",
-             data: str | os.PathLike[str] | None = None) -> TrainedRun:
+             data: str | os.PathLike[str] | None = None,
+             ensemble: Sequence[str | os.PathLike[str]] = ()) -> TrainedRun:
     """The trained model of a run folder of ``meshshard train``, for prediction in your own code.
 
     Args:
@@ -287,6 +290,9 @@ def load_run(run: str | os.PathLike[str], *, model: str | nn.Module | None = Non
             ``"last"`` (``RUN/checkpoint.pt``), as ``meshshard predict --checkpoint``.
         data: a transient run's dataset, read for its node classes only where the checkpoint
             does not record them (a run trained before they were recorded).
+        ensemble: other runs trained alike (other seeds): the model is the mean of their outputs
+            and ``run``'s, as ``meshshard predict --ensemble`` (:mod:`meshshard.run._ensemble`);
+            each is read with the same ``checkpoint`` (and ``model``, copied). Steady runs only.
 
     Returns:
         a :class:`TrainedRun`; for a transient run a :class:`TransientRun`, whose
@@ -294,7 +300,8 @@ def load_run(run: str | os.PathLike[str], *, model: str | nn.Module | None = Non
 
     Raises:
         ValueError: on one line: no checkpoint, a damaged one, a run of your own model without
-            ``model``, a model whose weights are not the run's, or another ``dtype``.
+            ``model``, a model whose weights are not the run's, another ``dtype``, or an
+            ``ensemble`` member missing or trained otherwise, or of a transient run.
         TypeError: ``model`` neither a string nor a module.
     """
     if model is not None and not isinstance(model, str | nn.Module):
@@ -333,6 +340,14 @@ def load_run(run: str | os.PathLike[str], *, model: str | nn.Module | None = Non
     if isinstance(model, str) and model and not trained:
         raise ValueError(f"{run}: trained the built-in MeshGraphNet; leave out model")
     built = build_model(ckpt, sizes, dtype, model, model_args, f"{run}'s recorded statistics")
+    if ensemble:
+        members = [str(m) for m in ensemble]
+        if transient:
+            raise ValueError(f"{run}: Expected ensemble only with a steady run (got a transient run, whose rollout "
+                             "applies one model step after step)")
+        check_ensemble(str(run), cfg, members, checkpoint, False)
+        built = ensemble_model(built, str(run), cfg, members, checkpoint, sizes, dtype, model, model_args,
+                               f"{run}'s recorded statistics")
     if transient:
         return TransientRun(model=built.to(device), step=int(ckpt.get("step", 0)), config=cfg,
                             input_channels=list(norm.inputs.channels), target_channels=list(norm.targets.channels),

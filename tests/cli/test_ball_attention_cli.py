@@ -136,6 +136,17 @@ def test_a_radius_beyond_the_partitions_halo_is_refused(clouds: Path, capsys) ->
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{root / 'parts'}: Expected a model radius of at most 0.3" in err, err
     assert not (root / "wide-pred").exists()
+    # nor as a member of an ensemble whose first run fits the partition
+    narrow = root / "narrow"
+    assert main(["train", str(root / "free"), "--data", str(root / "data"), "--out", str(narrow), "--steps", "1",
+                 "--model", "ball-attention", "--model-args", json.dumps({**ARGS, "radius": [0.2, 0.3]}),
+                 "--dtype", "float64", "-q"]) == 0
+    capsys.readouterr()
+    assert main(["predict", str(narrow), "--ensemble", str(run), "--data", str(root / "data"), "--out",
+                 str(root / "wide-pred"), "--partition", str(root / "parts"), "--nproc", "2", "--no-plots", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{run}: {root / 'parts'}: Expected a model radius of at most 0.3" in err, err
+    assert not (root / "wide-pred").exists()
 
 
 def test_bad_model_args_are_refused_in_one_line(clouds: Path, capsys) -> None:

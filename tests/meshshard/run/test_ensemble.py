@@ -1,5 +1,6 @@
 """``meshshard predict RUN --ensemble RUN2``: the mean of the runs' predictions, on one process and
-on shards, and the runs it refuses to average (one line, before any rank starts).
+on shards, and the runs it refuses to average (one line, before any rank starts); the same mean in
+your own code, ``load_run(RUN, ensemble=[RUN2])``.
 
 Two runs trained alike on one generated dataset (a hexahedral lattice, float64) with seeds 0 and
 1, and a third on a dataset of other statistics; each two steps on one process.
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 
 from meshshard.data import partition_dataset, write_dataset
-from meshshard.run import PredictConfig, TrainConfig, check_prediction_request, predict, train
+from meshshard.run import PredictConfig, TrainConfig, check_prediction_request, load_run, predict, train
 from tests._dist import run_ranks
 from tests._ranks import predict_rank
 from tests._warm import warm_command
@@ -102,3 +103,18 @@ def test_runs_that_cannot_be_averaged_are_refused_in_one_line(runs: dict, tmp_pa
                            "--ensemble", runs["c"]], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "its statistics" in done.stderr and done.stderr.strip().count("\n") == 0
     assert not (tmp_path / "p").exists()
+
+
+def test_load_run_averages_the_members_too(runs: dict, tmp_path) -> None:
+    points, hexes = hex_lattice(8)
+    edges = np.concatenate([hexes[:, [0, 1]], hexes[:, [1, 2]], hexes[:, [2, 3]], hexes[:, [3, 0]]])
+    edges = np.unique(np.concatenate([edges, edges[:, ::-1]]), axis=0).T
+    x = np.cos(points @ np.random.default_rng(1).normal(size=(3, 2)))
+    a, b = (load_run(runs[n])(x, edges, points).detach().numpy() for n in ("a", "b"))
+    mean = load_run(runs["a"], ensemble=[runs["b"]])(x, edges, points).detach().numpy()
+    assert np.abs(a - b).max() > 1e-3 * np.abs(a).max()
+    np.testing.assert_allclose(mean, (a + b) / 2, rtol=1e-12, atol=1e-12 * np.abs(mean).max())
+    with pytest.raises(ValueError, match=r"/c: Expected a run trained like .*/a to average with it; its statistics"):
+        load_run(runs["a"], ensemble=[runs["c"]])
+    with pytest.raises(ValueError, match=r"nope: no such run folder of --ensemble"):
+        load_run(runs["a"], ensemble=[str(tmp_path / "nope")])
