@@ -65,6 +65,9 @@ def describe_run(summary: dict[str, Any]) -> str:
         weighted = ", ".join((f"within {name.rpartition(':')[2]} of {name.rpartition(':')[0]}" if ":" in name
                               else name) + f" x{w:g}" for name, w in task["loss_weight"].items())
         lines.append(f"  weights    the loss weighs the nodes of {weighted}, every other node x1 (--loss-weight)")
+    if task.get("force_loss"):
+        terms = ", ".join(f"{name} x{w:g}" for name, w in task["force_loss"].items())
+        lines.append(f"  forces     the loss adds the squared error of the integral over {terms} (--force-loss)")
     if loss["last"] is not None:
         lines.append(f"  loss       first {loss['first']:.5g}, last {loss['last']:.5g}, "
                      f"best {loss['best']:.5g} at step {loss['best_step']}")

@@ -40,7 +40,7 @@ from meshshard.run import (
     resume_hint,
     train,
 )
-from meshshard.tasks import parse_loss_weight
+from meshshard.tasks import parse_force_loss, parse_loss_weight
 
 from ._launch import as_rank, run_command, writing_command
 
@@ -232,8 +232,10 @@ def _loss_weight(args: Any, saved: dict[str, Any]) -> str | None:
     """``--loss-weight`` (repeated, or a recipe's table) as ``{name: W}``; left out: on --resume
     the run's, else none."""
     given = args.loss_weight if args.loss_weight is not None else saved.get("loss_weight")
+    forces = args.force_loss if args.force_loss is not None else saved.get("force_loss")
     try:
         args.loss_weight = parse_loss_weight(given)
+        args.force_loss = parse_force_loss(forces)
     except ValueError as err:
         return str(err)
     return None
@@ -342,6 +344,7 @@ def _train(args: Any) -> int:
         warmup=args.warmup, lr_floor=args.lr_floor, noise_std=args.noise_std,
         rollout_train=args.rollout_train,
         val_rollout=args.val_rollout, task=args.task or "", loss_weight=args.loss_weight,
+        force_loss=args.force_loss,
     )
     if args.print_config:  # the resolved recipe: --config reads it back to the same run
         print(recipe_text(cfg), end="")
@@ -466,6 +469,10 @@ def register(subparsers: Any) -> None:
                    "DATA lists them) by W, and with NAME:DISTANCE=W at the nodes within DISTANCE of one, every other "
                    "node by 1; the loss is the weighted mean (repeat the flag to add more; default: none; on --resume "
                    "the run's)")
+    p.add_argument("--force-loss", default=None, action="append", metavar="NAME=W[,NAME=W]",
+                   help="steady task: add to the loss W times the squared error of each target's integral over the "
+                   "named boundary (with a pressure target, the error of the force on it), over the boundary's area "
+                   "squared (repeat the flag to add more; default: none; on --resume the run's)")
     p.add_argument("--nproc", type=int, default=0, help="start this many local ranks (when not under torchrun)")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="no banner, no per-step lines (errors and notes still print)")

@@ -117,6 +117,7 @@ class TrainConfig:
     clip_grad: float = 0.0  # clip the gradients' global norm to this (0: off), after they are summed over the ranks
     max_points: int = 0  # point models: about this many random points per sample and epoch in training (0: all)
     loss_weight: dict[str, float] = field(default_factory=dict)  # steady: named boundaries' rows weighted (1: others)
+    force_loss: dict[str, float] = field(default_factory=dict)  # steady: + W |boundary integral of the error|^2
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:

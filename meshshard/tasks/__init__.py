@@ -7,7 +7,8 @@ A task is a module of its own, plugged into :func:`meshshard.run.train` and
 - how one rank reads a sample (:meth:`Task.reader`, :meth:`Task.batch`): its shard of the graph,
   the model's inputs and the targets, normalised;
 - the loss of a step (:meth:`Task.loss`), a mean over every node of the mesh (the steady task's
-  weighted by named boundaries with ``--loss-weight``: :mod:`meshshard.tasks._loss_weight`);
+  weighted by named boundaries with ``--loss-weight``: :mod:`meshshard.tasks._loss_weight`, and with
+  ``--force-loss`` plus the error of named boundaries' forces: :mod:`meshshard.tasks._force_loss`);
 - which fields a prediction writes (:meth:`Task.output_fields`).
 
 Tasks here:
@@ -34,15 +35,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._base import Task
+from ._force_loss import BoundaryIntegrals, check_force_loss, parse_force_loss
 from ._loss_weight import BoundaryWeights, check_loss_weight, parse_loss_weight
 from ._reader import DatasetReader, LocalSample, Normaliser, TensorNormalisation, whole_sample
 from ._trajectory_reader import LocalStep, TrajectoryReader
 from .steady import SteadyFields
 from .transient import LocalPair, PairReader, TransientTask, step_noise
 
-__all__ = ["TASKS", "BoundaryWeights", "DatasetReader", "LocalPair", "LocalSample", "LocalStep", "Normaliser",
-           "PairReader", "SteadyFields", "Task", "TensorNormalisation", "TrajectoryReader", "TransientTask",
-           "check_loss_weight", "dataset_task", "get_task", "parse_loss_weight", "step_noise", "whole_sample"]
+__all__ = ["TASKS", "BoundaryIntegrals", "BoundaryWeights", "DatasetReader", "LocalPair", "LocalSample", "LocalStep",
+           "Normaliser", "PairReader", "SteadyFields", "Task", "TensorNormalisation", "TrajectoryReader",
+           "TransientTask", "check_force_loss", "check_loss_weight", "dataset_task", "get_task", "parse_force_loss",
+           "parse_loss_weight", "step_noise", "whole_sample"]
 
 #: Every task, by the name a run records (``TrainConfig.task``).
 TASKS: dict[str, type[Task]] = {SteadyFields.name: SteadyFields, TransientTask.name: TransientTask}

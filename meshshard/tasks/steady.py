@@ -4,8 +4,9 @@ A steady CFD solution or a FEM load case: each sample of the dataset is a mesh w
 (geometry, material, boundary values) and target fields (the solution). The model maps the inputs
 at every node to the targets at every node; the loss is the mean squared error of the normalised
 targets over every node of the mesh (with ``loss_weight``, ``train --loss-weight NAME=W``, the rows
-of named boundaries weighted: :mod:`meshshard.tasks._loss_weight`); a prediction writes
-``<target>_pred`` for every target field.
+of named boundaries weighted: :mod:`meshshard.tasks._loss_weight`; with ``force_loss``, ``train
+--force-loss NAME=W``, plus the squared error of what named boundaries integrate, their forces:
+:mod:`meshshard.tasks._force_loss`); a prediction writes ``<target>_pred`` for every target field.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from torch import Tensor
 
 from .._tensor import ShardTensor
 from ._base import Task
+from ._force_loss import BoundaryIntegrals, check_force_loss, parse_force_loss
 from ._loss_weight import BoundaryWeights, check_loss_weight, parse_loss_weight
 from ._reader import DatasetReader, LocalSample
 
@@ -40,18 +42,36 @@ class SteadyFields(Task):
                              "on; it holds cases for meshshard predict. Train on a dataset made with --targets")
         check_loss_weight(dataset, parse_loss_weight(self.config.get("loss_weight")),
                           int(self.config.get("max_points") or 0))
+        check_force_loss(dataset, parse_force_loss(self.config.get("force_loss")),
+                         int(self.config.get("max_points") or 0))
 
     def reader(self, dataset: Any, partition: str | os.PathLike[str], domain_rank: int, group: Any, *,
                device: Any = None, dtype: torch.dtype = torch.float32, **options: Any) -> DatasetReader:
-        """The default reader; with ``loss_weight``, the dataset's boundaries are kept for the loss."""
+        """The default reader; with ``loss_weight`` or ``force_loss``, the dataset's boundaries are
+        kept for the loss."""
         weights = parse_loss_weight(self.config.get("loss_weight"))
         self._weights = BoundaryWeights(dataset, weights) if weights else None
+        forces = parse_force_loss(self.config.get("force_loss"))
+        self._forces = BoundaryIntegrals(dataset, forces) if forces else None
         return super().reader(dataset, partition, domain_rank, group, device=device, dtype=dtype, **options)
 
     def loss(self, pred: Any, batch: LocalSample, apply: Any = None) -> Tensor:
         """Mean squared error over every node and target channel (``pred`` in the targets' dtype);
-        with ``loss_weight``, the weighted mean (:mod:`meshshard.tasks._loss_weight`)."""
-        err = (pred.to(batch.y.dtype) - batch.y) ** 2
+        with ``loss_weight``, the weighted mean (:mod:`meshshard.tasks._loss_weight`); with
+        ``force_loss``, plus the boundaries' terms (:mod:`meshshard.tasks._force_loss`)."""
+        diff = pred.to(batch.y.dtype) - batch.y
+        loss = self._mean_squared(diff ** 2, batch)
+        if not self.config.get("force_loss"):
+            return loss
+        forces = getattr(self, "_forces", None)
+        if forces is None:
+            raise ValueError("Expected the steady task's reader(...) to be made before its loss with --force-loss: "
+                             "it holds the dataset's boundaries")
+        term = forces.term(diff, batch.mesh, batch.owned_ids)
+        return loss if term is None else loss + term
+
+    def _mean_squared(self, err: Any, batch: LocalSample) -> Tensor:
+        """The mean of ``err`` over every node and channel, weighted with ``loss_weight``."""
         if not self.config.get("loss_weight"):
             return err.mean()
         weights = getattr(self, "_weights", None)

@@ -298,6 +298,9 @@ class TransientTask(Task):
         if self.config.get("loss_weight"):
             raise ValueError("Expected --loss-weight only with the steady task (got --task transient, whose loss "
                              "is over the interior classes: --interior-classes chooses them)")
+        if self.config.get("force_loss"):
+            raise ValueError("Expected --force-loss only with the steady task (got --task transient, whose loss "
+                             "is the one-step error over the interior classes)")
         noise = self.config.get("noise_std", 0.0)
         if not (isinstance(noise, (int, float)) and math.isfinite(noise) and noise >= 0):
             raise ValueError(f"Expected --noise-std to be 0 (off) or a positive number (got {noise!r})")
