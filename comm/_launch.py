@@ -272,10 +272,20 @@ def _modules_of(fn: Any) -> list[str]:
     return found
 
 
+#: How :func:`launch_local` starts ranks: None (the default) for a fork server on Linux, else
+#: spawn (see :func:`_rank_context`); or a ``multiprocessing`` start method by name. ``"fork"``
+#: suits only a process that has run no torch work in threads and holds no GPU context (the test
+#: suite's warm command server sets it in its forked commands).
+START_METHOD: str | None = None
+
+
 def _rank_context(fn: Callable[..., Any]) -> Any:
     """How ranks start: forked from a fork server that imported torch and ``fn``'s modules (Linux),
-    else spawned. The server is started at the first launch of this process, and lives as long as
-    it; a later launch reuses it (what it imported then stays imported)."""
+    else spawned; :data:`START_METHOD` when set. The server is started at the first launch of this
+    process, and lives as long as it; a later launch reuses it (what it imported then stays
+    imported)."""
+    if START_METHOD is not None:
+        return multiprocessing.get_context(START_METHOD)
     if not sys.platform.startswith("linux"):
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")

@@ -74,11 +74,9 @@ def _run_command(request: dict, fds: list[int]) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     sys.argv = [*request["argv"]] if request.get("python") else ["meshshard", *request["argv"]]
-    import multiprocessing
-
     import meshshard.comm._launch as launch
 
-    launch._rank_context = lambda fn: multiprocessing.get_context("fork")  # see the module's docstring
+    launch.START_METHOD = "fork"  # see the module's docstring
     code = 1
     try:
         if request.get("python"):  # python SCRIPT ARGS: the script as __main__, its folder first on sys.path

@@ -62,8 +62,9 @@ def describe_run(summary: dict[str, Any]) -> str:
         lines.append(f"  task       transient: the one-step map, training noise {task['noise_std']:g} (normalised), "
                      f"{task['rollout_train']} step(s) unrolled per sample (meshshard predict --rollout)")
     if task.get("loss_weight"):
-        weighted = ", ".join((f"within {name.rpartition(':')[2]} of {name.rpartition(':')[0]}" if ":" in name
-                              else name) + f" x{w:g}" for name, w in task["loss_weight"].items())
+        from meshshard.tasks import describe_weighted
+
+        weighted = ", ".join(f"{describe_weighted(name)} x{w:g}" for name, w in task["loss_weight"].items())
         lines.append(f"  weights    the loss weighs the nodes of {weighted}, every other node x1 (--loss-weight)")
     if task.get("force_loss"):
         terms = ", ".join(f"{name} x{w:g}" for name, w in task["force_loss"].items())

@@ -36,7 +36,7 @@ from typing import Any
 
 from ._base import Task
 from ._force_loss import BoundaryIntegrals, check_force_loss, parse_force_loss
-from ._loss_weight import BoundaryWeights, check_loss_weight, parse_loss_weight
+from ._loss_weight import BoundaryWeights, check_loss_weight, describe_weighted, parse_loss_weight
 from ._reader import DatasetReader, LocalSample, Normaliser, TensorNormalisation, whole_sample
 from ._trajectory_reader import LocalStep, TrajectoryReader
 from .steady import SteadyFields
@@ -44,8 +44,8 @@ from .transient import LocalPair, PairReader, TransientTask, step_noise
 
 __all__ = ["TASKS", "BoundaryIntegrals", "BoundaryWeights", "DatasetReader", "LocalPair", "LocalSample", "LocalStep",
            "Normaliser", "PairReader", "SteadyFields", "Task", "TensorNormalisation", "TrajectoryReader",
-           "TransientTask", "check_force_loss", "check_loss_weight", "dataset_task", "get_task", "parse_force_loss",
-           "parse_loss_weight", "step_noise", "whole_sample"]
+           "TransientTask", "check_force_loss", "check_loss_weight", "dataset_task", "describe_weighted", "get_task",
+           "parse_force_loss", "parse_loss_weight", "step_noise", "whole_sample"]
 
 #: Every task, by the name a run records (``TrainConfig.task``).
 TASKS: dict[str, type[Task]] = {SteadyFields.name: SteadyFields, TransientTask.name: TransientTask}

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BoundaryWeights", "check_loss_weight", "parse_loss_weight"]
+__all__ = ["BoundaryWeights", "check_loss_weight", "describe_weighted", "parse_loss_weight"]
 
 
 def _split_key(key: str) -> tuple[str, float | None]:
@@ -50,6 +50,13 @@ def _split_key(key: str) -> tuple[str, float | None]:
         raise ValueError(f"Expected --loss-weight NAME:DISTANCE=W with a boundary name and a distance >= 0 "
                          f"(got {key!r})")
     return name.strip(), distance
+
+
+def describe_weighted(key: str) -> str:
+    """What a weighted key names, in words: ``"walls"`` -> ``"walls"``, ``"walls:0.1"`` ->
+    ``"within 0.1 of walls"``."""
+    name, distance = _split_key(key)
+    return name if distance is None else f"within {key.rpartition(':')[2]} of {name}"
 
 
 def parse_loss_weight(value: str | Sequence[str] | Mapping[str, Any] | None) -> dict[str, float]:
@@ -182,3 +189,25 @@ class BoundaryWeights:
         """Keep the sum of mesh ``mesh``'s weights that the ranks added (after :meth:`local`)."""
         owned, w, _ = self._cache[mesh]
         self._cache[mesh] = (owned, w, float(total))
+
+    def weighted_mean(self, err: Any, mesh: int, owned_ids: np.ndarray) -> Any:
+        """``sum_i w_i err_i / (F sum_i w_i)`` over every node of mesh ``mesh`` and the ``F``
+        channels of ``err`` ``(N_own, F)``, a :class:`~meshshard.ShardTensor` (or a tensor on one
+        process); with a region, the ranks first add their weights (float64, once per mesh)."""
+        import torch
+
+        from .._tensor import ShardTensor
+
+        w, total = self.local(mesh, owned_ids)
+        sharded = isinstance(err, ShardTensor)
+        weight: Any = torch.as_tensor(w, device=err.device).to(err.dtype)[:, None]
+        if sharded:
+            weight = ShardTensor.from_local(weight, err.spec)
+        if total is None:
+            mine: Any = torch.as_tensor(w, device=err.device)[:, None]
+            if sharded:
+                mine = ShardTensor.from_local(mine, err.spec)
+            with torch.no_grad():
+                total = float(mine.sum())
+            self.set_total(mesh, total)
+        return (err * weight).sum() / (total * err.shape[1])

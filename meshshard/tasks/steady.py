@@ -18,7 +18,6 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from .._tensor import ShardTensor
 from ._base import Task
 from ._force_loss import BoundaryIntegrals, check_force_loss, parse_force_loss
 from ._loss_weight import BoundaryWeights, check_loss_weight, parse_loss_weight
@@ -78,18 +77,7 @@ class SteadyFields(Task):
         if weights is None:
             raise ValueError("Expected the steady task's reader(...) to be made before its weighted loss "
                              "(--loss-weight): it holds the dataset's boundaries")
-        w, total = weights.local(batch.mesh, batch.owned_ids)
-        weight = torch.as_tensor(w, device=err.device).to(err.dtype)[:, None]
-        if isinstance(err, ShardTensor):
-            weight = ShardTensor.from_local(weight, err.spec)
-        if total is None:  # a weighted region: the ranks add their weights (float64), once per mesh
-            mine: Any = torch.as_tensor(w, device=err.device)[:, None]
-            if isinstance(err, ShardTensor):
-                mine = ShardTensor.from_local(mine, err.spec)
-            with torch.no_grad():
-                total = float(mine.sum())
-            weights.set_total(batch.mesh, total)
-        return (err * weight).sum() / (total * err.shape[1])
+        return weights.weighted_mean(err, batch.mesh, batch.owned_ids)
 
     def output_fields(self, dataset: Any, run_config: dict[str, Any]) -> list[dict[str, Any]]:
         """The dataset's target fields when it has targets, else those the run recorded (or, for a
