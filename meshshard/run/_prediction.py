@@ -59,6 +59,7 @@ from ._boundaries import (
 )
 from ._boundary_pictures import boundary_picture
 from ._ensemble import ensemble_model
+from ._failures import peer_failure
 from ._folder import checkpoint_used, read_run
 from ._near import check_near_request, near_mask, near_record
 from ._pictures import sample_picture
@@ -80,7 +81,6 @@ from ._request import (
 )
 from ._rollout import rollout
 from ._scores import along_name, boundary_view, error_sums, field_errors, summarise, surface_weights
-from ._training import peer_failure
 from ._writer import (
     GATHER_MAX_NODES,
     MeshOnRank,
@@ -101,7 +101,7 @@ def predict(cfg: PredictConfig) -> dict[str, Any] | None:
     ``cfg.rollout``, a rollout of a transient run (:func:`meshshard.run._rollout.rollout`).
 
     A collective that raises (a peer rank died or stopped responding, the groups' timeout) is
-    reported as train reports it, naming the sample (:func:`meshshard.run._training.peer_failure`)."""
+    reported as train reports it, naming the sample (:func:`meshshard.run._failures.peer_failure`)."""
     doing = ["prediction"]  # what this rank is doing, for the error of a collective that raises
     try:
         return rollout(cfg, doing) if cfg.rollout else _predict(cfg, doing)

@@ -27,10 +27,8 @@ error that names the step and the last checkpoint.
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -38,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from meshshard.comm import all_reduce_sum, backend_name, barrier, is_peer_failure
+from meshshard.comm import all_reduce_sum, backend_name, barrier
 from meshshard.data import check_partition_matches, open_dataset
 from meshshard.partition import check_apart, check_input_folders, plural
 
@@ -47,6 +45,14 @@ from ..tasks import dataset_task, get_task
 from . import _folder, _report
 from ._checkpoint import atomic_save as _atomic_save
 from ._checkpoint import load_checkpoint, save_checkpoint
+from ._failures import (
+    SampleReadError,
+    check_finite,
+    local_flags,
+    maybe_fail,
+    non_finite_row,
+    step_failure,
+)
 from ._folder import BEST, CHECKPOINT, CONFIG, FIRST_STEP, LOG
 from ._recipe import (
     MESHGRAPHNET_DEFAULTS,
@@ -56,7 +62,6 @@ from ._recipe import (
     check_model_radius,
     first_line,
     model_digest,
-    shard_hint,
 )
 from ._recipe_file import write_recipe
 from ._stepping import validation_rollout
@@ -199,121 +204,6 @@ def step_samples(cfg: TrainConfig, step: int, data_rank: int, train_ids: Any) ->
             for k in range(cfg.batch)]
 
 
-class PeerFailure(RuntimeError):
-    """A collective failed during training: a peer rank died or stopped responding."""
-
-
-def _describe_checkpoint(path: Path) -> str:
-    """What a failed run leaves to resume from; never raises (the failure being reported comes first)."""
-    if not path.exists():
-        return "none yet; rerun with --force to start over."
-    try:
-        return f"{path} (step {load_checkpoint(path)['step']}); rerun with --resume."
-    except ValueError as err:
-        return f"unusable ({err}); rerun from the start."
-
-
-def peer_failure(err: Exception, where: str) -> PeerFailure:
-    """The one-line error of a collective that raised during ``where`` (``step 12``, ``sample
-    case-3``): a peer rank died or stopped responding, with the collective's own words after."""
-    return PeerFailure(f"{where} failed: a collective raised, so a peer rank probably died or stopped responding "
-                       f"({type(err).__name__}: {first_line(err)})")
-
-
-def _step_failure(err: Exception, where: str, ckpt_path: Path, user_model: Any, what: str = "forward or backward"
-                  ) -> RuntimeError:
-    """The one-line error for a step (or validation pass) that raised: a collective's failure (a
-    peer died or stopped) or the model's own error, whatever its type, with a hint for a model
-    whose PyG layers are not wrapped in ShardConv, and what is left to resume from."""
-    first = f"{type(err).__name__}: {first_line(err)}"
-    if is_peer_failure(err):
-        return PeerFailure(f"{peer_failure(err, where)}. Last checkpoint: {_describe_checkpoint(ckpt_path)}")
-    hint = shard_hint(user_model) if user_model is not None else ""
-    return RuntimeError(f"{where} failed in the model's {what} ({first}){hint}. "
-                        f"Last checkpoint: {_describe_checkpoint(ckpt_path)}")
-
-
-def _maybe_fail(rank: int, step: int) -> None:
-    """Testing hook: ``MESHSHARD_FAIL_AT=RANK:STEP`` kills that rank in the middle of that step."""
-    fail_at = os.environ.get("MESHSHARD_FAIL_AT")
-    if fail_at and fail_at == f"{rank}:{step}":
-        print(f"rank {rank}: MESHSHARD_FAIL_AT={fail_at}: dying in the middle of step {step}", file=sys.stderr,
-              flush=True)
-        os._exit(17)
-
-
-class SampleReadError(ValueError):
-    """A training sample that could not be read (a damaged or missing file of DATA): a data error
-    (exit 2), never reported as the model's failure."""
-
-
-class NonFiniteLoss(RuntimeError):
-    """The loss or a gradient of a step is NaN or infinite: training stops before the optimizer step."""
-
-
-_WHICH = ("inputs", "targets")
-
-
-def _non_finite_row(x: torch.Tensor, y: torch.Tensor, owned: np.ndarray, sample: int) -> tuple | None:
-    """``(sample, global node, "inputs" | "targets", value)`` of this rank's first non-finite row, or None."""
-    for which, t in zip(_WHICH, (x, y), strict=True):
-        bad = ~torch.isfinite(t)
-        if bool(bad.any()):
-            i = int(bad.any(dim=1).nonzero()[0])
-            return sample, int(owned[i]), which, float(t[i][bad[i]][0])
-    return None
-
-
-def _local_flags(loss: torch.Tensor, bad_row: tuple | None, parameters: Any, *, rank: int, world: int,
-                 out_of_time: bool = False) -> torch.Tensor:
-    """This rank's loss, gradient flag and bad row, laid out so that one sum over the world combines them.
-
-    ``[loss, grad_not_finite, then per rank: sample + 1, node + 1, which + 1, value, then
-    out_of_time]`` in float64; a rank writes only its own four slots. ``out_of_time`` (rank 0's
-    clock past ``--max-time``) reaches every rank in the same sum, so all stop after the same step.
-    """
-    flags = torch.zeros(3 + 4 * world, dtype=torch.float64, device=loss.device)
-    flags[-1] = float(out_of_time)
-    flags[0] = loss.detach().to(torch.float64)
-    grads = [p.grad for p in parameters if p.grad is not None]
-    if grads and not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all()):
-        flags[1] = 1.0
-    if bad_row is not None:
-        sample, node, which, value = bad_row
-        flags[2 + 4 * rank: 6 + 4 * rank] = torch.tensor([sample + 1, node + 1, _WHICH.index(which) + 1, value])
-    return flags
-
-
-def _check_finite(flags: torch.Tensor, *, step: int, samples: list[int], data: str, last: str,
-                  names: Sequence[str] = ()) -> float:
-    """Raise on a non-finite row, loss or gradient (same verdict on every rank); else the batch loss.
-
-    ``flags`` is the world-wide sum of every rank's :func:`_local_flags`; ``names`` are the
-    dataset's sample names, to name the samples in the error.
-    """
-    def sample_of(i: int) -> str:
-        return f"{i} ({names[i]})" if 0 <= i < len(names) else str(i)
-
-    values = flags.tolist()
-    world = (len(values) - 2) // 4
-    for r in range(world):
-        sample, node, which, value = values[2 + 4 * r: 6 + 4 * r]
-        if sample:
-            raise ValueError(
-                f"Expected finite training data (got {value} in the {_WHICH[int(which) - 1]} of sample "
-                f"{sample_of(int(sample) - 1)} at node {int(node) - 1}, read by rank {r} at step {step}); fix the "
-                f"dataset {data}"
-            )
-    loss = values[0] / world
-    tail = (f"on sample(s) {', '.join(sample_of(i) for i in samples)}; training stopped before the optimizer step, "
-            f"so no non-finite weights are saved (last checkpoint: {last}). Lower --lr or check the data.")
-    if not np.isfinite(loss):
-        raise NonFiniteLoss(f"step {step}: the loss is not finite ({loss}) {tail}")
-    if values[1]:
-        raise NonFiniteLoss(f"step {step}: a gradient is not finite (loss {loss:.6g}) {tail}")
-    return loss
-
-
 def _checked_setup(cfg: TrainConfig, ctx: Any) -> tuple[TrainConfig, Any, Any, dict[str, Any], int, Any]:
     """Every refusal that the options, DATA and PARTITION decide, before any collective; returns the
     config with its task recorded, the dataset, the task, the partition's metadata, the domain size
@@ -386,7 +276,7 @@ class _Session:
         try:
             local = validation_rollout(self.task, self.reader, mine, cfg.val_rollout, self.forward_of)
         except Exception as err:
-            raise _step_failure(err, f"rank {ctx.rank}: validation rollout at step {at}", self.ckpt_path,
+            raise step_failure(err, f"rank {ctx.rank}: validation rollout at step {at}", self.ckpt_path,
                                 self.inner if cfg.model else None, "forward") from err
         sums = torch.tensor(local, dtype=torch.float64, device=ctx.device)
         all_reduce_sum(sums)
@@ -403,7 +293,7 @@ class _Session:
                     with self.autocast():
                         pred = self.model(b.x, b.graph, b.edge_attr)
                 except Exception as err:
-                    raise _step_failure(err, f"rank {ctx.rank}: validation at step {at}", self.ckpt_path,
+                    raise step_failure(err, f"rank {ctx.rank}: validation at step {at}", self.ckpt_path,
                                         self.inner if cfg.model else None, "forward") from err
                 if cfg.model:
                     check_model_output(pred, len(b.owned_ids), reader.num_targets, cfg.model, sharded=True,
@@ -414,7 +304,7 @@ class _Session:
 
     def backward(self, step: int, start: int, checked: dict[int, tuple | None], began: float) -> torch.Tensor:
         """Step ``step``'s forward and backward on this data rank's ``--batch`` samples; returns the
-        flags summed over every rank (:func:`_local_flags`: the loss, the finite checks and rank 0's
+        flags summed over every rank (:func:`local_flags`: the loss, the finite checks and rank 0's
         clock). ``checked``: each sample's first non-finite row on this rank, filled as read."""
         cfg, ctx, reader, model = self.cfg, self.ctx, self.reader, self.model
         mine = step_samples(cfg, step, self.device_mesh.data_rank, reader.train)  # this data rank's --batch samples
@@ -427,7 +317,7 @@ class _Session:
                 except (ValueError, OSError) as err:  # a damaged or missing sample file: the data's fault, exit 2
                     raise SampleReadError(f"rank {ctx.rank}: step {step}: {first_line(err)}") from err
                 if k not in checked:  # the data do not change: each sample is checked the first time it is read
-                    checked[k] = _non_finite_row(b.x.to_local(), b.y.to_local(), b.owned_ids, k)
+                    checked[k] = non_finite_row(b.x.to_local(), b.y.to_local(), b.owned_ids, k)
                 bad_row = bad_row or checked[k]
                 if cfg.max_points:  # a point model on about max_points of the sample's points (_subsample)
                     epoch = sample_epoch(step, j, cfg.batch, cfg.data_parallel, self.device_mesh.data_rank,
@@ -444,17 +334,17 @@ class _Session:
                         return model(x, b.graph, b.edge_attr)
 
                 loss = loss + self.task.loss(pred, b, apply) / len(mine)
-            _maybe_fail(ctx.rank, step)
+            maybe_fail(ctx.rank, step)
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
             out_of_time = ctx.rank == 0 and cfg.max_time > 0 and time.monotonic() - began >= cfg.max_time
-            flags = _local_flags(loss, bad_row, model.parameters(), rank=ctx.rank, world=ctx.world_size,
+            flags = local_flags(loss, bad_row, model.parameters(), rank=ctx.rank, world=ctx.world_size,
                                  out_of_time=out_of_time)
             all_reduce_sum(flags)  # each domain rank holds its sample's loss; and every rank's finite checks
         except (ModelOutputError, SampleReadError):
             raise
         except Exception as err:  # the model's own error (any type) or a collective's: said which, on one line
-            raise _step_failure(err, f"rank {ctx.rank}: step {step}", self.ckpt_path,
+            raise step_failure(err, f"rank {ctx.rank}: step {step}", self.ckpt_path,
                                 self.inner if cfg.model else None) from err
         return flags
 
@@ -620,7 +510,7 @@ def _train(cfg: TrainConfig) -> list[float]:
         t0 = time.perf_counter()
         flags = run.backward(step, start, checked, began)
         batch = [k for d in range(cfg.data_parallel) for k in step_samples(cfg, step, d, reader.train)]
-        batch_loss = _check_finite(flags, step=step, samples=batch, data=cfg.data, last=last_saved, names=names)
+        batch_loss = check_finite(flags, step=step, samples=batch, data=cfg.data, last=last_saved, names=names)
         if step == 0 and ctx.rank == 0:
             grads = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)  # unused: zeros,
                                for p in model.parameters()])  # as DomainParallel gives them on several ranks

@@ -92,8 +92,8 @@ def _finite_checks(rank: int, world: int, cfg: dict) -> list[int]:
     import meshshard.run._training as trainer
 
     checked: list[int] = []
-    real = trainer._non_finite_row
-    trainer._non_finite_row = lambda x, y, owned, sample: checked.append(sample) or real(x, y, owned, sample)
+    real = trainer.non_finite_row
+    trainer.non_finite_row = lambda x, y, owned, sample: checked.append(sample) or real(x, y, owned, sample)
     train(TrainConfig.from_dict(cfg))
     return checked
 
@@ -110,24 +110,24 @@ def test_each_training_sample_is_checked_for_non_finite_values_once(setup: dict)
 
 
 def test_a_non_finite_gradient_is_reported_with_the_step_and_samples() -> None:
-    from meshshard.run._training import NonFiniteLoss, _check_finite, _local_flags
+    from meshshard.run._failures import NonFiniteLoss, check_finite, local_flags
 
     model = torch.nn.Linear(2, 1)
     model(torch.ones(1, 2)).sum().backward()
     loss = torch.tensor(0.5)
-    flags = _local_flags(loss, None, model.parameters(), rank=1, world=2)
-    assert _check_finite(flags, step=5, samples=[3], data="DATA", last="none yet") == 0.25  # all finite
+    flags = local_flags(loss, None, model.parameters(), rank=1, world=2)
+    assert check_finite(flags, step=5, samples=[3], data="DATA", last="none yet") == 0.25  # all finite
     model.weight.grad[0, 1] = float("inf")
-    flags = _local_flags(loss, None, model.parameters(), rank=1, world=2)
+    flags = local_flags(loss, None, model.parameters(), rank=1, world=2)
     with pytest.raises(NonFiniteLoss, match=r"^step 5: a gradient is not finite \(loss 0\.25\) on sample\(s\) 3; "
                                             r"training stopped before the optimizer step, .*\(last checkpoint: none yet\)"):
-        _check_finite(flags, step=5, samples=[3], data="DATA", last="none yet")
+        check_finite(flags, step=5, samples=[3], data="DATA", last="none yet")
     with pytest.raises(NonFiniteLoss, match=r"on sample\(s\) 3 \(case-3\), 0 \(a\); training stopped"):
-        _check_finite(flags, step=5, samples=[3, 0], data="DATA", last="none yet", names=["a", "b", "c", "case-3"])
-    flags = _local_flags(loss, (4, 17, "targets", float("-inf")), model.parameters(), rank=1, world=2)
+        check_finite(flags, step=5, samples=[3, 0], data="DATA", last="none yet", names=["a", "b", "c", "case-3"])
+    flags = local_flags(loss, (4, 17, "targets", float("-inf")), model.parameters(), rank=1, world=2)
     with pytest.raises(ValueError, match=r"^Expected finite training data \(got -inf in the targets of sample 4 at "
                                          r"node 17, read by rank 1 at step 5\); fix the dataset DATA$"):
-        _check_finite(flags, step=5, samples=[3], data="DATA", last="none yet")
+        check_finite(flags, step=5, samples=[3], data="DATA", last="none yet")
 
 
 def _cli(setup: dict, out: Path, *extra: str) -> list[str]:  # noqa: F811
