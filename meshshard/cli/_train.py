@@ -121,6 +121,7 @@ def parse_duration(text: str) -> float:
 #: The built-in MeshGraphNet's settings (argparse default None: given or not is known), and their defaults.
 _MESHGRAPHNET_FLAGS = {"latent": "--latent", "hidden_layers": "--hidden-layers", "mp_steps": "--mp-steps",
                        "activation": "--activation", "checkpoint_steps": "--checkpoint-steps",
+                       "keep_activations": "--keep-activations",
                        "global_attention": "--global-attention", "attention_heads": "--attention-heads",
                        "attention_slices": "--attention-slices"}
 
@@ -131,7 +132,8 @@ _RUN_SETTINGS = {"steps": "steps", "latent": "latent_size", "hidden_layers": "hi
                  "mp_steps": "message_passing_steps", "activation": "activation", "dtype": "dtype",
                  "precision": "precision", "seed": "seed", "data_parallel": "data_parallel", "lr": "lr",
                  "every": "checkpoint_every", "log_every": "log_every", "val_every": "val_every",
-                 "checkpoint_steps": "checkpoint_steps", "max_time": "max_time", "clip_grad": "clip_grad",
+                 "checkpoint_steps": "checkpoint_steps", "keep_activations": "keep_activations",
+                 "max_time": "max_time", "clip_grad": "clip_grad",
                  "batch": "batch", "lr_schedule": "lr_schedule", "warmup": "warmup", "lr_floor": "lr_floor",
                  "global_attention": "global_attention", "attention_heads": "attention_heads",
                  "attention_slices": "attention_slices", "noise_std": "noise_std",
@@ -336,7 +338,8 @@ def _train(args: Any) -> int:
         activation=args.activation, data_parallel=args.data_parallel, checkpoint_every=args.every,
         resume=args.resume, force=args.force, seed=args.seed, log_every=args.log_every, quiet=args.quiet,
         val_every=args.val_every, dtype=args.dtype, precision=args.precision,
-        checkpoint_steps=args.checkpoint_steps, model=args.model or "", model_args=args.model_args or {},
+        checkpoint_steps=args.checkpoint_steps, keep_activations=args.keep_activations, model=args.model or "",
+        model_args=args.model_args or {},
         architecture=args.architecture or "meshgraphnet", global_attention=args.global_attention,
         attention_heads=args.attention_heads, attention_slices=args.attention_slices,
         max_time=args.max_time, clip_grad=args.clip_grad, max_points=args.max_points, batch=args.batch,
@@ -427,6 +430,9 @@ def register(subparsers: Any) -> None:
                    help="mean loss over the validation split every K steps and at the end (default 0: off)")
     p.add_argument("--checkpoint-steps", action="store_true", default=None,
                    help="MeshGraphNet: recompute each message-passing step in backward (less memory, more time)")
+    p.add_argument("--keep-activations", action="store_true", default=None,
+                   help="MeshGraphNet: keep the edge MLPs' activations for the backward instead of recomputing them "
+                   "(the same result, for more memory: sooner on a GPU; default: recomputed)")
     p.add_argument("--dtype", default=None, choices=_CHOICES["dtype"],
                    help=f"parameters and data (default {_DEFAULTS['dtype']})")
     p.add_argument("--precision", default=None, choices=_CHOICES["precision"],

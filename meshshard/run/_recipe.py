@@ -75,8 +75,8 @@ __all__ = [
 #: defaults: smaller than the paper's 128 / 15 (``MeshGraphNet``'s own constructor defaults), so
 #: that a first run on a CPU takes minutes.
 MESHGRAPHNET_DEFAULTS: dict[str, Any] = {"latent_size": 64, "hidden_layers": 2, "message_passing_steps": 6,
-                                         "activation": "relu", "checkpoint_steps": False, "global_attention": 0,
-                                         "attention_heads": 4, "attention_slices": 32}
+                                         "activation": "relu", "checkpoint_steps": False, "keep_activations": False,
+                                         "global_attention": 0, "attention_heads": 4, "attention_slices": 32}
 
 #: The built-in models ``--model NAME`` selects (nothing is imported for them), and what each is.
 BUILTIN_MODELS: dict[str, str] = {
@@ -415,7 +415,7 @@ class ModelRecipe:
         return MeshGraphNet(node_in, edge_in, node_out, latent_size=int(s["latent_size"]),
                             hidden_layers=int(s["hidden_layers"]),
                             message_passing_steps=int(s["message_passing_steps"]), activation=str(s["activation"]),
-                            checkpoint_steps=bool(s["checkpoint_steps"]),
+                            checkpoint_steps=bool(s["checkpoint_steps"]), recompute=not s["keep_activations"],
                             global_attention=int(s["global_attention"]), attention_heads=int(s["attention_heads"]),
                             attention_slices=int(s["attention_slices"]))
 

@@ -102,6 +102,7 @@ class TrainConfig:
     val_every: int = 0
     quiet: bool = False
     checkpoint_steps: bool = _MGN["checkpoint_steps"]
+    keep_activations: bool = _MGN["keep_activations"]  # MeshGraphNet: edge MLPs kept for the backward, not recomputed
     global_attention: int = _MGN["global_attention"]  # MeshGraphNet: a physics-attention block every K steps (0: off)
     attention_heads: int = _MGN["attention_heads"]
     attention_slices: int = _MGN["attention_slices"]

@@ -178,6 +178,25 @@ def test_one_process_on_a_partition_into_parts_says_to_start_ranks(setup: dict) 
 
 
 @pytest.mark.slow
+def test_kept_activations_train_the_same_run(setup: dict, uninterrupted) -> None:
+    """--keep-activations: the edge MLPs keep their activations for the backward instead of
+    recomputing them; the same losses and weights to the bit, on 2 x 2 ranks; recorded, and the
+    model rebuilt from the run keeps them."""
+    from meshshard.cli import main
+    from meshshard.run import ModelRecipe
+
+    losses, ckpt = _run(setup, "kept", keep_activations=True)
+    assert losses == uninterrupted[0]
+    for name, value in uninterrupted[1]["model"].items():
+        assert torch.equal(ckpt["model"][name], value), name
+    assert ckpt["config"]["keep_activations"] is True and uninterrupted[1]["config"]["keep_activations"] is False
+    blocks = [ModelRecipe.from_config(c["config"]).build(4, 3, 1).processor for c in (ckpt, uninterrupted[1])]
+    assert [b.recompute for b in blocks[0]] == [False, False] and [b.recompute for b in blocks[1]] == [True, True]
+    assert main(["train", str(setup["root"] / "partition1"), "--data", str(setup["root"] / "data"), "--out",
+                 str(setup["root"] / "kept-transolver"), "--model", "transolver", "--keep-activations", "-q"]) == 2
+
+
+@pytest.mark.slow
 def test_bf16_mixed_precision_trains_close_to_float32(setup: dict) -> None:
     """--precision bf16-mixed: bfloat16 products, float32 weights and sums; losses near the float32 run's."""
     base = {"partition": str(setup["root"] / "partition1"), "data_parallel": 1, "dtype": "float32"}
