@@ -160,7 +160,10 @@ class DatasetReader:
         domain_rank: This rank's part.
         group: The domain process group (``None``: the default group, or none at all).
         device, dtype: Of every tensor returned.
-        cache_size: Meshes whose shard stays loaded (least recently used dropped first).
+        cache_size: At most this many meshes' shards stay loaded (default: no count), and
+        cache_bytes: at most about this many bytes of them (default 1 GiB; the least recently used
+            dropped first, the last one kept whatever its size). A sweep of many small meshes keeps
+            every shard it trains on; a shard is rebuilt from its files when it was dropped.
         normaliser: The statistics to apply, a :class:`TensorNormalisation` (default: the dataset's;
             a trained run's for prediction).
         parts_meta: What ``check_partition_matches(data, partition)`` returned, when the caller
@@ -173,7 +176,8 @@ class DatasetReader:
 
     def __init__(self, data: str | os.PathLike[str] | Dataset, partition: str | os.PathLike[str], domain_rank: int,
                  group: Any = None, *, device: Any = None, dtype: torch.dtype = torch.float32,
-                 cache_size: int = 8, normaliser: TensorNormalisation | None = None,
+                 cache_size: int | None = None, cache_bytes: int = 1 << 30,
+                 normaliser: TensorNormalisation | None = None,
                  parts_meta: dict[str, Any] | None = None) -> None:
         self.dataset = data if isinstance(data, Dataset) else open_dataset(data)
         self.partition = partition
@@ -181,8 +185,10 @@ class DatasetReader:
         self.num_parts: int = int(self.parts_meta["num_parts"])
         self.domain_rank, self.group, self.device, self.dtype = domain_rank, group, device, dtype
         self.normaliser = normaliser or TensorNormalisation(self.dataset.normalisation, device, dtype)
-        self.cache_size = max(1, cache_size)
+        self.cache_size = max(1, cache_size) if cache_size is not None else None
+        self.cache_bytes = int(cache_bytes)
         self._shards: OrderedDict[int, tuple[ShardGraph, Tensor, np.ndarray]] = OrderedDict()
+        self._shard_bytes: dict[int, int] = {}
 
     @property
     def train(self) -> np.ndarray:
@@ -226,8 +232,14 @@ class DatasetReader:
         edge_attr = self.normaliser.edge_attr(graph.pos, graph.edge_index)
         shard = (graph, edge_attr, np.asarray(part.owned_ids))
         self._shards[mesh] = shard
-        while len(self._shards) > self.cache_size:
-            self._shards.popitem(last=False)
+        # what the shard holds, twice for what its graph derives and caches as it is used
+        held = [graph.edge_index, graph.node_hops, graph.global_edge_ids, edge_attr,
+                *([graph.pos] if graph.pos is not None else [])]
+        self._shard_bytes[mesh] = 2 * sum(t.numel() * t.element_size() for t in held) + shard[2].nbytes
+        while len(self._shards) > 1 and ((self.cache_size is not None and len(self._shards) > self.cache_size)
+                                         or sum(self._shard_bytes.values()) > self.cache_bytes):
+            dropped, _ = self._shards.popitem(last=False)
+            del self._shard_bytes[dropped]
         return shard
 
     def sample(self, s: int) -> LocalSample:

@@ -159,3 +159,17 @@ def test_a_partition_made_for_another_dataset_is_refused_at_train_time(setup: di
     assert done.stderr.count("\n") == 1
     assert "meshshard train: error: " in done.stderr and "other-parts: partition made for another dataset (mesh 0: mesh checksum " in done.stderr
     assert not (tmp_path / "run" / "checkpoint.pt").exists()
+
+
+def test_shards_stay_loaded_within_the_cache_bounds(setup: dict) -> None:
+    """By default every mesh's shard of a small sweep stays loaded (1 GiB); a byte bound below one
+    shard keeps only the last; a count bound keeps that many, the least recently used dropped."""
+    parts = str(setup["root"] / "parts-1")
+
+    def kept(reader: DatasetReader) -> list[bool]:
+        first = [reader.shard(m) for m in range(3)]
+        return [reader.shard(m) is first[m] for m in (2, 1, 0)]  # the most recent first
+
+    assert kept(DatasetReader(setup["data"], parts, 0, dtype=torch.float64)) == [True, True, True]
+    assert kept(DatasetReader(setup["data"], parts, 0, dtype=torch.float64, cache_bytes=1)) == [True, False, False]
+    assert kept(DatasetReader(setup["data"], parts, 0, dtype=torch.float64, cache_size=2)) == [True, True, False]
