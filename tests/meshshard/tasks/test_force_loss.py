@@ -8,7 +8,6 @@ recorded, shown and refused in one line."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -16,18 +15,14 @@ import pytest
 import torch
 
 from meshshard.cli import main
-from meshshard.data import dataset_partition_folder, open_dataset, partition_dataset, write_dataset
-from meshshard.nn import MeshGraphNet
-from meshshard.partition import read_metadata
-from meshshard.run import TrainConfig, load_checkpoint
-from meshshard.tasks import get_task, parse_force_loss, whole_sample
+from meshshard.data import open_dataset
+from meshshard.tasks import parse_force_loss, whole_sample
 from tests._dist import run_ranks
-from tests._ranks import all_sum, train_rank
-from tests.meshshard.tasks import _trajectories
+from tests.meshshard.tasks import _walled
 
-NX, NY = 19, 9  # a 2 x 1 rectangle of 20 x 10 nodes: 200 nodes, 3 ranks cannot own as many each
 FORCES = {"bottom": 10.0, "top": 3.0}
 WEIGHTS = {"bottom": 10.0, "left": 0.5}
+SEED = 11  # the model's initial weights
 
 
 def _wall(ids: np.ndarray, step: float, normal: tuple[float, float]) -> np.ndarray:
@@ -41,52 +36,21 @@ def _wall(ids: np.ndarray, step: float, normal: tuple[float, float]) -> np.ndarr
 @pytest.fixture(scope="module")
 def case(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("force_loss")
-    x, y = np.meshgrid(np.linspace(0.0, 2.0, NX + 1), np.linspace(0.0, 1.0, NY + 1), indexing="xy")
-    pts = np.stack([x.ravel(), y.ravel()], 1)
-    i, j = np.meshgrid(np.arange(NX), np.arange(NY), indexing="xy")
-    a = (j * (NX + 1) + i).ravel()
-    quads = np.stack([a, a + 1, a + NX + 2, a + NX + 1], 1)
-    rng = np.random.default_rng(5)
-    waves = rng.normal(size=(4, 2, 2))
-    inputs = np.stack([np.cos(pts @ w) for w in waves])
-    targets = np.stack([np.stack([v[:, 0] + pts[:, 0], v[:, 1], v[:, 0] * v[:, 1]], 1) for v in inputs])
-    walls = {"bottom": np.flatnonzero(pts[:, 1] == 0.0), "left": np.flatnonzero(pts[:, 0] == 0.0),
-             "top": np.flatnonzero(pts[:, 1] == 1.0), "pins": np.array([0, 5, 47])}  # pins: no face between them
-    write_dataset(root / "data", inputs, targets, pos=pts, cells=[("quad", quads)], input_names=[("a", 2)],
-                  target_names=["p", ("U", 2)], val_samples=[3], dtype="float64", boundaries=walls)
-    for k in (1, 2, 3, 4):
-        partition_dataset(root / "data", root / f"parts{k}", k)
-    areas = {"bottom": (walls["bottom"], _wall(walls["bottom"], 2.0 / NX, (0.0, -1.0))),
-             "top": (walls["top"], _wall(walls["top"], 2.0 / NX, (0.0, 1.0)))}
+    pts, walls = _walled.write_rectangle(root, 5, {"pins": np.array([0, 5, 47])})  # pins: no face between them
+    spacing = 2.0 / _walled.NX
+    areas = {"bottom": (walls["bottom"], _wall(walls["bottom"], spacing, (0.0, -1.0))),
+             "top": (walls["top"], _wall(walls["top"], spacing, (0.0, 1.0)))}
     w = np.where(np.isin(np.arange(len(pts)), walls["bottom"]), 10.0,
                  np.where(np.isin(np.arange(len(pts)), walls["left"]), 0.5, 1.0))
     return {"root": root, "data": str(root / "data"), "areas": areas, "w": w}
 
 
-def _model() -> MeshGraphNet:
-    torch.manual_seed(11)
-    return MeshGraphNet(2, 3, 3, latent_size=8, hidden_layers=1, message_passing_steps=2).to(torch.float64)
-
-
 def _sharded(rank: int, world: int, data: str, parts: str, configs: list[dict]) -> list:
-    """Per config, per sample: the loss and every parameter's gradient (summed over the ranks)."""
-    out = []
-    for config in configs:
-        model, task = _model(), get_task("steady", config)
-        reader = task.reader(open_dataset(data), parts, rank, None, dtype=torch.float64)
-        per = []
-        for s in (0, 2):
-            model.zero_grad()
-            b = reader.sample(s)
-            loss = task.loss(model(b.x, b.graph, b.edge_attr), b)
-            loss.backward()
-            per.append((float(loss.detach()), [all_sum(p.grad).numpy() for p in model.parameters()]))
-        out.append(per)
-    return out
+    return _walled.sharded(rank, world, data, parts, configs, SEED)
 
 
 def _reference(case: dict, weighted: bool) -> list:
-    model, out = _model(), []
+    model, out = _walled.model(SEED), []
     weight = torch.as_tensor(case["w"] if weighted else np.ones(len(case["w"])))[:, None]
     for s in (0, 2):
         model.zero_grad()
@@ -121,14 +85,7 @@ def test_the_loss_and_every_gradient_on_shards_equal_one_process(case: dict, wor
     parts = str(case["root"] / f"parts{world}")
     got = run_ranks(_sharded, world, case["data"], parts, configs, timeout=90) if world > 1 else \
         [_sharded(0, 1, case["data"], parts, configs)]
-    counts = [p["num_owned"] for p in read_metadata(dataset_partition_folder(parts, 0))["parts"]]
-    for rank in got:
-        for per_config, want in zip(rank, wants):
-            for (loss, grads), (ref, ref_grads) in zip(per_config, want):
-                assert abs(loss - ref) <= 1e-10 * abs(ref)
-                for g, r in zip(grads, ref_grads):
-                    np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-13)
-    assert len(counts) == world and (world != 3 or len(set(counts)) > 1)  # uneven shards
+    _walled.check_ranks(got, wants, parts, world)
 
 
 def test_the_term_is_there_and_grows_with_its_weight(case: dict) -> None:
@@ -141,16 +98,8 @@ def test_the_term_is_there_and_grows_with_its_weight(case: dict) -> None:
 
 @pytest.mark.slow
 def test_training_with_it_on_three_ranks_equals_one_process(case: dict) -> None:
-    root = case["root"]
-    cfg = TrainConfig(partition=str(root / "parts3"), data=case["data"], out=str(root / "run3"), steps=3, lr=1e-2,
-                      latent_size=8, hidden_layers=1, message_passing_steps=2, quiet=True, dtype="float64",
-                      force_loss=dict(FORCES))
-    three = run_ranks(train_rank, 3, asdict(cfg), timeout=120)[0]
-    one = train_rank(0, 1, asdict(TrainConfig(**{**asdict(cfg), "partition": str(root / "parts1"),
-                                                 "out": str(root / "run1")})))
-    np.testing.assert_allclose(three, one, rtol=1e-10)
-    assert load_checkpoint(root / "run3" / "checkpoint.pt")["config"]["force_loss"] == FORCES
-    assert "force_loss = {bottom = 10.0, top = 3.0}" in (root / "run3" / "config.toml").read_text()
+    _walled.check_training(case["root"], case["data"], "force_loss", FORCES,
+                           "force_loss = {bottom = 10.0, top = 3.0}")
 
 
 def test_parse_force_loss() -> None:
@@ -192,18 +141,8 @@ def test_the_command_records_shows_and_refuses(case: dict, capsys) -> None:
             in capsys.readouterr().out)
     assert main(["info", str(root / "cli"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["task"]["force_loss"] == {"bottom": 4.0, "top": 2.0}
-    # on --resume the run's, and another is refused: the run would not repeat
-    assert main(["train", *common[:-1], "--out", str(root / "cli"), "--resume", "--steps", "2", "-q"]) == 0
-    assert load_checkpoint(root / "cli" / "checkpoint.pt")["config"]["force_loss"] == {"bottom": 4.0, "top": 2.0}
-    assert main(["train", *common[:-1], "--out", str(root / "cli"), "--resume", "--steps", "3",
-                 "--force-loss", "top=3", "-q"]) == 2
-    assert "cannot resume with changed settings: force_loss" in capsys.readouterr().err
+    _walled.check_resumed(main, common, root / "cli", "force_loss", {"bottom": 4.0, "top": 2.0}, "--force-loss", "top=3", capsys)
 
 
 def test_transient_and_point_subsets_are_refused(case: dict, tmp_path: Path) -> None:
-    data = open_dataset(case["data"])
-    with pytest.raises(ValueError, match=r"^Expected --force-loss without --max-points \(got --max-points 50\)"):
-        get_task("steady", {"force_loss": {"bottom": 2.0}, "max_points": 50}).check_dataset(data)
-    trajectories = open_dataset(_trajectories.write(tmp_path, parts=(1,))["data"])
-    with pytest.raises(ValueError, match=r"^Expected --force-loss only with the steady task \(got --task transient"):
-        get_task("transient", {"force_loss": {"bottom": 2.0}}).check_dataset(trajectories)
+    _walled.check_refused_beside_subsets_and_trajectories(case["data"], tmp_path, "force_loss", "--force-loss")

@@ -7,7 +7,6 @@ recorded, shown and refused in one line."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -15,40 +14,21 @@ import pytest
 import torch
 
 from meshshard.cli import main
-from meshshard.data import dataset_partition_folder, open_dataset, partition_dataset, write_dataset
-from meshshard.nn import MeshGraphNet
-from meshshard.partition import read_metadata
-from meshshard.run import TrainConfig, load_checkpoint
-from meshshard.tasks import get_task, parse_loss_weight, whole_sample
+from meshshard.tasks import parse_loss_weight, whole_sample
 from tests._dist import run_ranks
-from tests._ranks import all_sum, train_rank
-from tests.meshshard.tasks import _trajectories
+from tests.meshshard.tasks import _walled
 
 WEIGHTS = {"bottom": 10.0, "left": 0.5}  # the corner (0, 0) is on both: it takes 10
 # the nodes within 0.25 of the top (its three upper rows, y >= 7/9) weigh 3, those of them on the left too
 # (the largest weight); the top's own nodes 4; the bottom's nodes near the left's bottom corner 0.25
+SEED = 7  # the model's initial weights
 REGIONS = {"bottom": 10.0, "left": 0.5, "top:0.25": 3.0, "top": 4.0, "left:0.15": 0.25}
 
 
 @pytest.fixture(scope="module")
 def case(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("loss_weight")
-    nx, ny = 19, 9  # 200 nodes: 3 ranks cannot own as many each
-    x, y = np.meshgrid(np.linspace(0.0, 2.0, nx + 1), np.linspace(0.0, 1.0, ny + 1), indexing="xy")
-    pts = np.stack([x.ravel(), y.ravel()], 1)
-    i, j = np.meshgrid(np.arange(nx), np.arange(ny), indexing="xy")
-    a = (j * (nx + 1) + i).ravel()
-    quads = np.stack([a, a + 1, a + nx + 2, a + nx + 1], 1)
-    rng = np.random.default_rng(3)
-    waves = rng.normal(size=(4, 2, 2))
-    inputs = np.stack([np.cos(pts @ w) for w in waves])
-    targets = np.stack([np.stack([v[:, 0] + pts[:, 0], v[:, 1], v[:, 0] * v[:, 1]], 1) for v in inputs])
-    walls = {"bottom": np.flatnonzero(pts[:, 1] == 0.0), "left": np.flatnonzero(pts[:, 0] == 0.0),
-             "top": np.flatnonzero(pts[:, 1] == 1.0)}
-    write_dataset(root / "data", inputs, targets, pos=pts, cells=[("quad", quads)], input_names=[("a", 2)],
-                  target_names=["p", ("U", 2)], val_samples=[3], dtype="float64", boundaries=walls)
-    for k in (1, 2, 3, 4):
-        partition_dataset(root / "data", root / f"parts{k}", k)
+    pts, walls = _walled.write_rectangle(root, 3)
     w = np.where(np.isin(np.arange(len(pts)), walls["bottom"]), 10.0,
                  np.where(np.isin(np.arange(len(pts)), walls["left"]), 0.5, 1.0))
     # the same with REGIONS, from the raw points: every weight that applies, the largest wins, 1 if none
@@ -64,29 +44,12 @@ def case(tmp_path_factory) -> dict:
     return {"root": root, "data": str(root / "data"), "w": w, "w_regions": wr}
 
 
-def _model() -> MeshGraphNet:
-    torch.manual_seed(7)
-    return MeshGraphNet(2, 3, 3, latent_size=8, hidden_layers=1, message_passing_steps=2).to(torch.float64)
-
-
-def _sharded(rank: int, world: int, data: str, parts: str, weights: dict) -> list[tuple[float, list[np.ndarray]]]:
-    """Per sample: the loss and every parameter's gradient (summed over the ranks)."""
-    if isinstance(weights, list):  # several sets of weights in one start of the ranks
-        return [_sharded(rank, world, data, parts, w) for w in weights]
-    model, task = _model(), get_task("steady", {"loss_weight": weights})
-    reader = task.reader(open_dataset(data), parts, rank, None, dtype=torch.float64)
-    out = []
-    for s in (0, 2):
-        model.zero_grad()
-        b = reader.sample(s)
-        loss = task.loss(model(b.x, b.graph, b.edge_attr), b)
-        loss.backward()
-        out.append((float(loss.detach()), [all_sum(p.grad).numpy() for p in model.parameters()]))
-    return out
+def _sharded(rank: int, world: int, data: str, parts: str, weights: list[dict]) -> list:
+    return _walled.sharded(rank, world, data, parts, [{"loss_weight": w} for w in weights], SEED)
 
 
 def _reference(data: str, w: np.ndarray) -> list[tuple[float, list[np.ndarray]]]:
-    model, out = _model(), []
+    model, out = _walled.model(SEED), []
     weight = torch.as_tensor(w)[:, None]
     for s in (0, 2):
         model.zero_grad()
@@ -107,39 +70,23 @@ def test_the_weighted_loss_and_every_gradient_on_shards_equal_one_process(case: 
     sets = [WEIGHTS, REGIONS]
     got = run_ranks(_sharded, world, case["data"], parts, sets, timeout=90) if world > 1 else \
         [_sharded(0, 1, case["data"], parts, sets)]
-    counts = [p["num_owned"] for p in read_metadata(dataset_partition_folder(parts, 0))["parts"]]
-    for rank in got:
-        for per_set, want in zip(rank, wants):
-            for (loss, grads), (ref, ref_grads) in zip(per_set, want):
-                assert abs(loss - ref) <= 1e-10 * abs(ref)
-                for g, r in zip(grads, ref_grads):
-                    np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-13)
-    assert len(counts) == world and (world != 3 or len(set(counts)) > 1)  # uneven shards
+    _walled.check_ranks(got, wants, parts, world)
 
 
 def test_every_weight_1_is_the_plain_mean(case: dict) -> None:
-    plain = _sharded(0, 1, case["data"], str(case["root"] / "parts1"), {})
-    ones = _sharded(0, 1, case["data"], str(case["root"] / "parts1"), {"bottom": 1.0})
+    plain = _sharded(0, 1, case["data"], str(case["root"] / "parts1"), [{}])[0]
+    ones = _sharded(0, 1, case["data"], str(case["root"] / "parts1"), [{"bottom": 1.0}])[0]
     for (a, ga), (b, gb) in zip(plain, ones):
         assert abs(a - b) <= 1e-13 * abs(a)
         for x, y in zip(ga, gb):
             np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-15)
-    assert plain[0][0] != _sharded(0, 1, case["data"], str(case["root"] / "parts1"), WEIGHTS)[0][0]
+    assert plain[0][0] != _sharded(0, 1, case["data"], str(case["root"] / "parts1"), [WEIGHTS])[0][0][0]
 
 
 @pytest.mark.slow
 def test_training_with_weights_on_three_ranks_equals_one_process(case: dict) -> None:
-    root = case["root"]
-    cfg = TrainConfig(partition=str(root / "parts3"), data=case["data"], out=str(root / "run3"), steps=3, lr=1e-2,
-                      latent_size=8, hidden_layers=1, message_passing_steps=2, quiet=True, dtype="float64",
-                      loss_weight=dict(REGIONS))
-    three = run_ranks(train_rank, 3, asdict(cfg), timeout=120)[0]
-    one = train_rank(0, 1, asdict(TrainConfig(**{**asdict(cfg), "partition": str(root / "parts1"),
-                                                 "out": str(root / "run1")})))
-    np.testing.assert_allclose(three, one, rtol=1e-10)
-    assert load_checkpoint(root / "run3" / "checkpoint.pt")["config"]["loss_weight"] == REGIONS
-    assert ('loss_weight = {bottom = 10.0, left = 0.5, "top:0.25" = 3.0, top = 4.0, "left:0.15" = 0.25}'
-            in (root / "run3" / "config.toml").read_text())
+    _walled.check_training(case["root"], case["data"], "loss_weight", REGIONS,
+                           'loss_weight = {bottom = 10.0, left = 0.5, "top:0.25" = 3.0, top = 4.0, "left:0.15" = 0.25}')
 
 
 def test_parse_loss_weight() -> None:
@@ -187,18 +134,8 @@ def test_the_command_records_shows_and_refuses(case: dict, capsys) -> None:
     weighted = {"bottom": 4.0, "top": 2.0, "top:0.3": 1.5}
     assert main(["info", str(root / "cli"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["task"]["loss_weight"] == weighted
-    # on --resume the run's weights, and another is refused: the run would not repeat
-    assert main(["train", *common[:-1], "--out", str(root / "cli"), "--resume", "--steps", "2", "-q"]) == 0
-    assert load_checkpoint(root / "cli" / "checkpoint.pt")["config"]["loss_weight"] == weighted
-    assert main(["train", *common[:-1], "--out", str(root / "cli"), "--resume", "--steps", "3",
-                 "--loss-weight", "top=3", "-q"]) == 2
-    assert "cannot resume with changed settings: loss_weight" in capsys.readouterr().err
+    _walled.check_resumed(main, common, root / "cli", "loss_weight", weighted, "--loss-weight", "top=3", capsys)
 
 
 def test_transient_and_point_subsets_are_refused(case: dict, tmp_path: Path) -> None:
-    data = open_dataset(case["data"])
-    with pytest.raises(ValueError, match=r"^Expected --loss-weight without --max-points \(got --max-points 50\)"):
-        get_task("steady", {"loss_weight": {"bottom": 2.0}, "max_points": 50}).check_dataset(data)
-    trajectories = open_dataset(_trajectories.write(tmp_path, parts=(1,))["data"])
-    with pytest.raises(ValueError, match=r"^Expected --loss-weight only with the steady task \(got --task transient"):
-        get_task("transient", {"loss_weight": {"bottom": 2.0}}).check_dataset(trajectories)
+    _walled.check_refused_beside_subsets_and_trajectories(case["data"], tmp_path, "loss_weight", "--loss-weight")
