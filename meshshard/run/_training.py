@@ -532,9 +532,9 @@ def _train(cfg: TrainConfig) -> list[float]:
         if done % cfg.checkpoint_every == 0 or done == cfg.steps or stopping:
             last_saved = f"{ckpt_path} (step {done})"
         if stopping:
-            log.event({"step": done, "event": "max_time", "seconds": cfg.max_time},
+            log.event({"step": done, "event": "max_time", "seconds": cfg.max_time, "steps": cfg.steps},
                       f"stopped at the time budget (--max-time {cfg.max_time:g} s) after step {done}: {ckpt_path} "
-                      f"holds it; continue with --resume")
+                      f"holds it; continue with --resume" + _unfinished_schedule(cfg, done))
             break
     else:
         stopping = False
@@ -544,6 +544,16 @@ def _train(cfg: TrainConfig) -> list[float]:
     log.close()
     barrier()
     return losses
+
+
+def _unfinished_schedule(cfg: TrainConfig, done: int) -> str:
+    """What a stop at the time budget leaves of a decaying learning-rate schedule, and the
+    ``--steps`` whose schedule would have ended within it (the steps done), or nothing."""
+    if cfg.lr_schedule == "constant":
+        return ""
+    left = lr_at(cfg, done) / cfg.lr
+    return (f". Its --lr-schedule {cfg.lr_schedule} was set for --steps {cfg.steps} and stops at {left:.0%} of --lr: "
+            f"for a schedule that ends within the budget, train with --steps {done} (what fitted)")
 
 
 def _check_steps_left(done: int, cfg: TrainConfig) -> str | None:

@@ -34,9 +34,23 @@ def test_a_time_budget_stops_with_a_checkpoint_that_resumes_exactly(setup: dict)
     run = Path(setup["root"]) / "budget"
     assert load_checkpoint(run / "checkpoint.pt")["step"] == 1
     events = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
-    assert {"step": 1, "event": "max_time", "seconds": 1e-9} in events
+    assert {"step": 1, "event": "max_time", "seconds": 1e-9, "steps": STEPS} in events
     resumed = train(_one_process(setup, "budget", steps=STEPS, resume=True))
     assert resumed == whole  # float64, the same samples in the same order: bit for bit
+
+
+def test_a_stop_at_the_time_budget_says_what_is_left_of_the_schedule(setup: dict, capsys) -> None:  # noqa: F811
+    """With a decaying schedule the stop says the rate it stopped at (a cosine over 4 steps: 1 + cos(pi / 3)
+    halved, 75%) and the --steps that fitted;
+    with a constant one it says neither."""
+    train(_one_process(setup, "budget-cosine", steps=STEPS, max_time=1e-9, quiet=False, lr_schedule="cosine",
+                       warmup=0))
+    said = capsys.readouterr().out
+    assert (f"Its --lr-schedule cosine was set for --steps {STEPS} and stops at 75% of --lr: for a schedule that ends "
+            "within the budget, train with --steps 1 (what fitted)") in said, said
+    train(_one_process(setup, "budget-constant", steps=STEPS, max_time=1e-9, quiet=False))
+    said = capsys.readouterr().out
+    assert "stopped at the time budget" in said and "--lr-schedule" not in said
 
 
 def _clip_rank(rank: int, world: int, cfg: dict) -> list[float]:
