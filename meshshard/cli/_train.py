@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from meshshard.run import (
+    AUTO_STEPS,
     AUTO_WARMUP,
     BUILTIN_MODELS,
     CHECKPOINT,
@@ -64,9 +65,25 @@ def _warmup(text: str) -> int:
     return steps
 
 
+def _steps(text: str) -> int:
+    """``--steps``: a number of steps, or ``auto`` (:data:`AUTO_STEPS`: as many as fit ``--max-time``)."""
+    if text.strip().lower() == "auto":
+        return AUTO_STEPS
+    try:
+        steps = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"Expected a number of steps or auto (got {text!r})") from None
+    if steps < 1:  # -1 is how auto is stored, never a spelling of it
+        raise argparse.ArgumentTypeError(f"Expected a positive number of steps or auto (got {text!r})")
+    return steps
+
+
 def _check_counts(args: Any) -> str | None:
     """The first count or rate on the command line that cannot work, as a one-line error; else None."""
-    for flag, value in (("--steps", args.steps), ("--every", args.every), ("--log-every", args.log_every),
+    if args.steps == AUTO_STEPS and not (args.max_time > 0 or args.resume):
+        return "Expected --steps auto with --max-time (it fits the number of steps to that budget)"
+    for flag, value in (("--steps", 1 if args.steps == AUTO_STEPS else args.steps), ("--every", args.every),
+                        ("--log-every", args.log_every),
                         ("--latent", args.latent), ("--mp-steps", args.mp_steps),
                         ("--data-parallel", args.data_parallel),
                         ("--batch", args.batch), ("--rollout-train", args.rollout_train)):
@@ -87,7 +104,7 @@ def _check_counts(args: Any) -> str | None:
         return f"Expected --lr to be a positive number (got {args.lr})"
     if args.warmup < AUTO_WARMUP:
         return f"Expected --warmup to be auto, 0 (none) or a positive integer (got {args.warmup})"
-    if args.warmup > args.steps:
+    if args.warmup > args.steps and args.steps != AUTO_STEPS:
         return (f"Expected --warmup at most --steps (got {args.warmup} > {args.steps}): the learning rate would "
                 "never reach --lr")
     if args.noise_std > MAX_NOISE_STD:
@@ -290,7 +307,8 @@ def _apply_recipe(args: Any) -> str | None:
         where = args.config
         try:
             recipe = read_recipe(where, TrainConfig, convert={"max_time": _file_value(_duration),
-                                                              "warmup": _file_value(_warmup)},
+                                                              "warmup": _file_value(_warmup),
+                                                              "steps": _file_value(_steps)},
                                  other_names={flag: key for key, flag in _ARGUMENT.items()})
         except ValueError as err:
             return str(err)
@@ -389,9 +407,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--print-config", action="store_true",
                    help="print the resolved recipe as TOML (every setting, as the run would use it) and exit "
                    "without training; --config reads it back")
-    p.add_argument("--steps", type=int, default=None,
+    p.add_argument("--steps", type=_steps, default=None, metavar="STEPS|auto",
                    help=f"total training steps (default {_DEFAULTS['steps']}; on --resume the run's: "
-                   "a resumed run goes on up to this many)")
+                   "a resumed run goes on up to this many); auto, with --max-time: as many as fit the budget, "
+                   "timed on a few untrained passes first, so that the schedule ends within it")
     p.add_argument("--lr", type=float, default=None,
                    help=f"learning rate (default {_DEFAULTS['lr']:g}; on --resume the run's, "
                    "and a changed one is applied)")

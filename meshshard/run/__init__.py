@@ -67,7 +67,7 @@ from ._recipe_file import read_recipe, recipe_text, write_recipe
 from ._request import PredictConfig, check_prediction_request, parse_view
 from ._subsample import POINT_MODELS, keep_points
 from ._trained_run import TrainedRun, TransientRun, load_run
-from ._training import AUTO_WARMUP, TrainConfig, check_max_points, check_training, sample_index, train
+from ._training import AUTO_STEPS, AUTO_WARMUP, TrainConfig, check_max_points, check_training, sample_index, train
 from ._vtk import COMPRESSIONS
 from ._writer import GATHER_MAX_NODES
 
@@ -99,6 +99,7 @@ __all__ = [
     "ExactnessReport",
     "ModelRecipe",
     "PredictConfig",
+    "AUTO_STEPS",
     "AUTO_WARMUP",
     "TrainConfig",
     "TrainedRun",

@@ -81,7 +81,8 @@ def recipe_text(config: Any, leave_out: Iterable[str] = ()) -> str:
     field but ``leave_out``, in the class's order, under :data:`RECIPE_HEADER`."""
     skip = set(leave_out)
     values = {k: v for k, v in asdict(config).items() if k not in skip}
-    return toml_text(values, RECIPE_HEADER + "\n# warmup = -1 is auto; max_time is in seconds (0: no budget)")
+    return toml_text(values, RECIPE_HEADER + "\n# steps = -1 and warmup = -1 are auto; max_time is in seconds "
+                     "(0: no budget)")
 
 
 def write_recipe(path: str | os.PathLike[str], config: Any, leave_out: Iterable[str] = ()) -> None:

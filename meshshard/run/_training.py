@@ -143,6 +143,13 @@ def sample_index(seed: int, step: int, data_rank: int, data_parallel: int, num_s
 LR_SCHEDULES = ("constant", "cosine", "exponential")
 #: ``TrainConfig.warmup`` of ``--warmup auto`` (the default): :func:`warmup_steps`.
 AUTO_WARMUP = -1
+#: ``TrainConfig.steps`` of ``--steps auto`` (with ``--max-time``): :func:`_fit_steps`.
+AUTO_STEPS = -1
+#: Forward and backward passes ``--steps auto`` times before the first step (none of them trains).
+PROBE_STEPS = 8
+#: A training step's time over its forward and backward pass's, for ``--steps auto``: the shape
+#: sweep's steps (one rank) took 72 ms against 57 ms for the passes alone.
+FIT_MARGIN = 1.25
 
 
 def warmup_steps(cfg: TrainConfig) -> int:
@@ -196,6 +203,16 @@ def check_max_points(cfg: TrainConfig) -> None:
         raise ValueError(f"Expected --max-points only with the steady task (got --task {cfg.task})")
 
 
+def check_steps(cfg: TrainConfig) -> None:
+    """Refuse, in one line, ``--steps`` that is neither a positive number nor ``auto`` with a time
+    budget to fit the steps to (or on ``--resume``: the steps fitted when the run began)."""
+    if cfg.steps == AUTO_STEPS:
+        if not (cfg.max_time > 0 or cfg.resume):
+            raise ValueError("Expected --steps auto with --max-time (it fits the number of steps to that budget)")
+    elif cfg.steps < 1:
+        raise ValueError(f"Expected --steps to be a positive integer or auto (got {cfg.steps})")
+
+
 def step_samples(cfg: TrainConfig, step: int, data_rank: int, train_ids: Any) -> list[int]:
     """The ``cfg.batch`` training samples data rank ``data_rank`` trains on at ``step``: the
     schedule of :func:`sample_index` read ``batch`` micro-steps at a time (``batch`` 1: the sample
@@ -216,6 +233,7 @@ def _checked_setup(cfg: TrainConfig, ctx: Any) -> tuple[TrainConfig, Any, Any, d
         raise ValueError(f"Expected --batch to be a positive integer (got {cfg.batch})")
     lr_at(cfg, 0)  # refuses an unknown schedule, before any collective
     check_max_points(cfg)
+    check_steps(cfg)
     domain = ctx.world_size // cfg.data_parallel
     dataset = open_dataset(cfg.data)  # once: the checks and the reader share it
     cfg = replace(cfg, task=cfg.task or dataset_task(dataset))  # recorded: predict finds the task again
@@ -441,6 +459,8 @@ def _train(cfg: TrainConfig) -> list[float]:
     stale = _folder.check_run_folder(cfg.out, cfg.resume, cfg.force)
     identity = _folder.run_identity(meta, cfg.data)
     saved = load_checkpoint(Path(cfg.out) / CHECKPOINT, "cpu") if cfg.resume else None
+    if saved is not None and cfg.steps == AUTO_STEPS:  # the steps fitted when the run began
+        cfg = replace(cfg, steps=int(saved.get("config", {}).get("steps") or AUTO_STEPS))
     if saved is not None:
         _folder.check_resume(saved.get("config", {}), saved.get("identity"), asdict(cfg), identity)
     device_mesh = init_device_mesh_2d(domain)  # the ranks: data x domain
@@ -470,6 +490,11 @@ def _train(cfg: TrainConfig) -> list[float]:
     best_by = "val_rollout_rmse" if rolling else "val_loss"
     if saved is not None:
         losses, start, best_val, old_lr = _resume(run, saved, best_by)
+    began = time.monotonic()  # --max-time counts this process's training, from here
+    fitted = None
+    if cfg.steps == AUTO_STEPS:
+        cfg, fitted = _fit_steps(run, began)
+        run.cfg = cfg
     last_saved = f"{ckpt_path} (step {start})" if start else "none yet"
     log = _open_log(run, stale, losses, start, meta, num_parameters, saved, digest, old_lr)
 
@@ -503,8 +528,13 @@ def _train(cfg: TrainConfig) -> list[float]:
     if cfg.val_every > 0 and not validating and ctx.rank == 0 and not cfg.quiet:
         print(f"note: {cfg.data} has no validation samples (meshshard dataset --val-fraction / --val-samples); "
               "no validation loss is logged", file=sys.stderr)
+    if fitted is not None:
+        log.event({"step": 0, "event": "fit_steps", "steps": cfg.steps, **fitted},
+                  f"--steps auto: {cfg.steps} steps fit the rest of --max-time {cfg.max_time:g} s, at "
+                  f"{fitted['step_s'] * 1e3:.1f} ms a step (the slowest rank, {PROBE_STEPS} untrained passes)"
+                  + (f" and {fitted['validation_s']:.2f} s a validation every {cfg.val_every}"
+                     if fitted["validation_s"] else ""))
     checked: dict[int, tuple | None] = {}  # sample -> its first non-finite row on this rank, or None
-    began = time.monotonic()  # --max-time counts this process's training, from here
     for step in range(start, cfg.steps):
         if validating and step % cfg.val_every == 0:
             keep_best(step)
@@ -546,6 +576,51 @@ def _train(cfg: TrainConfig) -> list[float]:
     return losses
 
 
+def _fit_steps(run: _Session, began: float) -> tuple[TrainConfig, dict[str, float]]:
+    """``--steps auto``: the steps that fit what is left of ``--max-time``, from the median time of
+    :data:`PROBE_STEPS` forward and backward passes on the first steps' samples, the first two left
+    out (and of one validation pass, with ``--val-every``), the slowest rank's, times
+    :data:`FIT_MARGIN`. The passes train nothing: their
+    gradients are dropped, and the model's buffers and the random state are restored, so the run
+    is the run of ``--steps N`` with the number found, which is recorded."""
+    cfg, model = run.cfg, run.model
+    probe = replace(cfg, steps=PROBE_STEPS)  # the probe's samples and clock: the first steps'
+    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+    rng = torch.get_rng_state()
+    run.cfg = probe
+    try:
+        times = []
+        for step in range(PROBE_STEPS):
+            t0 = time.perf_counter()
+            run.backward(step, 0, {}, began)
+            times.append(time.perf_counter() - t0)
+        step_s = float(np.median(times[2:]))  # the first passes warm up (allocations, caches)
+        validating = cfg.val_every > 0 and len(run.reader.val) > 0
+        t0 = time.perf_counter()
+        if validating:
+            with torch.no_grad():
+                run.validate(0)
+                if cfg.val_rollout > 0 and getattr(run.task, "rolls_out", False):
+                    run.validate_rollout(0)
+        validation_s = time.perf_counter() - t0 if validating else 0.0
+    finally:
+        run.cfg = cfg
+        run.opt.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            for name, b in model.named_buffers():
+                b.copy_(buffers[name])
+        torch.set_rng_state(rng)
+    slowest = torch.tensor([step_s, validation_s], dtype=torch.float64, device=run.ctx.device)
+    from meshshard.comm import all_reduce_max
+
+    slowest = all_reduce_max(slowest).tolist()  # every rank alike
+    left = cfg.max_time - (time.monotonic() - began)
+    # a quarter more for what the passes leave out: the optimizer step, logs, checkpoints, meshes read the first time
+    per_step = FIT_MARGIN * slowest[0] + (slowest[1] / cfg.val_every if validating else 0.0)
+    steps = max(1, int(left / per_step))
+    return replace(cfg, steps=steps), {"step_s": slowest[0], "validation_s": slowest[1]}
+
+
 def _unfinished_schedule(cfg: TrainConfig, done: int) -> str:
     """What a stop at the time budget leaves of a decaying learning-rate schedule, and the
     ``--steps`` whose schedule would have ended within it (the steps done), or nothing."""
@@ -585,8 +660,11 @@ def check_training(cfg: TrainConfig, saved: dict[str, Any] | None = None) -> Non
         ModelRecipe.from_config(asdict(cfg)).build(*task.model_sizes(data))
     check_model_radius(asdict(cfg), cfg.partition)
     check_max_points(cfg)
+    check_steps(cfg)
     if cfg.resume:
         saved = saved if saved is not None else load_checkpoint(Path(cfg.out) / CHECKPOINT)
+        if cfg.steps == AUTO_STEPS:  # the steps fitted when the run began
+            cfg = replace(cfg, steps=int(saved.get("config", {}).get("steps") or AUTO_STEPS))
         _check_steps_left(int(saved["step"]), cfg)  # its note is printed by rank 0
         _folder.check_resume(saved.get("config", {}), saved.get("identity"), asdict(cfg),
                              _folder.run_identity(check_partition_matches(data, cfg.partition), cfg.data))

@@ -13,7 +13,7 @@ import torch
 
 from meshshard.cli._train import parse_duration
 from meshshard.data import open_dataset
-from meshshard.run import TrainConfig, load_checkpoint, sample_index, train
+from meshshard.run import AUTO_STEPS, TrainConfig, load_checkpoint, sample_index, train
 from tests._dist import run_ranks
 from tests.meshshard.run._reference import whole_mesh_training
 from tests.meshshard.run.test_train import setup  # noqa: F401 - the shared module fixture
@@ -51,6 +51,49 @@ def test_a_stop_at_the_time_budget_says_what_is_left_of_the_schedule(setup: dict
     train(_one_process(setup, "budget-constant", steps=STEPS, max_time=1e-9, quiet=False))
     said = capsys.readouterr().out
     assert "stopped at the time budget" in said and "--lr-schedule" not in said
+
+
+def test_auto_steps_fit_the_budget_and_train_as_that_many_steps_would(setup: dict, capsys) -> None:  # noqa: F811
+    """--steps auto: untrained passes time a step, the run takes the steps that fit --max-time and
+    records them; it equals the run of --steps N with that N (float64, bit for bit: the passes
+    change nothing), and --resume keeps N; without --max-time it is refused."""
+    auto = train(_one_process(setup, "auto", steps=AUTO_STEPS, max_time=2.0, quiet=False, val_every=5,
+                              lr_schedule="cosine"))
+    said = capsys.readouterr().out
+    ckpt = load_checkpoint(Path(setup["root"]) / "auto" / "checkpoint.pt")
+    n = ckpt["config"]["steps"]
+    assert isinstance(n, int) and n >= 1 and f"--steps auto: {n} steps fit the rest of --max-time 2 s" in said, said
+    events = [json.loads(line) for line in (Path(setup["root"]) / "auto" / "log.jsonl").read_text().splitlines()]
+    fit = [e for e in events if e.get("event") == "fit_steps"]
+    assert len(fit) == 1 and fit[0]["steps"] == n and fit[0]["step_s"] > 0 and fit[0]["validation_s"] > 0
+    explicit = train(_one_process(setup, "auto-explicit", steps=n, val_every=5, lr_schedule="cosine"))
+    assert auto == explicit[:len(auto)]  # the budget may stop the auto run a little early, never otherwise
+    # --resume with --steps auto goes on to the n recorded (nothing left when the budget did not stop it)
+    train(_one_process(setup, "auto", steps=AUTO_STEPS, max_time=0.0, resume=True, val_every=5, lr_schedule="cosine"))
+    resumed = load_checkpoint(Path(setup["root"]) / "auto" / "checkpoint.pt")
+    assert resumed["step"] == n and resumed["losses"] == explicit
+    with pytest.raises(ValueError, match=r"^Expected --steps auto with --max-time \(it fits the number of steps"):
+        train(_one_process(setup, "auto-no-budget", steps=AUTO_STEPS))
+
+
+def test_auto_steps_on_the_command_line_and_in_a_recipe(setup: dict, capsys) -> None:  # noqa: F811
+    from meshshard.cli import main
+
+    root = Path(setup["root"])
+    common = ["train", str(root / "partition1"), "--data", str(root / "data"), "--out", str(root / "auto-cli")]
+    assert main([*common, "--steps", "auto"]) == 2
+    assert capsys.readouterr().err.strip() == ("meshshard train: error: Expected --steps auto with --max-time (it fits "
+                                               "the number of steps to that budget)")
+    with pytest.raises(SystemExit) as stopped:  # argparse's refusal of the value
+        main([*common, "--steps", "0"])
+    assert stopped.value.code == 2 and "Expected a positive number of steps or auto (got '0')" in capsys.readouterr().err
+    assert main([*common, "--steps", "auto", "--max-time", "5m", "--print-config"]) == 0
+    printed = capsys.readouterr().out
+    assert "\nsteps = -1\n" in printed and "# steps = -1 and warmup = -1 are auto" in printed
+    (root / "auto.toml").write_text(printed.replace("steps = -1", 'steps = "auto"'))
+    assert main(["train", "--config", str(root / "auto.toml"), "--print-config"]) == 0
+    assert "\nsteps = -1\n" in capsys.readouterr().out
+    assert not (root / "auto-cli").exists()
 
 
 def _clip_rank(rank: int, world: int, cfg: dict) -> list[float]:
