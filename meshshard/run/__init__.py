@@ -65,9 +65,10 @@ from ._recipe import (
 )
 from ._recipe_file import read_recipe, recipe_text, write_recipe
 from ._request import PredictConfig, check_prediction_request, parse_view
+from ._schedule import AUTO_STEPS, AUTO_WARMUP
 from ._subsample import POINT_MODELS, keep_points
 from ._trained_run import TrainedRun, TransientRun, load_run
-from ._training import AUTO_STEPS, AUTO_WARMUP, TrainConfig, check_max_points, check_training, sample_index, train
+from ._training import TrainConfig, check_max_points, check_training, sample_index, train
 from ._vtk import COMPRESSIONS
 from ._writer import GATHER_MAX_NODES
 

@@ -63,7 +63,8 @@ def test_flags_given_override_the_file(tmp_path: Path, capsys) -> None:
 @pytest.mark.parametrize(("text", "message"), [
     ("latnet = 3\n", r"unknown key 'latnet' \(the keys are partition, data, out, steps,"),
     ("mp_steps = 3\n", r"unknown key 'mp_steps' \(did you mean 'message_passing_steps'\?\)"),
-    ('steps = "3"\n', r"Expected 'steps' to be an integer \(got '3', a string\)"),
+    ('batch = "3"\n', r"Expected 'batch' to be an integer \(got '3', a string\)"),
+    ('steps = "many"\n', r"steps: Expected a number of steps or auto \(got 'many'\)"),
     ("seed = true\n", r"Expected 'seed' to be an integer \(got True, a boolean\)"),
     ("quiet = 1\n", r"Expected 'quiet' to be true or false \(got 1, an integer\)"),
     ('dtype = "float16"\n', r"Expected 'dtype' to be one of float32, float64 \(got 'float16'\)"),

@@ -17,7 +17,7 @@ def whole_mesh_training(cfg: TrainConfig, steps: int, samples_of_step: Callable[
                         clip: float = 0.0) -> tuple[list[float], dict, list[float]]:
     """``(losses, state_dict, gradient norms before clipping)`` of ``steps`` steps in float64, at
     the learning rate ``lr_of_step(step)`` (default: ``cfg``'s schedule, ``lr_at``)."""
-    from meshshard.run._training import lr_at
+    from meshshard.run._schedule import lr_at
 
     lr_of_step = lr_of_step or (lambda step: lr_at(cfg, step))
     cache: dict[int, tuple] = {}

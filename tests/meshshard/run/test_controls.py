@@ -153,7 +153,7 @@ def test_several_samples_a_step_on_shards_equal_one_process(setup: dict, world: 
 
 
 def test_lr_schedules() -> None:
-    from meshshard.run._training import lr_at
+    from meshshard.run._schedule import lr_at
 
     cosine = TrainConfig(partition="", data="", out="", steps=11, lr=1.0, lr_schedule="cosine", warmup=0, lr_floor=0.1)
     rates = [lr_at(cosine, s) for s in range(11)]
@@ -187,7 +187,7 @@ def test_lr_schedules() -> None:
 
 @pytest.mark.parametrize("schedule", ["cosine", "exponential"])
 def test_a_scheduled_run_equals_one_process_and_resumes_exactly(setup: dict, schedule: str) -> None:  # noqa: F811
-    from meshshard.run._training import lr_at
+    from meshshard.run._schedule import lr_at
 
     sched = {"lr_schedule": schedule, "warmup": 2, "lr_floor": 0.05}
     whole = train(_one_process(setup, f"sched-whole-{schedule}", steps=STEPS, **sched))

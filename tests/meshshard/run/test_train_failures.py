@@ -177,7 +177,6 @@ def test_bad_counts_environment_and_checkpoints_are_one_line_and_exit_2(
     out = setup["root"] / "counts"
     cases = {
         ("--every", "0"): "Expected --every to be a positive integer (got 0)",
-        ("--steps", "-1"): "Expected --steps to be a positive integer (got -1)",
         ("--log-every", "0"): "Expected --log-every to be a positive integer (got 0)",
         ("--val-every", "-2"): "Expected --val-every to be 0 (off) or a positive integer (got -2)",
         ("--nproc", "-1"): "Expected --nproc to be 0 (not launching) or a positive integer (got -1)",
@@ -186,6 +185,11 @@ def test_bad_counts_environment_and_checkpoints_are_one_line_and_exit_2(
     for extra, message in cases.items():
         assert main(_cli(setup, out, *extra)) == 2, extra
         assert capsys.readouterr().err == f"meshshard train: error: {message}\n"
+    with pytest.raises(SystemExit) as stopped:  # --steps is a number or auto, which its parser decides
+        main(_cli(setup, out, "--steps", "-1"))
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.endswith("meshshard train: error: argument --steps: Expected a positive number of "
+                                            "steps or auto (got '-1')\n")
     assert not out.exists()
 
     monkeypatch.setenv("SLURM_PROCID", "0")
