@@ -52,30 +52,28 @@ __all__ = ["register"]
 MAX_NOISE_STD = 10.0
 
 
-def _warmup(text: str) -> int:
-    """``--warmup``: ``auto`` (:data:`AUTO_WARMUP`) or a number of steps."""
-    if text.strip().lower() == "auto":
-        return AUTO_WARMUP
-    try:
-        steps = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"Expected auto or a number of steps (got {text!r})") from None
-    if steps < 0:  # -1 is how auto is stored, never a spelling of it
-        raise argparse.ArgumentTypeError(f"Expected auto, 0 (none) or a positive number of steps (got {text!r})")
-    return steps
+def _auto_or_steps(auto: int, least: int, not_a_number: str, too_few: str) -> Any:
+    """A flag's parser of ``auto`` (stored as ``auto``) or a number of steps of at least ``least``;
+    the two refusals name what the flag takes (``{text!r}`` in them is the value given)."""
+    def parse(text: str) -> int:
+        if text.strip().lower() == "auto":
+            return auto
+        try:
+            steps = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(not_a_number.format(text=text)) from None
+        if steps < least:  # -1 is how auto is stored, never a spelling of it
+            raise argparse.ArgumentTypeError(too_few.format(text=text))
+        return steps
+    return parse
 
 
-def _steps(text: str) -> int:
-    """``--steps``: a number of steps, or ``auto`` (:data:`AUTO_STEPS`: as many as fit ``--max-time``)."""
-    if text.strip().lower() == "auto":
-        return AUTO_STEPS
-    try:
-        steps = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"Expected a number of steps or auto (got {text!r})") from None
-    if steps < 1:  # -1 is how auto is stored, never a spelling of it
-        raise argparse.ArgumentTypeError(f"Expected a positive number of steps or auto (got {text!r})")
-    return steps
+#: ``--warmup``: ``auto`` (:data:`AUTO_WARMUP`) or a number of steps, 0 for none.
+_warmup = _auto_or_steps(AUTO_WARMUP, 0, "Expected auto or a number of steps (got {text!r})",
+                         "Expected auto, 0 (none) or a positive number of steps (got {text!r})")
+#: ``--steps``: a number of steps, or ``auto`` (:data:`AUTO_STEPS`: as many as fit ``--max-time``).
+_steps = _auto_or_steps(AUTO_STEPS, 1, "Expected a number of steps or auto (got {text!r})",
+                        "Expected a positive number of steps or auto (got {text!r})")
 
 
 def _check_counts(args: Any) -> str | None:
