@@ -78,8 +78,6 @@ _steps = _auto_or_steps(AUTO_STEPS, 1, "Expected a number of steps or auto (got 
 
 def _check_counts(args: Any) -> str | None:
     """The first count or rate on the command line that cannot work, as a one-line error; else None."""
-    if args.steps == AUTO_STEPS and not (args.max_time > 0 or args.resume):
-        return "Expected --steps auto with --max-time (it fits the number of steps to that budget)"
     for flag, value in (("--steps", 1 if args.steps == AUTO_STEPS else args.steps), ("--every", args.every),
                         ("--log-every", args.log_every),
                         ("--latent", args.latent), ("--mp-steps", args.mp_steps),

@@ -82,10 +82,8 @@ def fit_steps(run: Any, began: float) -> tuple[Any, dict[str, float]]:
     gradients are dropped, and the model's buffers and the random state are restored, so the run
     is the run of ``--steps N`` with the number found, which is recorded."""
     cfg, model = run.cfg, run.model
-    probe = replace(cfg, steps=PROBE_STEPS)  # the probe's samples and clock: the first steps'
     buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
     rng = torch.get_rng_state()
-    run.cfg = probe
     try:
         times = []
         for step in range(PROBE_STEPS):
@@ -102,7 +100,6 @@ def fit_steps(run: Any, began: float) -> tuple[Any, dict[str, float]]:
                     run.validate_rollout(0)
         validation_s = time.perf_counter() - t0 if validating else 0.0
     finally:
-        run.cfg = cfg
         run.opt.zero_grad(set_to_none=True)
         with torch.no_grad():
             for name, b in model.named_buffers():
