@@ -6,17 +6,22 @@ to a file the script names; peak memory is ``ru_maxrss`` (Linux: KiB), reported 
 that run the commands themselves start ``meshshard`` as ``meshshard.cli.command_argv`` says
 (``$MESHSHARD_COMMAND`` when set: what a command measures of itself, its step and its ranks' memory,
 is measured inside it either way) and share :func:`ensure_partition` (a cached ``meshshard partition``).
+What a script writes for its own use (meshes, partitions, the workers' JSON) goes to
+:func:`scratch_folder`, removed when the script ends.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import re
 import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -24,12 +29,22 @@ from typing import Any, NoReturn
 
 from meshshard.cli import command_argv
 
-__all__ = ["peak_rss_mb", "worker_arguments", "worker_command", "run_workers", "read_json", "emit", "ensure_partition"]
+__all__ = ["peak_rss_mb", "worker_arguments", "worker_command", "run_workers", "read_json", "emit", "ensure_partition",
+           "scratch_folder"]
 
 
 def peak_rss_mb(children: bool = False) -> float:
     """Peak resident set so far of this process, or (``children``) of its largest finished child, in MiB."""
     return resource.getrusage(resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def scratch_folder(prefix: str = "meshshard-bench-") -> Path:
+    """A new folder under the system's temporary folder, removed with what is in it when this process
+    ends (normally, on an error or on Ctrl-C; not when killed): a bench run of a large mesh writes
+    hundreds of MB there (the mesh, its partitions), which a run left behind would keep."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def worker_arguments(parser: argparse.ArgumentParser) -> None:

@@ -124,11 +124,11 @@ def main() -> int:
     parser.add_argument("--json", help="also write the JSON here")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    import tempfile
+    from _runner import scratch_folder
 
     from meshshard.comm import launch_local
 
-    out = tempfile.mktemp(suffix=".json")
+    out = str(scratch_folder() / "result.json")
     launch_local(worker, args.ranks, {"side": args.side, "latent": args.latent, "mp_steps": args.mp_steps,
                                       "rounds": args.rounds, "out": out})
     result = json.loads(Path(out).read_text())

@@ -19,12 +19,11 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from _runner import end_worker, peak_rss_mb, read_json, run_workers, worker_arguments
+from _runner import end_worker, peak_rss_mb, read_json, run_workers, scratch_folder, worker_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -119,7 +118,7 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def run_config(part_dir: Path, ranks: int, threads: int, args: argparse.Namespace) -> list[dict]:
-    out = tempfile.mktemp(suffix=".json")
+    out = str(scratch_folder() / "result.json")
     flags = ["--worker", "--partition", str(part_dir), "--threads", str(threads),
              "--hidden", str(args.hidden), "--side", str(args.side), "--repeats", str(args.repeats), "--out-json", out]
     env = os.environ | {"OMP_NUM_THREADS": str(threads), "MESHSHARD_TIMEOUT": "120"}
@@ -143,7 +142,7 @@ def main() -> int:
 
     from meshshard.partition import partition_file
 
-    work = Path(tempfile.mkdtemp(prefix="meshshard-bench-sage-"))
+    work = scratch_folder("meshshard-bench-sage-")
     points, cells = hex_mesh(args.side)
     mesh_path = work / "box.vtk"
     meshio.write(mesh_path, meshio.Mesh(points, [("hexahedron", cells)]), binary=True)

@@ -32,11 +32,10 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from _runner import end_worker, peak_rss_mb, read_json, run_workers
+from _runner import end_worker, peak_rss_mb, read_json, run_workers, scratch_folder
 
 
 def _model(channels: int, layers: int):
@@ -157,7 +156,7 @@ def main() -> int:
         worker(args)
         end_worker()
     _, in_channels = _model(args.channels, args.layers)
-    work = Path(tempfile.mkdtemp(prefix="meshshard-bench-grid-"))
+    work = scratch_folder("meshshard-bench-grid-")
     results = []
     sizes = [int(s) for s in args.sizes.split(",")]
     for size in sizes:

@@ -34,7 +34,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -175,7 +174,7 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def main() -> int:
-    from _runner import end_worker, read_json, run_workers, worker_arguments
+    from _runner import end_worker, read_json, run_workers, scratch_folder, worker_arguments
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--side", type=int, default=59)
@@ -193,7 +192,7 @@ def main() -> int:
 
     from meshshard.partition import partition_file
 
-    work = Path(tempfile.mkdtemp(prefix="meshshard-bench-halo-"))
+    work = scratch_folder("meshshard-bench-halo-")
     points, tets = make_box_mesh(args.side)
     meshio.write(work / "box.vtk", meshio.Mesh(points, [("tetra", tets)]), binary=True)
     part = partition_file(work / "box.vtk", work / "parts", args.ranks)

@@ -35,11 +35,10 @@ import os
 import resource
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from _runner import end_worker, peak_rss_mb, run_workers, worker_arguments
+from _runner import end_worker, peak_rss_mb, run_workers, scratch_folder, worker_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -106,7 +105,7 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def run_config(part_dir: Path, ranks: int, threads: int, args: argparse.Namespace, cap_mb: float = 0.0) -> list[dict]:
-    out = tempfile.mktemp(suffix=".json")
+    out = str(scratch_folder() / "result.json")
     flags = ["--worker", "--partition", str(part_dir), "--threads", str(threads),
              "--latent", str(args.latent), "--steps", str(args.steps), "--out-json", out, "--cap-mb", str(cap_mb)]
     env = os.environ | {"OMP_NUM_THREADS": str(threads), "MESHSHARD_TIMEOUT": "120"}
@@ -168,7 +167,7 @@ def main() -> int:
 
     from meshshard.partition import partition_file
 
-    work = Path(tempfile.mkdtemp(prefix="meshshard-bench-mgn-"))
+    work = scratch_folder("meshshard-bench-mgn-")
     points, tets = make_box_mesh(args.side)
     mesh_path = work / "box.vtk"
     meshio.write(mesh_path, meshio.Mesh(points, [("tetra", tets)]), binary=True)

@@ -75,7 +75,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _runner import end_worker, peak_rss_mb, run_workers, worker_arguments
+from _runner import end_worker, peak_rss_mb, run_workers, scratch_folder, worker_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
 STUBS = Path(__file__).resolve().parent / "_stubs"
@@ -474,7 +474,7 @@ def main() -> int:
     for impl, why in skipped.items():
         print(f"{impl}: {why}", flush=True)
     impls = [i for i in impls if i not in skipped]
-    work = Path(tempfile.mkdtemp(prefix="meshshard-bench-peers-"))
+    work = scratch_folder("meshshard-bench-peers-")
 
     if args.fit_gb:
         peers = [i for i in ("physicsnemo-concat", "physicsnemo", "pyg") if i in impls][:1]

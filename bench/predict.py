@@ -24,16 +24,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 from _meshes import make_box_mesh
-from _runner import emit
+from _runner import emit, scratch_folder
 
 
 def run(cmd: list[str]) -> float:
@@ -65,11 +63,7 @@ def main() -> int:
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="meshshard-bench-predict-"))
-    try:
-        return measure(args, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    return measure(args, scratch_folder("meshshard-bench-predict-"))
 
 
 def write_box_dataset(folder: Path, side: int) -> int:

@@ -22,11 +22,10 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from _runner import emit, end_worker, read_json, run_workers, worker_arguments
+from _runner import emit, end_worker, read_json, run_workers, scratch_folder, worker_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL_MESH = ROOT.parent / "shared" / "data" / "sfepy" / "wheelset.vtk"
@@ -129,7 +128,7 @@ def main() -> int:
 
     from meshshard.partition import partition_file
 
-    work = Path(tempfile.mkdtemp(prefix="meshshard-bench-multihop-"))
+    work = scratch_folder("meshshard-bench-multihop-")
     mesh, label = _mesh(args, work)
     parts = partition_file(mesh, work / "parts", args.ranks)
     out = work / "result.json"

@@ -232,10 +232,14 @@ def test_distributed_partition_bench_cap_mode_runs_and_verifies(tmp_path: Path) 
 
 def test_halo_and_collectives_benches_print_before_and_after(tmp_path: Path) -> None:
     """bench/halo.py and bench/collectives.py (issue 37) at toy sizes: BEFORE and AFTER in one run,
-    one exchange each way per with_halo()."""
+    one exchange each way per with_halo(); the mesh and partition it wrote are gone when it ends."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     done = subprocess.run([sys.executable, str(BENCH / "halo.py"), "--side", "6", "--ranks", "2", "--features", "4",
-                           "--repeats", "1"], capture_output=True, text=True, timeout=300, cwd=BENCH)
+                           "--repeats", "1"], capture_output=True, text=True, timeout=300, cwd=BENCH,
+                          env=os.environ | {"TMPDIR": str(scratch)})
     assert done.returncode == 0, done.stderr
+    assert not [f.name for f in scratch.iterdir() if f.name.startswith("meshshard-bench-")]
     r = json.loads(done.stdout.splitlines()[0])
     assert r["collectives_fwd_bwd"] == [1, 1] and r["ghosts_rank0"] > 0, r
     for key in ("ratio_before", "ratio", "ratio_room", "consumer_ratio", "consumer_ratio_plain", "layer_halo_ratio_before",
