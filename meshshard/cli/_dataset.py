@@ -170,9 +170,12 @@ def _prior_line(meta: Mapping[str, Any], record: Mapping[str, Any], offset: bool
     method, left_out = str(record.get("method", "mean")), str(record.get("left_out", "none"))
     if method == "mean" and meta["kind"] == "one-mesh" and left_out == "none":
         return f"  mean     {means}: the node-wise mean of the targets over the {record['of']}, as input channels{then}"
+    k = record.get("k")
+    cases = "every case" if k is None else f"the {k} nearest cases in parameter space"
     what = ("the mean of the targets" if method == "mean" else
-            f"the inverse-distance-weighted mean of the targets of the {record.get('k')} nearest cases in parameter "
-            "space")
+            f"at every node the affine least-squares fit in the parameters of the targets of {cases}, at the "
+            "sample's parameters" if method.startswith("linear") else
+            f"the inverse-distance-weighted mean of the targets of {cases}")
     rule = {"mesh": "; a training sample's leaves out every case on its own mesh (leave-one-shape-out)",
             "sample": "; a training sample's leaves itself out",
             "shape": "; a training sample's leaves out every case of its own shape ("

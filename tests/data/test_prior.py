@@ -133,6 +133,9 @@ def test_a_linear_field_maps_exactly_and_a_shape_never_sees_its_own_mesh(tmp_pat
     assert main(["info", str(tmp_path / "data")]) == 0
     line = [t for t in capsys.readouterr().out.splitlines() if t.startswith("  prior")]
     assert len(line) == 1 and f"p_mean, U_mean ({method})" in line[0] and "leave-one-shape-out" in line[0], line
+    said = {"mean": "the mean of the targets over", "knn:2": "inverse-distance-weighted mean of the targets of the 2 "
+            "nearest", "linear": "affine least-squares fit in the parameters of the targets of every case"}[method]
+    assert said in line[0] and (("inverse-distance" in line[0]) == (method == "knn:2")), line
 
 
 def test_knn_weights_on_one_mesh_leave_the_sample_itself_out(tmp_path: Path) -> None:
