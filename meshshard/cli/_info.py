@@ -69,6 +69,9 @@ def describe_run(summary: dict[str, Any]) -> str:
     if task.get("force_loss"):
         terms = ", ".join(f"{name} x{w:g}" for name, w in task["force_loss"].items())
         lines.append(f"  forces     the loss adds the squared error of the integral over {terms} (--force-loss)")
+    if task.get("relative_loss"):
+        lines.append("  relative   each sample's loss is divided by what predicting the training mean loses on it "
+                     "(--relative-loss)")
     if loss["last"] is not None:
         lines.append(f"  loss       first {loss['first']:.5g}, last {loss['last']:.5g}, "
                      f"best {loss['best']:.5g} at step {loss['best_step']}")

@@ -150,7 +150,7 @@ _RUN_SETTINGS = {"steps": "steps", "latent": "latent_size", "hidden_layers": "hi
                  "batch": "batch", "lr_schedule": "lr_schedule", "warmup": "warmup", "lr_floor": "lr_floor",
                  "global_attention": "global_attention", "attention_heads": "attention_heads",
                  "attention_slices": "attention_slices", "noise_std": "noise_std",
-                 "rollout_train": "rollout_train", "val_rollout": "val_rollout"}
+                 "rollout_train": "rollout_train", "val_rollout": "val_rollout", "relative_loss": "relative_loss"}
 _DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 #: TrainConfig's fields that the parsed arguments hold under another name (the flag's).
 _ARGUMENT = {"latent_size": "latent", "message_passing_steps": "mp_steps", "checkpoint_every": "every"}
@@ -361,7 +361,7 @@ def _train(args: Any) -> int:
         warmup=args.warmup, lr_floor=args.lr_floor, noise_std=args.noise_std,
         rollout_train=args.rollout_train,
         val_rollout=args.val_rollout, task=args.task or "", loss_weight=args.loss_weight,
-        force_loss=args.force_loss,
+        force_loss=args.force_loss, relative_loss=args.relative_loss,
     )
     if args.print_config:  # the resolved recipe: --config reads it back to the same run
         print(recipe_text(cfg), end="")
@@ -494,6 +494,10 @@ def register(subparsers: Any) -> None:
                    help="steady task: add to the loss W times the squared error of each target's integral over the "
                    "named boundary (with a pressure target, the error of the force on it), over the boundary's area "
                    "squared (repeat the flag to add more; default: none; on --resume the run's)")
+    p.add_argument("--relative-loss", action="store_true", default=None,
+                   help="steady task: divide each sample's loss by what predicting the training mean (about the prior, "
+                   "with --mean-field) loses on it, so that every case counts by its relative error (default: off; "
+                   "on --resume the run's)")
     p.add_argument("--nproc", type=int, default=0, help="start this many local ranks (when not under torchrun)")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="no banner, no per-step lines (errors and notes still print)")

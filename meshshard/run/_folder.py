@@ -91,7 +91,7 @@ EXACTNESS_KEYS = ("model", "model_args", "architecture", "latent_size", "hidden_
                   "activation", "global_attention", "attention_heads", "attention_slices", "dtype",
                   "precision", "seed", "data_parallel", "clip_grad", "batch",
                   "lr_schedule", "warmup", "lr_floor", "noise_std",
-                  "rollout_train", "max_points", "loss_weight", "force_loss")
+                  "rollout_train", "max_points", "loss_weight", "force_loss", "relative_loss")
 
 
 def _holds_a_run(out: Path) -> str:
@@ -365,7 +365,7 @@ def run_summary(run: str | Path) -> dict[str, Any]:
         "settings": {k: cfg.get(k) for k in ("lr", "dtype", "precision", "seed", "data_parallel", "checkpoint_every")},
         "task": {"name": str(cfg.get("task") or "steady"), "noise_std": cfg.get("noise_std") or 0,
                  "rollout_train": cfg.get("rollout_train") or 1, "loss_weight": dict(cfg.get("loss_weight") or {}),
-                 "force_loss": dict(cfg.get("force_loss") or {})},
+                 "force_loss": dict(cfg.get("force_loss") or {}), "relative_loss": bool(cfg.get("relative_loss"))},
         "data": cfg.get("data"),
         "partition": cfg.get("partition"),
         "inputs": list(norm.get("input_channels", [])),

@@ -134,6 +134,7 @@ class TrainConfig:
     max_points: int = 0  # point models: about this many random points per sample and epoch in training (0: all)
     loss_weight: dict[str, float] = field(default_factory=dict)  # steady: named boundaries' rows weighted (1: others)
     force_loss: dict[str, float] = field(default_factory=dict)  # steady: + W |boundary integral of the error|^2
+    relative_loss: bool = False  # steady: each sample's loss over what predicting the training mean loses on it
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:

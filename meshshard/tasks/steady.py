@@ -7,6 +7,15 @@ targets over every node of the mesh (with ``loss_weight``, ``train --loss-weight
 of named boundaries weighted: :mod:`meshshard.tasks._loss_weight`; with ``force_loss``, ``train
 --force-loss NAME=W``, plus the squared error of what named boundaries integrate, their forces:
 :mod:`meshshard.tasks._force_loss`); a prediction writes ``<target>_pred`` for every target field.
+
+With ``relative_loss`` (``train --relative-loss``) each sample's mean squared error is divided by
+what predicting the training mean loses on it: the same (weighted) mean of its normalised targets
+squared, which with ``dataset --mean-field`` is its difference from the prior. Every case then
+counts by its relative error, not by how far it lies from the training statistics: on a shape sweep
+the shapes at the corners of the family, whose priors are extrapolations, no longer outweigh the
+shapes inside it, which are the ones a new design resembles. The validation loss is the same ratio.
+A sample equal to the training mean everywhere (nothing to learn) keeps its plain loss. On shards
+the ratio is exact: numerator and denominator are global means, one all-reduce each.
 """
 
 from __future__ import annotations
@@ -57,9 +66,12 @@ class SteadyFields(Task):
     def loss(self, pred: Any, batch: LocalSample, apply: Any = None) -> Tensor:
         """Mean squared error over every node and target channel (``pred`` in the targets' dtype);
         with ``loss_weight``, the weighted mean (:mod:`meshshard.tasks._loss_weight`); with
-        ``force_loss``, plus the boundaries' terms (:mod:`meshshard.tasks._force_loss`)."""
+        ``relative_loss``, over the same mean of the targets squared; with ``force_loss``, plus the
+        boundaries' terms (:mod:`meshshard.tasks._force_loss`)."""
         diff = pred.to(batch.y.dtype) - batch.y
         loss = self._mean_squared(diff ** 2, batch)
+        if self.config.get("relative_loss"):
+            loss = loss / self._baseline_loss(batch)
         if not self.config.get("force_loss"):
             return loss
         forces = getattr(self, "_forces", None)
@@ -68,6 +80,13 @@ class SteadyFields(Task):
                              "it holds the dataset's boundaries")
         term = forces.term(diff, batch.mesh, batch.owned_ids)
         return loss if term is None else loss + term
+
+    def _baseline_loss(self, batch: LocalSample) -> Tensor:
+        """What predicting the training mean loses on ``batch`` (the module docstring), 1 where that
+        is 0; no gradient (the targets are data)."""
+        with torch.no_grad():
+            zero = self._mean_squared(batch.y ** 2, batch)
+        return torch.where(zero > 0, zero, torch.ones_like(zero))
 
     def _mean_squared(self, err: Any, batch: LocalSample) -> Tensor:
         """The mean of ``err`` over every node and channel, weighted with ``loss_weight``."""

@@ -298,6 +298,9 @@ class TransientTask(Task):
         if self.config.get("loss_weight"):
             raise ValueError("Expected --loss-weight only with the steady task (got --task transient, whose loss "
                              "is over the interior classes: --interior-classes chooses them)")
+        if self.config.get("relative_loss"):
+            raise ValueError("Expected --relative-loss only with the steady task (got --task transient, whose loss "
+                             "is the one-step error over the interior classes)")
         if self.config.get("force_loss"):
             raise ValueError("Expected --force-loss only with the steady task (got --task transient, whose loss "
                              "is the one-step error over the interior classes)")

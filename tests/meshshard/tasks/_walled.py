@@ -1,5 +1,5 @@
 """A walled rectangle for the tests of the steady task's loss options (``--loss-weight``,
-``--force-loss``): a 2 x 1 rectangle of 20 x 10 nodes (200: 3 ranks cannot own as many each) in
+``--force-loss``, ``--relative-loss``): a 2 x 1 rectangle of 20 x 10 nodes (200: 3 ranks cannot own as many each) in
 quadrilaterals, four samples of smooth fields, its bottom, left and top walls stored as named
 boundaries, partitioned into 1 to 4 parts; and the sharded loss and gradients against a
 single-process reference, float64, 1e-10."""
@@ -100,7 +100,7 @@ def check_refused_beside_subsets_and_trajectories(data: str, tmp_path: Path, key
         get_task("transient", {key: {"bottom": 2.0}}).check_dataset(trajectories)
 
 
-def check_training(root: Path, data: str, key: str, value: dict, recorded: str) -> None:
+def check_training(root: Path, data: str, key: str, value: Any, recorded: str) -> None:
     """3 steps with ``key = value`` on three ranks equal one process's; recorded in the
     checkpoint, and in ``config.toml`` as the line ``recorded``."""
     from dataclasses import asdict
@@ -111,7 +111,7 @@ def check_training(root: Path, data: str, key: str, value: dict, recorded: str) 
 
     cfg = TrainConfig(partition=str(root / "parts3"), data=data, out=str(root / "run3"), steps=3, lr=1e-2,
                       latent_size=8, hidden_layers=1, message_passing_steps=2, quiet=True, dtype="float64",
-                      **{key: dict(value)})
+                      **{key: dict(value) if isinstance(value, dict) else value})
     three = run_ranks(train_rank, 3, asdict(cfg), timeout=120)[0]
     one = train_rank(0, 1, asdict(TrainConfig(**{**asdict(cfg), "partition": str(root / "parts1"),
                                                  "out": str(root / "run1")})))

@@ -1,0 +1,115 @@
+"""``train --relative-loss``: each sample's loss is divided by what predicting the training mean
+loses on it, the same (weighted) mean of its normalised targets squared. On 1, 2, 3 and 4 ranks
+(uneven shards) the loss and every gradient equal one process's on the whole mesh, written here
+from the normalised targets (float64, 1e-10), with and without ``--loss-weight``; training with it
+on three ranks equals one process; the setting is recorded, shown, kept on ``--resume`` and refused
+by the transient task in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from meshshard.cli import main
+from meshshard.data import open_dataset
+from meshshard.run import load_checkpoint
+from meshshard.tasks import get_task, whole_sample
+from tests._dist import run_ranks
+from tests.meshshard.tasks import _trajectories, _walled
+
+WEIGHTS = {"bottom": 10.0, "left": 0.5}
+SEED = 7  # the model's initial weights
+
+
+@pytest.fixture(scope="module")
+def case(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("relative_loss")
+    pts, walls = _walled.write_rectangle(root, 3)
+    w = np.where(np.isin(np.arange(len(pts)), walls["bottom"]), 10.0,
+                 np.where(np.isin(np.arange(len(pts)), walls["left"]), 0.5, 1.0))
+    return {"root": root, "data": str(root / "data"), "w": w}
+
+
+def _sharded(rank: int, world: int, data: str, parts: str, configs: list[dict]) -> list:
+    return _walled.sharded(rank, world, data, parts, configs, SEED)
+
+
+def _reference(case: dict, weighted: bool) -> list:
+    """One process, from the normalised targets: mean(w e^2) / mean(w y^2) per sample."""
+    model, out = _walled.model(SEED), []
+    weight = torch.as_tensor(case["w"] if weighted else np.ones(len(case["w"])))[:, None]
+    for s in (0, 2):
+        model.zero_grad()
+        x, y, ei, ea = whole_sample(case["data"], s, dtype=torch.float64)
+        e = model(x, ei, ea) - y
+        loss = ((e ** 2) * weight).sum() / ((y ** 2) * weight).sum()
+        loss.backward()
+        out.append((float(loss.detach()), [p.grad.numpy().copy() for p in model.parameters()]))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_the_loss_and_every_gradient_on_shards_equal_one_process(case: dict, world: int) -> None:
+    configs = [{"relative_loss": True}, {"relative_loss": True, "loss_weight": WEIGHTS}]
+    wants = [_reference(case, False), _reference(case, True)]
+    parts = str(case["root"] / f"parts{world}")
+    got = run_ranks(_sharded, world, case["data"], parts, configs, timeout=90) if world > 1 else \
+        [_sharded(0, 1, case["data"], parts, configs)]
+    _walled.check_ranks(got, wants, parts, world)
+
+
+def test_each_sample_is_divided_by_its_own_baseline(case: dict) -> None:
+    """The ratio is the plain loss over the sample's mean square: the samples' weights differ."""
+    parts = str(case["root"] / "parts1")
+    plain, relative = (_sharded(0, 1, case["data"], parts, [config])[0] for config in ({}, {"relative_loss": True}))
+    squares = [float((whole_sample(case["data"], s, dtype=torch.float64)[1] ** 2).mean()) for s in (0, 2)]
+    for (p, _), (r, _), sq in zip(plain, relative, squares, strict=True):
+        assert r == pytest.approx(p / sq, rel=1e-12)
+    assert abs(squares[0] / squares[1] - 1) > 0.05  # the check can fail: one factor for both would not pass
+
+
+def test_a_sample_with_nothing_to_learn_keeps_its_plain_loss() -> None:
+    task = get_task("steady", {"relative_loss": True})
+    batch = type("Batch", (), {"y": torch.zeros(5, 2, dtype=torch.float64)})()
+    assert float(task._baseline_loss(batch)) == 1.0
+
+
+@pytest.mark.slow
+def test_training_with_it_on_three_ranks_equals_one_process(case: dict) -> None:
+    _walled.check_training(case["root"], case["data"], "relative_loss", True, "relative_loss = true")
+
+
+def test_the_command_records_shows_and_keeps_it(case: dict, capsys) -> None:
+    root = case["root"]
+    common = [str(root / "parts1"), "--data", case["data"], "--steps", "1", "--latent", "8", "--mp-steps", "1", "-q"]
+    capsys.readouterr()
+    assert main(["train", *common, "--out", str(root / "cli"), "--relative-loss", "--print-config"]) == 0
+    printed = capsys.readouterr().out
+    assert "relative_loss = true\n" in printed
+    (root / "recipe.toml").write_text(printed)
+    assert main(["train", "--config", str(root / "recipe.toml"), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["info", str(root / "cli")]) == 0
+    assert ("  relative   each sample's loss is divided by what predicting the training mean loses on it "
+            "(--relative-loss)") in capsys.readouterr().out
+    assert main(["info", str(root / "cli"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["task"]["relative_loss"] is True
+    # --resume without the flag keeps it; a run trained without it cannot resume with it
+    assert main(["train", *common[:-1], "--out", str(root / "cli"), "--resume", "--steps", "2", "-q"]) == 0
+    assert load_checkpoint(root / "cli" / "checkpoint.pt")["config"]["relative_loss"] is True
+    assert main(["train", *common, "--out", str(root / "plain")]) == 0
+    assert main(["train", *common[:-1], "--out", str(root / "plain"), "--resume", "--steps", "2", "--relative-loss",
+                 "-q"]) == 2
+    assert "cannot resume with changed settings: relative_loss" in capsys.readouterr().err
+
+
+def test_the_transient_task_refuses_it(tmp_path: Path) -> None:
+    trajectories = open_dataset(_trajectories.write(tmp_path, parts=(1,))["data"])
+    with pytest.raises(ValueError, match=r"^Expected --relative-loss only with the steady task \(got --task "
+                                         r"transient"):
+        get_task("transient", {"relative_loss": True}).check_dataset(trajectories)
