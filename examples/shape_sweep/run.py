@@ -79,6 +79,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))  # shapes.py: the family, for --held-out
 import foam_sweeps as common  # noqa: E402  (examples/foam_sweeps.py: the commands, params.csv, results.json)
 
 RECIPE, RECIPE_BEFORE = HERE / "recipe.toml", HERE / "recipe-before.toml"
@@ -191,16 +192,36 @@ def arguments(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[s
     p.add_argument("--members", type=int, default=None,
                    help="runs trained side by side, each on --nproc / MEMBERS ranks with its own seed, and predicted "
                         "as their mean (predict --ensemble); default 2, 1 with --before")
+    p.add_argument("--held-out", type=int, default=None, metavar="N",
+                   help="hold out N shapes instead of those sweep.py held out: the ones sweep.py --held-out N picks "
+                        "(the inner shapes nearest the family's centre, each inside the hull of the rest), from the "
+                        "same cases, no solver run; tag after-heldN")
     p.add_argument("--near", type=float, default=0.1,
                    help="'near the body': within this distance of it, in chords (default 0.1): --near body:NEAR")
     args, train_options = p.parse_known_args(argv)
-    args.tag = args.tag or ("before" if args.before else "after")
+    args.tag = args.tag or ("before" if args.before else "after") + (f"-held{args.held_out}" if args.held_out else "")
     args.config = args.config or (RECIPE_BEFORE if args.before else RECIPE)
     if args.dataset_options is None:
         args.dataset_options = "" if args.before else DATASET_OPTIONS
     if args.members is None:
         args.members = 1 if args.before else MEMBERS
     return args, train_options
+
+
+def held_out_shapes(info: dict, count: int) -> list[str]:
+    """The shapes ``sweep.py --held-out COUNT`` holds out of the sweep ``info`` (sweep.json) describes
+    (``shapes.design``); refused when the sweep's family is not ``shapes.design``'s, or has fewer
+    inner shapes inside the hull of the rest."""
+    import shapes
+
+    family, held = shapes.design(len(info["shapes"]), {k: tuple(v) for k, v in info["ranges"].items()}, held=count)
+    if [s.name for s in family] != list(info["shapes"]):
+        sys.exit(f"run.py: --held-out {count}: the sweep's shapes are not the family sweep.py makes of its "
+                 f"--shapes {len(info['shapes'])} and ranges")
+    if len(held) < count:
+        sys.exit(f"run.py: --held-out {count}: only {len(held)} of the sweep's shapes can be held out inside the hull "
+                 "of the others")
+    return [s.name for s in held]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,7 +234,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run.py: leaving out {len(unsettled)} case(s) simpleFoam did not converge on (sweep.json: residuals "
               f"above --residual and p or U still moving {SETTLED:.0%} or more): {', '.join(unsettled)}", flush=True)
     names = [n for n in names if n not in unsettled]
-    held = [n for n in info["held_out"] if n not in unsettled]
+    shapes_out = info["held_out_shapes"] if args.held_out is None else held_out_shapes(info, args.held_out)
+    held_out = (info["held_out"] if args.held_out is None else
+                sorted(r["sample"] for r in info["cases"] if any(r["sample"].startswith(f"{s}_a") for s in shapes_out)))
+    held = [n for n in held_out if n not in unsettled]
     if not held:
         sys.exit(f"run.py: {sweep} has no held-out cases")
     tag = sweep / args.tag
@@ -244,11 +268,11 @@ def main(argv: list[str] | None = None) -> int:
         rows[label], per_case[label] = scores(tag / f"baseline-{method.replace(':', '')}", held)
     rows["meshshard"], per_case["meshshard"] = model_row, model_cases
     text = table(rows)
-    print(f"\non the {len(held)} held-out cases ({len(info['held_out_shapes'])} shapes x {len(info['aoa'])} angles): "
+    print(f"\non the {len(held)} held-out cases ({len(shapes_out)} shapes x {len(info['aoa'])} angles): "
           f"relative L2 of p and U within {args.near:g} chords of the body and of p on it; lift and pressure-drag "
           f"coefficients, mean absolute error and Spearman's rho over the cases\n" + text)
     common.write_results(tag, args, train_options, log, started, held_out=held,
-                         held_out_shapes=info["held_out_shapes"], near=args.near, summary=rows, cases=per_case,
+                         held_out_shapes=shapes_out, near=args.near, summary=rows, cases=per_case,
                          table=text)
     return 0
 

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -126,6 +129,23 @@ def test_run_py_runs_the_recipe_and_before_the_first_one() -> None:
     assert (args.tag, args.config, args.dataset_options) == ("b1", folder / "recipe-before.toml", "--wall-normal body")
 
 
+def test_run_py_holds_out_what_sweep_py_would_from_the_same_cases(shapes) -> None:  # noqa: ANN001
+    """``run.py --held-out 6``: the shapes ``sweep.py --held-out 6`` picks, from a sweep of 16 made
+    with the default; refused in one line for another family or more than fit inside the hull."""
+    run = example_module("shape_sweep", "run")
+    family, default = shapes.design(16)
+    info = {"shapes": [s.name for s in family], "ranges": {k: list(v) for k, v in shapes.RANGES.items()},
+            "held_out_shapes": [s.name for s in default]}
+    six = run.held_out_shapes(info, 6)
+    assert six == [s.name for s in shapes.design(16, held=6)[1]] and len(six) == 6
+    assert set(info["held_out_shapes"]) < set(six)  # the nearest the centre first: the default 4 among them
+    assert run.arguments(["sweep", "--held-out", "6"])[0].tag == "after-held6"
+    with pytest.raises(SystemExit, match="only 8 of the sweep's shapes can be held out"):
+        run.held_out_shapes(info, 9)
+    with pytest.raises(SystemExit, match="the sweep's shapes are not the family sweep.py makes"):
+        run.held_out_shapes({**info, "shapes": info["shapes"][::-1]}, 6)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # about 60 s of CPU time; the guard is for a loaded machine
 def test_shape_sweep_example_runs_as_its_readme_says(tmp_path: Path, warm_bin: Path) -> None:
@@ -176,3 +196,11 @@ def test_shape_sweep_example_runs_as_its_readme_says(tmp_path: Path, warm_bin: P
     # the free stream over the same near nodes of the written files: p = 0 is 100% off
     assert rows["free stream"]["p body"] == 1.0 and rows["free stream"]["p near"] == pytest.approx(1.0, rel=1e-12)
     assert "meshshard" in outputs[1] and "nearest shape" in outputs[1]
+    # run.py --held-out N (README.md's "six held out"): what sweep.py --held-out N holds out, from the same cases
+    done = subprocess.run([sys.executable, str(REPO / "examples" / "shape_sweep" / "run.py"), str(sweep),
+                           "--held-out", "1", "--members", "1", "--nproc", "1", "--config", str(tiny)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env=os.environ | {"MESHSHARD_COMMAND": str(warm_bin / "meshshard"), "MPLBACKEND": "Agg"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    held = json.loads((sweep / "after-held1" / "results.json").read_text())
+    assert held["held_out_shapes"] == info["held_out_shapes"] and held["held_out"] == info["held_out"]
