@@ -6,6 +6,7 @@ single-process reference, float64, 1e-10."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from meshshard.data import dataset_partition_folder, open_dataset, partition_dat
 from meshshard.nn import MeshGraphNet
 from meshshard.partition import read_metadata
 from meshshard.run import load_checkpoint
-from meshshard.tasks import get_task
+from meshshard.tasks import get_task, whole_sample
 from tests._ranks import all_sum
 
 NX, NY = 19, 9
@@ -43,6 +44,13 @@ def write_rectangle(root: Path, seed: int, extra: dict[str, np.ndarray] | None =
     return pts, walls
 
 
+def wall_weights(num_nodes: int, walls: dict[str, np.ndarray]) -> np.ndarray:
+    """Each node's weight under ``--loss-weight bottom=10,left=0.5`` (the larger where both apply; 1
+    elsewhere), from the walls' node ids."""
+    nodes = np.arange(num_nodes)
+    return np.where(np.isin(nodes, walls["bottom"]), 10.0, np.where(np.isin(nodes, walls["left"]), 0.5, 1.0))
+
+
 def model(seed: int) -> MeshGraphNet:
     torch.manual_seed(seed)
     return MeshGraphNet(2, 3, 3, latent_size=8, hidden_layers=1, message_passing_steps=2).to(torch.float64)
@@ -64,6 +72,30 @@ def sharded(rank: int, world: int, data: str, parts: str, configs: list[dict], s
             per.append((float(loss.detach()), [all_sum(p.grad).numpy() for p in net.parameters()]))
         out.append(per)
     return out
+
+
+def reference(data: str, seed: int, loss_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> list:
+    """One process on the whole mesh, per sample (0 and 2): ``loss_of(e, y)`` of the model's error
+    ``e`` and the normalised targets ``y``, and every parameter's gradient."""
+    net, out = model(seed), []
+    for s in (0, 2):
+        net.zero_grad()
+        x, y, ei, ea = whole_sample(data, s, dtype=torch.float64)
+        loss = loss_of(net(x, ei, ea) - y, y)
+        loss.backward()
+        out.append((float(loss.detach()), [p.grad.numpy().copy() for p in net.parameters()]))
+    return out
+
+
+def check_on_ranks(root: Path, data: str, world: int, configs: list[dict], wants: list, seed: int) -> None:
+    """Each task config's loss and gradients on ``world`` ranks (``root/parts<world>``) equal its
+    reference in ``wants``."""
+    from tests._dist import run_ranks
+
+    parts = str(root / f"parts{world}")
+    got = run_ranks(sharded, world, data, parts, configs, seed, timeout=90) if world > 1 else \
+        [sharded(0, 1, data, parts, configs, seed)]
+    check_ranks(got, wants, parts, world)
 
 
 def check_ranks(got: list, wants: list, parts: str, world: int) -> None:

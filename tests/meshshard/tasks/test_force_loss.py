@@ -16,8 +16,7 @@ import torch
 
 from meshshard.cli import main
 from meshshard.data import open_dataset
-from meshshard.tasks import parse_force_loss, whole_sample
-from tests._dist import run_ranks
+from meshshard.tasks import parse_force_loss
 from tests.meshshard.tasks import _walled
 
 FORCES = {"bottom": 10.0, "top": 3.0}
@@ -40,8 +39,7 @@ def case(tmp_path_factory) -> dict:
     spacing = 2.0 / _walled.NX
     areas = {"bottom": (walls["bottom"], _wall(walls["bottom"], spacing, (0.0, -1.0))),
              "top": (walls["top"], _wall(walls["top"], spacing, (0.0, 1.0)))}
-    w = np.where(np.isin(np.arange(len(pts)), walls["bottom"]), 10.0,
-                 np.where(np.isin(np.arange(len(pts)), walls["left"]), 0.5, 1.0))
+    w = _walled.wall_weights(len(pts), walls)
     return {"root": root, "data": str(root / "data"), "areas": areas, "w": w}
 
 
@@ -50,20 +48,17 @@ def _sharded(rank: int, world: int, data: str, parts: str, configs: list[dict]) 
 
 
 def _reference(case: dict, weighted: bool) -> list:
-    model, out = _walled.model(SEED), []
     weight = torch.as_tensor(case["w"] if weighted else np.ones(len(case["w"])))[:, None]
-    for s in (0, 2):
-        model.zero_grad()
-        x, y, ei, ea = whole_sample(case["data"], s, dtype=torch.float64)
-        e = model(x, ei, ea) - y
+
+    def loss_of(e: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         loss = ((e ** 2) * weight).sum() / (weight.sum() * y.shape[1])
         for name, w in FORCES.items():
             ids, area = case["areas"][name]
             integral = e[torch.as_tensor(ids)].T @ torch.as_tensor(area)  # (targets, 2)
             loss = loss + w * (integral ** 2).sum() / (y.shape[1] * np.abs(area).sum() ** 2)
-        loss.backward()
-        out.append((float(loss.detach()), [p.grad.numpy().copy() for p in model.parameters()]))
-    return out
+        return loss
+
+    return _walled.reference(case["data"], SEED, loss_of)
 
 
 def test_the_stored_area_vectors_are_the_walls(case: dict) -> None:
@@ -81,11 +76,8 @@ def test_the_stored_area_vectors_are_the_walls(case: dict) -> None:
 def test_the_loss_and_every_gradient_on_shards_equal_one_process(case: dict, world: int) -> None:
     """The force terms alone, and beside weighted nodes (--loss-weight): both equal the reference."""
     configs = [{"force_loss": FORCES}, {"force_loss": FORCES, "loss_weight": WEIGHTS}]
-    wants = [_reference(case, False), _reference(case, True)]
-    parts = str(case["root"] / f"parts{world}")
-    got = run_ranks(_sharded, world, case["data"], parts, configs, timeout=90) if world > 1 else \
-        [_sharded(0, 1, case["data"], parts, configs)]
-    _walled.check_ranks(got, wants, parts, world)
+    _walled.check_on_ranks(case["root"], case["data"], world, configs, [_reference(case, False), _reference(case, True)],
+                           SEED)
 
 
 def test_the_term_is_there_and_grows_with_its_weight(case: dict) -> None:

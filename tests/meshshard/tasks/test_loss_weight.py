@@ -14,8 +14,7 @@ import pytest
 import torch
 
 from meshshard.cli import main
-from meshshard.tasks import parse_loss_weight, whole_sample
-from tests._dist import run_ranks
+from meshshard.tasks import parse_loss_weight
 from tests.meshshard.tasks import _walled
 
 WEIGHTS = {"bottom": 10.0, "left": 0.5}  # the corner (0, 0) is on both: it takes 10
@@ -29,8 +28,7 @@ REGIONS = {"bottom": 10.0, "left": 0.5, "top:0.25": 3.0, "top": 4.0, "left:0.15"
 def case(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("loss_weight")
     pts, walls = _walled.write_rectangle(root, 3)
-    w = np.where(np.isin(np.arange(len(pts)), walls["bottom"]), 10.0,
-                 np.where(np.isin(np.arange(len(pts)), walls["left"]), 0.5, 1.0))
+    w = _walled.wall_weights(len(pts), walls)
     # the same with REGIONS, from the raw points: every weight that applies, the largest wins, 1 if none
     def near(name: str, d: float) -> np.ndarray:
         gap = np.linalg.norm(pts[:, None, :] - pts[walls[name]][None, :, :], axis=2).min(1)
@@ -49,15 +47,8 @@ def _sharded(rank: int, world: int, data: str, parts: str, weights: list[dict]) 
 
 
 def _reference(data: str, w: np.ndarray) -> list[tuple[float, list[np.ndarray]]]:
-    model, out = _walled.model(SEED), []
     weight = torch.as_tensor(w)[:, None]
-    for s in (0, 2):
-        model.zero_grad()
-        x, y, ei, ea = whole_sample(data, s, dtype=torch.float64)
-        loss = (((model(x, ei, ea) - y) ** 2) * weight).sum() / (weight.sum() * y.shape[1])
-        loss.backward()
-        out.append((float(loss.detach()), [p.grad.numpy().copy() for p in model.parameters()]))
-    return out
+    return _walled.reference(data, SEED, lambda e, y: ((e ** 2) * weight).sum() / (weight.sum() * y.shape[1]))
 
 
 @pytest.mark.slow
@@ -66,11 +57,8 @@ def test_the_weighted_loss_and_every_gradient_on_shards_equal_one_process(case: 
     """Boundaries alone (the sum of the weights counted from their node lists) and with regions (the
     ranks add their weights): both equal the reference."""
     wants = [_reference(case["data"], case["w"]), _reference(case["data"], case["w_regions"])]
-    parts = str(case["root"] / f"parts{world}")
-    sets = [WEIGHTS, REGIONS]
-    got = run_ranks(_sharded, world, case["data"], parts, sets, timeout=90) if world > 1 else \
-        [_sharded(0, 1, case["data"], parts, sets)]
-    _walled.check_ranks(got, wants, parts, world)
+    _walled.check_on_ranks(case["root"], case["data"], world, [{"loss_weight": w} for w in (WEIGHTS, REGIONS)],
+                           wants, SEED)
 
 
 def test_every_weight_1_is_the_plain_mean(case: dict) -> None:

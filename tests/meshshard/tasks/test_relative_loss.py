@@ -18,7 +18,6 @@ from meshshard.cli import main
 from meshshard.data import open_dataset
 from meshshard.run import load_checkpoint
 from meshshard.tasks import get_task, whole_sample
-from tests._dist import run_ranks
 from tests.meshshard.tasks import _trajectories, _walled
 
 WEIGHTS = {"bottom": 10.0, "left": 0.5}
@@ -29,8 +28,7 @@ SEED = 7  # the model's initial weights
 def case(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("relative_loss")
     pts, walls = _walled.write_rectangle(root, 3)
-    w = np.where(np.isin(np.arange(len(pts)), walls["bottom"]), 10.0,
-                 np.where(np.isin(np.arange(len(pts)), walls["left"]), 0.5, 1.0))
+    w = _walled.wall_weights(len(pts), walls)
     return {"root": root, "data": str(root / "data"), "w": w}
 
 
@@ -40,27 +38,16 @@ def _sharded(rank: int, world: int, data: str, parts: str, configs: list[dict]) 
 
 def _reference(case: dict, weighted: bool) -> list:
     """One process, from the normalised targets: mean(w e^2) / mean(w y^2) per sample."""
-    model, out = _walled.model(SEED), []
     weight = torch.as_tensor(case["w"] if weighted else np.ones(len(case["w"])))[:, None]
-    for s in (0, 2):
-        model.zero_grad()
-        x, y, ei, ea = whole_sample(case["data"], s, dtype=torch.float64)
-        e = model(x, ei, ea) - y
-        loss = ((e ** 2) * weight).sum() / ((y ** 2) * weight).sum()
-        loss.backward()
-        out.append((float(loss.detach()), [p.grad.numpy().copy() for p in model.parameters()]))
-    return out
+    return _walled.reference(case["data"], SEED, lambda e, y: ((e ** 2) * weight).sum() / ((y ** 2) * weight).sum())
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 def test_the_loss_and_every_gradient_on_shards_equal_one_process(case: dict, world: int) -> None:
     configs = [{"relative_loss": True}, {"relative_loss": True, "loss_weight": WEIGHTS}]
-    wants = [_reference(case, False), _reference(case, True)]
-    parts = str(case["root"] / f"parts{world}")
-    got = run_ranks(_sharded, world, case["data"], parts, configs, timeout=90) if world > 1 else \
-        [_sharded(0, 1, case["data"], parts, configs)]
-    _walled.check_ranks(got, wants, parts, world)
+    _walled.check_on_ranks(case["root"], case["data"], world, configs, [_reference(case, False), _reference(case, True)],
+                           SEED)
 
 
 def test_each_sample_is_divided_by_its_own_baseline(case: dict) -> None:
