@@ -15,7 +15,8 @@ counts by its relative error, not by how far it lies from the training statistic
 the shapes at the corners of the family, whose priors are extrapolations, no longer outweigh the
 shapes inside it, which are the ones a new design resembles. The validation loss is the same ratio.
 A sample equal to the training mean everywhere (nothing to learn) keeps its plain loss. On shards
-the ratio is exact: numerator and denominator are global means, one all-reduce each.
+the ratio is exact: numerator and denominator are global means; the denominator's all-reduce is
+made once per sample, not per step.
 """
 
 from __future__ import annotations
@@ -83,10 +84,19 @@ class SteadyFields(Task):
 
     def _baseline_loss(self, batch: LocalSample) -> Tensor:
         """What predicting the training mean loses on ``batch`` (the module docstring), 1 where that
-        is 0; no gradient (the targets are data)."""
+        is 0; no gradient (the targets are data). A sample's targets are the same at every step, so
+        its value is computed (one all-reduce) the first time it is seen and kept, unless
+        ``max_points`` trains on another subset of its points each epoch."""
+        cache: dict[int, Tensor] = self.__dict__.setdefault("_baselines", {})
+        key = None if self.config.get("max_points") else int(batch.sample)
+        if key in cache:
+            return cache[key]
         with torch.no_grad():
             zero = self._mean_squared(batch.y ** 2, batch)
-        return torch.where(zero > 0, zero, torch.ones_like(zero))
+        value = torch.where(zero > 0, zero, torch.ones_like(zero))
+        if key is not None:
+            cache[key] = value
+        return value
 
     def _mean_squared(self, err: Any, batch: LocalSample) -> Tensor:
         """The mean of ``err`` over every node and channel, weighted with ``loss_weight``."""

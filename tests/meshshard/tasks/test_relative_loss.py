@@ -62,8 +62,21 @@ def test_each_sample_is_divided_by_its_own_baseline(case: dict) -> None:
 
 def test_a_sample_with_nothing_to_learn_keeps_its_plain_loss() -> None:
     task = get_task("steady", {"relative_loss": True})
-    batch = type("Batch", (), {"y": torch.zeros(5, 2, dtype=torch.float64)})()
+    batch = type("Batch", (), {"y": torch.zeros(5, 2, dtype=torch.float64), "sample": 0})()
     assert float(task._baseline_loss(batch)) == 1.0
+
+
+def test_a_samples_baseline_is_computed_once_unless_its_points_change(case: dict) -> None:
+    """The denominator is kept per sample (its all-reduce made once); with --max-points, whose
+    subset changes each epoch, it is computed each time."""
+    parts = str(case["root"] / "parts1")
+    for max_points, kept in ((0, {0}), (50, set())):
+        task = get_task("steady", {"relative_loss": True, "max_points": max_points})
+        reader = task.reader(open_dataset(case["data"]), parts, 0, None, dtype=torch.float64)
+        net, b = _walled.model(SEED), reader.sample(0)
+        first, again = (float(task.loss(net(b.x, b.graph, b.edge_attr), b).detach()) for _ in range(2))
+        assert first == again
+        assert set(task.__dict__.get("_baselines", {})) == kept
 
 
 @pytest.mark.slow
