@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 __all__ = ["AUTO_STEPS", "AUTO_WARMUP", "FIT_MARGIN", "LR_SCHEDULES", "PROBE_STEPS", "check_steps", "fit_steps",
-           "lr_at", "unfinished_schedule", "warmup_steps"]
+           "lr_at", "resumed_steps", "unfinished_schedule", "warmup_steps"]
 
 
 #: The learning-rate schedules of ``--lr-schedule``.
@@ -72,6 +72,14 @@ def check_steps(cfg: Any) -> None:
             raise ValueError("Expected --steps auto with --max-time (it fits the number of steps to that budget)")
     elif cfg.steps < 1:
         raise ValueError(f"Expected --steps to be a positive integer or auto (got {cfg.steps})")
+
+
+def resumed_steps(cfg: Any, saved: Any) -> Any:
+    """``cfg`` of a run resumed from checkpoint ``saved``: with ``--steps auto``, the steps fitted when
+    the run began (the run's recorded ``steps``)."""
+    if saved is None or cfg.steps != AUTO_STEPS:
+        return cfg
+    return replace(cfg, steps=int(saved.get("config", {}).get("steps") or AUTO_STEPS))
 
 
 def fit_steps(run: Any, began: float) -> tuple[Any, dict[str, float]]:

@@ -71,6 +71,7 @@ from ._schedule import (
     check_steps,
     fit_steps,
     lr_at,
+    resumed_steps,
     unfinished_schedule,
     warmup_steps,
 )
@@ -414,8 +415,7 @@ def _train(cfg: TrainConfig) -> list[float]:
     stale = _folder.check_run_folder(cfg.out, cfg.resume, cfg.force)
     identity = _folder.run_identity(meta, cfg.data)
     saved = load_checkpoint(Path(cfg.out) / CHECKPOINT, "cpu") if cfg.resume else None
-    if saved is not None and cfg.steps == AUTO_STEPS:  # the steps fitted when the run began
-        cfg = replace(cfg, steps=int(saved.get("config", {}).get("steps") or AUTO_STEPS))
+    cfg = resumed_steps(cfg, saved)
     if saved is not None:
         _folder.check_resume(saved.get("config", {}), saved.get("identity"), asdict(cfg), identity)
     device_mesh = init_device_mesh_2d(domain)  # the ranks: data x domain
@@ -563,8 +563,7 @@ def check_training(cfg: TrainConfig, saved: dict[str, Any] | None = None) -> Non
     check_steps(cfg)
     if cfg.resume:
         saved = saved if saved is not None else load_checkpoint(Path(cfg.out) / CHECKPOINT)
-        if cfg.steps == AUTO_STEPS:  # the steps fitted when the run began
-            cfg = replace(cfg, steps=int(saved.get("config", {}).get("steps") or AUTO_STEPS))
+        cfg = resumed_steps(cfg, saved)
         _check_steps_left(int(saved["step"]), cfg)  # its note is printed by rank 0
         _folder.check_resume(saved.get("config", {}), saved.get("identity"), asdict(cfg),
                              _folder.run_identity(check_partition_matches(data, cfg.partition), cfg.data))
