@@ -36,21 +36,49 @@ def _model(dtype, steps, edge_in) -> MeshGraphNet:
     return MeshGraphNet(4, edge_in, 2, latent_size=12, hidden_layers=1, message_passing_steps=steps).to(dtype)
 
 
-def _check(mesh: str, rank: int, world: int, dtype: torch.dtype, halo_hops: int, steps: int) -> None:
-    case = mesh_case(mesh, world, "metis", halo_hops)
-    n = case.num_nodes
-    pos = torch.as_tensor(case.pos, dtype=dtype)
-    edge_index = torch.as_tensor(case.edge_index)
+def _reference_key(mesh: str, dtype: torch.dtype, steps: int) -> str:
+    return f"{mesh}|{dtype}|{steps}"
+
+
+def _whole_references(meshes: tuple[str, ...]) -> dict[str, dict[str, torch.Tensor]]:
+    """The single-process computations on the whole mesh that :func:`_check` compares against, made
+    once in the test process (not again on every rank of every rank count: they do not depend on
+    the partition): per (mesh, dtype, steps), the model's loss, output, node-input, edge-input and
+    parameter gradients, and for float32 those of its float64 truth (the same weights and inputs,
+    widened)."""
+    out = {}
+    runs = [(mesh, dtype, steps) for mesh in meshes for dtype in (torch.float64, torch.float32) for steps in (3, 2)]
+    for mesh, dtype, steps in runs:
+        case = mesh_case(mesh, 1)
+        pos = torch.as_tensor(case.pos, dtype=dtype)
+        edge_index = torch.as_tensor(case.edge_index)
+        x_full, w_full = _inputs(case.num_nodes, dtype)
+        ref = _model(dtype, steps, pos.shape[1] + 1)
+        entry = _whole(ref, x_full, pos, edge_index, w_full, "")
+        if dtype == torch.float32:
+            truth = copy.deepcopy(ref).double()
+            entry |= _whole(truth, x_full.double(), pos.double(), edge_index, w_full.double(), "truth ")
+        out[_reference_key(mesh, dtype, steps)] = entry
+    return out
+
+
+def _inputs(n: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(7)
     x_full = torch.randn(n, 4, generator=g, dtype=torch.float64).to(dtype)
     w_full = torch.randn(n, 2, generator=g, dtype=torch.float64).to(dtype)
+    return x_full, w_full
 
-    ref = _model(dtype, steps, pos.shape[1] + 1)
-    model = copy.deepcopy(ref)
-    xr, ear, loss_ref, y_ref = _whole(ref, x_full, pos, edge_index, w_full)
-    # the float64 truth of the float32 reference (same weights and inputs, widened)
-    truth = copy.deepcopy(ref).double()
-    xt, eat, loss_t, y_t = _whole(truth, x_full.double(), pos.double(), edge_index, w_full.double())
+
+def _check(mesh: str, rank: int, world: int, dtype: torch.dtype, halo_hops: int, steps: int,
+           refs: dict[str, dict[str, torch.Tensor]]) -> None:
+    case = mesh_case(mesh, world, "metis", halo_hops)
+    x_full, w_full = _inputs(case.num_nodes, dtype)
+    edge_index = torch.as_tensor(case.edge_index)
+    model = _model(dtype, steps, case.pos.shape[1] + 1)
+    r = refs[_reference_key(mesh, dtype, steps)]
+
+    def truth(name: str) -> torch.Tensor | None:
+        return r.get(f"truth {name}")
 
     graph = ShardGraph.from_partition(case.parts[rank], dtype=dtype)
     own = graph.spec.global_ids
@@ -68,29 +96,36 @@ def _check(mesh: str, rank: int, world: int, dtype: torch.dtype, halo_hops: int,
     assert got == (exchanges, exchanges), (halo_hops, log)
 
     what = f"{mesh} R={world} {dtype} hops={halo_hops}"
-    assert_close_float32_normwise(loss.detach(), loss_ref.detach(), dtype, f"loss {what}", loss_t)
-    assert_close_float32_normwise(y.to_local().detach(), y_ref[own], dtype, f"output {what}", y_t[own])
-    assert_close_float32_normwise(x.grad.to_local(), xr.grad[own], dtype, f"node input grad {what}", xt.grad[own])
+    assert_close_float32_normwise(loss.detach(), r["loss"], dtype, f"loss {what}", truth("loss"))
+    t = truth("y")
+    assert_close_float32_normwise(y.to_local().detach(), r["y"][own], dtype, f"output {what}",
+                                  None if t is None else t[own])
+    t = truth("x grad")
+    assert_close_float32_normwise(x.grad.to_local(), r["x grad"][own], dtype, f"node input grad {what}",
+                                  None if t is None else t[own])
     # every copy of an edge contributes to that edge's gradient: sum them by global edge id
-    edge_grad = torch.zeros_like(ear.grad).index_add_(0, graph.global_edge_ids, ea.grad)
+    edge_grad = torch.zeros_like(r["edge grad"]).index_add_(0, graph.global_edge_ids, ea.grad)
     if dist.is_initialized():
         dist.all_reduce(edge_grad)
-    assert_close_float32_normwise(edge_grad, ear.grad, dtype, f"edge input grad {what}", eat.grad)
-    for (name, p), p_ref, p_t in zip(model.named_parameters(), ref.parameters(), truth.parameters()):
+    assert_close_float32_normwise(edge_grad, r["edge grad"], dtype, f"edge input grad {what}", truth("edge grad"))
+    for name, p in model.named_parameters():
         grad = p.grad.clone()
         if dist.is_initialized():
             dist.all_reduce(grad)  # replicated parameters: the domain group sums the gradients
-        assert_close_float32_normwise(grad, p_ref.grad, dtype, f"grad of {name} {what}", p_t.grad)
+        assert_close_float32_normwise(grad, r[f"grad {name}"], dtype, f"grad of {name} {what}", truth(f"grad {name}"))
 
 
-def _whole(model, x_full, pos, edge_index, w_full):
-    """The single-process computation: input and edge-input leaves, loss, output."""
+def _whole(model, x_full, pos, edge_index, w_full, prefix: str) -> dict[str, torch.Tensor]:
+    """The single-process computation: its loss, output, gradients of the node and edge inputs and
+    of every parameter, named with ``prefix``."""
     x = x_full.clone().requires_grad_()
     ea = edge_features(pos, edge_index).requires_grad_()
     y = model(x, edge_index, ea)
     loss = (y * w_full).sum()
     loss.backward()
-    return x, ea, loss.detach(), y.detach()
+    out = {"loss": loss.detach(), "y": y.detach(), "x grad": x.grad, "edge grad": ea.grad}
+    out |= {f"grad {name}": p.grad for name, p in model.named_parameters()}
+    return {prefix + k: v for k, v in out.items()}
 
 
 def _check_checkpointed_shard(rank: int, world: int) -> None:
@@ -117,21 +152,35 @@ def _check_checkpointed_shard(rank: int, world: int) -> None:
         assert (log.count("indexed_all_to_all_v", "forward"), log.count("indexed_all_to_all_v", "backward")) == (3, 3), log
 
 
-def _battery(rank: int, world: int, meshes: tuple[str, ...]) -> str:
+def _battery(rank: int, world: int, meshes: tuple[str, ...], references: str) -> str:
+    refs = torch.load(references, weights_only=True)
     for mesh in meshes:
         for dtype in (torch.float64, torch.float32):
-            _check(mesh, rank, world, dtype, halo_hops=1, steps=3)
-            _check(mesh, rank, world, dtype, halo_hops=2, steps=2)
-    _check(meshes[-1], rank, world, torch.float64, halo_hops=3, steps=2)
+            _check(mesh, rank, world, dtype, halo_hops=1, steps=3, refs=refs)
+            _check(mesh, rank, world, dtype, halo_hops=2, steps=2, refs=refs)
+    _check(meshes[-1], rank, world, torch.float64, halo_hops=3, steps=2, refs=refs)
     _check_checkpointed_shard(rank, world)
     return "ok"
 
 
+@pytest.fixture(scope="module")
+def whole_references(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """:func:`_whole_references` of :data:`MESHES` in a file every rank loads."""
+    path = tmp_path_factory.mktemp("meshgraphnet") / "whole.pt"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as a rank computes (tests/_dist.py): on one rank, the same sums in the same order
+    try:
+        torch.save(_whole_references(MESHES), path)
+    finally:
+        torch.set_num_threads(threads)
+    return str(path)
+
+
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
-def test_sharded_meshgraphnet_equals_whole_mesh(world: int) -> None:
+def test_sharded_meshgraphnet_equals_whole_mesh(world: int, whole_references: str) -> None:
     for mesh in MESHES:
         mesh_case(mesh, world)  # skips here when the data is missing
-    assert run_ranks(_battery, world, MESHES, timeout=300) == ["ok"] * world
+    assert run_ranks(_battery, world, MESHES, whole_references, timeout=300) == ["ok"] * world
 
 
 def test_k_hop_partition_must_cover_the_steps() -> None:
