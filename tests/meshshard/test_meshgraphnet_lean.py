@@ -140,8 +140,8 @@ def test_bf16_autocast_accumulates_in_float32_and_stays_close() -> None:
     assert 0 < error < 0.05, error
 
 
-def _autocast_case(recompute: bool = True, half: torch.dtype = torch.bfloat16):
-    pos, edge_index = _lattice(20)
+def _autocast_case(recompute: bool = True, half: torch.dtype = torch.bfloat16, side: int = 20):
+    pos, edge_index = _lattice(side)
     pos, edge_index = torch.as_tensor(pos, dtype=torch.float32), torch.as_tensor(edge_index)
     ea = edge_features(pos, edge_index)
     g = torch.Generator().manual_seed(0)
@@ -183,7 +183,7 @@ def test_under_autocast_the_fused_edge_mlps_match_autograd(monkeypatch: pytest.M
     # and the edge stream in float32), like autograd under autocast up to that dtype's rounding.
     import meshshard.nn._meshgraphnet as mgn
 
-    gradients = _autocast_case(recompute, half)
+    gradients = _autocast_case(recompute, half, side=12)  # 1,728 nodes: half precision is slow on a CPU
     fused_calls = []
     step = mgn.edge_step
     monkeypatch.setattr(mgn, "edge_step", lambda *a, **k: fused_calls.append(k["half"]) or step(*a, **k))

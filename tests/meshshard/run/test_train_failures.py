@@ -234,7 +234,7 @@ def test_a_stopped_rank_fails_its_peer_within_the_configured_timeout(setup: dict
     peer failure (naming the checkpoint as unusable), not fail on the checkpoint instead.
     """
     out = setup["root"] / "stopped"
-    procs = _pair(setup, out, {"MESHSHARD_TIMEOUT": "15"}, "--steps", "100000", "--every", "100000")
+    procs = _pair(setup, out, {"MESHSHARD_TIMEOUT": "8"}, "--steps", "100000", "--every", "100000")
     try:
         # rank 0 prints step 0's line once that step is in log.jsonl: both ranks are training
         wait_for_line(procs[0], r"^step\s+0\s+loss ", 120, "training did not start")
@@ -245,7 +245,7 @@ def test_a_stopped_rank_fails_its_peer_within_the_configured_timeout(setup: dict
         try:
             _, err = procs[0].communicate(timeout=90)
         except subprocess.TimeoutExpired:
-            pytest.fail("rank 0 still waits for the stopped rank 90 s after it stopped (MESHSHARD_TIMEOUT=15)")
+            pytest.fail("rank 0 still waits for the stopped rank 90 s after it stopped (MESHSHARD_TIMEOUT=8)")
         waited = time.monotonic() - stopped
     finally:
         for p in procs:
