@@ -68,7 +68,7 @@ from meshshard.partition import plural
 
 from ._clouds import is_point_cloud
 from ._dataset import channel_names, save_npy
-from ._mapping import NodeMap, node_map
+from ._mapping import NodeMap, SourceCache, node_map
 from ._mean_field import add_mean_field, append_mean_fields, finish_prior, mean_field_of
 from ._neighbours import linear_cases, nearest_cases, parameter_scale
 from ._statistics import Running
@@ -231,6 +231,7 @@ class _Combiner:
         self.target: Any = None
         self.sums: dict[int, np.ndarray] = {}
         self.last: tuple[Any, np.ndarray] | None = None
+        self.sources = SourceCache()  # each training mesh triangulated once, not once per target mesh
 
     def to_mesh(self, key: Any, points: Callable[[], np.ndarray], entry: Mapping[str, Any]) -> None:
         """Map onto this mesh from now on (``key`` names it; its maps are built as needed)."""
@@ -243,7 +244,7 @@ class _Combiner:
             source = self.cases.meshes[m]
             self.maps[m] = None if source["sha256"] == self._entry["sha256"] else node_map(
                 self.cases.points(m), self._points(), cloud=is_point_cloud(dict(self._entry)),
-                where=self.cases.where(m))
+                where=self.cases.where(m), cache=self.sources, key=str(source["sha256"]))
         return self.maps[m]
 
     def _sum(self, m: int) -> np.ndarray:

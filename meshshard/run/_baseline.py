@@ -61,6 +61,7 @@ from typing import Any
 import numpy as np
 
 from meshshard.data import (
+    SourceCache,
     check_expression,
     is_point_cloud,
     is_trajectory_dataset,
@@ -215,6 +216,7 @@ class _Mapper:
         self.source, self.data = source, data
         self.maps: dict[tuple[int, int], Any] = {}
         self.combined: dict[tuple[int, tuple[tuple[int, float], ...]], np.ndarray] = {}
+        self.sources = SourceCache()  # each training mesh triangulated once, not once per mesh of DATA
 
     def _map(self, source: int, target: int) -> Any:
         """The map from mesh ``source`` of the training dataset onto mesh ``target`` of DATA; None: the identity."""
@@ -226,7 +228,8 @@ class _Mapper:
             else:
                 self.maps[key] = node_map(np.asarray(self.source.mesh_points(source)),
                                           np.asarray(self.data.mesh_points(target)), cloud=is_point_cloud(mine),
-                                          where=str(self.source.mesh_folder(source)))
+                                          where=str(self.source.mesh_folder(source)), cache=self.sources,
+                                          key=str(theirs["sha256"]))
         return self.maps[key]
 
     def stored(self, sources: list[tuple[int, float]], mesh: int) -> np.ndarray:

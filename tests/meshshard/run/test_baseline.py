@@ -11,7 +11,7 @@ import meshio
 import numpy as np
 import pytest
 
-from meshshard.data import boundary_force, node_map, open_dataset
+from meshshard.data import SourceCache, boundary_force, node_map, open_dataset
 from meshshard.run import BaselineConfig, baseline, comparison_table, over_samples, parse_method
 from meshshard.run._boundaries import BoundaryScoring, boundary_record, boundary_summary
 from tests.meshshard.run._sweeps import PARAMS, TRAIN, fields, grid, write_sweep
@@ -150,6 +150,37 @@ def test_node_map_of_clouds_takes_a_coincident_point_alone() -> None:
     got = node_map(source, target, cloud=True).apply(values)
     np.testing.assert_allclose(got[:5], values[:5], rtol=1e-12)
     assert ((got[5:] >= values.min()) & (got[5:] <= values.max())).all()  # a convex combination
+
+
+def test_a_source_kept_in_a_cache_maps_as_one_built_afresh_and_is_built_once() -> None:
+    """``node_map(..., cache=, key=)``: the same map (inside the hull, outside it, a 2-D mesh with
+    z = 0, a cloud), each source's triangulation and k-d tree built once for any number of targets,
+    the least recently used let go beyond the cache's bytes."""
+    rng = np.random.default_rng(2)
+    sources = {name: rng.random((120 + 10 * k, 2)) for k, name in enumerate("abc")}
+    targets = [rng.random((90, 2)) * 1.2 - 0.1 for _ in range(4)]  # some nodes outside every source's hull
+    cache = SourceCache()
+    for target in targets:
+        for name, source in sources.items():
+            for lift in (False, True):  # a 2-D mesh written with z = 0 is triangulated in 2-D
+                src = np.c_[source, np.zeros(len(source))] if lift else source
+                tgt = np.c_[target, np.zeros(len(target))] if lift else target
+                kept, fresh = node_map(src, tgt, cache=cache, key=name), node_map(src, tgt)
+                assert kept.outside.any()
+                for a, b in ((kept.index, fresh.index), (kept.weights, fresh.weights), (kept.outside, fresh.outside)):
+                    assert np.array_equal(a, b)
+    assert cache.built == 2 * len(sources)  # a triangulation and a k-d tree per source, not per target
+    clouds = SourceCache()
+    cloud = rng.random((50, 3))
+    for target in (rng.random((20, 3)), rng.random((30, 3))):
+        kept, fresh = node_map(cloud, target, cloud=True, cache=clouds, key="cloud"), node_map(cloud, target, cloud=True)
+        assert np.array_equal(kept.index, fresh.index) and np.array_equal(kept.weights, fresh.weights)
+    assert clouds.built == 1
+    small = SourceCache(max_bytes=1)  # room for one source at a time: each comes back built again
+    for _ in range(2):
+        for name, source in sources.items():
+            node_map(source, targets[0][:10] * 0.5 + 0.25, cache=small, key=name)
+    assert small.built == 2 * len(sources) and len(small._items) == 1
 
 
 @pytest.mark.parametrize(("kwargs", "method", "message"), [
