@@ -283,3 +283,16 @@ def test_edge_mlp_bench_times_both_paths_and_checks_the_fused_one(tmp_path: Path
         assert out["fused"] == "ok" and set(row["ms"]) == unfused | {k.replace("unfused", "fused") for k in unfused}
         assert set(row["fused / unfused"]) == {"recompute, fwd", "recompute, fwd+bwd", "saved, fwd+bwd"}
         assert 0 < row["error vs float64"]["fused"] < 1e-5 and 0 < row["error vs float64"]["unfused"] < 1e-5
+
+
+def test_mapping_bench_maps_alike_both_ways_and_builds_each_source_once(tmp_path: Path) -> None:
+    result = tmp_path / "r.json"
+    done = subprocess.run([sys.executable, str(BENCH / "mapping.py"), "--sources", "3", "--targets", "2", "--nodes",
+                           "400", "--json", str(result)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(result.read_text())
+    assert (out["maps"], out["identical"]) == (6, True)
+    assert out["built_cached"] == 2 * 3  # a triangulation and a k-d tree (nodes outside a hull) per source
+    assert out["afresh_s"] > 0 and out["cached_s"] > 0
+    assert out["speedup"] == pytest.approx(out["afresh_s"] / out["cached_s"], rel=0.05)  # of the times before rounding
+    assert "| 6 (3 x 2) | 400 |" in done.stdout
