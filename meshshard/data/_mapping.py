@@ -71,7 +71,9 @@ class NodeMap:
 class SourceCache:
     """The source side of maps (a mesh's Delaunay triangulation, warmed for point location, and its
     k-d tree), kept for more maps from the same source onto other meshes; the least recently used
-    go first beyond ``max_bytes`` (an estimate of their arrays). ``built`` counts what was built."""
+    go first beyond ``max_bytes`` (an estimate of their arrays), and one larger than that alone is
+    not kept (a large 3-D mesh's triangulation is let go after its map, as without a cache).
+    ``built`` counts what was built."""
 
     def __init__(self, max_bytes: int = 512 * 2**20) -> None:
         self.max_bytes = int(max_bytes)
@@ -86,11 +88,13 @@ class SourceCache:
             return self._items[key][0]
         item, size = build()
         self.built += 1
-        self._items[key] = (item, size)
-        self._bytes += size
-        while self._bytes > self.max_bytes and len(self._items) > 1:
+        if size > self.max_bytes:
+            return item
+        while self._items and self._bytes + size > self.max_bytes:
             _, (_, freed) = self._items.popitem(last=False)
             self._bytes -= freed
+        self._items[key] = (item, size)
+        self._bytes += size
         return item
 
 

@@ -176,11 +176,23 @@ def test_a_source_kept_in_a_cache_maps_as_one_built_afresh_and_is_built_once() -
         kept, fresh = node_map(cloud, target, cloud=True, cache=clouds, key="cloud"), node_map(cloud, target, cloud=True)
         assert np.array_equal(kept.index, fresh.index) and np.array_equal(kept.weights, fresh.weights)
     assert clouds.built == 1
-    small = SourceCache(max_bytes=1)  # room for one source at a time: each comes back built again
+    inner = targets[0][:10] * 0.5 + 0.25  # inside every source's hull: triangulations alone
+    sizes = {name: _triangulation_bytes(source) for name, source in sources.items()}
+    room = SourceCache(max_bytes=max(sizes.values()) + min(sizes.values()) - 1)  # never room for two
     for _ in range(2):
         for name, source in sources.items():
-            node_map(source, targets[0][:10] * 0.5 + 0.25, cache=small, key=name)
-    assert small.built == 2 * len(sources) and len(small._items) == 1
+            node_map(source, inner, cache=room, key=name)
+    assert room.built == 2 * len(sources) and len(room._items) == 1 and room._bytes <= room.max_bytes
+    none = SourceCache(max_bytes=min(sizes.values()) - 1)  # none fits: each built for its map, not kept
+    for name, source in sources.items():
+        node_map(source, inner, cache=none, key=name)
+    assert none.built == len(sources) and not none._items
+
+
+def _triangulation_bytes(points: np.ndarray) -> int:
+    from meshshard.data._mapping import _triangulation
+
+    return _triangulation(points, "points")[1]
 
 
 @pytest.mark.parametrize(("kwargs", "method", "message"), [
