@@ -41,6 +41,10 @@ class SteadyFields(Task):
 
     name: ClassVar[str] = "steady"
 
+    def __init__(self, config: Any = None) -> None:
+        super().__init__(config)
+        self._baselines: dict[int, Tensor] = {}  # per sample, its _baseline_loss (--relative-loss)
+
     def check_dataset(self, dataset: Any) -> None:
         """Refuse, in one line, a dataset of inputs only (made without ``--targets``), or of trajectories."""
         if dataset.meta.get("task") == "transient":
@@ -87,15 +91,14 @@ class SteadyFields(Task):
         is 0; no gradient (the targets are data). A sample's targets are the same at every step, so
         its value is computed (one all-reduce) the first time it is seen and kept, unless
         ``max_points`` trains on another subset of its points each epoch."""
-        cache: dict[int, Tensor] = self.__dict__.setdefault("_baselines", {})
         key = None if self.config.get("max_points") else int(batch.sample)
-        if key in cache:
-            return cache[key]
+        if key in self._baselines:
+            return self._baselines[key]
         with torch.no_grad():
             zero = self._mean_squared(batch.y ** 2, batch)
         value = torch.where(zero > 0, zero, torch.ones_like(zero))
         if key is not None:
-            cache[key] = value
+            self._baselines[key] = value
         return value
 
     def _mean_squared(self, err: Any, batch: LocalSample) -> Tensor:
