@@ -60,12 +60,15 @@ def odd_meshes_note(meta: Mapping[str, Any]) -> str | None:
 
     if len(meta["meshes"]) < 2:
         return None
-    sample_mesh = np.array([s["mesh"] for s in meta["samples"]], dtype=np.int64)
+    mirrors = set((meta.get("mirror") or {}).get("samples", {}))  # on the mirror of their original's mesh
+    sample_mesh = np.array([s["mesh"] for s in meta["samples"] if s["name"] not in mirrors], dtype=np.int64)
     uses = np.bincount(sample_mesh, minlength=len(meta["meshes"]))
     main = int(uses.argmax())
     if uses[main] < 2 or 2 * uses[main] < len(sample_mesh):
         return None  # no mesh most samples share: a many-meshes dataset by design
-    others = np.flatnonzero(sample_mesh != main).tolist()
+    others = np.flatnonzero(sample_mesh != main).tolist()  # the originals come first: an index is a sample's
+    if not others:
+        return None
     odd = [f"{meta['samples'][i]['name']} (mesh {sample_mesh[i]}, "
            f"{meta['meshes'][sample_mesh[i]]['num_nodes']:,} nodes)"
            for i in others[:6]]
@@ -155,6 +158,13 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
                      "point models: train --model ball-attention or transolver)")
     if meta.get("collapsed_2d"):
         lines.append("  2-D      each mesh the lower z-plane of a one-cell-thick 3-D mesh (--collapse-2d)")
+    mirror = meta.get("mirror")
+    if mirror:
+        negated = ", ".join([f"{v}'s {mirror['axis']}" for v in mirror["vectors"]] + list(mirror["parameters"]))
+        count = len(mirror["samples"])
+        are = "is a mirror" if count == 1 else "are mirrors"
+        lines.append(f"  mirror   {plural(count, 'training sample')} {are} in {mirror['axis']} of others (--mirror: "
+                     f"{negated or 'no field or parameter'} negated), named <name>~mirror-{mirror['axis']}")
     held = held_note(meta)
     if held:
         lines.append(f"  held     {held}")
@@ -298,8 +308,9 @@ def _dataset(args: argparse.Namespace) -> int:
     try:
         files = list_sources(args.sources)
         prior = args.mean_field is not None or args.mean_field_from is not None
-        with Steps(enabled=not args.quiet) as steps, steps.step("samples", total=len(files)) as advance, \
-                (steps.step("prior", total=len(files)) if prior else nullcontext(None)) as advance_prior:
+        total = None if args.mirror else len(files)  # mirrors: as many more as training files, less their own mirrors
+        with Steps(enabled=not args.quiet) as steps, steps.step("samples", total=total) as advance, \
+                (steps.step("prior", total=total) if prior else nullcontext(None)) as advance_prior:
             out = build_dataset(args.sources, args.out, inputs=args.inputs, targets=args.targets,
                                 val_fraction=args.val_fraction, val_samples=val_samples, dtype=args.dtype,
                                 same_mesh=args.same_mesh, force=args.force, progress=advance, notes=note,
@@ -309,7 +320,8 @@ def _dataset(args: argparse.Namespace) -> int:
                                 signed_distance=args.signed_distance, node_types=args.boundary_classes,
                                 graph=args.graph, max_points=args.max_points, mean_field=args.mean_field,
                                 mean_field_from=args.mean_field_from, shape_params=args.shape_params,
-                                prior_progress=advance_prior)
+                                prior_progress=advance_prior, mirror=args.mirror,
+                                mirror_params=args.mirror_params)
     except (ValueError, OSError, MemoryError) as err:
         return _error("dataset", err)
     meta = read_dataset_metadata(out)
@@ -402,6 +414,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="with --mean-field on a shape sweep: the --params columns that make a shape (e.g. "
                    "thickness,camber); a training sample's prior leaves out every case of its own shape, as a new "
                    "shape's prior has none")
+    p.add_argument("--mirror", default=None, metavar="AXIS[:VECTOR,...]",
+                   help="each training sample's mirror added to the training samples, for a sweep closed under that "
+                   "mirror: the coordinate AXIS (x, y or z) negated, and the component along it of each named vector "
+                   "field (e.g. y:U; a field of several components not named is refused)")
+    p.add_argument("--mirror-params", default=None, metavar="NAME[,NAME]",
+                   help="with --mirror: the --params columns that change sign in the mirror (e.g. camber,aoa); a "
+                   "sample they are all 0 for is its own mirror and is not added")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="stored precision")
     p.add_argument("--force", action="store_true", help="replace an existing dataset folder (only one)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no summary")

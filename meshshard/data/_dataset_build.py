@@ -24,10 +24,12 @@ from ._dataset import channel_names, read_dataset_metadata
 from ._fields import FieldSource, field_records, parse_field_names, select_fields
 from ._folder_guard import check_dataset_output
 from ._mesh_ops import WALL_DISTANCE, collapse_2d, one_cell_thick_note
+from ._mirror import MirrorRequest, mirror_mesh, mirror_plan, parse_mirror
 from ._parameters import read_parameters, target_scales, with_parameters
 from ._prior import PriorRequest, check_prior_request, parse_prior, prior_cases_of
 from ._reader import open_dataset
 from ._sources import list_sources, merged_cells, mesh_difference, read_mesh, sample_names
+from ._split import split_samples
 from ._statistics import held_note
 from ._surface import boundary_classes, named_boundaries
 from ._wall_geometry import SIGNED_DISTANCE, WALL_NORMAL, WALL_OFFSET, signed_distance, wall_normal
@@ -88,6 +90,8 @@ def build_dataset(
     mean_field_from: str | os.PathLike[str] | None = None,
     shape_params: str | Sequence[str] | None = None,
     prior_progress: Callable[[int], None] | None = None,
+    mirror: str | None = None,
+    mirror_params: str | Sequence[str] | None = None,
 ) -> Path:
     """``meshshard dataset``: one sample per mesh file (field names: :mod:`meshshard.data._fields`; sample
     names: :func:`meshshard.data._sources.sample_names`).
@@ -157,6 +161,10 @@ def build_dataset(
             (``--mean-field-from DATA``), made of its training cases with its method, mapped onto
             these cases' meshes: new cases for its runs to predict on.
         prior_progress: Called with 1 after each sample's prior is written.
+        mirror, mirror_params: Each training sample's mirror added as a training sample
+            (``--mirror AXIS[:VECTORS]``, ``--mirror-params NAMES``): the coordinate AXIS
+            negated, and the component along it of each named vector field, and the named
+            parameters negated (:mod:`meshshard.data._mirror`).
         Others: as :func:`meshshard.data._writer.write_samples`.
     """
     with folder_lock(out):  # one writer per folder (held already under meshshard dataset)
@@ -185,7 +193,12 @@ def build_dataset(
             input_fields += [{"name": p, "components": 1, "parameter": True} for p in table["names"]]
         check_prior_request(mean_field, given, dtype, target_fields, table)
         shape = _shape_params(shape_params, mean_field, table)
-        samples = _samples(first, files, names, in_names, out_names, reading, table, scales, same_mesh)
+        mirrors = _Mirrors.plan(parse_mirror(mirror, mirror_params, table), files, names, in_names + out_names,
+                              reading, table, val_fraction, val_samples, notes)
+        if mirrors is not None:
+            names, table, val_fraction, val_samples = mirrors.names, mirrors.table, None, mirrors.val
+            scales = target_scales(target_scale, table, params, out_names, names)
+        samples = _samples(first, files, names, in_names, out_names, reading, table, scales, same_mesh, mirrors)
         del first  # the generator holds the first sample until it is written, then lets it go
         written = write_samples(out, samples, names, input_fields=input_fields, target_fields=target_fields,
                                 val_fraction=val_fraction, val_samples=val_samples, dtype=dtype, force=force,
@@ -193,7 +206,8 @@ def build_dataset(
                                 target_scales=scales or None, collapsed_2d=collapse_2d, max_points=max_points,
                                 mean_field=(given if given is not None else
                                             PriorRequest(mean_field, shape) if shape else mean_field),
-                                prior_progress=prior_progress)
+                                prior_progress=prior_progress,
+                                mirror=mirrors.record() if mirrors is not None else None)
         held = held_note(read_dataset_metadata(written))
         if held and notes is not None:
             notes(held)
@@ -285,22 +299,56 @@ def _check_parameter_names(table: Mapping[str, Any], input_fields: list[dict[str
                          "in both)")
 
 
+@dataclass(frozen=True)
+class _Mirrors:
+    """``--mirror``: the request, the training files mirrored (indices into the files), and the
+    sample names, parameter table and validation split with the mirrors appended."""
+    request: MirrorRequest
+    originals: list[int]
+    names: list[str]
+    table: Mapping[str, Any] | None
+    val: list[int]
+
+    @classmethod
+    def plan(cls, request: MirrorRequest | None, files: list[Path], names: list[str], fields: list[str],
+           reading: _Reading, table: Mapping[str, Any] | None, val_fraction: float | None,
+           val_samples: Sequence[int | str] | None, notes: Callable[[str], None] | None) -> _Mirrors | None:
+        if request is None:
+            return None
+        mesh = read_mesh(files[0])  # the first file mirrored: its fields and cells checked before any is written
+        mirror_mesh(collapse_2d(mesh, files[0]) if reading.collapse_2d else mesh, request, fields, files[0])
+        train, val = split_samples(names, val_fraction, val_samples)
+        picked, mirrored, rows = mirror_plan(request, names, train, table, notes)
+        if table is not None:
+            table = {"names": list(table["names"]), "values": [*table["values"], *rows]}
+        return cls(request, picked, [*names, *mirrored], table, val)
+
+    def record(self) -> dict[str, Any]:
+        return {**self.request.record(),
+                "samples": dict(zip(self.names[len(self.names) - len(self.originals):],
+                                    [self.names[i] for i in self.originals]))}
+
+
 def _samples(first: _Read, files: list[Path], names: list[str], in_names: list[str], out_names: list[str],
              reading: _Reading, table: Mapping[str, Any] | None, scales: Mapping[str, str],
-             same_mesh: bool) -> Iterator[Sample]:
+             same_mesh: bool, mirrors: _Mirrors | None = None) -> Iterator[Sample]:
     """The samples in file order: the first as read already, then each file read as it is written
     (its fields from where the first file's came from), with its parameters; with ``same_mesh``,
-    each checked to be on the first file's mesh."""
+    each checked to be on the first file's mesh. With ``mirrors``, then the mirrored training
+    files, in file order (sample ``len(files) + j`` the mirror of file ``mirrors.originals[j]``)."""
     expect = ([*first.inputs, *first.targets], files[0])
     mesh0 = (first.sample.pos, merged_cells(first.sample.cells)) if same_mesh else None
     yield first.sample
     del first  # let the first sample's arrays go
-    for i in range(1, len(files)):
-        read = _sample_from(files[i], names[i], in_names, out_names, expect=expect, reading=reading)
+    order = [(i, None) for i in range(1, len(files))]
+    order += [(i, mirrors.request) for i in mirrors.originals] if mirrors is not None else []
+    for k, (i, mirror) in enumerate(order, start=1):
+        read = _sample_from(files[i], names[k], in_names, out_names, expect=expect, reading=reading,
+                            mirror=mirror)
         sample = read.sample
         if table is not None:
-            sample = with_parameters(sample, table, i, scales, field_records(out_names, read.targets))
-        if mesh0 is not None:
+            sample = with_parameters(sample, table, k, scales, field_records(out_names, read.targets))
+        if mesh0 is not None and mirror is None:  # a mirror is on the mirror of its original's mesh
             why = mesh_difference(sample.pos, merged_cells(sample.cells), *mesh0, files[0])
             if why is not None:
                 raise ValueError(f"{files[i]}: Expected the mesh of {files[0]} in every sample, as "
@@ -356,11 +404,12 @@ def _check_channels(in_names: list[str], out_names: list[str], first: _Read,
 
 def _sample_from(path: Path, name: str, in_names: list[str], out_names: list[str],
                  expect: tuple[Sequence[FieldSource], Path] | None = None, reading: _Reading = _Reading(),
-                 notes: Callable[[str], None] | None = None) -> _Read:
+                 notes: Callable[[str], None] | None = None, mirror: MirrorRequest | None = None) -> _Read:
     """Read one mesh file into a :class:`Sample`; with ``expect`` (the first file's), each named
     field must come from the same place with the same component count as there. ``reading``
     says what is done to the mesh as read; ``notes`` (given for the first file) hears of a
-    multiblock's blocks left out, and of a mesh one cell thick that could be collapsed."""
+    multiblock's blocks left out, and of a mesh one cell thick that could be collapsed. With
+    ``mirror``, the mesh is mirrored as read (collapsed first), before any field is taken from it."""
     mesh = read_mesh(path, notes)
     if reading.collapse_2d:
         mesh = collapse_2d(mesh, path)
@@ -368,6 +417,8 @@ def _sample_from(path: Path, name: str, in_names: list[str], out_names: list[str
         thick = one_cell_thick_note(mesh, path)
         if thick is not None:
             notes(thick)
+    if mirror is not None:
+        mesh = mirror_mesh(mesh, mirror, [*in_names, *out_names], path)
     add_surface_fields(mesh, [*in_names, *out_names], path)
     pos = np.asarray(mesh.points, dtype=np.float64)
     x, x_sources = select_fields(in_names, mesh, pos, path, reading.cell_data_to_points)

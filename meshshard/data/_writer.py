@@ -150,6 +150,7 @@ def write_samples(
     max_points: int | None = None,
     mean_field: Any = False,
     prior_progress: Callable[[int], None] | None = None,
+    mirror: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write a dataset folder from ``samples``, consumed one at a time (never all in memory).
 
@@ -181,6 +182,8 @@ def write_samples(
             :func:`~meshshard.data._prior.prior_cases_of` or the tuple of
             :func:`~meshshard.data._mean_field.mean_field_of` (``--mean-field-from``).
         prior_progress: Called with 1 after each sample's prior is written.
+        mirror: The mirrored training samples, recorded as ``"mirror"``
+            (:mod:`meshshard.data._mirror`).
 
     Returns:
         The dataset folder.
@@ -217,6 +220,8 @@ def write_samples(
             meta["graph"] = str(GraphRule(rules[0]["rule"], rules[0].get("k"), rules[0].get("radius")))
         if max_points is not None:
             meta["max_points"] = int(max_points)
+        if mirror is not None:
+            meta["mirror"] = dict(mirror)
         if mean_field is not False and mean_field is not None:
             from ._prior import add_prior
 
