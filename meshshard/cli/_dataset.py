@@ -192,6 +192,8 @@ def _prior_line(meta: Mapping[str, Any], record: Mapping[str, Any], offset: bool
                      + ", ".join(record.get("shape", [])) + ")"}.get(left_out, "")
     source = ("the training samples" if record.get("of") == "training samples"
               else "another dataset's training samples (--mean-field-from)")
+    if record.get("mirrors"):
+        source += " that are not mirrors (a mirror's prior is its original's, mirrored)"
     return (f"  prior    {means} ({method}): {what} over {source}, each mapped onto the sample's mesh, as input "
             f"channels{rule}{then}")
 

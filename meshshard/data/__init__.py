@@ -131,6 +131,7 @@ _LAZY: dict[str, str] = {
     "linear_cases": "._neighbours",
     "nearest_cases": "._neighbours",
     "parameter_scale": "._neighbours",
+    "solved_training_samples": "._mirror",
 }
 
 #: Public names for attributes that carry another name in their module.
@@ -231,6 +232,7 @@ __all__ = [
     "WALL_OFFSET",
     "SIGNED_DISTANCE",
     "signed_distance",
+    "solved_training_samples",
     "wall_distance",
     "wall_normal",
     "write_dataset",

@@ -19,7 +19,10 @@ Derived inputs (``--wall-distance``, ``--wall-normal``, ``--signed-distance``, a
 the mirrors of the original's. Only training samples are mirrored (the validation split is drawn
 from the files first and left as it is). A mirror whose parameters equal its original's (a
 symmetric section at 0 degrees: its own mirror) is not added, and a note says so. A mirrored
-sample is named ``<name>~mirror-<axis>`` and recorded in ``dataset.json`` as ``mirror``::
+sample is named ``<name>~mirror-<axis>``. Mirrors train the model and nothing else: a prior
+(``--mean-field``) and ``meshshard baseline`` are made of the solved cases alone
+(:func:`solved_training_samples`), and a mirror's prior is its original's, mirrored
+(:mod:`meshshard.data._prior`). They are recorded in ``dataset.json`` as ``mirror``::
 
     {"axis": "y", "vectors": ["U"], "parameters": ["camber", "aoa"],
      "samples": {"case-3~mirror-y": "case-3", ...}}
@@ -28,6 +31,7 @@ sample is named ``<name>~mirror-<axis>`` and recorded in ``dataset.json`` as ``m
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +41,8 @@ import numpy as np
 
 from meshshard.partition import listed, plural
 
-__all__ = ["MirrorRequest", "parse_mirror", "mirror_mesh", "mirror_name", "mirror_plan", "MIRROR_SUFFIX"]
+__all__ = ["MirrorRequest", "parse_mirror", "mirror_mesh", "mirror_name", "mirror_plan", "MIRROR_SUFFIX",
+           "solved_training_samples", "mirrored_channels"]
 
 _AXES = {"x": 0, "y": 1, "z": 2}
 
@@ -97,6 +102,33 @@ def parse_mirror(text: str | None, params: str | Sequence[str] | None,
             raise ValueError(f"Expected --mirror-params among the --params columns {', '.join(known)} "
                              f"(got {', '.join(unknown)})")
     return MirrorRequest(axis, fields, names)
+
+
+def solved_training_samples(meta: Mapping[str, Any]) -> np.ndarray:
+    """The training samples of a dataset's ``meta`` that are not mirrors (the cases a solver gave):
+    what priors and baselines are made of."""
+    train = np.asarray(meta["split"]["train"], dtype=np.int64)
+    mirrors = set((meta.get("mirror") or {}).get("samples", {}))
+    if not mirrors:
+        return train
+    names = [str(s["name"]) for s in meta["samples"]]
+    return np.array([i for i in train.tolist() if names[i] not in mirrors], dtype=np.int64)
+
+
+def mirrored_channels(meta: Mapping[str, Any], fields: Sequence[Mapping[str, Any]]) -> np.ndarray:
+    """``(F,)`` bool over the channels of ``fields`` (``[{"name", "components"}]``): the components
+    along the mirror's axis of its vectors, the channels a mirror negates."""
+    record = meta.get("mirror") or {}
+    axis = _AXES.get(str(record.get("axis")), -1)
+    flip: list[bool] = []
+    for f in fields:
+        name = str(f["name"])
+        one = re.fullmatch(r"(.+)\[(\d+)\]", name)  # one component of a vector (U[1])
+        if one is not None and one.group(1) in record.get("vectors", []):
+            flip.append(int(one.group(2)) == axis)
+        else:
+            flip += [name in record.get("vectors", []) and k == axis for k in range(int(f["components"]))]
+    return np.array(flip, dtype=bool)
 
 
 def mirror_name(name: str, request: MirrorRequest) -> str:

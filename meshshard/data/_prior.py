@@ -34,6 +34,13 @@ sample may use is recorded as ``mean_field.left_out``:
   shape at the next angle stays in the prior, which a new shape never has, so the model learns to
   trust a prior better than it will get. ``mean_field.shape`` records NAMES.
 
+Mirrors (``meshshard dataset --mirror``, :mod:`meshshard.data._mirror`) are in no prior: a prior
+is made of the solved training cases alone, and a mirror's prior is its original's prior, mirrored
+(the channels of its vectors along the axis negated), so that the mirrors add the symmetry to
+what the model learns without changing any other sample's prior. Where the solved cases share one
+mesh (a sweep on one mesh, whose mirrors are on the mirrored mesh), a training sample leaves out
+itself (``"sample"``), as on one mesh.
+
 Validation samples (every sample outside the training split) use every training case. A
 validation case that shares its mesh with training cases (split by case rather than by shape)
 takes them too, so its prior is better informed than the training samples' were.
@@ -70,6 +77,7 @@ from ._clouds import is_point_cloud
 from ._dataset import channel_names, save_npy
 from ._mapping import NodeMap, SourceCache, node_map
 from ._mean_field import add_mean_field, append_mean_fields, finish_prior, mean_field_of
+from ._mirror import mirrored_channels, solved_training_samples
 from ._neighbours import linear_cases, nearest_cases, parameter_scale
 from ._statistics import Running
 
@@ -144,7 +152,7 @@ def prior_cases_of(data: Any) -> PriorCases:
     if str(record.get("of")) != "training samples" or not len(data.train):
         raise ValueError(f"{data.path}: Expected a dataset whose own training cases made its prior (got one made "
                          "with --mean-field-from: pass the dataset it was made from)")
-    train = np.asarray(data.train, dtype=np.int64)
+    train = solved_training_samples(meta)  # a dataset's mirrors are in none of its priors
     table = meta.get("parameters") or {"names": [], "values": []}
     names = [str(n) for n in table["names"]]
     values = np.asarray(table["values"], dtype=np.float64).reshape(data.num_samples, len(names))[train]
@@ -341,8 +349,8 @@ def add_prior(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: np.d
         _check_given(cases, meta, dtype)
         left_out = "none"
     else:
-        cases = _staged_cases(tmp, meta, train, method)
-        left_out = "shape" if shape else "sample" if meta["kind"] == "one-mesh" else "mesh"
+        cases = _staged_cases(tmp, meta, solved_training_samples(meta), method)  # mirrors: none of them
+        left_out = "shape" if shape else "sample" if _one_mesh(meta) else "mesh"
     if shape and not set(shape) <= set(cases.names):
         raise ValueError(f"Expected --shape-params among the parameters {', '.join(cases.names) or '(none)'} "
                          f"(got {', '.join(shape)})")
@@ -357,8 +365,16 @@ def add_prior(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: np.d
         record["shape"] = list(shape)
     if cases.samples[0] >= 0:  # not the stored mean field of a one-mesh dataset
         record["samples"] = len(cases.samples)
+    if meta.get("mirror"):
+        record["mirrors"] = "each mirror's prior is its original's, mirrored; no prior is made of a mirror"
     finish_prior(meta, run_in, run_out, cases.sha256, record)
     return None
+
+
+def _one_mesh(meta: Mapping[str, Any]) -> bool:
+    """Whether the dataset's solved cases share one mesh (its mirrors are on the mirrored mesh)."""
+    mirrors = set((meta.get("mirror") or {}).get("samples", {}))
+    return meta["kind"] == "one-mesh" or len({int(s["mesh"]) for s in meta["samples"] if s["name"] not in mirrors}) == 1
 
 
 def _write_priors(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: np.dtype, cases: PriorCases,
@@ -380,7 +396,8 @@ def _write_priors(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: 
     has_targets = bool(meta["target_channels"])
     run_in, run_out = Running(len(meta["input_channels"])), Running(len(meta["target_channels"]))
     combiner = _Combiner(cases)
-    for s in sorted(range(len(names)), key=lambda i: (mesh_of[i], i)):
+    mirrors = {names.index(m): names.index(o) for m, o in (meta.get("mirror") or {}).get("samples", {}).items()}
+    for s in sorted(set(range(len(names))) - set(mirrors), key=lambda i: (mesh_of[i], i)):
         m = mesh_of[s]
         entry = meta["meshes"][m]
         combiner.to_mesh(m, lambda m=m: np.load(tmp / "meshes" / f"{m:05d}" / "points.npy", allow_pickle=False),
@@ -390,15 +407,26 @@ def _write_priors(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: 
                            None if shape_of_cases is None else (shape_of_cases, values[s, shape_columns]))
         value = values[s, columns] if columns else np.zeros(len(cases.names))
         prior = combiner.combine(_sources(cases, allowed, value, scale, names[s], left_out))
-        stored = prior.astype(dtype)
-        folder = samples / f"{s:05d}"
-        inputs = np.concatenate([np.load(folder / "inputs.npy", allow_pickle=False), stored], axis=1)
-        save_npy(folder / "inputs.npy", inputs)
-        if training:
-            run_in.add(inputs.astype(np.float64))
-            if has_targets:
-                y = np.load(folder / "targets.npy", allow_pickle=False).astype(np.float64)
-                run_out.add(y - stored.astype(np.float64))  # the offset as stored, as training applies it
+        _append_prior(samples / f"{s:05d}", prior.astype(dtype), training, has_targets, run_in, run_out)
+        if progress is not None:
+            progress(1)
+    flip = mirrored_channels(meta, cases.fields)
+    for s, original in sorted(mirrors.items()):  # after every original: a mirror's prior is its original's, mirrored
+        stored = np.load(samples / f"{original:05d}" / "inputs.npy", allow_pickle=False)[:, -len(flip):]
+        _append_prior(samples / f"{s:05d}", np.where(flip, -stored, stored), True, has_targets, run_in, run_out)
         if progress is not None:
             progress(1)
     return run_in, run_out
+
+
+def _append_prior(folder: Path, stored: np.ndarray, training: bool, has_targets: bool, run_in: Running,
+                  run_out: Running) -> None:
+    """A sample's inputs with its prior ``stored`` appended; a training sample's inputs and targets'
+    difference from the prior added to the statistics."""
+    inputs = np.concatenate([np.load(folder / "inputs.npy", allow_pickle=False), stored], axis=1)
+    save_npy(folder / "inputs.npy", inputs)
+    if training:
+        run_in.add(inputs.astype(np.float64))
+        if has_targets:
+            y = np.load(folder / "targets.npy", allow_pickle=False).astype(np.float64)
+            run_out.add(y - stored.astype(np.float64))  # the offset as stored, as training applies it

@@ -34,7 +34,8 @@ piecewise-linear interpolation from the source's points, the nearest source node
 Targets made non-dimensional (``meshshard dataset --target-scale``) are combined as stored
 (divided by each case's scale) and multiplied by the sample's own scale: the "rescaled"
 baselines of ``examples/cfd_sweep/run.py``. A sample scored among the training samples is one of
-the cases its baseline is made of.
+the cases its baseline is made of. The mirrors of a dataset made with ``--mirror`` are not: a
+baseline is made of the solved cases alone, as the dataset's prior is.
 
 On surfaces and point clouds (each body its own cloud) the fields are mapped between clouds
 (``node_map(..., cloud=True)``) and the errors are area-weighted as predict weights them.
@@ -70,6 +71,7 @@ from meshshard.data import (
     node_map,
     open_dataset,
     parameter_scale,
+    solved_training_samples,
 )
 from meshshard.partition import plural
 
@@ -156,7 +158,7 @@ def _check_method(method: BaselineMethod, data: Any) -> tuple[np.ndarray, list[s
     method the dataset cannot give."""
     table = data.meta.get("parameters") or {}
     names = [str(n) for n in table.get("names", [])]
-    train = np.asarray(data.train, dtype=np.int64)
+    train = solved_training_samples(data.meta)  # a dataset's mirrors (dataset --mirror) are not solved cases
     if not len(train):
         raise ValueError(f"{data.path}: Expected training samples to make a baseline of (the split has none)")
     if method.kind != "mean" and not names:
@@ -210,17 +212,20 @@ def baseline_sources(method: BaselineMethod, train_values: np.ndarray, value: np
 
 class _Mapper:
     """Training samples' stored targets (of dataset ``source``) mapped onto a mesh of dataset
-    ``data``: one :class:`NodeMap` per pair of meshes."""
+    ``data``: one :class:`NodeMap` per pair of meshes, those onto the last target mesh kept (the
+    samples of a mesh come together; each source's triangulation stays in :class:`SourceCache`)."""
 
     def __init__(self, source: Any, data: Any) -> None:
         self.source, self.data = source, data
-        self.maps: dict[tuple[int, int], Any] = {}
+        self.maps: dict[tuple[int, int], Any] = {}  # onto one target mesh at a time: N_train maps, not N_train x M
         self.combined: dict[tuple[int, tuple[tuple[int, float], ...]], np.ndarray] = {}
         self.sources = SourceCache()  # each training mesh triangulated once, not once per mesh of DATA
 
     def _map(self, source: int, target: int) -> Any:
         """The map from mesh ``source`` of the training dataset onto mesh ``target`` of DATA; None: the identity."""
         key = (source, target)
+        if self.maps and next(iter(self.maps))[1] != target:
+            self.maps = {}  # another target mesh: the last one's maps let go
         if key not in self.maps:
             theirs, mine = self.source.meta["meshes"][source], self.data.meta["meshes"][target]
             if (self.source is self.data and source == target) or theirs["sha256"] == mine["sha256"]:
@@ -318,7 +323,7 @@ def baseline(cfg: BaselineConfig) -> dict[str, Any]:
     method = parse_method(cfg.method)
     data, source, train_values, param_names = _datasets(cfg, method)
     truth = bool(data.target_channels)
-    train = [int(i) for i in source.train]
+    train = [int(i) for i in solved_training_samples(source.meta)]
     names = [str(e["name"]) for e in data.meta["samples"]]
     picks = select_samples(cfg.samples, names, [int(v) for v in data.val])
     target_fields = field_slices(source.meta["targets"])

@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -197,10 +194,6 @@ def test_shape_sweep_example_runs_as_its_readme_says(tmp_path: Path, warm_bin: P
     assert rows["free stream"]["p body"] == 1.0 and rows["free stream"]["p near"] == pytest.approx(1.0, rel=1e-12)
     assert "meshshard" in outputs[1] and "nearest shape" in outputs[1]
     # run.py --held-out N (README.md's "six held out"): what sweep.py --held-out N holds out, from the same cases
-    done = subprocess.run([sys.executable, str(REPO / "examples" / "shape_sweep" / "run.py"), str(sweep),
-                           "--held-out", "1", "--members", "1", "--nproc", "1", "--config", str(tiny)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                          env=os.environ | {"MESHSHARD_COMMAND": str(warm_bin / "meshshard"), "MPLBACKEND": "Agg"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    held = json.loads((sweep / "after-held1" / "results.json").read_text())
-    assert held["held_out_shapes"] == info["held_out_shapes"] and held["held_out"] == info["held_out"]
+    run = example_module("shape_sweep", "run")
+    assert run.held_out_cases(info, 1, []) == (info["held_out_shapes"], info["held_out"])
+    assert run.held_out_cases(info, None, info["held_out"]) == (info["held_out_shapes"], [])

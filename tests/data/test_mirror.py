@@ -177,3 +177,35 @@ def test_a_sample_named_as_a_mirror_is_refused(tmp_path: Path, capsys: pytest.Ca
                                 "--mirror", "y:U"],
                                "Expected no sample named as a mirror is (b~mirror-y: a file of that name", capsys,
                                tmp_path / "out")
+
+
+@pytest.mark.parametrize("method", ["knn:2", "linear"])
+def test_priors_and_baselines_are_made_of_the_solved_cases_and_a_mirror_takes_its_originals(
+        tmp_path: Path, capsys: pytest.CaptureFixture, method: str) -> None:
+    """With --mirror, every solved sample's prior is what it is without (the mirrors are in no
+    prior; the solved cases share one mesh, so a training sample leaves out itself, as on one mesh),
+    a mirror's prior is its original's with U's y negated, and a baseline is the same."""
+    _write(tmp_path)
+    common = ["--mean-field", method, "--val-samples", "v"]
+    assert main(_args(tmp_path, "cases", "plain", "params.csv", *common)) == 0
+    assert main(_args(tmp_path, "cases", "data", "params.csv", *common, "--mirror", "y:U", "--mirror-params",
+                      "camber")) == 0
+    plain, data = open_dataset(tmp_path / "plain"), open_dataset(tmp_path / "data")
+    meta = data.meta
+    assert (meta["mean_field"]["left_out"], meta["mean_field"]["samples"]) == ("sample", 3)
+    assert "its original's, mirrored" in meta["mean_field"]["mirrors"]
+    assert meta["mean_field"]["sha256"] == plain.meta["mean_field"]["sha256"]  # made of the same cases
+    prior = [i for i, c in enumerate(meta["input_channels"]) if c.endswith("_mean") or "_mean[" in c]
+    assert [meta["input_channels"][i] for i in prior] == ["p_mean", "U_mean[0]", "U_mean[1]", "U_mean[2]"]
+    for s in range(len(CASES)):
+        np.testing.assert_array_equal(data.sample_arrays(s)[0], plain.sample_arrays(s)[0])
+    for mirror, original in meta["mirror"]["samples"].items():
+        got = data.sample_arrays([e["name"] for e in meta["samples"]].index(mirror))[0][:, prior]
+        want = plain.sample_arrays(list(CASES).index(original))[0][:, prior] * [1, 1, -1, 1]
+        np.testing.assert_array_equal(got, want)
+    for name in ("plain", "data"):
+        assert main(["baseline", str(tmp_path / name), "--out", str(tmp_path / f"base-{name}"), "--method", "knn:2",
+                     "--no-plots", "--quiet"]) == 0
+    capsys.readouterr()
+    a, b = (json.loads((tmp_path / f"base-{n}" / "metrics.json").read_text())["samples"] for n in ("plain", "data"))
+    assert len(a) == 1 and a[0]["fields"] and [r["fields"] for r in a] == [r["fields"] for r in b]
