@@ -192,8 +192,10 @@ def _prior_line(meta: Mapping[str, Any], record: Mapping[str, Any], offset: bool
                      + ", ".join(record.get("shape", [])) + ")"}.get(left_out, "")
     source = ("the training samples" if record.get("of") == "training samples"
               else "another dataset's training samples (--mean-field-from)")
-    if record.get("mirrors"):
+    if record.get("mirrors") and not (meta.get("mirror") or {}).get("in_prior"):
         source += " that are not mirrors (a mirror's prior is its original's, mirrored)"
+    elif record.get("mirrors"):
+        source += " and their mirrors (--mirror-in-prior)"
     return (f"  prior    {means} ({method}): {what} over {source}, each mapped onto the sample's mesh, as input "
             f"channels{rule}{then}")
 
@@ -323,7 +325,7 @@ def _dataset(args: argparse.Namespace) -> int:
                                 graph=args.graph, max_points=args.max_points, mean_field=args.mean_field,
                                 mean_field_from=args.mean_field_from, shape_params=args.shape_params,
                                 prior_progress=advance_prior, mirror=args.mirror,
-                                mirror_params=args.mirror_params)
+                                mirror_params=args.mirror_params, mirror_in_prior=args.mirror_in_prior)
     except (ValueError, OSError, MemoryError) as err:
         return _error("dataset", err)
     meta = read_dataset_metadata(out)
@@ -423,6 +425,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--mirror-params", default=None, metavar="NAME[,NAME]",
                    help="with --mirror: the --params columns that change sign in the mirror (e.g. camber,aoa); a "
                    "sample they are all 0 for is its own mirror and is not added")
+    p.add_argument("--mirror-in-prior", action="store_true",
+                   help="with --mirror and --mean-field: the mirrors are cases of the prior too (default: the prior is "
+                   "made of the solved cases alone, and a mirror's is its original's, mirrored)")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="stored precision")
     p.add_argument("--force", action="store_true", help="replace an existing dataset folder (only one)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no summary")

@@ -92,6 +92,7 @@ def build_dataset(
     prior_progress: Callable[[int], None] | None = None,
     mirror: str | None = None,
     mirror_params: str | Sequence[str] | None = None,
+    mirror_in_prior: bool = False,
 ) -> Path:
     """``meshshard dataset``: one sample per mesh file (field names: :mod:`meshshard.data._fields`; sample
     names: :func:`meshshard.data._sources.sample_names`).
@@ -165,6 +166,8 @@ def build_dataset(
             (``--mirror AXIS[:VECTORS]``, ``--mirror-params NAMES``): the coordinate AXIS
             negated, and the component along it of each named vector field, and the named
             parameters negated (:mod:`meshshard.data._mirror`).
+        mirror_in_prior: The mirrors are cases of the prior too (``--mirror-in-prior``; by
+            default a prior is made of the solved cases alone).
         Others: as :func:`meshshard.data._writer.write_samples`.
     """
     with folder_lock(out):  # one writer per folder (held already under meshshard dataset)
@@ -193,8 +196,9 @@ def build_dataset(
             input_fields += [{"name": p, "components": 1, "parameter": True} for p in table["names"]]
         check_prior_request(mean_field, given, dtype, target_fields, table)
         shape = _shape_params(shape_params, mean_field, table)
-        mirrors = _Mirrors.plan(parse_mirror(mirror, mirror_params, table), files, names, in_names + out_names,
-                              reading, table, val_fraction, val_samples, notes)
+        request = parse_mirror(mirror, mirror_params, table, mirror_in_prior)
+        mirrors = _Mirrors.plan(request, files, names, in_names + out_names, reading, table, val_fraction,
+                                val_samples, notes)
         if mirrors is not None:
             names, table, val_fraction, val_samples = mirrors.names, mirrors.table, None, mirrors.val
             scales = target_scales(target_scale, table, params, out_names, names)

@@ -19,12 +19,14 @@ Derived inputs (``--wall-distance``, ``--wall-normal``, ``--signed-distance``, a
 the mirrors of the original's. Only training samples are mirrored (the validation split is drawn
 from the files first and left as it is). A mirror whose parameters equal its original's (a
 symmetric section at 0 degrees: its own mirror) is not added, and a note says so. A mirrored
-sample is named ``<name>~mirror-<axis>``. Mirrors train the model and nothing else: a prior
-(``--mean-field``) and ``meshshard baseline`` are made of the solved cases alone
+sample is named ``<name>~mirror-<axis>``. By default mirrors train the model and nothing else: a
+prior (``--mean-field``) and ``meshshard baseline`` are made of the solved cases alone
 (:func:`solved_training_samples`), and a mirror's prior is its original's, mirrored
-(:mod:`meshshard.data._prior`). They are recorded in ``dataset.json`` as ``mirror``::
+(:mod:`meshshard.data._prior`). With ``--mirror-in-prior`` the mirrors are cases of the prior too
+(each sample's prior made of the solved cases and the mirrors, the mirrors' own as any training
+sample's); baselines stay of the solved cases. They are recorded in ``dataset.json`` as ``mirror``::
 
-    {"axis": "y", "vectors": ["U"], "parameters": ["camber", "aoa"],
+    {"axis": "y", "vectors": ["U"], "parameters": ["camber", "aoa"], "in_prior": false,
      "samples": {"case-3~mirror-y": "case-3", ...}}
 """
 
@@ -68,23 +70,26 @@ class MirrorRequest:
     axis: str
     vectors: tuple[str, ...] = ()
     parameters: tuple[str, ...] = ()
+    in_prior: bool = False  # --mirror-in-prior: the mirrors are cases of the prior too
 
     @property
     def index(self) -> int:
         return _AXES[self.axis]
 
     def record(self) -> dict[str, Any]:
-        return {"axis": self.axis, "vectors": list(self.vectors), "parameters": list(self.parameters)}
+        return {"axis": self.axis, "vectors": list(self.vectors), "parameters": list(self.parameters),
+                "in_prior": self.in_prior}
 
 
 def parse_mirror(text: str | None, params: str | Sequence[str] | None,
-                 table: Mapping[str, Any] | None) -> MirrorRequest | None:
+                 table: Mapping[str, Any] | None, in_prior: bool = False) -> MirrorRequest | None:
     """``"y:U"`` (and ``"camber,aoa"``) as a :class:`MirrorRequest`, or None without ``--mirror``;
     ``--mirror-params`` must be columns of the ``--params`` table."""
     names = tuple(n.strip() for n in (params.split(",") if isinstance(params, str) else params or ()) if n.strip())
     if text is None or text is False:
-        if names:
-            raise ValueError("Expected --mirror with --mirror-params (the parameters that change sign in the mirror)")
+        if names or in_prior:
+            flag = "--mirror-params" if names else "--mirror-in-prior"
+            raise ValueError(f"Expected --mirror with {flag} (it says how the mirrors are made or used)")
         return None
     axis, _, vectors = str(text).partition(":")
     axis = axis.strip().lower()
@@ -101,15 +106,17 @@ def parse_mirror(text: str | None, params: str | Sequence[str] | None,
         if unknown:
             raise ValueError(f"Expected --mirror-params among the --params columns {', '.join(known)} "
                              f"(got {', '.join(unknown)})")
-    return MirrorRequest(axis, fields, names)
+    return MirrorRequest(axis, fields, names, bool(in_prior))
 
 
-def solved_training_samples(meta: Mapping[str, Any]) -> np.ndarray:
+def solved_training_samples(meta: Mapping[str, Any], prior: bool = False) -> np.ndarray:
     """The training samples of a dataset's ``meta`` that are not mirrors (the cases a solver gave):
-    what priors and baselines are made of."""
+    what baselines are made of, and priors unless ``--mirror-in-prior`` (with ``prior``: every
+    training sample then)."""
     train = np.asarray(meta["split"]["train"], dtype=np.int64)
-    mirrors = set((meta.get("mirror") or {}).get("samples", {}))
-    if not mirrors:
+    record = meta.get("mirror") or {}
+    mirrors = set(record.get("samples", {}))
+    if not mirrors or (prior and record.get("in_prior")):
         return train
     names = [str(s["name"]) for s in meta["samples"]]
     return np.array([i for i in train.tolist() if names[i] not in mirrors], dtype=np.int64)

@@ -37,7 +37,8 @@ sample may use is recorded as ``mean_field.left_out``:
 Mirrors (``meshshard dataset --mirror``, :mod:`meshshard.data._mirror`) are in no prior: a prior
 is made of the solved training cases alone, and a mirror's prior is its original's prior, mirrored
 (the channels of its vectors along the axis negated), so that the mirrors add the symmetry to
-what the model learns without changing any other sample's prior. Where the solved cases share one
+what the model learns without changing any other sample's prior. With ``--mirror-in-prior`` they
+are training cases of the prior like any other (``mean_field.mirrors`` says which). Where the solved cases share one
 mesh (a sweep on one mesh, whose mirrors are on the mirrored mesh), a training sample leaves out
 itself (``"sample"``), as on one mesh.
 
@@ -152,7 +153,7 @@ def prior_cases_of(data: Any) -> PriorCases:
     if str(record.get("of")) != "training samples" or not len(data.train):
         raise ValueError(f"{data.path}: Expected a dataset whose own training cases made its prior (got one made "
                          "with --mean-field-from: pass the dataset it was made from)")
-    train = solved_training_samples(meta)  # a dataset's mirrors are in none of its priors
+    train = solved_training_samples(meta, prior=True)  # a dataset's mirrors: only with --mirror-in-prior
     table = meta.get("parameters") or {"names": [], "values": []}
     names = [str(n) for n in table["names"]]
     values = np.asarray(table["values"], dtype=np.float64).reshape(data.num_samples, len(names))[train]
@@ -349,7 +350,7 @@ def add_prior(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: np.d
         _check_given(cases, meta, dtype)
         left_out = "none"
     else:
-        cases = _staged_cases(tmp, meta, solved_training_samples(meta), method)  # mirrors: none of them
+        cases = _staged_cases(tmp, meta, solved_training_samples(meta, prior=True), method)
         left_out = "shape" if shape else "sample" if _one_mesh(meta) else "mesh"
     if shape and not set(shape) <= set(cases.names):
         raise ValueError(f"Expected --shape-params among the parameters {', '.join(cases.names) or '(none)'} "
@@ -366,7 +367,9 @@ def add_prior(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: np.d
     if cases.samples[0] >= 0:  # not the stored mean field of a one-mesh dataset
         record["samples"] = len(cases.samples)
     if meta.get("mirror"):
-        record["mirrors"] = "each mirror's prior is its original's, mirrored; no prior is made of a mirror"
+        record["mirrors"] = ("cases of every prior, as any training sample (--mirror-in-prior)"
+                             if meta["mirror"].get("in_prior") else
+                             "each mirror's prior is its original's, mirrored; no prior is made of a mirror")
     finish_prior(meta, run_in, run_out, cases.sha256, record)
     return None
 
@@ -396,7 +399,9 @@ def _write_priors(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: 
     has_targets = bool(meta["target_channels"])
     run_in, run_out = Running(len(meta["input_channels"])), Running(len(meta["target_channels"]))
     combiner = _Combiner(cases)
-    mirrors = {names.index(m): names.index(o) for m, o in (meta.get("mirror") or {}).get("samples", {}).items()}
+    record = meta.get("mirror") or {}
+    mirrors = {names.index(m): names.index(o) for m, o in record.get("samples", {}).items()
+               } if not record.get("in_prior") else {}  # each a mirrored copy of its original's
     for s in sorted(set(range(len(names))) - set(mirrors), key=lambda i: (mesh_of[i], i)):
         m = mesh_of[s]
         entry = meta["meshes"][m]

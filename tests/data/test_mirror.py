@@ -84,7 +84,7 @@ def test_a_mirrored_sample_is_the_sample_of_its_mirrored_file(tmp_path: Path, ca
     meta = json.loads((tmp_path / "data" / "dataset.json").read_text())
     names = [*CASES, "a~mirror-y", "b~mirror-y"]
     assert meta["split"] == {"train": [0, 1, 2, 4, 5], "val": [3]}  # the validation case is never mirrored
-    assert meta["mirror"] == {"axis": "y", "vectors": ["U"], "parameters": ["camber"],
+    assert meta["mirror"] == {"axis": "y", "vectors": ["U"], "parameters": ["camber"], "in_prior": False,
                               "samples": {"a~mirror-y": "a", "b~mirror-y": "b"}}
     assert meta["parameters"]["values"][4:] == [[-0.03, 1.0], [0.01, 2.0]]
     assert [s["name"] for s in meta["samples"]] == names
@@ -156,6 +156,7 @@ def test_mirrored_cells_keep_their_orientation() -> None:
     (["--mirror", "y:U", "--mirror-params", "angle"], "Expected --mirror-params among the --params columns camber, "
                                                       "speed (got angle)"),
     (["--mirror-params", "camber"], "Expected --mirror with --mirror-params"),
+    (["--mirror-in-prior"], "Expected --mirror with --mirror-in-prior"),
     (["--mirror", "y:U", "--mirror-params", "camber", "--target-scale", "p=camber+0.03", "--val-samples", "c0"],
      "sample a~mirror-y: Expected --target-scale p=camber+0.03 to be non-zero (got 0)"),
 ])
@@ -203,9 +204,29 @@ def test_priors_and_baselines_are_made_of_the_solved_cases_and_a_mirror_takes_it
         got = data.sample_arrays([e["name"] for e in meta["samples"]].index(mirror))[0][:, prior]
         want = plain.sample_arrays(list(CASES).index(original))[0][:, prior] * [1, 1, -1, 1]
         np.testing.assert_array_equal(got, want)
+    for name in ("plain", "data"):  # new designs take their prior from the solved cases alone too
+        assert main(["dataset", str(tmp_path / "cases" / "v.msh"), "--out", str(tmp_path / f"new-{name}"), "--inputs",
+                     "pos", "--params", str(tmp_path / "params.csv"), "--wall-distance", "body", "--wall-normal",
+                     "body", "--signed-distance", "body", "--dtype", "float64", "--quiet", "--mean-field-from",
+                     str(tmp_path / name)]) == 0
+    np.testing.assert_array_equal(*(open_dataset(tmp_path / f"new-{n}").sample_arrays(0)[0] for n in ("plain", "data")))
     for name in ("plain", "data"):
         assert main(["baseline", str(tmp_path / name), "--out", str(tmp_path / f"base-{name}"), "--method", "knn:2",
                      "--no-plots", "--quiet"]) == 0
     capsys.readouterr()
     a, b = (json.loads((tmp_path / f"base-{n}" / "metrics.json").read_text())["samples"] for n in ("plain", "data"))
     assert len(a) == 1 and a[0]["fields"] and [r["fields"] for r in a] == [r["fields"] for r in b]
+
+
+def test_with_mirror_in_prior_the_mirrors_are_cases_of_every_prior(tmp_path: Path) -> None:
+    _write(tmp_path)
+    common = ["--mean-field", "knn:2", "--val-samples", "v", "--mirror", "y:U", "--mirror-params", "camber"]
+    assert main(_args(tmp_path, "cases", "solved", "params.csv", *common)) == 0
+    assert main(_args(tmp_path, "cases", "data", "params.csv", *common, "--mirror-in-prior")) == 0
+    solved, data = open_dataset(tmp_path / "solved"), open_dataset(tmp_path / "data")
+    record = data.meta["mean_field"]
+    assert (record["samples"], record["mirrors"], data.meta["mirror"]["in_prior"]) == (
+        5, "cases of every prior, as any training sample (--mirror-in-prior)", True)
+    assert record["sha256"] != solved.meta["mean_field"]["sha256"]
+    v = list(CASES).index("v")  # its nearest cases now among the mirrors too
+    assert np.abs(data.sample_arrays(v)[0][:, -4:] - solved.sample_arrays(v)[0][:, -4:]).max() > 1e-3
