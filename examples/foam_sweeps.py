@@ -178,10 +178,15 @@ def dataset_to_run(args: argparse.Namespace, names: list[str], held: list[str], 
     command(["partition", str(tag / "data"), "--parts", str(ranks), "--out", str(tag / "parts"), *force],
             log, "partition")
     runs = [tag / ("run" if i == 0 else f"run-{i + 1}") for i in range(members)]
+    options = list(train_options)
+    seed = 0
+    if members > 1 and "--seed" in options[:-1]:  # each member its own seed, S, S + 1, ..., the flag given once
+        at = options.index("--seed")
+        seed = int(options[at + 1])
+        del options[at:at + 2]
     words = [["train", str(tag / "parts"), "--data", str(tag / "data"), "--out", str(run), "--nproc", str(ranks),
-              "--config", str(args.config), *train_options, *force] for run in runs]
+              "--config", str(args.config), *options, *force] for run in runs]
     if members > 1:
-        seed = int(train_options[train_options.index("--seed") + 1]) if "--seed" in train_options[:-1] else 0
         words = [w + ["--seed", str(seed + i)] for i, w in enumerate(words)]
     commands(words, log, "train", threads=max(1, (os.cpu_count() or 1) // args.nproc))
     return runs

@@ -224,6 +224,15 @@ def held_out_shapes(info: dict, count: int) -> list[str]:
     return [s.name for s in held]
 
 
+def held_out_cases(info: dict, count: int | None, unsettled: list[str]) -> tuple[list[str], list[str]]:
+    """The held-out shapes and their cases, those simpleFoam settled on: sweep.py's (sweep.json), or
+    with ``count`` (``--held-out``) the ones ``sweep.py --held-out COUNT`` would hold out."""
+    shapes_out = info["held_out_shapes"] if count is None else held_out_shapes(info, count)
+    held_out = (info["held_out"] if count is None else
+                sorted(r["sample"] for r in info["cases"] if any(r["sample"].startswith(f"{s}_a") for s in shapes_out)))
+    return shapes_out, [n for n in held_out if n not in unsettled]
+
+
 def main(argv: list[str] | None = None) -> int:
     args, train_options = arguments(argv)
     sweep: Path = args.sweep
@@ -234,10 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run.py: leaving out {len(unsettled)} case(s) simpleFoam did not converge on (sweep.json: residuals "
               f"above --residual and p or U still moving {SETTLED:.0%} or more): {', '.join(unsettled)}", flush=True)
     names = [n for n in names if n not in unsettled]
-    shapes_out = info["held_out_shapes"] if args.held_out is None else held_out_shapes(info, args.held_out)
-    held_out = (info["held_out"] if args.held_out is None else
-                sorted(r["sample"] for r in info["cases"] if any(r["sample"].startswith(f"{s}_a") for s in shapes_out)))
-    held = [n for n in held_out if n not in unsettled]
+    shapes_out, held = held_out_cases(info, args.held_out, unsettled)
     if not held:
         sys.exit(f"run.py: {sweep} has no held-out cases")
     tag = sweep / args.tag
