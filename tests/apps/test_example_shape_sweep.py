@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -197,3 +200,16 @@ def test_shape_sweep_example_runs_as_its_readme_says(tmp_path: Path, warm_bin: P
     run = example_module("shape_sweep", "run")
     assert run.held_out_cases(info, 1, []) == (info["held_out_shapes"], info["held_out"])
     assert run.held_out_cases(info, None, info["held_out"]) == (info["held_out_shapes"], [])
+    # and README.md's run for few shapes, end to end: mirrored cases in the prior, --relative-loss
+    options = run.DATASET_OPTIONS + " --mirror y:U --mirror-params camber,aoa --mirror-in-prior"
+    done = subprocess.run([sys.executable, str(REPO / "examples" / "shape_sweep" / "run.py"), str(sweep),
+                           "--held-out", "1", "--members", "1", "--nproc", "1", "--config", str(tiny),
+                           "--relative-loss", "--dataset-options", options],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env=os.environ | {"MESHSHARD_COMMAND": str(warm_bin / "meshshard"), "MPLBACKEND": "Agg"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    held = json.loads((sweep / "after-held1" / "results.json").read_text())
+    assert held["held_out_shapes"] == info["held_out_shapes"] and held["held_out"] == info["held_out"]
+    mirrored = json.loads((sweep / "after-held1" / "data" / "dataset.json").read_text())
+    assert len(mirrored["mirror"]["samples"]) == 5 and mirrored["mirror"]["in_prior"]  # 5 trained on, at 4 degrees
+    assert mirrored["mean_field"]["samples"] == 10 and "relative_loss = true" in held["recipe"]
