@@ -25,20 +25,21 @@ Cost. Most of a map's cost is its source: the triangulation, and the point-locat
 scipy builds at its first query (together about 55 ms for 4,700 points in 2-D; locating another
 mesh's 4,900 nodes in it afterwards takes 1-3 ms). A sweep maps N training meshes onto each of M
 meshes: with a :class:`SourceCache` given (``node_map(..., cache=, key=)``), each source is
-triangulated once, not M times (``meshshard baseline`` and the priors of ``meshshard dataset
---mean-field`` on many meshes).
+triangulated once, not M times. :class:`MapsOnto` holds the maps onto one target mesh at a time
+with such a cache (``meshshard baseline`` and the priors of ``meshshard dataset --mean-field`` on
+many meshes): N maps held, not N x M.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["NodeMap", "SourceCache", "node_map"]
+__all__ = ["MapsOnto", "NodeMap", "SourceCache", "node_map"]
 
 #: Source points an unstructured cloud's value is taken from (inverse-distance weighted).
 CLOUD_NEIGHBOURS = 3
@@ -202,3 +203,30 @@ def _triangulation(src: np.ndarray, where: str) -> tuple[Any, int]:
                          f"{len(src)} points are degenerate: on a line or a plane)") from None
     size = sum(a.nbytes for a in (tri.points, tri.simplices, tri.neighbors, tri.equations, tri.transform))
     return tri, int(size)
+
+
+class MapsOnto:
+    """The maps from source meshes onto one target mesh at a time: those onto the last target are
+    kept (its samples come together), each source is triangulated once (:class:`SourceCache`), and
+    a source whose checksum is the target's is the identity (None)."""
+
+    def __init__(self) -> None:
+        self.sources = SourceCache()
+        self.target: Hashable = None
+        self.maps: dict[Hashable, NodeMap | None] = {}
+
+    def get(self, source: Hashable, source_entry: Mapping[str, Any], source_points: Callable[[], np.ndarray],
+            target: Hashable, target_entry: Mapping[str, Any], target_points: Callable[[], np.ndarray],
+            where: str) -> NodeMap | None:
+        """The map of mesh ``source`` onto mesh ``target`` (each named by a key, with its dataset
+        entry, ``sha256`` and the kind, and its points, read only when a map is built)."""
+        if target != self.target:
+            self.target, self.maps = target, {}  # another target mesh: the last one's maps let go
+        if source not in self.maps:
+            from ._clouds import is_point_cloud
+
+            same = str(source_entry["sha256"]) == str(target_entry["sha256"])
+            self.maps[source] = None if same else node_map(
+                source_points(), target_points(), cloud=is_point_cloud(dict(target_entry)), where=where,
+                cache=self.sources, key=str(source_entry["sha256"]))
+        return self.maps[source]

@@ -74,9 +74,8 @@ import numpy as np
 
 from meshshard.partition import plural
 
-from ._clouds import is_point_cloud
 from ._dataset import channel_names, save_npy
-from ._mapping import NodeMap, SourceCache, node_map
+from ._mapping import MapsOnto, NodeMap
 from ._mean_field import add_mean_field, append_mean_fields, finish_prior, mean_field_of
 from ._mirror import mirrored_channels, solved_training_samples
 from ._neighbours import linear_cases, nearest_cases, parameter_scale
@@ -236,25 +235,20 @@ class _Combiner:
 
     def __init__(self, cases: PriorCases) -> None:
         self.cases = cases
-        self.maps: dict[int, NodeMap | None] = {}
+        self.maps = MapsOnto()  # each training mesh triangulated once, not once per target mesh
         self.target: Any = None
         self.sums: dict[int, np.ndarray] = {}
         self.last: tuple[Any, np.ndarray] | None = None
-        self.sources = SourceCache()  # each training mesh triangulated once, not once per target mesh
 
     def to_mesh(self, key: Any, points: Callable[[], np.ndarray], entry: Mapping[str, Any]) -> None:
         """Map onto this mesh from now on (``key`` names it; its maps are built as needed)."""
         if key != self.target:
-            self.target, self.maps, self.last = key, {}, None
+            self.target, self.last = key, None
             self._points, self._entry = points, entry
 
     def _map(self, m: int) -> NodeMap | None:
-        if m not in self.maps:
-            source = self.cases.meshes[m]
-            self.maps[m] = None if source["sha256"] == self._entry["sha256"] else node_map(
-                self.cases.points(m), self._points(), cloud=is_point_cloud(dict(self._entry)),
-                where=self.cases.where(m), cache=self.sources, key=str(source["sha256"]))
-        return self.maps[m]
+        return self.maps.get(m, self.cases.meshes[m], lambda: self.cases.points(m), self.target, self._entry,
+                             self._points, self.cases.where(m))
 
     def _sum(self, m: int) -> np.ndarray:
         if m not in self.sums:

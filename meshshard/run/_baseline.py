@@ -62,13 +62,12 @@ from typing import Any
 import numpy as np
 
 from meshshard.data import (
-    SourceCache,
+    MapsOnto,
     check_expression,
     is_point_cloud,
     is_trajectory_dataset,
     linear_cases,
     nearest_cases,
-    node_map,
     open_dataset,
     parameter_scale,
     solved_training_samples,
@@ -212,30 +211,20 @@ def baseline_sources(method: BaselineMethod, train_values: np.ndarray, value: np
 
 class _Mapper:
     """Training samples' stored targets (of dataset ``source``) mapped onto a mesh of dataset
-    ``data``: one :class:`NodeMap` per pair of meshes, those onto the last target mesh kept (the
-    samples of a mesh come together; each source's triangulation stays in :class:`SourceCache`)."""
+    ``data``: one :class:`NodeMap` per pair of meshes, those onto the last target mesh kept
+    (:class:`meshshard.data.MapsOnto`)."""
 
     def __init__(self, source: Any, data: Any) -> None:
         self.source, self.data = source, data
-        self.maps: dict[tuple[int, int], Any] = {}  # onto one target mesh at a time: N_train maps, not N_train x M
+        self.maps = MapsOnto()  # onto one target mesh at a time; each training mesh triangulated once
         self.combined: dict[tuple[int, tuple[tuple[int, float], ...]], np.ndarray] = {}
-        self.sources = SourceCache()  # each training mesh triangulated once, not once per mesh of DATA
 
     def _map(self, source: int, target: int) -> Any:
         """The map from mesh ``source`` of the training dataset onto mesh ``target`` of DATA; None: the identity."""
-        key = (source, target)
-        if self.maps and next(iter(self.maps))[1] != target:
-            self.maps = {}  # another target mesh: the last one's maps let go
-        if key not in self.maps:
-            theirs, mine = self.source.meta["meshes"][source], self.data.meta["meshes"][target]
-            if (self.source is self.data and source == target) or theirs["sha256"] == mine["sha256"]:
-                self.maps[key] = None  # the identity
-            else:
-                self.maps[key] = node_map(np.asarray(self.source.mesh_points(source)),
-                                          np.asarray(self.data.mesh_points(target)), cloud=is_point_cloud(mine),
-                                          where=str(self.source.mesh_folder(source)), cache=self.sources,
-                                          key=str(theirs["sha256"]))
-        return self.maps[key]
+        return self.maps.get(source, self.source.meta["meshes"][source],
+                             lambda: np.asarray(self.source.mesh_points(source)), target,
+                             self.data.meta["meshes"][target], lambda: np.asarray(self.data.mesh_points(target)),
+                             str(self.source.mesh_folder(source)))
 
     def stored(self, sources: list[tuple[int, float]], mesh: int) -> np.ndarray:
         """``sum_i w_i * map(stored targets of training sample i)`` on DATA's mesh ``mesh``

@@ -291,7 +291,7 @@ def test_train_and_predict_on_many_meshes_add_the_knn_prior_back(tmp_path: Path)
 
 
 def test_each_pair_of_meshes_is_mapped_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import meshshard.data._prior as prior
+    import meshshard.data._mapping as mapping
 
     built: list[tuple[int, int]] = []
 
@@ -299,7 +299,7 @@ def test_each_pair_of_meshes_is_mapped_once(tmp_path: Path, monkeypatch: pytest.
         built.append((len(source), len(target)))
         return node_map(source, target, **options)
 
-    monkeypatch.setattr(prior, "node_map", counted)
+    monkeypatch.setattr(mapping, "node_map", counted)
     _write(tmp_path, SHAPES, speeds=(1.0, 2.0, 3.0))
     steps: list[int] = []
     build_dataset([tmp_path / "cases"], tmp_path / "data", inputs="pos[0]", targets="p", val_samples=["C-3"],
