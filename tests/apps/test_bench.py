@@ -152,7 +152,7 @@ def test_pointcloud_bench_reports_both_models_on_each_rank_count(tmp_path: Path)
     result = tmp_path / "r.json"
     done = subprocess.run([sys.executable, str(BENCH / "pointcloud.py"), "--points", "3000", "--ranks", "1,2",
                            "--width", "8", "--blocks", "1", "--heads", "2", "--neighbors", "4", "--slices", "4",
-                           "--attention", "chunked,dense", "--repeats", "3", "--json", str(result)],
+                           "--attention", "chunked,dense", "--repeats", "1", "--json", str(result)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     out = json.loads(result.read_text())
