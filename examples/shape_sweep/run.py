@@ -30,7 +30,8 @@ affine in the parameters, over the 12 nearest training cases of other shapes; th
 and normal) and ``recipe.toml`` (4,500 steps, the
 body weighted ten times in the loss), trained twice side by side, one rank each, with seeds 0 and
 1 (``--members 2``: ``--nproc`` split between the runs, the partition into ``--nproc / members``
-parts), and predicted as the mean of the two (``predict --ensemble``). ``--before`` runs the first
+parts), and predicted as the mean of the two (``predict --ensemble``; with ``--mirror`` among the
+dataset options, ``predict --mirror-average`` too: each case and its mirror). ``--before`` runs the first
 recipe instead, the table's "before" row: ``recipe-before.toml`` (1,500 steps, no weight), one
 run on ``--nproc`` ranks, and no dataset options beyond the ones above. The baselines (``meshshard baseline``) map training cases onto each held-out case's
 mesh (piecewise-linear interpolation):
@@ -256,9 +257,11 @@ def main(argv: list[str] | None = None) -> int:
                                  members=args.members)
     near = ["--near", f"body:{args.near:g}"]
     ensemble = ["--ensemble", ",".join(str(r) for r in runs[1:])] if len(runs) > 1 else []
+    # a run trained with mirrored cases predicts each case and its mirror, and averages them (exactly symmetric)
+    mirrored = ["--mirror-average"] if "--mirror" in shlex.split(args.dataset_options) else []
     common.command(["predict", str(runs[0]), "--data", str(tag / "data"), "--out", str(tag / "pred"),
                     "--nproc", str(args.nproc // args.members), "--samples", "val", "--checkpoint", "last", *ensemble,
-                    *FORCES, *near, *force], log, "predict")
+                    *mirrored, *FORCES, *near, *force], log, "predict")
     for method in BASELINES.values():
         folder = tag / f"baseline-{method.replace(':', '')}"
         common.command(["baseline", str(tag / "data"), "--out", str(folder), "--method", method, "--samples", "val",

@@ -56,12 +56,13 @@ def odd_meshes_note(meta: Mapping[str, Any]) -> str | None:
     changed by mistake turns the dataset into a many-meshes one): which samples, on which meshes."""
     import numpy as np
 
+    from meshshard.data import mirror_originals
     from meshshard.partition import listed, plural
 
     if len(meta["meshes"]) < 2:
         return None
-    mirrors = set((meta.get("mirror") or {}).get("samples", {}))  # on the mirror of their original's mesh
-    sample_mesh = np.array([s["mesh"] for s in meta["samples"] if s["name"] not in mirrors], dtype=np.int64)
+    mirrors = mirror_originals(meta)  # on the mirror of their original's mesh
+    sample_mesh = np.array([s["mesh"] for i, s in enumerate(meta["samples"]) if i not in mirrors], dtype=np.int64)
     uses = np.bincount(sample_mesh, minlength=len(meta["meshes"]))
     main = int(uses.argmax())
     if uses[main] < 2 or 2 * uses[main] < len(sample_mesh):

@@ -58,7 +58,7 @@ def _predict(args: argparse.Namespace) -> int:
                         force_reference=args.force_reference, reference_area=args.reference_area,
                         direction=direction, lift_direction=lift, view=view, near=args.near, rollout=args.rollout,
                         steps=args.rollout_steps, compression=args.compression,
-                        background=not args.no_background, ensemble=ensemble)
+                        background=not args.no_background, ensemble=ensemble, mirror_average=args.mirror_average)
     def check() -> None:  # one line before any rank starts
         check_prediction_request(cfg)
         if args.baseline is not None:
@@ -101,6 +101,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--ensemble", default=None, metavar="RUN2[,RUN3...]",
                    help="average the predictions of these runs with RUN's (runs trained alike on one dataset, other "
                    "seeds; each with the same --checkpoint)")
+    p.add_argument("--mirror-average", action="store_true",
+                   help="for a run trained on a dataset made with meshshard dataset --mirror: predict each sample and "
+                   "its mirror, and average the first with the mirror of the second (exactly symmetric; two forward "
+                   "passes per sample)")
     p.add_argument("--checkpoint", default="best", choices=["best", "last"],
                    help="best (default): RUN/best.pt, the lowest validation loss (RUN/checkpoint.pt for a run "
                    "trained without --val-every); last: RUN/checkpoint.pt, the latest step")

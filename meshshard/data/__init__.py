@@ -86,6 +86,7 @@ _LAZY: dict[str, str] = {
     "check_expression": "._expressions",
     "evaluate_columns": "._expressions",
     "evaluate_expression": "._expressions",
+    "expression_names": "._expressions",
     "parse_target_scales": "._expressions",
     "foam_iteration": "._foam",
     "sample_stem": "._foam",
@@ -133,6 +134,8 @@ _LAZY: dict[str, str] = {
     "nearest_cases": "._neighbours",
     "parameter_scale": "._neighbours",
     "solved_training_samples": "._mirror",
+    "mirror_originals": "._mirror",
+    "mirrored_channels": "._mirror",
 }
 
 #: Public names for attributes that carry another name in their module.
@@ -163,6 +166,7 @@ __all__ = [
     "edge_channel_names",
     "evaluate_columns",
     "evaluate_expression",
+    "expression_names",
     "foam_folder",
     "foam_iteration",
     "foam_sources",
@@ -235,6 +239,8 @@ __all__ = [
     "SIGNED_DISTANCE",
     "signed_distance",
     "solved_training_samples",
+    "mirror_originals",
+    "mirrored_channels",
     "wall_distance",
     "wall_normal",
     "write_dataset",

@@ -13,7 +13,7 @@ import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["check_expression", "evaluate_columns", "evaluate_expression", "parse_target_scales"]
+__all__ = ["check_expression", "evaluate_columns", "evaluate_expression", "expression_names", "parse_target_scales"]
 
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.Pow: operator.pow}
@@ -46,6 +46,11 @@ def _names(node: ast.AST, text: str) -> set[str]:
         return _names(node.operand, text)
     raise ValueError(f"Expected numbers, parameter names, + - * / ** and parentheses only in {text!r} "
                      f"(got {ast.unparse(node)!r})")
+
+
+def expression_names(text: str) -> set[str]:
+    """The parameter names ``text`` uses; a one-line ``ValueError`` when it is not arithmetic."""
+    return _names(_tree(text), text)
 
 
 def check_expression(text: str, parameters: Sequence[str]) -> None:

@@ -44,7 +44,7 @@ import numpy as np
 from meshshard.partition import listed, plural
 
 __all__ = ["MirrorRequest", "parse_mirror", "mirror_mesh", "mirror_name", "mirror_plan", "MIRROR_SUFFIX",
-           "solved_training_samples", "mirrored_channels"]
+           "mirror_originals", "solved_training_samples", "mirrored_channels", "DERIVED_VECTORS"]
 
 _AXES = {"x": 0, "y": 1, "z": 2}
 
@@ -109,32 +109,55 @@ def parse_mirror(text: str | None, params: str | Sequence[str] | None,
     return MirrorRequest(axis, fields, names, bool(in_prior))
 
 
+def mirror_originals(meta: Mapping[str, Any]) -> dict[int, int]:
+    """``{mirror: original}``, sample indices of a dataset's ``meta`` (empty without ``--mirror``)."""
+    pairs = (meta.get("mirror") or {}).get("samples", {})
+    if not pairs:
+        return {}
+    index = {str(s["name"]): i for i, s in enumerate(meta["samples"])}
+    return {index[str(m)]: index[str(o)] for m, o in pairs.items()}
+
+
 def solved_training_samples(meta: Mapping[str, Any], prior: bool = False) -> np.ndarray:
     """The training samples of a dataset's ``meta`` that are not mirrors (the cases a solver gave):
     what baselines are made of, and priors unless ``--mirror-in-prior`` (with ``prior``: every
     training sample then)."""
     train = np.asarray(meta["split"]["train"], dtype=np.int64)
-    record = meta.get("mirror") or {}
-    mirrors = set(record.get("samples", {}))
-    if not mirrors or (prior and record.get("in_prior")):
+    mirrors = mirror_originals(meta)
+    if not mirrors or (prior and (meta.get("mirror") or {}).get("in_prior")):
         return train
-    names = [str(s["name"]) for s in meta["samples"]]
-    return np.array([i for i in train.tolist() if names[i] not in mirrors], dtype=np.int64)
+    return np.array([i for i in train.tolist() if i not in mirrors], dtype=np.int64)
 
 
-def mirrored_channels(meta: Mapping[str, Any], fields: Sequence[Mapping[str, Any]]) -> np.ndarray:
-    """``(F,)`` bool over the channels of ``fields`` (``[{"name", "components"}]``): the components
-    along the mirror's axis of its vectors, the channels a mirror negates."""
-    record = meta.get("mirror") or {}
+#: Vectors a dataset derives from the mesh (positions, edge offsets, the nearest wall's offset and
+#: normal, a surface's normal): computed from a mirrored mesh, so the mirror negates their component
+#: along its axis, as it does a named vector field's.
+DERIVED_VECTORS = ("pos", "dpos", "wall_offset", "wall_normal", "normal")
+
+
+def mirrored_channels(meta: Mapping[str, Any], fields: Sequence[Mapping[str, Any]],
+                      record: Mapping[str, Any] | None = None) -> np.ndarray:
+    """``(F,)`` bool over the channels of ``fields`` (``[{"name", "components"}]``, as
+    ``dataset.json``'s ``inputs`` and ``targets``; a channel name such as ``dpos[1]`` is a field of one
+    component): the channels a mirror negates. Those are the components along its axis of its vectors,
+    of :data:`DERIVED_VECTORS` and of a prior of a vector (``"mean_of"``), and the parameters it
+    negates (``"parameter"``). ``record`` is the mirror (``axis``, ``vectors``, ``parameters``;
+    default: ``meta``'s ``mirror``)."""
+    record = (meta.get("mirror") or {}) if record is None else record
     axis = _AXES.get(str(record.get("axis")), -1)
+    vectors = {*record.get("vectors", []), *DERIVED_VECTORS}
     flip: list[bool] = []
     for f in fields:
         name = str(f["name"])
-        one = re.fullmatch(r"(.+)\[(\d+)\]", name)  # one component of a vector (U[1])
-        if one is not None and one.group(1) in record.get("vectors", []):
-            flip.append(int(one.group(2)) == axis)
+        if f.get("parameter"):
+            flip.append(name in record.get("parameters", []))
+            continue
+        of = str(f.get("mean_of") or name)  # a prior's channels mirror as the field it is of
+        one = re.fullmatch(r"(.+)\[(\d+)\]", of)  # one component of a vector (U[1])
+        if one is not None and int(f.get("components", 1)) == 1:
+            flip.append(one.group(1) in vectors and int(one.group(2)) == axis)
         else:
-            flip += [name in record.get("vectors", []) and k == axis for k in range(int(f["components"]))]
+            flip += [of in vectors and k == axis for k in range(int(f["components"]))]
     return np.array(flip, dtype=bool)
 
 

@@ -77,7 +77,7 @@ from meshshard.partition import plural
 from ._dataset import channel_names, save_npy
 from ._mapping import MapsOnto, NodeMap
 from ._mean_field import add_mean_field, append_mean_fields, finish_prior, mean_field_of
-from ._mirror import mirrored_channels, solved_training_samples
+from ._mirror import mirror_originals, mirrored_channels, solved_training_samples
 from ._neighbours import linear_cases, nearest_cases, parameter_scale
 from ._statistics import Running
 
@@ -370,8 +370,9 @@ def add_prior(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: np.d
 
 def _one_mesh(meta: Mapping[str, Any]) -> bool:
     """Whether the dataset's solved cases share one mesh (its mirrors are on the mirrored mesh)."""
-    mirrors = set((meta.get("mirror") or {}).get("samples", {}))
-    return meta["kind"] == "one-mesh" or len({int(s["mesh"]) for s in meta["samples"] if s["name"] not in mirrors}) == 1
+    mirrors = mirror_originals(meta)
+    solved = {int(s["mesh"]) for i, s in enumerate(meta["samples"]) if i not in mirrors}
+    return meta["kind"] == "one-mesh" or len(solved) == 1
 
 
 def _write_priors(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: np.dtype, cases: PriorCases,
@@ -393,9 +394,8 @@ def _write_priors(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: 
     has_targets = bool(meta["target_channels"])
     run_in, run_out = Running(len(meta["input_channels"])), Running(len(meta["target_channels"]))
     combiner = _Combiner(cases)
-    record = meta.get("mirror") or {}
-    mirrors = {names.index(m): names.index(o) for m, o in record.get("samples", {}).items()
-               } if not record.get("in_prior") else {}  # each a mirrored copy of its original's
+    in_prior = (meta.get("mirror") or {}).get("in_prior")
+    mirrors = {} if in_prior else mirror_originals(meta)  # each a mirrored copy of its original's
     for s in sorted(set(range(len(names))) - set(mirrors), key=lambda i: (mesh_of[i], i)):
         m = mesh_of[s]
         entry = meta["meshes"][m]

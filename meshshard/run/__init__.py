@@ -8,7 +8,8 @@ as library code that the ``meshshard train / predict / info`` commands only call
   domain parallel, exact resume); the workload (:mod:`meshshard.tasks`) plugs into it;
 - :class:`PredictConfig`, :func:`predict`: the one prediction writer (ParaView files, metrics,
   pictures), on whole meshes or on shards; :class:`MeanOf`, :func:`parse_ensemble`: several runs'
-  predictions averaged (``predict --ensemble``);
+  predictions averaged (``predict --ensemble``); :class:`MirrorMean`: a prediction averaged with the
+  mirror of its mirrored sample's (``predict --mirror-average``);
 - :class:`BaselineConfig`, :func:`baseline`: what a model must beat (the training mean, the
   nearest cases, interpolation), made of the training samples and written as predict writes;
   :func:`comparison_table`: a prediction beside a baseline, from their ``metrics.json``;
@@ -46,6 +47,7 @@ from ._folder import (
                       resume_hint,
                       run_summary,
 )
+from ._mirror_average import MirrorMean
 from ._pred_folder import METRICS_FILE, prediction_summary
 from ._prediction import predict
 from ._recipe import (
@@ -117,6 +119,7 @@ __all__ = [
     "parse_model_args",
     "parse_view",
     "parse_ensemble",
+    "MirrorMean",
     "MeanOf",
     "parse_direction",
     "transolver_args",

@@ -61,6 +61,7 @@ from ._boundary_pictures import boundary_picture
 from ._ensemble import ensemble_model
 from ._failures import peer_failure
 from ._folder import checkpoint_used, read_run
+from ._mirror_average import mirror_average_model, mirror_of_run
 from ._near import check_near_request, near_mask, near_record
 from ._pictures import sample_picture
 from ._pred_folder import (
@@ -144,6 +145,9 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
     if cfg.ensemble:  # the mean of these runs' outputs and this one's
         model = ensemble_model(model, cfg.run, run_cfg, cfg.ensemble, cfg.checkpoint, sizes, dtype, cfg.model,
                                cfg.model_args, str(data.path))
+    if cfg.mirror_average:  # the mean with the mirror of the mirrored sample's prediction
+        model = mirror_average_model(model, mirror_of_run(run_cfg, data.meta, cfg.run), norm, data.meta["inputs"],
+                                     target_meta, dtype)
     model = model.to(ctx.device)
     names = [str(e["name"]) for e in data.meta["samples"]]
     picks = select_samples(cfg.samples, names, [int(v) for v in data.val])
@@ -158,7 +162,9 @@ def _predict(cfg: PredictConfig, doing: list[str]) -> dict[str, Any] | None:
     head = {"format": METRICS_FORMAT, "format_version": 1, "complete": False, "run": str(cfg.run),
             "data": str(cfg.data), "step": ckpt.get("step"), "checkpoint": checkpoint_used(cfg.run, cfg.checkpoint),
             "world_size": ctx.world_size, "units": "physical (de-normalised)", "targets_known": truth,
-            "compression": cfg.compression, "files": []} | ({"ensemble": list(cfg.ensemble)} if cfg.ensemble else {})
+            "compression": cfg.compression, "files": []}
+    head |= ({"ensemble": list(cfg.ensemble)} if cfg.ensemble else {}) | (
+        {"mirror_average": True} if cfg.mirror_average else {})
     barrier()  # every rank has looked at PRED before rank 0 changes it
     if ctx.rank == 0:
         delete_paths(stale)

@@ -57,6 +57,7 @@ class PredictConfig:
     compression: str = COMPRESSIONS[0]  # --compression: of the ParaView files (_vtk.py: none, zlib, lz4)
     background: bool = True  # a rollout's files written by a background thread while the next step computes
     ensemble: list[str] | None = None  # --ensemble RUN2,...: runs averaged with this one (_ensemble.py)
+    mirror_average: bool = False  # --mirror-average: with the mirrored sample's, mirrored back (_mirror_average.py)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> PredictConfig:
@@ -191,6 +192,15 @@ def check_rollout_request(cfg: PredictConfig, run_cfg: dict[str, Any]) -> None:
                          "trajectory dataset does); leave out --rollout")
 
 
+def check_mirror_average(cfg: PredictConfig, run_config: dict[str, Any]) -> None:
+    """``--mirror-average``: a steady prediction of a run trained with mirrored cases."""
+    from ._mirror_average import mirror_of_run
+
+    if cfg.rollout:
+        raise ValueError("Expected --mirror-average without --rollout (a trajectory dataset has no mirrors)")
+    mirror_of_run(run_config, open_dataset(cfg.data).meta, cfg.run)
+
+
 def check_prediction_request(cfg: PredictConfig) -> None:
     """Every refusal of :func:`predict` that files alone decide, as a one-line ``ValueError``,
     before any rank starts: the folders, where PRED goes, and the model (a run of your own model
@@ -212,6 +222,8 @@ def check_prediction_request(cfg: PredictConfig) -> None:
                    partition=cfg.partition)
     if cfg.partition:
         check_model_radius(ckpt.get("config", {}), cfg.partition)
+    if cfg.mirror_average:
+        check_mirror_average(cfg, ckpt.get("config", {}))
     if cfg.model:
         load_factory(cfg.model)
     if cfg.near is not None:  # what DATA decides

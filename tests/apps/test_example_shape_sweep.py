@@ -213,3 +213,6 @@ def test_shape_sweep_example_runs_as_its_readme_says(tmp_path: Path, warm_bin: P
     mirrored = json.loads((sweep / "after-held1" / "data" / "dataset.json").read_text())
     assert len(mirrored["mirror"]["samples"]) == 5 and mirrored["mirror"]["in_prior"]  # 5 trained on, at 4 degrees
     assert mirrored["mean_field"]["samples"] == 10 and "relative_loss = true" in held["recipe"]
+    predicted = json.loads((sweep / "after-held1" / "pred" / "metrics.json").read_text())
+    assert predicted["mirror_average"] is True  # each held-out case and its mirror, averaged
+    assert "--mirror-average" in done.stdout

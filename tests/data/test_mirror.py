@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from meshshard.cli import main
-from meshshard.data import open_dataset
+from meshshard.data import mirrored_channels, open_dataset
 from meshshard.data._mirror import MirrorRequest, mirror_mesh
 from tests._refusals import assert_refused_in_one_line
 from tests.data.test_wall_geometry import _disc
@@ -102,6 +102,8 @@ def test_a_mirrored_sample_is_the_sample_of_its_mirrored_file(tmp_path: Path, ca
     channels = meta["input_channels"]
     flip = np.array([c in ("pos[1]", "wall_offset[1]", "wall_normal[1]", "camber") for c in channels])
     assert flip.sum() == 4
+    np.testing.assert_array_equal(mirrored_channels(meta, meta["inputs"]), flip)  # the rule predict mirrors with
+    assert mirrored_channels(meta, meta["targets"]).tolist() == [False, False, True, False]
     np.testing.assert_allclose(x, np.where(flip, -x0, x0), rtol=0, atol=1e-15)
     assert meta["target_channels"] == ["p", "U[0]", "U[1]", "U[2]"]
     np.testing.assert_allclose(y[:, 2], -y0[:, 2], rtol=1e-15)
