@@ -15,6 +15,7 @@ printed before it runs)::
         --ensemble TAG/run-2 --boundary body --force-reference '0.5*speed**2' --direction 1,0 \\
         --lift-direction 0,1 --near body:0.1
     meshshard baseline TAG/data --out TAG/baseline-<method> --method mean|nearest|knn:4|linear:12 <predict's --boundary ...>
+    meshshard baseline TAG/data --out TAG/baseline-<method>-along --method nearest|knn:4|linear:12 --map-along body ...
 
 where ``TAG`` is ``SWEEP/<--tag>``; a case that ``sweep.json`` records as not converged (its
 residuals still above ``--residual`` after ``--iterations``, its fields still moving by 1% or more)
@@ -41,6 +42,10 @@ mesh (piecewise-linear interpolation):
   each divided by its spread over the training cases): the nearest solved shape at the same angle;
 - **knn:4**: the 4 nearest, weighted by inverse distance;
 - **linear:12**: a least-squares fit, linear in the parameters, over the 12 nearest training cases;
+- **nearest, knn:4, linear:12 along the body**: the same, each training case mapped body to body
+  (``--map-along body``: a node near the wall reads the source's field as far from the source's
+  wall, at the same place along it), which carries the boundary layer and the pressure peak where
+  position alone does not;
 - **free stream** (computed here, no command): ``p = 0``, ``U = (speed, 0)`` everywhere, no force.
 
 Then, on the held-out cases and in physical units, it prints one row per baseline and the model:
@@ -86,12 +91,20 @@ import foam_sweeps as common  # noqa: E402  (examples/foam_sweeps.py: the comman
 RECIPE, RECIPE_BEFORE = HERE / "recipe.toml", HERE / "recipe-before.toml"
 #: The dataset options of the recipe (README.md's "after"); ``--before`` leaves them out.
 DATASET_OPTIONS = "--mean-field linear:12 --shape-params thickness,camber,nose --wall-normal body"
+#: label -> (meshshard baseline --method, mapped along the body: --map-along body)
 BASELINES = {
-    "training mean": "mean",
-    "nearest shape": "nearest",
-    "knn:4 (inverse distance)": "knn:4",
-    "linear:12 (local least squares)": "linear:12",
+    "training mean": ("mean", False),
+    "nearest shape": ("nearest", False),
+    "knn:4 (inverse distance)": ("knn:4", False),
+    "linear:12 (local least squares)": ("linear:12", False),
+    "nearest, along the body": ("nearest", True),
+    "knn:4, along the body": ("knn:4", True),
+    "linear:12, along the body": ("linear:12", True),
 }
+
+
+def baseline_folder(tag: Path, method: str, along: bool) -> Path:
+    return tag / (f"baseline-{method.replace(':', '')}" + ("-along" if along else ""))
 FORCES = ["--boundary", "body", "--force-reference", "0.5*speed**2", "--direction", "1,0", "--lift-direction", "0,1"]
 SETTLED = 0.01  # a case whose p and U moved less than this over its last written iterations is settled
 MEMBERS = 2  # the recipe's runs side by side (one rank each on 2 cores), predicted as their mean
@@ -262,10 +275,10 @@ def main(argv: list[str] | None = None) -> int:
     common.command(["predict", str(runs[0]), "--data", str(tag / "data"), "--out", str(tag / "pred"),
                     "--nproc", str(args.nproc // args.members), "--samples", "val", "--checkpoint", "last", *ensemble,
                     *mirrored, *FORCES, *near, *force], log, "predict")
-    for method in BASELINES.values():
-        folder = tag / f"baseline-{method.replace(':', '')}"
-        common.command(["baseline", str(tag / "data"), "--out", str(folder), "--method", method, "--samples", "val",
-                        *FORCES, *near, *force], log, f"baseline {method}")
+    for method, along in BASELINES.values():
+        common.command(["baseline", str(tag / "data"), "--out", str(baseline_folder(tag, method, along)), "--method",
+                        method, "--samples", "val", *(["--map-along", "body"] if along else []), *FORCES, *near,
+                        *force], log, f"baseline {method}" + (" along" if along else ""))
 
     rows: dict[str, dict[str, float | None]] = {}
     per_case: dict[str, dict] = {}
@@ -273,8 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     speed = {n: float(dict(zip(params, values[names.index(n)]))["speed"]) for n in held}
     rows["free stream"], per_case["free stream"] = free_stream_scores(tag / "pred", held, args.near, speed,
                                                                       model_cases)
-    for label, method in BASELINES.items():
-        rows[label], per_case[label] = scores(tag / f"baseline-{method.replace(':', '')}", held)
+    for label, (method, along) in BASELINES.items():
+        rows[label], per_case[label] = scores(baseline_folder(tag, method, along), held)
     rows["meshshard"], per_case["meshshard"] = model_row, model_cases
     text = table(rows)
     print(f"\non the {len(held)} held-out cases ({len(shapes_out)} shapes x {len(info['aoa'])} angles): "

@@ -29,7 +29,7 @@ def _baseline(args: argparse.Namespace) -> int:
                             boundary=args.boundary, pressure=args.pressure, shear=args.shear,
                             force_reference=args.force_reference, reference_area=args.reference_area,
                             direction=direction, lift_direction=lift, view=view, near=args.near,
-                            source=args.source, force=args.force,
+                            source=args.source, map_along=args.map_along, force=args.force,
                             plots=not args.no_plots, quiet=args.quiet))
     return 0
 
@@ -74,6 +74,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--near", default=None, metavar="PATCHES:DISTANCE",
                    help="each target's errors over the nodes within DISTANCE of these boundaries, as meshshard "
                    "predict --near")
+    p.add_argument("--map-along", default=None, metavar="PATCHES[:FIELDS]",
+                   help="2-D meshes of one family of bodies: map the training fields onto each sample's mesh along "
+                   "this wall (named boundaries making one closed curve), body to body, instead of by position alone "
+                   "(as meshshard dataset --map-along; :FIELDS, these target fields alone)")
     p.add_argument("--view", default=None, metavar="XMIN,XMAX,YMIN,YMAX", help="frame the pictures on this region")
     p.add_argument("--no-plots", action="store_true", help="no PNG pictures")
     p.add_argument("--force", action="store_true",

@@ -197,8 +197,9 @@ def _prior_line(meta: Mapping[str, Any], record: Mapping[str, Any], offset: bool
         source += " that are not mirrors (a mirror's prior is its original's, mirrored)"
     elif record.get("mirrors"):
         source += " and their mirrors (--mirror-in-prior)"
-    return (f"  prior    {means} ({method}): {what} over {source}, each mapped onto the sample's mesh, as input "
-            f"channels{rule}{then}")
+    mapped = ("each mapped onto the sample's mesh along " + ",".join(record["along"]) + " (--map-along)"
+              if record.get("along") else "each mapped onto the sample's mesh")
+    return f"  prior    {means} ({method}): {what} over {source}, {mapped}, as input channels{rule}{then}"
 
 
 def run_info(folder: str, as_json: bool) -> int:
@@ -325,6 +326,7 @@ def _dataset(args: argparse.Namespace) -> int:
                                 signed_distance=args.signed_distance, node_types=args.boundary_classes,
                                 graph=args.graph, max_points=args.max_points, mean_field=args.mean_field,
                                 mean_field_from=args.mean_field_from, shape_params=args.shape_params,
+                                map_along=args.map_along,
                                 prior_progress=advance_prior, mirror=args.mirror,
                                 mirror_params=args.mirror_params, mirror_in_prior=args.mirror_in_prior)
     except (ValueError, OSError, MemoryError) as err:
@@ -419,6 +421,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="with --mean-field on a shape sweep: the --params columns that make a shape (e.g. "
                    "thickness,camber); a training sample's prior leaves out every case of its own shape, as a new "
                    "shape's prior has none")
+    p.add_argument("--map-along", default=None, metavar="PATCHES[:FIELDS]",
+                   help="with --mean-field on a 2-D shape sweep: map the training cases onto each sample's mesh along "
+                   "this wall (named boundaries making one closed curve), body to body, instead of by position alone: "
+                   "a node near the wall reads the source's field as far from the source's wall, at the same place "
+                   "along it; :FIELDS (body:U) maps only these target fields so, the others by position "
+                   "(docs/datasets.md)")
     p.add_argument("--mirror", default=None, metavar="AXIS[:VECTOR,...]",
                    help="each training sample's mirror added to the training samples, for a sweep closed under that "
                    "mirror: the coordinate AXIS (x, y or z) negated, and the component along it of each named vector "

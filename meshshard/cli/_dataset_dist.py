@@ -23,7 +23,7 @@ _ONE_PROCESS_ONLY = {"state": None, "node_type": None, "interior_classes": None,
                      "target_scale": None, "cell_data_to_points": False, "collapse_2d": False,
                      "wall_distance": None, "wall_normal": None, "signed_distance": None,
                      "boundary_classes": False, "graph": None, "max_points": None, "same_mesh": False,
-                     "mean_field": None, "mean_field_from": None, "shape_params": None,
+                     "mean_field": None, "mean_field_from": None, "shape_params": None, "map_along": None,
                      "mirror": None, "mirror_params": None, "mirror_in_prior": False}
 
 

@@ -24,7 +24,8 @@ _STEADY_ONLY = {"--targets": "targets", "--params": "params", "--target-scale": 
                 "--wall-distance": "wall_distance", "--wall-normal": "wall_normal",
                 "--signed-distance": "signed_distance", "--same-mesh": "same_mesh",
                 "--boundary-classes": "boundary_classes", "--graph": "graph", "--max-points": "max_points",
-                "--mean-field": "mean_field", "--mean-field-from": "mean_field_from", "--mirror": "mirror",
+                "--mean-field": "mean_field", "--mean-field-from": "mean_field_from", "--map-along": "map_along",
+                "--mirror": "mirror",
                 "--mirror-params": "mirror_params", "--mirror-in-prior": "mirror_in_prior"}
 
 

@@ -25,6 +25,7 @@ from ._fields import FieldSource, field_records, parse_field_names, select_field
 from ._folder_guard import check_dataset_output
 from ._mesh_ops import WALL_DISTANCE, collapse_2d, one_cell_thick_note
 from ._mirror import MirrorRequest, mirror_mesh, mirror_plan, parse_mirror
+from ._morph import along_columns, parse_map_along
 from ._parameters import read_parameters, target_scales, with_parameters
 from ._prior import PriorRequest, check_prior_request, parse_prior, prior_cases_of
 from ._reader import open_dataset
@@ -89,6 +90,7 @@ def build_dataset(
     mean_field: bool | str | None = False,
     mean_field_from: str | os.PathLike[str] | None = None,
     shape_params: str | Sequence[str] | None = None,
+    map_along: str | None = None,
     prior_progress: Callable[[int], None] | None = None,
     mirror: str | None = None,
     mirror_params: str | Sequence[str] | None = None,
@@ -158,6 +160,9 @@ def build_dataset(
         shape_params: With ``--mean-field`` on many meshes: the parameters that make a shape; a
             training sample's prior leaves out every case of its own shape
             (:mod:`meshshard.data._prior`).
+        map_along: With ``--mean-field`` on many 2-D meshes of a family of bodies: the named
+            boundaries (one closed wall) along which the training cases are mapped onto each
+            sample's mesh, body to body (:mod:`meshshard.data._morph`).
         mean_field_from: The same input channels from another dataset made with ``--mean-field``
             (``--mean-field-from DATA``), made of its training cases with its method, mapped onto
             these cases' meshes: new cases for its runs to predict on.
@@ -181,6 +186,7 @@ def build_dataset(
             val_fraction = 0.0  # cases to predict on: nothing to validate against
         check_dataset_output(out, force, sources)
         given = _given_mean_field(mean_field, mean_field_from)
+        walls, along_fields = _map_along(map_along, mean_field, given)
         files, names = _files_and_names(sources, val_samples, notes)
         table = read_parameters(params, names, notes) if params is not None else None
         if node_types:
@@ -189,6 +195,8 @@ def build_dataset(
         _check_channels(in_names, out_names, first, notes)
         input_fields = _input_fields(in_names, first, reading)
         target_fields = field_records(out_names, first.targets)
+        if walls:
+            along_columns(target_fields, along_fields)  # a field that is no target: refused before any is written
         scales = target_scales(target_scale, table, params, out_names, names)
         if table is not None:
             _check_parameter_names(table, input_fields, params)
@@ -209,7 +217,8 @@ def build_dataset(
                                 sources=sources, progress=progress, parameters=table,
                                 target_scales=scales or None, collapsed_2d=collapse_2d, max_points=max_points,
                                 mean_field=(given if given is not None else
-                                            PriorRequest(mean_field, shape) if shape else mean_field),
+                                            PriorRequest(mean_field, shape, walls, along_fields)
+                                            if shape or walls else mean_field),
                                 prior_progress=prior_progress,
                                 mirror=mirrors.record() if mirrors is not None else None)
         held = held_note(read_dataset_metadata(written))
@@ -228,6 +237,19 @@ def _reading_of(cell_data_to_points: bool, collapse_2d: bool, wall_distance: str
                                    or max_points < 1):
         raise ValueError(f"Expected --max-points to be an integer >= 1 (got {max_points!r})")
     return reading
+
+
+def _map_along(map_along: str | None, mean_field: Any, given: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``--map-along PATCHES[:FIELDS]``, checked: boundary names (and target fields), only with
+    ``--mean-field`` (with ``--mean-field-from`` the prior is mapped as the training dataset's was)."""
+    walls, fields = parse_map_along(map_along)
+    if walls and given is not None:
+        raise ValueError("Expected --map-along with --mean-field, not --mean-field-from (the prior is then made as "
+                         "the training dataset made its own, along the walls it names)")
+    if walls and mean_field in (None, False):
+        raise ValueError("Expected --mean-field with --map-along (it says how the training cases are mapped onto "
+                         "each sample's mesh)")
+    return walls, fields
 
 
 def _shape_params(shape_params: str | Sequence[str] | None, mean_field: Any,

@@ -33,8 +33,9 @@ many meshes): N maps held, not N x M.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -210,23 +211,49 @@ class MapsOnto:
     kept (its samples come together), each source is triangulated once (:class:`SourceCache`), and
     a source whose checksum is the target's is the identity (None)."""
 
-    def __init__(self) -> None:
+    def __init__(self, walls: Sequence[str] = (), columns: np.ndarray | None = None) -> None:
         self.sources = SourceCache()
         self.target: Hashable = None
-        self.maps: dict[Hashable, NodeMap | None] = {}
+        self.maps: dict[Hashable, Any] = {}
+        self.walls = tuple(walls)  # --map-along: maps along these walls (meshshard.data._morph)
+        self.columns = columns  # the channels mapped along them (None: every one; the others by position)
+        self.outlines: dict[str, Any] = {}  # by mesh checksum: a wall outline is small
+
+    def _outline(self, entry: Mapping[str, Any], folder: Path | None) -> Any:
+        from ._morph import outline_of_folder
+
+        key = str(entry["sha256"])
+        if key not in self.outlines:
+            if folder is None:
+                raise ValueError("Expected the mesh folders of a map along walls (--map-along)")
+            self.outlines[key] = outline_of_folder(Path(folder), entry, self.walls)
+        return self.outlines[key]
 
     def get(self, source: Hashable, source_entry: Mapping[str, Any], source_points: Callable[[], np.ndarray],
             target: Hashable, target_entry: Mapping[str, Any], target_points: Callable[[], np.ndarray],
-            where: str) -> NodeMap | None:
+            where: str, source_folder: Path | None = None, target_folder: Path | None = None) -> NodeMap | None:
         """The map of mesh ``source`` onto mesh ``target`` (each named by a key, with its dataset
-        entry, ``sha256`` and the kind, and its points, read only when a map is built)."""
+        entry, ``sha256`` and the kind, and its points, read only when a map is built); with
+        ``walls``, along them (each mesh's wall read from its folder: :mod:`meshshard.data._morph`)."""
         if target != self.target:
             self.target, self.maps = target, {}  # another target mesh: the last one's maps let go
         if source not in self.maps:
             from ._clouds import is_point_cloud
 
             same = str(source_entry["sha256"]) == str(target_entry["sha256"])
-            self.maps[source] = None if same else node_map(
-                source_points(), target_points(), cloud=is_point_cloud(dict(target_entry)), where=where,
-                cache=self.sources, key=str(source_entry["sha256"]))
+            if same:
+                self.maps[source] = None
+                return None
+            points = target_points()
+            cloud, key, src = is_point_cloud(dict(target_entry)), str(source_entry["sha256"]), source_points()
+            if not self.walls:
+                self.maps[source] = node_map(src, points, cloud=cloud, where=where, cache=self.sources, key=key)
+                return self.maps[source]
+            from ._morph import SplitMap, along_walls
+
+            moved = along_walls(points, self._outline(target_entry, target_folder),
+                                self._outline(source_entry, source_folder))
+            along = node_map(src, moved, cloud=cloud, where=where, cache=self.sources, key=key)
+            self.maps[source] = along if self.columns is None else SplitMap(
+                node_map(src, points, cloud=cloud, where=where, cache=self.sources, key=key), along, self.columns)
         return self.maps[source]

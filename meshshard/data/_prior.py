@@ -78,6 +78,7 @@ from ._dataset import channel_names, save_npy
 from ._mapping import MapsOnto, NodeMap
 from ._mean_field import add_mean_field, append_mean_fields, finish_prior, mean_field_of
 from ._mirror import mirror_originals, mirrored_channels, solved_training_samples
+from ._morph import along_columns
 from ._neighbours import linear_cases, nearest_cases, parameter_scale
 from ._statistics import Running
 
@@ -133,6 +134,9 @@ class PriorCases:
     where: Callable[[int], str]
     sha256: str = ""
     label: str = "the training cases"
+    folder: Callable[[int], Path] | None = None  # mesh m's folder (its wall, for maps along it)
+    walls: tuple[str, ...] = ()  # --map-along: maps along these walls (meshshard.data._morph)
+    along_fields: tuple[str, ...] = ()  # --map-along PATCHES:FIELDS: these fields alone (() every one)
 
 
 def prior_cases_of(data: Any) -> PriorCases:
@@ -160,10 +164,12 @@ def prior_cases_of(data: Any) -> PriorCases:
                       [dict(m) for m in meta["meshes"]], values, names, [dict(f) for f in meta["targets"]],
                       str(meta["dtype"]), lambda c: np.asarray(data.sample_arrays(int(train[c]))[1], np.float64),
                       lambda m: np.asarray(data.mesh_points(m)), lambda m: str(data.mesh_folder(m)),
-                      str(record["sha256"]), label)
+                      str(record["sha256"]), label, data.mesh_folder, tuple(record.get("along", [])),
+                      tuple(record.get("along_fields", [])))
 
 
-def _staged_cases(tmp: Path, meta: dict[str, Any], train: Sequence[int], method: PriorMethod) -> PriorCases:
+def _staged_cases(tmp: Path, meta: dict[str, Any], train: Sequence[int], method: PriorMethod,
+                  walls: tuple[str, ...] = (), along_fields: tuple[str, ...] = ()) -> PriorCases:
     """The training cases of the dataset being written in ``tmp``, with the checksum of them."""
     train_ids = np.asarray(train, dtype=np.int64)
     if not meta["target_channels"]:
@@ -179,7 +185,8 @@ def _staged_cases(tmp: Path, meta: dict[str, Any], train: Sequence[int], method:
         return np.load(tmp / "samples" / f"{int(train_ids[c]):05d}" / "targets.npy", allow_pickle=False)
 
     mesh_of = np.array([int(meta["samples"][int(i)]["mesh"]) for i in train_ids], dtype=np.int64)
-    digest = hashlib.sha256(f"meshshard prior {method}\n{channel_names(meta['targets'])}\n{names}\n".encode())
+    along = f"along {','.join(walls)}:{','.join(along_fields)}\n" if walls else ""  # another prior of the cases
+    digest = hashlib.sha256(f"meshshard prior {method}\n{along}{channel_names(meta['targets'])}\n{names}\n".encode())
     for c in range(len(train_ids)):
         digest.update(str(meta["meshes"][mesh_of[c]]["sha256"]).encode())
         digest.update(np.ascontiguousarray(values[c]).tobytes())
@@ -188,7 +195,8 @@ def _staged_cases(tmp: Path, meta: dict[str, Any], train: Sequence[int], method:
                       [dict(f) for f in meta["targets"]], str(meta["dtype"]),
                       lambda c: stored(c).astype(np.float64),
                       lambda m: np.load(tmp / "meshes" / f"{m:05d}" / "points.npy", allow_pickle=False),
-                      lambda m: f"mesh {m} of the training cases", digest.hexdigest())
+                      lambda m: f"mesh {m} of the training cases", digest.hexdigest(),
+                      folder=lambda m: tmp / "meshes" / f"{m:05d}", walls=walls, along_fields=along_fields)
 
 
 def _check_given(cases: PriorCases, meta: Mapping[str, Any], dtype: np.dtype) -> None:
@@ -235,20 +243,23 @@ class _Combiner:
 
     def __init__(self, cases: PriorCases) -> None:
         self.cases = cases
-        self.maps = MapsOnto()  # each training mesh triangulated once, not once per target mesh
+        # each training mesh triangulated once, not once per target mesh; along walls as --map-along says
+        self.maps = MapsOnto(cases.walls, along_columns(cases.fields, cases.along_fields) if cases.walls else None)
         self.target: Any = None
         self.sums: dict[int, np.ndarray] = {}
         self.last: tuple[Any, np.ndarray] | None = None
 
-    def to_mesh(self, key: Any, points: Callable[[], np.ndarray], entry: Mapping[str, Any]) -> None:
-        """Map onto this mesh from now on (``key`` names it; its maps are built as needed)."""
+    def to_mesh(self, key: Any, points: Callable[[], np.ndarray], entry: Mapping[str, Any],
+                folder: Path | None = None) -> None:
+        """Map onto this mesh from now on (``key`` names it, ``folder`` holds it; its maps are built as needed)."""
         if key != self.target:
             self.target, self.last = key, None
-            self._points, self._entry = points, entry
+            self._points, self._entry, self._folder = points, entry, folder
 
     def _map(self, m: int) -> NodeMap | None:
+        source_folder = self.cases.folder(m) if self.cases.folder is not None else None
         return self.maps.get(m, self.cases.meshes[m], lambda: self.cases.points(m), self.target, self._entry,
-                             self._points, self.cases.where(m))
+                             self._points, self.cases.where(m), source_folder, self._folder)
 
     def _sum(self, m: int) -> np.ndarray:
         if m not in self.sums:
@@ -285,6 +296,8 @@ class PriorRequest:
 
     method: Any
     shape: tuple[str, ...]
+    walls: tuple[str, ...] = ()  # --map-along: maps between meshes along these walls
+    along_fields: tuple[str, ...] = ()  # the target fields mapped so (() every one)
 
 
 def _allowed(cases: PriorCases, left_out: str, sample: int, mesh: int, training: bool,
@@ -330,8 +343,11 @@ def add_prior(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: np.d
     if isinstance(mean_field, tuple):
         return add_mean_field(tmp, meta, train, dtype, mean_field, progress)
     shape: tuple[str, ...] = ()
+    walls: tuple[str, ...] = ()
+    along_fields: tuple[str, ...] = ()
     if isinstance(mean_field, PriorRequest):
-        mean_field, shape = mean_field.method, mean_field.shape
+        request = mean_field
+        mean_field, shape, walls, along_fields = request.method, request.shape, request.walls, request.along_fields
     given = isinstance(mean_field, PriorCases)
     method = mean_field.method if given else parse_prior(mean_field)
     if not given and method.kind == "mean" and meta["kind"] == "one-mesh":
@@ -344,7 +360,7 @@ def add_prior(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: np.d
         _check_given(cases, meta, dtype)
         left_out = "none"
     else:
-        cases = _staged_cases(tmp, meta, solved_training_samples(meta, prior=True), method)
+        cases = _staged_cases(tmp, meta, solved_training_samples(meta, prior=True), method, walls, along_fields)
         left_out = "shape" if shape else "sample" if _one_mesh(meta) else "mesh"
     if shape and not set(shape) <= set(cases.names):
         raise ValueError(f"Expected --shape-params among the parameters {', '.join(cases.names) or '(none)'} "
@@ -358,6 +374,10 @@ def add_prior(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: np.d
     record["left_out"] = left_out
     if shape:
         record["shape"] = list(shape)
+    if cases.walls:
+        record["along"] = list(cases.walls)  # maps between meshes along these walls (--map-along)
+        if cases.along_fields:
+            record["along_fields"] = list(cases.along_fields)  # of these fields; the others by position
     if cases.samples[0] >= 0:  # not the stored mean field of a one-mesh dataset
         record["samples"] = len(cases.samples)
     if meta.get("mirror"):
@@ -400,7 +420,7 @@ def _write_priors(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: 
         m = mesh_of[s]
         entry = meta["meshes"][m]
         combiner.to_mesh(m, lambda m=m: np.load(tmp / "meshes" / f"{m:05d}" / "points.npy", allow_pickle=False),
-                         entry)
+                         entry, tmp / "meshes" / f"{m:05d}")
         training = s in train_set
         allowed = _allowed(cases, left_out, s, m, training,
                            None if shape_of_cases is None else (shape_of_cases, values[s, shape_columns]))

@@ -63,13 +63,16 @@ import numpy as np
 
 from meshshard.data import (
     MapsOnto,
+    along_columns,
     check_expression,
     is_point_cloud,
     is_trajectory_dataset,
     linear_cases,
     nearest_cases,
     open_dataset,
+    outline_of_folder,
     parameter_scale,
+    parse_map_along,
     solved_training_samples,
 )
 from meshshard.partition import plural
@@ -146,6 +149,7 @@ class BaselineConfig:
     lift_direction: tuple[float, ...] | None = None
     near: str | None = None  # --near PATCHES:DISTANCE (meshshard.run._near)
     source: str | None = None  # --from DATA: the training samples are that dataset's (new designs in DATA)
+    map_along: str | None = None  # --map-along PATCHES: fields mapped between meshes along this wall (data._morph)
     view: tuple[float, float, float, float] | None = None
     force: bool = False
     plots: bool = True
@@ -214,9 +218,9 @@ class _Mapper:
     ``data``: one :class:`NodeMap` per pair of meshes, those onto the last target mesh kept
     (:class:`meshshard.data.MapsOnto`)."""
 
-    def __init__(self, source: Any, data: Any) -> None:
+    def __init__(self, source: Any, data: Any, walls: tuple[str, ...] = (), columns: Any = None) -> None:
         self.source, self.data = source, data
-        self.maps = MapsOnto()  # onto one target mesh at a time; each training mesh triangulated once
+        self.maps = MapsOnto(walls, columns)  # onto one target mesh at a time; each training mesh triangulated once
         self.combined: dict[tuple[int, tuple[tuple[int, float], ...]], np.ndarray] = {}
 
     def _map(self, source: int, target: int) -> Any:
@@ -224,7 +228,8 @@ class _Mapper:
         return self.maps.get(source, self.source.meta["meshes"][source],
                              lambda: np.asarray(self.source.mesh_points(source)), target,
                              self.data.meta["meshes"][target], lambda: np.asarray(self.data.mesh_points(target)),
-                             str(self.source.mesh_folder(source)))
+                             str(self.source.mesh_folder(source)), self.source.mesh_folder(source),
+                             self.data.mesh_folder(target))
 
     def stored(self, sources: list[tuple[int, float]], mesh: int) -> np.ndarray:
         """``sum_i w_i * map(stored targets of training sample i)`` on DATA's mesh ``mesh``
@@ -319,12 +324,21 @@ def baseline(cfg: BaselineConfig) -> dict[str, Any]:
     scoring = check_boundary_request(data, target_fields, cfg.boundary, cfg.pressure, cfg.shear, cfg.force_reference,
                                      picks, cfg.reference_area, cfg.direction, cfg.lift_direction)
     region = check_near_request(data, cfg.near, picks)
+    along, along_fields = parse_map_along(cfg.map_along)
+    columns = along_columns(source.meta["targets"], along_fields) if along else None
+    if along:  # the walls of a picked mesh and of a training mesh, read before anything is written
+        outline_of_folder(data.mesh_folder(data.sample_mesh(picks[0])), data.meta["meshes"][data.sample_mesh(picks[0])],
+                          along)
+        outline_of_folder(source.mesh_folder(source.sample_mesh(train[0])),
+                          source.meta["meshes"][source.sample_mesh(train[0])], along)
     out = Path(cfg.out)
     stale = check_prediction_folder(out, cfg.force)
     ctx = SimpleNamespace(rank=0, world_size=1, device="cpu")
     head = {"format": METRICS_FORMAT, "format_version": 1, "complete": False, "run": None,
             "baseline": {"method": str(method), "training_samples": len(train), "parameters": param_names,
-                         **({"from": str(cfg.source)} if cfg.source else {})},
+                         **({"from": str(cfg.source)} if cfg.source else {}),
+                         **({"along": list(along)} if along else {}),
+                         **({"along_fields": list(along_fields)} if along_fields else {})},
             "data": str(cfg.data), "step": None, "checkpoint": None, "world_size": 1,
             "units": "physical (de-normalised)", "targets_known": truth, "files": []}
     delete_paths(stale)
@@ -335,7 +349,7 @@ def baseline(cfg: BaselineConfig) -> dict[str, Any]:
         print(f"meshshard baseline: {method} of {plural(len(train), 'training sample')} of {cfg.source or cfg.data}, "
               f"{plural(len(picks), 'sample')}" + ("" if truth else f"; {cfg.data} has no targets: predictions only, "
                                                   "no errors"), flush=True)
-    mapper = _Mapper(source, data)
+    mapper = _Mapper(source, data, along, columns)
     stems = [file_stem(name) for name in names]
     val = set(int(v) for v in data.val)
     records: list[dict[str, Any]] = []

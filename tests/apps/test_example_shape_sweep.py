@@ -179,7 +179,11 @@ def test_shape_sweep_example_runs_as_its_readme_says(tmp_path: Path, warm_bin: P
     assert "wall_normal" in [i["name"] for i in data["inputs"]], data["inputs"]
     rows = results["summary"]
     assert list(rows) == ["free stream", "training mean", "nearest shape", "knn:4 (inverse distance)",
-                          "linear:12 (local least squares)", "meshshard"]
+                          "linear:12 (local least squares)", "nearest, along the body", "knn:4, along the body",
+                          "linear:12, along the body", "meshshard"]
+    along = json.loads((sweep / "after" / "baseline-linear12-along" / "metrics.json").read_text())
+    assert along["baseline"]["along"] == ["body"] and rows["linear:12, along the body"] != rows[
+        "linear:12 (local least squares)"]
     for method, row in rows.items():
         for column in ("p near", "U near", "p body", "CL MAE", "CD MAE"):
             assert math.isfinite(row[column]) and row[column] > 0, (method, column, row)
