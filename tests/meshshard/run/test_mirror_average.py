@@ -22,6 +22,7 @@ import pytest
 from meshshard.cli import main
 from meshshard.data import mirrored_channels, open_dataset, partition_dataset
 from meshshard.run import PredictConfig, TrainConfig, check_prediction_request, predict, train
+from meshshard.run._mirror_average import mirror_of_run
 from tests._dist import run_ranks
 from tests._ranks import predict_rank
 from tests._refusals import assert_refused_in_one_line
@@ -34,19 +35,17 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     _write(root)
     common = ["--val-samples", "v", "--mean-field", "knn:2"]
     mirror = ["--mirror", "y:U", "--mirror-params", "camber"]
-    speed = ["--target-scale", "U=speed,p=speed**2"]  # (_args's p scale, speed**2+camber, is the "camber" dataset's)
+    speed = ["--target-scale", "U=speed,p=speed**2"]  # (_args's p scale, speed**2+camber, would be refused)
     assert main(_args(root, "cases", "data", "params.csv", *common, *mirror, *speed)) == 0
     assert main(_args(root, "cases", "plain", "params.csv", *common, *speed)) == 0
-    assert main(_args(root, "cases", "camber", "params.csv", *common, *mirror)) == 0
-    for name in ("data", "plain", "camber"):
+    for name in ("data", "plain"):
         partition_dataset(root / name, root / f"{name}-parts1", 1)
     partition_dataset(root / "data", root / "data-parts2", 2)
-    for name in ("data", "plain", "camber"):
+    for name in ("data", "plain"):
         train(TrainConfig(partition=str(root / f"{name}-parts1"), data=str(root / name), out=str(root / f"run-{name}"),
                           steps=3, lr=1e-2, latent_size=8, hidden_layers=1, message_passing_steps=2, global_attention=1,
                           attention_heads=2, attention_slices=4, quiet=True, dtype="float64"))
-    return {"root": root, "data": root / "data", "run": root / "run-data", "plain-run": root / "run-plain",
-            "camber-run": root / "run-camber"}
+    return {"root": root, "data": root / "data", "run": root / "run-data", "plain-run": root / "run-plain"}
 
 
 def _predictions(folder: Path) -> dict[str, np.ndarray]:
@@ -102,11 +101,11 @@ def test_a_run_that_never_saw_mirrors_or_scales_by_a_mirrored_parameter_is_refus
                                                mirror_average=True))
     assert_refused_in_one_line(["predict", str(runs["plain-run"]), "--data", str(plain), "--out",
                                 str(tmp_path / "p"), "--mirror-average"], "--mirror-average", capsys, tmp_path / "p")
-    camber = runs["root"] / "camber"
-    with pytest.raises(ValueError, match=r"run-camber: Expected target scales apart from the mirrored parameters for "
+    # a run whose p scale is speed**2+camber (test_mirror's dataset as it is): its mirror's p scaled otherwise
+    with pytest.raises(ValueError, match=r"run-data: Expected target scales apart from the mirrored parameters for "
                                          r"--mirror-average \(got p=speed\*\*2\+camber, of camber: "):
-        check_prediction_request(PredictConfig(run=str(runs["camber-run"]), data=str(camber), out=str(tmp_path / "p"),
-                                               mirror_average=True))
+        mirror_of_run(config | {"target_scales": {"U": "speed", "p": "speed**2+camber"}},
+                      open_dataset(runs["data"]).meta, str(runs["run"]))
     check_prediction_request(PredictConfig(run=str(runs["run"]), data=str(runs["data"]), out=str(tmp_path / "p"),
                                            mirror_average=True))  # accepted
     assert not (tmp_path / "p").exists()
