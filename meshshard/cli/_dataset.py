@@ -197,8 +197,10 @@ def _prior_line(meta: Mapping[str, Any], record: Mapping[str, Any], offset: bool
         source += " that are not mirrors (a mirror's prior is its original's, mirrored)"
     elif record.get("mirrors"):
         source += " and their mirrors (--mirror-in-prior)"
-    mapped = ("each mapped onto the sample's mesh along " + ",".join(record["along"]) + " (--map-along)"
-              if record.get("along") else "each mapped onto the sample's mesh")
+    mapped = ("each mapped onto the sample's mesh along " + ",".join(record["along"]) + " (--map-along"
+              + (f", {','.join(record['along_fields'])} alone" if record.get("along_fields") else "")
+              + ("; by position too, as the inputs <target>_mean_by_position" if record.get("position_inputs") else "")
+              + ")" if record.get("along") else "each mapped onto the sample's mesh")
     return f"  prior    {means} ({method}): {what} over {source}, {mapped}, as input channels{rule}{then}"
 
 
@@ -326,7 +328,7 @@ def _dataset(args: argparse.Namespace) -> int:
                                 signed_distance=args.signed_distance, node_types=args.boundary_classes,
                                 graph=args.graph, max_points=args.max_points, mean_field=args.mean_field,
                                 mean_field_from=args.mean_field_from, shape_params=args.shape_params,
-                                map_along=args.map_along,
+                                map_along=args.map_along, position_prior_inputs=args.position_prior_inputs,
                                 prior_progress=advance_prior, mirror=args.mirror,
                                 mirror_params=args.mirror_params, mirror_in_prior=args.mirror_in_prior)
     except (ValueError, OSError, MemoryError) as err:
@@ -427,6 +429,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "a node near the wall reads the source's field as far from the source's wall, at the same place "
                    "along it; :FIELDS (body:U) maps only these target fields so, the others by position "
                    "(docs/datasets.md)")
+    p.add_argument("--position-prior-inputs", action="store_true",
+                   help="with --map-along: the prior mapped by position alone too, as more input channels "
+                   "<target>_mean_by_position beside the prior along the wall (which stays the offset the model "
+                   "learns the difference from)")
     p.add_argument("--mirror", default=None, metavar="AXIS[:VECTOR,...]",
                    help="each training sample's mirror added to the training samples, for a sweep closed under that "
                    "mirror: the coordinate AXIS (x, y or z) negated, and the component along it of each named vector "

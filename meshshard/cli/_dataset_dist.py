@@ -24,6 +24,7 @@ _ONE_PROCESS_ONLY = {"state": None, "node_type": None, "interior_classes": None,
                      "wall_distance": None, "wall_normal": None, "signed_distance": None,
                      "boundary_classes": False, "graph": None, "max_points": None, "same_mesh": False,
                      "mean_field": None, "mean_field_from": None, "shape_params": None, "map_along": None,
+                     "position_prior_inputs": False,
                      "mirror": None, "mirror_params": None, "mirror_in_prior": False}
 
 

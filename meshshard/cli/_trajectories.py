@@ -25,6 +25,7 @@ _STEADY_ONLY = {"--targets": "targets", "--params": "params", "--target-scale": 
                 "--signed-distance": "signed_distance", "--same-mesh": "same_mesh",
                 "--boundary-classes": "boundary_classes", "--graph": "graph", "--max-points": "max_points",
                 "--mean-field": "mean_field", "--mean-field-from": "mean_field_from", "--map-along": "map_along",
+                "--position-prior-inputs": "position_prior_inputs",
                 "--mirror": "mirror",
                 "--mirror-params": "mirror_params", "--mirror-in-prior": "mirror_in_prior"}
 

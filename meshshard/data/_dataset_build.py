@@ -91,6 +91,7 @@ def build_dataset(
     mean_field_from: str | os.PathLike[str] | None = None,
     shape_params: str | Sequence[str] | None = None,
     map_along: str | None = None,
+    position_prior_inputs: bool = False,
     prior_progress: Callable[[int], None] | None = None,
     mirror: str | None = None,
     mirror_params: str | Sequence[str] | None = None,
@@ -163,6 +164,8 @@ def build_dataset(
         map_along: With ``--mean-field`` on many 2-D meshes of a family of bodies: the named
             boundaries (one closed wall) along which the training cases are mapped onto each
             sample's mesh, body to body (:mod:`meshshard.data._morph`).
+        position_prior_inputs: With ``map_along``: the prior mapped by position too, as more input
+            channels ``<target>_mean_by_position`` (the offset stays the one along the wall).
         mean_field_from: The same input channels from another dataset made with ``--mean-field``
             (``--mean-field-from DATA``), made of its training cases with its method, mapped onto
             these cases' meshes: new cases for its runs to predict on.
@@ -187,6 +190,9 @@ def build_dataset(
         check_dataset_output(out, force, sources)
         given = _given_mean_field(mean_field, mean_field_from)
         walls, along_fields = _map_along(map_along, mean_field, given)
+        if position_prior_inputs and not walls:
+            raise ValueError("Expected --map-along with --position-prior-inputs (they are the prior mapped by position "
+                             "beside the one mapped along the wall)")
         files, names = _files_and_names(sources, val_samples, notes)
         table = read_parameters(params, names, notes) if params is not None else None
         if node_types:
@@ -217,7 +223,8 @@ def build_dataset(
                                 sources=sources, progress=progress, parameters=table,
                                 target_scales=scales or None, collapsed_2d=collapse_2d, max_points=max_points,
                                 mean_field=(given if given is not None else
-                                            PriorRequest(mean_field, shape, walls, along_fields)
+                                            PriorRequest(mean_field, shape, walls, along_fields,
+                                                         position_prior_inputs)
                                             if shape or walls else mean_field),
                                 prior_progress=prior_progress,
                                 mirror=mirrors.record() if mirrors is not None else None)

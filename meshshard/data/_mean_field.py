@@ -45,6 +45,8 @@ __all__ = ["MEAN_SUFFIX", "add_mean_field", "append_mean_fields", "finish_prior"
 
 #: The input field of a target field ``f``'s mean is named ``f`` + this.
 MEAN_SUFFIX = "_mean"
+#: The prior mapped by position, as inputs beside a prior along a wall: ``<target>_mean_by_position``.
+POSITION_SUFFIX = "_by_position"
 
 
 def target_offset_channels(input_channels: Sequence[str], target_fields: Sequence[Mapping[str, Any]],
@@ -141,11 +143,14 @@ def add_mean_field(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype:
     finish_prior(meta, run_in, run_out, digest, record | {"method": "mean", "left_out": "none"})
 
 
-def append_mean_fields(meta: dict[str, Any], targets: Sequence[Mapping[str, Any]]) -> None:
+def append_mean_fields(meta: dict[str, Any], targets: Sequence[Mapping[str, Any]], suffix: str = "") -> None:
     """Add the input fields ``<target>_mean`` (marked ``"mean_of"``) of the target fields
-    ``targets`` to ``meta``'s inputs and input channels (a one-line refusal for a name taken)."""
+    ``targets`` to ``meta``'s inputs and input channels (a one-line refusal for a name taken);
+    with ``suffix`` (:data:`POSITION_SUFFIX`), ``<target>_mean<suffix>`` marked ``"position_prior_of"``:
+    the prior mapped by position, more inputs beside the offset (``--position-prior-inputs``)."""
     taken = set(meta["input_channels"]) | {str(f["name"]) for f in meta["inputs"]}
-    fields = [{"name": f"{f['name']}{MEAN_SUFFIX}", "components": int(f["components"]), "mean_of": str(f["name"])}
+    key = "position_prior_of" if suffix else "mean_of"
+    fields = [{"name": f"{f['name']}{MEAN_SUFFIX}{suffix}", "components": int(f["components"]), key: str(f["name"])}
               for f in targets]
     clash = [f["name"] for f in fields if f["name"] in taken]
     if clash:

@@ -152,7 +152,7 @@ def mirrored_channels(meta: Mapping[str, Any], fields: Sequence[Mapping[str, Any
         if f.get("parameter"):
             flip.append(name in record.get("parameters", []))
             continue
-        of = str(f.get("mean_of") or name)  # a prior's channels mirror as the field it is of
+        of = str(f.get("mean_of") or f.get("position_prior_of") or name)  # a prior mirrors as the field it is of
         one = re.fullmatch(r"(.+)\[(\d+)\]", of)  # one component of a vector (U[1])
         if one is not None and int(f.get("components", 1)) == 1:
             flip.append(one.group(1) in vectors and int(one.group(2)) == axis)

@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +76,7 @@ from meshshard.partition import plural
 
 from ._dataset import channel_names, save_npy
 from ._mapping import MapsOnto, NodeMap
-from ._mean_field import add_mean_field, append_mean_fields, finish_prior, mean_field_of
+from ._mean_field import POSITION_SUFFIX, add_mean_field, append_mean_fields, finish_prior, mean_field_of
 from ._mirror import mirror_originals, mirrored_channels, solved_training_samples
 from ._morph import along_columns
 from ._neighbours import linear_cases, nearest_cases, parameter_scale
@@ -137,6 +137,7 @@ class PriorCases:
     folder: Callable[[int], Path] | None = None  # mesh m's folder (its wall, for maps along it)
     walls: tuple[str, ...] = ()  # --map-along: maps along these walls (meshshard.data._morph)
     along_fields: tuple[str, ...] = ()  # --map-along PATCHES:FIELDS: these fields alone (() every one)
+    position_inputs: bool = False  # --position-prior-inputs: the prior by position too, as more inputs
 
 
 def prior_cases_of(data: Any) -> PriorCases:
@@ -165,11 +166,12 @@ def prior_cases_of(data: Any) -> PriorCases:
                       str(meta["dtype"]), lambda c: np.asarray(data.sample_arrays(int(train[c]))[1], np.float64),
                       lambda m: np.asarray(data.mesh_points(m)), lambda m: str(data.mesh_folder(m)),
                       str(record["sha256"]), label, data.mesh_folder, tuple(record.get("along", [])),
-                      tuple(record.get("along_fields", [])))
+                      tuple(record.get("along_fields", [])), bool(record.get("position_inputs")))
 
 
 def _staged_cases(tmp: Path, meta: dict[str, Any], train: Sequence[int], method: PriorMethod,
-                  walls: tuple[str, ...] = (), along_fields: tuple[str, ...] = ()) -> PriorCases:
+                  walls: tuple[str, ...] = (), along_fields: tuple[str, ...] = (),
+                  position_inputs: bool = False) -> PriorCases:
     """The training cases of the dataset being written in ``tmp``, with the checksum of them."""
     train_ids = np.asarray(train, dtype=np.int64)
     if not meta["target_channels"]:
@@ -185,7 +187,7 @@ def _staged_cases(tmp: Path, meta: dict[str, Any], train: Sequence[int], method:
         return np.load(tmp / "samples" / f"{int(train_ids[c]):05d}" / "targets.npy", allow_pickle=False)
 
     mesh_of = np.array([int(meta["samples"][int(i)]["mesh"]) for i in train_ids], dtype=np.int64)
-    along = f"along {','.join(walls)}:{','.join(along_fields)}\n" if walls else ""  # another prior of the cases
+    along = f"along {','.join(walls)}:{','.join(along_fields)}{' +position' * position_inputs}\n" if walls else ""
     digest = hashlib.sha256(f"meshshard prior {method}\n{along}{channel_names(meta['targets'])}\n{names}\n".encode())
     for c in range(len(train_ids)):
         digest.update(str(meta["meshes"][mesh_of[c]]["sha256"]).encode())
@@ -196,7 +198,8 @@ def _staged_cases(tmp: Path, meta: dict[str, Any], train: Sequence[int], method:
                       lambda c: stored(c).astype(np.float64),
                       lambda m: np.load(tmp / "meshes" / f"{m:05d}" / "points.npy", allow_pickle=False),
                       lambda m: f"mesh {m} of the training cases", digest.hexdigest(),
-                      folder=lambda m: tmp / "meshes" / f"{m:05d}", walls=walls, along_fields=along_fields)
+                      folder=lambda m: tmp / "meshes" / f"{m:05d}", walls=walls, along_fields=along_fields,
+                      position_inputs=position_inputs)
 
 
 def _check_given(cases: PriorCases, meta: Mapping[str, Any], dtype: np.dtype) -> None:
@@ -298,6 +301,7 @@ class PriorRequest:
     shape: tuple[str, ...]
     walls: tuple[str, ...] = ()  # --map-along: maps between meshes along these walls
     along_fields: tuple[str, ...] = ()  # the target fields mapped so (() every one)
+    position_inputs: bool = False  # --position-prior-inputs: the prior by position too, as more inputs
 
 
 def _allowed(cases: PriorCases, left_out: str, sample: int, mesh: int, training: bool,
@@ -345,9 +349,11 @@ def add_prior(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: np.d
     shape: tuple[str, ...] = ()
     walls: tuple[str, ...] = ()
     along_fields: tuple[str, ...] = ()
+    position_inputs = False
     if isinstance(mean_field, PriorRequest):
         request = mean_field
         mean_field, shape, walls, along_fields = request.method, request.shape, request.walls, request.along_fields
+        position_inputs = request.position_inputs
     given = isinstance(mean_field, PriorCases)
     method = mean_field.method if given else parse_prior(mean_field)
     if not given and method.kind == "mean" and meta["kind"] == "one-mesh":
@@ -360,12 +366,15 @@ def add_prior(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: np.d
         _check_given(cases, meta, dtype)
         left_out = "none"
     else:
-        cases = _staged_cases(tmp, meta, solved_training_samples(meta, prior=True), method, walls, along_fields)
+        cases = _staged_cases(tmp, meta, solved_training_samples(meta, prior=True), method, walls, along_fields,
+                              position_inputs)
         left_out = "shape" if shape else "sample" if _one_mesh(meta) else "mesh"
     if shape and not set(shape) <= set(cases.names):
         raise ValueError(f"Expected --shape-params among the parameters {', '.join(cases.names) or '(none)'} "
                          f"(got {', '.join(shape)})")
     append_mean_fields(meta, cases.fields)
+    if cases.position_inputs:  # the prior by position too, as more inputs (not the offset)
+        append_mean_fields(meta, cases.fields, POSITION_SUFFIX)
     run_in, run_out = _write_priors(tmp, meta, train, dtype, cases, left_out, progress, shape)
     record: dict[str, Any] = {"of": "another dataset (--mean-field-from)" if given else "training samples",
                               "method": str(method)}
@@ -378,6 +387,8 @@ def add_prior(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: np.d
         record["along"] = list(cases.walls)  # maps between meshes along these walls (--map-along)
         if cases.along_fields:
             record["along_fields"] = list(cases.along_fields)  # of these fields; the others by position
+        if cases.position_inputs:
+            record["position_inputs"] = True  # <target>_mean_by_position: the prior by position, as inputs
     if cases.samples[0] >= 0:  # not the stored mean field of a one-mesh dataset
         record["samples"] = len(cases.samples)
     if meta.get("mirror"):
@@ -414,6 +425,7 @@ def _write_priors(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: 
     has_targets = bool(meta["target_channels"])
     run_in, run_out = Running(len(meta["input_channels"])), Running(len(meta["target_channels"]))
     combiner = _Combiner(cases)
+    by_position = _Combiner(replace(cases, walls=(), along_fields=())) if cases.position_inputs else None
     in_prior = (meta.get("mirror") or {}).get("in_prior")
     mirrors = {} if in_prior else mirror_originals(meta)  # each a mirrored copy of its original's
     for s in sorted(set(range(len(names))) - set(mirrors), key=lambda i: (mesh_of[i], i)):
@@ -425,24 +437,35 @@ def _write_priors(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: 
         allowed = _allowed(cases, left_out, s, m, training,
                            None if shape_of_cases is None else (shape_of_cases, values[s, shape_columns]))
         value = values[s, columns] if columns else np.zeros(len(cases.names))
-        prior = combiner.combine(_sources(cases, allowed, value, scale, names[s], left_out))
-        _append_prior(samples / f"{s:05d}", prior.astype(dtype), training, has_targets, run_in, run_out)
+        sources = _sources(cases, allowed, value, scale, names[s], left_out)
+        prior = combiner.combine(sources)
+        extra = None
+        if by_position is not None:
+            by_position.to_mesh(m, lambda m=m: np.load(tmp / "meshes" / f"{m:05d}" / "points.npy", allow_pickle=False),
+                                entry, tmp / "meshes" / f"{m:05d}")
+            extra = by_position.combine(sources).astype(dtype)
+        _append_prior(samples / f"{s:05d}", prior.astype(dtype), training, has_targets, run_in, run_out, extra)
         if progress is not None:
             progress(1)
     flip = mirrored_channels(meta, cases.fields)
+    sets = 2 if by_position is not None else 1  # the prior, and the one by position after it
     for s, original in sorted(mirrors.items()):  # after every original: a mirror's prior is its original's, mirrored
-        stored = np.load(samples / f"{original:05d}" / "inputs.npy", allow_pickle=False)[:, -len(flip):]
-        _append_prior(samples / f"{s:05d}", np.where(flip, -stored, stored), True, has_targets, run_in, run_out)
+        stored = np.load(samples / f"{original:05d}" / "inputs.npy", allow_pickle=False)[:, -sets * len(flip):]
+        stored = np.where(np.tile(flip, sets), -stored, stored)
+        _append_prior(samples / f"{s:05d}", stored[:, :len(flip)], True, has_targets, run_in, run_out,
+                      stored[:, len(flip):] if sets == 2 else None)
         if progress is not None:
             progress(1)
     return run_in, run_out
 
 
 def _append_prior(folder: Path, stored: np.ndarray, training: bool, has_targets: bool, run_in: Running,
-                  run_out: Running) -> None:
-    """A sample's inputs with its prior ``stored`` appended; a training sample's inputs and targets'
-    difference from the prior added to the statistics."""
-    inputs = np.concatenate([np.load(folder / "inputs.npy", allow_pickle=False), stored], axis=1)
+                  run_out: Running, extra: np.ndarray | None = None) -> None:
+    """A sample's inputs with its prior ``stored`` appended (and ``extra``, the prior by position,
+    after it); a training sample's inputs and targets' difference from the prior added to the
+    statistics."""
+    inputs = np.concatenate([np.load(folder / "inputs.npy", allow_pickle=False), stored,
+                             *([extra] if extra is not None else [])], axis=1)
     save_npy(folder / "inputs.npy", inputs)
     if training:
         run_in.add(inputs.astype(np.float64))

@@ -232,3 +232,23 @@ def test_with_mirror_in_prior_the_mirrors_are_cases_of_every_prior(tmp_path: Pat
     assert record["sha256"] != solved.meta["mean_field"]["sha256"]
     v = list(CASES).index("v")  # its nearest cases now among the mirrors too
     assert np.abs(data.sample_arrays(v)[0][:, -4:] - solved.sample_arrays(v)[0][:, -4:]).max() > 1e-3
+
+
+def test_a_mirrors_priors_along_the_wall_and_by_position_are_its_originals_mirrored(tmp_path: Path) -> None:
+    """With ``--map-along body --position-prior-inputs`` a sample carries two priors; a mirror's are
+    both its original's, mirrored (U's y negated in each)."""
+    _write(tmp_path)
+    assert main(_args(tmp_path, "cases", "data", "params.csv", "--mean-field", "knn:2", "--val-samples", "v",
+                      "--map-along", "body", "--position-prior-inputs", "--mirror", "y:U", "--mirror-params",
+                      "camber")) == 0
+    data = open_dataset(tmp_path / "data")
+    meta = data.meta
+    assert meta["input_channels"][-4:] == [f"{c}_by_position" if "[" not in c else c.replace("[", "_by_position[")
+                                           for c in ("p_mean", "U_mean[0]", "U_mean[1]", "U_mean[2]")]
+    flip = mirrored_channels(meta, meta["inputs"])[-8:]
+    assert flip.tolist() == [False, False, True, False] * 2
+    names = [e["name"] for e in meta["samples"]]
+    for mirror, original in meta["mirror"]["samples"].items():
+        got = data.sample_arrays(names.index(mirror))[0][:, -8:]
+        want = data.sample_arrays(names.index(original))[0][:, -8:]
+        np.testing.assert_array_equal(got, np.where(flip, -want, want))

@@ -144,11 +144,30 @@ def test_a_prior_and_a_baseline_along_the_wall(family: Path, capsys: pytest.Capt
         got = split.sample_arrays(s)[0]
         np.testing.assert_array_equal(got[:, -4], position.sample_arrays(s)[0][:, -4])
         np.testing.assert_array_equal(got[:, -3:], along.sample_arrays(s)[0][:, -3:])
+    # --position-prior-inputs: the prior along the wall as the offset, and the one by position as four more inputs
+    assert main(_args(root, "both", "--mean-field", "linear:2", "--map-along", "body", "--position-prior-inputs")) == 0
+    both = open_dataset(root / "both")
+    assert both.meta["input_channels"][-8:] == ["p_mean", "U_mean[0]", "U_mean[1]", "U_mean[2]", "p_mean_by_position",
+                                                "U_mean_by_position[0]", "U_mean_by_position[1]", "U_mean_by_position[2]"]
+    assert both.meta["mean_field"]["position_inputs"] is True
+    assert both.meta["normalisation"]["target_offset"] == along.meta["normalisation"]["target_offset"]
+    assert both.meta["mean_field"]["sha256"] != along.meta["mean_field"]["sha256"]
+    for s in range(both.num_samples):
+        got = both.sample_arrays(s)[0]
+        np.testing.assert_array_equal(got[:, -8:-4], along.sample_arrays(s)[0][:, -4:])
+        np.testing.assert_array_equal(got[:, -4:], position.sample_arrays(s)[0][:, -4:])
+    assert main(["info", str(root / "both")]) == 0
+    assert "by position too, as the inputs <target>_mean_by_position" in capsys.readouterr().out
     # new designs take the prior as the training dataset made its own: along its wall
     assert main(["dataset", str(root / "cases" / "v.msh"), "--out", str(root / "new"), "--inputs", "pos", "--params",
                  str(root / "params.csv"), "--dtype", "float64", "--quiet", "--mean-field-from",
                  str(root / "along")]) == 0
     np.testing.assert_allclose(open_dataset(root / "new").sample_arrays(0)[0], x, rtol=1e-12, atol=1e-14)
+    assert main(["dataset", str(root / "cases" / "v.msh"), "--out", str(root / "new-both"), "--inputs", "pos",
+                 "--params", str(root / "params.csv"), "--dtype", "float64", "--quiet", "--mean-field-from",
+                 str(root / "both")]) == 0
+    np.testing.assert_allclose(open_dataset(root / "new-both").sample_arrays(0)[0], both.sample_arrays(v)[0], rtol=1e-12,
+                               atol=1e-14)
     for name, extra in (("base-position", []), ("base-along", ["--map-along", "body"])):
         assert main(["baseline", str(root / "position"), "--out", str(root / name), "--method", "nearest",
                      "--near", "body:0.3", "--no-plots", "--quiet", *extra]) == 0
@@ -167,6 +186,7 @@ def test_map_along_refusals_are_one_line(family: Path, tmp_path: Path, capsys: p
         (["--mean-field", "knn:1", "--map-along", ","], "Expected --map-along as comma-separated boundary names"),
         (["--mean-field", "knn:1", "--map-along", "body:T"], "Expected --map-along's fields among the targets p, U "
                                                               "(got T)"),
+        (["--mean-field", "knn:1", "--position-prior-inputs"], "Expected --map-along with --position-prior-inputs"),
     ]
     for extra, message in cases:
         args = _args(root, "unused", *extra)
