@@ -32,7 +32,7 @@ from ._reader import open_dataset
 from ._sources import list_sources, merged_cells, mesh_difference, read_mesh, sample_names
 from ._split import split_samples
 from ._statistics import held_note
-from ._surface import boundary_classes, named_boundaries
+from ._surface import boundary_classes, named_boundaries, patch_names
 from ._wall_geometry import SIGNED_DISTANCE, WALL_NORMAL, WALL_OFFSET, signed_distance, wall_normal
 from ._wall_geometry import wall_distance as nearest_wall_distance
 from ._writer import Sample, write_samples
@@ -182,8 +182,8 @@ def build_dataset(
         in_names = parse_field_names(inputs, "--inputs")
         out_names = parse_field_names(targets, "--targets") if targets else []
         reading = replace(_reading_of(cell_data_to_points, collapse_2d, wall_distance, graph, max_points),
-                          wall_normal=_patch_names(wall_normal, "--wall-normal") if wall_normal else (),
-                          signed_distance=(_patch_names(signed_distance, "--signed-distance") if signed_distance
+                          wall_normal=patch_names(wall_normal, "--wall-normal") if wall_normal else (),
+                          signed_distance=(patch_names(signed_distance, "--signed-distance") if signed_distance
                                            else ()))
         if not out_names and val_fraction is None and val_samples is None:
             val_fraction = 0.0  # cases to predict on: nothing to validate against
@@ -237,7 +237,7 @@ def build_dataset(
 def _reading_of(cell_data_to_points: bool, collapse_2d: bool, wall_distance: str | Sequence[str] | None,
                 graph: str | None, max_points: int | None) -> _Reading:
     """What is done to every mesh as read, from :func:`build_dataset`'s arguments (checked)."""
-    patches = _patch_names(wall_distance, "--wall-distance") if wall_distance else ()
+    patches = patch_names(wall_distance, "--wall-distance") if wall_distance else ()
     reading = _Reading(cell_data_to_points, collapse_2d, patches,
                        graph=parse_graph_rule(graph) if graph is not None else None)
     if max_points is not None and (isinstance(max_points, bool) or not isinstance(max_points, (int, np.integer))
@@ -387,16 +387,6 @@ def _samples(first: _Read, files: list[Path], names: list[str], in_names: list[s
                 raise ValueError(f"{files[i]}: Expected the mesh of {files[0]} in every sample, as "
                                  f"--same-mesh asks (got {why})")
         yield sample
-
-
-def _patch_names(text: str | Sequence[str], flag: str) -> tuple[str, ...]:
-    """Boundary names from ``"lowerWall,upperWall"`` or a list of such strings, each once."""
-    items = [text] if isinstance(text, str) else list(text)
-    names = [t.strip() for item in items for t in str(item).split(",")]
-    if not names or not all(names):
-        raise ValueError(f"Expected {flag} as comma-separated boundary names (got "
-                         f"{','.join(map(str, items))!r})")
-    return tuple(dict.fromkeys(names))
 
 
 def _check_val_names(val_samples: Sequence[int | str], names: list[str], files: Sequence[Path],

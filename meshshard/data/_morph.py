@@ -60,13 +60,9 @@ class Outline:
 
 def parse_walls(text: str | Sequence[str] | None) -> tuple[str, ...]:
     """``"body"`` or ``"upper,lower"`` (``--map-along``) as patch names, each once; () for none."""
-    if not text:
-        return ()
-    items = [text] if isinstance(text, str) else list(text)
-    names = [t.strip() for item in items for t in str(item).split(",")]
-    if not all(names):
-        raise ValueError(f"Expected --map-along as comma-separated boundary names (got {','.join(map(str, items))!r})")
-    return tuple(dict.fromkeys(names))
+    from ._surface import patch_names
+
+    return patch_names(text, "--map-along") if text else ()
 
 
 def parse_map_along(text: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:

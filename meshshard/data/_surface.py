@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["boundary_area_vectors", "boundary_force", "named_boundaries", "surface_area_vectors"]
+__all__ = ["boundary_area_vectors", "boundary_force", "named_boundaries", "patch_names", "surface_area_vectors"]
 
 # The facets of each cell type, in meshio's node order (VTK's): edges of 2-D cells, faces of 3-D cells.
 _FACETS: dict[str, tuple[int, list[list[int]]]] = {
@@ -242,3 +242,13 @@ def boundaries_of(mesh: Any, points: np.ndarray, cells: Sequence[tuple[str, np.n
     """Every named boundary of ``mesh`` as ``(node ids, area vectors)`` on ``points`` / ``cells``
     (the mesh as it will be stored)."""
     return {name: (ids, boundary_area_vectors(points, cells, ids)) for name, ids in named_boundaries(mesh).items()}
+
+
+def patch_names(text: str | Sequence[str], flag: str) -> tuple[str, ...]:
+    """Boundary names from ``"lowerWall,upperWall"`` or a list of such strings, each once."""
+    items = [text] if isinstance(text, str) else list(text)
+    names = [t.strip() for item in items for t in str(item).split(",")]
+    if not names or not all(names):
+        raise ValueError(f"Expected {flag} as comma-separated boundary names (got "
+                         f"{','.join(map(str, items))!r})")
+    return tuple(dict.fromkeys(names))
