@@ -54,7 +54,8 @@ def register(subparsers: Any) -> None:
                    help="mean (default): the training samples' mean; nearest: the training sample nearest in "
                    "parameter space (--params, each divided by its training std); knn:K: the K nearest, weighted by "
                    "1/distance; linear: per node, the affine least-squares fit in the parameters (linear:K: over the K "
-                   "nearest); interp:PARAM: linear along PARAM between the two training samples that bracket the "
+                   "nearest; ,bound=B: an extrapolation damped until the weights sum to B in absolute value); "
+                   "interp:PARAM: linear along PARAM between the two training samples that bracket the "
                    "sample's value among those nearest in the other parameters")
     p.add_argument("--samples", default=None,
                    help="val (default when the dataset has a validation split), train, all, or names/indices, "

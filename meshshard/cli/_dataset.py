@@ -172,6 +172,13 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _largest(record: Mapping[str, Any]) -> str:
+    """How far a linear prior's fits extrapolate: the largest sums of their weights in absolute value."""
+    largest = record.get("largest_weights") or {}
+    said = [f"{side} {largest[side][0]:g} ({largest[side][1]})" for side in ("training", "other") if side in largest]
+    return f" (its weights sum in absolute value to at most: {', '.join(said)})" if said else ""
+
+
 def _prior_line(meta: Mapping[str, Any], record: Mapping[str, Any], offset: bool) -> str:
     """``meshshard info``'s line on a dataset's prior (``--mean-field``): what it is made of, and
     which cases a training sample's leaves out."""
@@ -185,7 +192,9 @@ def _prior_line(meta: Mapping[str, Any], record: Mapping[str, Any], offset: bool
     cases = "every case" if k is None else f"the {k} nearest cases in parameter space"
     what = ("the mean of the targets" if method == "mean" else
             f"at every node the affine least-squares fit in the parameters of the targets of {cases}, at the "
-            "sample's parameters" if method.startswith("linear") else
+            "sample's parameters" + (f", damped where its weights would sum to more than {method.split('bound=')[1]} "
+                                     "in absolute value" if "bound=" in method else "") + _largest(record)
+            if method.startswith("linear") else
             f"the inverse-distance-weighted mean of the targets of {cases}")
     rule = {"mesh": "; a training sample's leaves out every case on its own mesh (leave-one-shape-out)",
             "sample": "; a training sample's leaves itself out",
@@ -409,11 +418,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="refuse a file whose mesh is not exactly the first file's, saying how it differs "
                    "(without it, such files make a many-meshes dataset)")
     mean = p.add_mutually_exclusive_group()
-    mean.add_argument("--mean-field", nargs="?", const="mean", default=None, metavar="mean|knn:K|linear[:K]",
+    mean.add_argument("--mean-field", nargs="?", const="mean", default=None, metavar="mean|knn:K|linear[:K][,bound=B]",
                       help="a prior as input fields <target>_mean, and the model learns each case's difference from "
                       "it (predict adds it back): the training cases' node-wise mean of the targets (mean, the bare "
                       "flag), the inverse-distance-weighted mean of the K nearest in --params space (knn:K) or the "
-                      "node-wise affine least-squares fit in --params (linear; linear:K: of the K nearest); on "
+                      "node-wise affine least-squares fit in --params (linear; linear:K: of the K nearest; "
+                      ",bound=B: damped where its weights would sum to more than B in absolute value); on "
                       "many meshes each case is mapped onto the sample's mesh and a training sample's prior leaves "
                       "out every case on its own mesh")
     mean.add_argument("--mean-field-from", default=None, metavar="DATA",

@@ -14,7 +14,9 @@ source's points' hull, the nearest source node outside; point clouds by inverse 
 - ``linear``: at every node, the least-squares fit of the cases by an affine function of the
   parameters (scaled as for ``knn:K``), evaluated at the sample's; ``linear:K``: over its ``K``
   nearest cases only. It is a weighted sum of the cases too (weights summing to 1, some
-  negative: :func:`meshshard.data.linear_cases`), as ``meshshard baseline --method linear``.
+  negative: :func:`meshshard.data.linear_cases`), as ``meshshard baseline --method linear``;
+  ``linear:K,bound=B``: damped where the weights would sum to more than ``B`` in absolute value (an
+  extrapolation, as a training shape at a corner of the sweep gets with its own shape left out).
 
 A training sample must not see itself in its prior (the prior would be its target). Which cases a
 sample may use is recorded as ``mean_field.left_out``:
@@ -79,7 +81,7 @@ from ._mapping import MapsOnto, NodeMap
 from ._mean_field import POSITION_SUFFIX, add_mean_field, append_mean_fields, finish_prior, mean_field_of
 from ._mirror import mirror_originals, mirrored_channels, solved_training_samples
 from ._morph import along_columns
-from ._neighbours import linear_cases, nearest_cases, parameter_scale
+from ._neighbours import linear_cases, nearest_cases, parameter_scale, parse_linear
 from ._statistics import Running
 
 __all__ = ["PriorCases", "PriorMethod", "PriorRequest", "add_prior", "check_prior_request", "parse_prior",
@@ -93,22 +95,26 @@ class PriorMethod:
 
     kind: str
     k: int | None = None
+    bound: float | None = None  # linear: the most its weights may sum to in absolute value (damped beyond)
 
     def __str__(self) -> str:
-        return self.kind if self.k is None else f"{self.kind}:{self.k}"
+        text = self.kind if self.k is None else f"{self.kind}:{self.k}"
+        return text if self.bound is None else f"{text},bound={self.bound:g}"
 
 
 def parse_prior(text: str | bool | None) -> PriorMethod:
-    """``mean`` (also ``True``, the bare flag), ``knn:K`` (K >= 1), ``linear`` or ``linear:K`` (K >= 2);
-    a one-line ``ValueError`` otherwise."""
+    """``mean`` (also ``True``, the bare flag), ``knn:K`` (K >= 1), ``linear``, ``linear:K`` (K >= 2), or
+    either with ``,bound=B`` (:func:`meshshard.data.linear_cases`); a one-line ``ValueError`` otherwise."""
     if text is True or text == "mean":
         return PriorMethod("mean")
     kind, _, rest = str(text).strip().partition(":")
     if kind == "knn" and rest.strip().isdigit() and int(rest) >= 1:
         return PriorMethod("knn", int(rest))
-    if kind == "linear" and (not rest or rest.strip().isdigit() and int(rest) >= 2):
-        return PriorMethod("linear", int(rest) if rest else None)
-    raise ValueError(f"Expected --mean-field mean, knn:K (K >= 1), linear or linear:K (K >= 2) (got {text!r}; a bare "
+    if kind.startswith("linear"):
+        k, bound = parse_linear(str(text).strip()[len("linear"):], "--mean-field")
+        return PriorMethod("linear", k, bound)
+    raise ValueError(f"Expected --mean-field mean, knn:K (K >= 1), linear, linear:K (K >= 2) or linear:K,bound=B "
+                     f"(got {text!r}; a bare "
                      "--mean-field takes the word after it as its method: put it after the sources)")
 
 
@@ -332,7 +338,7 @@ def _sources(cases: PriorCases, allowed: np.ndarray, value: np.ndarray, scale: n
         rows = np.flatnonzero(allowed)
         return [(int(c), 1.0 / len(rows)) for c in rows]
     if method.kind == "linear":
-        return linear_cases(cases.values, value, scale, allowed, method.k)
+        return linear_cases(cases.values, value, scale, allowed, method.k, method.bound)
     return nearest_cases(cases.values, value, need, scale, allowed)
 
 
@@ -375,7 +381,7 @@ def add_prior(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: np.d
     append_mean_fields(meta, cases.fields)
     if cases.position_inputs:  # the prior by position too, as more inputs (not the offset)
         append_mean_fields(meta, cases.fields, POSITION_SUFFIX)
-    run_in, run_out = _write_priors(tmp, meta, train, dtype, cases, left_out, progress, shape)
+    run_in, run_out, largest = _write_priors(tmp, meta, train, dtype, cases, left_out, progress, shape)
     record: dict[str, Any] = {"of": "another dataset (--mean-field-from)" if given else "training samples",
                               "method": str(method)}
     if method.k is not None:
@@ -391,6 +397,8 @@ def add_prior(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: np.d
             record["position_inputs"] = True  # <target>_mean_by_position: the prior by position, as inputs
     if cases.samples[0] >= 0:  # not the stored mean field of a one-mesh dataset
         record["samples"] = len(cases.samples)
+    if method.kind == "linear":  # how far the fits extrapolate: what --mean-field linear:K,bound=B is chosen by
+        record["largest_weights"] = largest
     if meta.get("mirror"):
         record["mirrors"] = ("cases of every prior, as any training sample (--mirror-in-prior)"
                              if meta["mirror"].get("in_prior") else
@@ -408,9 +416,11 @@ def _one_mesh(meta: Mapping[str, Any]) -> bool:
 
 def _write_priors(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: np.dtype, cases: PriorCases,
                   left_out: str, progress: Callable[[int], None] | None,
-                  shape: tuple[str, ...] = ()) -> tuple[Running, Running]:
+                  shape: tuple[str, ...] = ()) -> tuple[Running, Running, dict[str, Any]]:
     """Every sample's inputs with its prior appended, mesh by mesh; returns the statistics of the
-    training samples' inputs and of their targets' difference from the prior."""
+    training samples' inputs and of their targets' difference from the prior, and the largest sum of
+    a prior's weights in absolute value, of the training samples and of the others, with the sample's
+    name (``{"training": [sum, name], "other": [sum, name]}``: 1 for a blend, more for an extrapolation)."""
     samples = tmp / "samples"
     names = [str(s["name"]) for s in meta["samples"]]
     mesh_of = [int(s["mesh"]) for s in meta["samples"]]
@@ -428,6 +438,7 @@ def _write_priors(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: 
     by_position = _Combiner(replace(cases, walls=(), along_fields=())) if cases.position_inputs else None
     in_prior = (meta.get("mirror") or {}).get("in_prior")
     mirrors = {} if in_prior else mirror_originals(meta)  # each a mirrored copy of its original's
+    largest: dict[str, list] = {}
     for s in sorted(set(range(len(names))) - set(mirrors), key=lambda i: (mesh_of[i], i)):
         m = mesh_of[s]
         entry = meta["meshes"][m]
@@ -438,6 +449,10 @@ def _write_priors(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: 
                            None if shape_of_cases is None else (shape_of_cases, values[s, shape_columns]))
         value = values[s, columns] if columns else np.zeros(len(cases.names))
         sources = _sources(cases, allowed, value, scale, names[s], left_out)
+        amplification = round(sum(abs(w) for _, w in sources), 4)
+        side = "training" if training else "other"
+        if side not in largest or amplification > largest[side][0]:
+            largest[side] = [amplification, names[s]]
         prior = combiner.combine(sources)
         extra = None
         if by_position is not None:
@@ -456,7 +471,7 @@ def _write_priors(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: 
                       stored[:, len(flip):] if sets == 2 else None)
         if progress is not None:
             progress(1)
-    return run_in, run_out
+    return run_in, run_out, largest
 
 
 def _append_prior(folder: Path, stored: np.ndarray, training: bool, has_targets: bool, run_in: Running,

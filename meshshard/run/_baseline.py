@@ -1,7 +1,7 @@
 """``meshshard baseline``: what a model must beat, made from the dataset's training samples alone
 and written as ``meshshard predict`` writes a prediction.
 
-``meshshard baseline DATA --out PRED --method mean|nearest|knn:K|linear[:K]|interp:PARAM [--samples LIST]
+``meshshard baseline DATA --out PRED --method mean|nearest|knn:K|linear[:K][,bound=B]|interp:PARAM [--samples LIST]
 [--from TRAINING_DATA] [--boundary NAMES ...] [--near PATCHES:DISTANCE]`` writes, for each chosen
 sample (default: the validation samples), the same files as predict (``<sample>.vtu`` / ``.vtp``
 with ``<target>_pred``, ``<target>``, ``<target>_error``; the pictures) and the same
@@ -72,6 +72,7 @@ from meshshard.data import (
     open_dataset,
     outline_of_folder,
     parameter_scale,
+    parse_linear,
     parse_map_along,
     solved_training_samples,
 )
@@ -90,7 +91,7 @@ from ._writer import write_gathered as _write_gathered
 __all__ = ["BaselineConfig", "BaselineMethod", "baseline", "baseline_sources", "parse_method"]
 
 #: The methods, as ``--method`` spells them.
-METHODS = "mean, nearest, knn:K, linear, linear:K or interp:PARAM"
+METHODS = "mean, nearest, knn:K, linear, linear:K, linear:K,bound=B or interp:PARAM"
 
 
 @dataclass(frozen=True)
@@ -101,23 +102,25 @@ class BaselineMethod:
     kind: str
     k: int | None = None
     param: str | None = None
+    bound: float | None = None  # linear: the most its weights may sum to in absolute value
 
     def __str__(self) -> str:
         if self.kind == "interp":
             return f"interp:{self.param}"
-        return self.kind if self.k is None else f"{self.kind}:{self.k}"
+        text = self.kind if self.k is None else f"{self.kind}:{self.k}"
+        return text if self.bound is None else f"{text},bound={self.bound:g}"
 
 
 def parse_method(text: str) -> BaselineMethod:
-    """``mean``, ``nearest``, ``knn:K`` (K >= 1), ``linear``, ``linear:K`` (K >= 2) or ``interp:PARAM``;
+    """``mean``, ``nearest``, ``knn:K`` (K >= 1), ``linear``, ``linear:K`` (K >= 2), either with
+    ``,bound=B`` (B >= 1), or ``interp:PARAM``;
     a one-line ``ValueError`` otherwise."""
     kind, _, rest = str(text).strip().partition(":")
-    if kind in ("mean", "nearest", "linear") and not rest:
+    if kind in ("mean", "nearest") and not rest:
         return BaselineMethod(kind)
-    if kind == "linear":
-        if not rest.strip().isdigit() or int(rest) < 2:
-            raise ValueError(f"Expected --method linear:K with K a whole number >= 2 (got {text!r})")
-        return BaselineMethod("linear", k=int(rest))
+    if kind.startswith("linear"):
+        k, bound = parse_linear(str(text).strip()[len("linear"):], "--method")
+        return BaselineMethod("linear", k=k, bound=bound)
     if kind == "knn":
         try:
             k = int(rest)
@@ -190,7 +193,7 @@ def baseline_sources(method: BaselineMethod, train_values: np.ndarray, value: np
         k = 1 if method.kind == "nearest" else int(method.k or 1)
         return nearest_cases(train_values, value, k, scale), None
     if method.kind == "linear":
-        return linear_cases(train_values, value, scale, k=method.k), None
+        return linear_cases(train_values, value, scale, k=method.k, bound=method.bound), None
     z, zs = train_values / scale, np.asarray(value, dtype=np.float64) / scale
     j = names.index(str(method.param))
     others = [c for c in range(len(names)) if c != j]

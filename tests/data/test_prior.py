@@ -14,7 +14,7 @@ import pytest
 from scipy.spatial import Delaunay
 
 from meshshard.cli import main
-from meshshard.data import build_dataset, node_map, open_dataset
+from meshshard.data import build_dataset, linear_cases, node_map, open_dataset
 from tests._refusals import assert_refused_in_one_line
 
 #: Shapes, each on a mesh of its own, with its shape parameter t.
@@ -100,7 +100,15 @@ def _linear_weights(cases: dict[str, tuple[float, float]], train: list[str], nam
     return dict(zip(allowed, row.tolist()))
 
 
-@pytest.mark.parametrize("method", ["mean", "knn:2", "linear"])
+def _bounded_weights(cases: dict[str, tuple[float, float]], train: list[str], name: str, allowed: list[str],
+                     bound: float) -> dict[str, float]:
+    """The fit's weights damped to ``bound`` (how: meshshard.data.linear_cases, checked in test_neighbours)."""
+    std = np.array([cases[c] for c in train]).std(0)
+    w = dict(linear_cases(np.array([cases[c] for c in allowed]), np.array(cases[name]), std, bound=bound))
+    return {c: w[i] for i, c in enumerate(allowed)}
+
+
+@pytest.mark.parametrize("method", ["mean", "knn:2", "linear", "linear,bound=1.05"])
 def test_a_linear_field_maps_exactly_and_a_shape_never_sees_its_own_mesh(tmp_path: Path, method: str,
                                                                          capsys: pytest.CaptureFixture) -> None:
     _write(tmp_path, SHAPES)
@@ -120,12 +128,26 @@ def test_a_linear_field_maps_exactly_and_a_shape_never_sees_its_own_mesh(tmp_pat
         allowed = [c for c in train if c[0] != own] if name in train else train  # validation: every training case
         weights = ({c: 1 / len(allowed) for c in allowed} if method == "mean"
                    else _linear_weights(cases, train, name, allowed) if method == "linear"
+                   else _bounded_weights(cases, train, name, allowed, 1.05) if method.startswith("linear")
                    else _knn_weights(cases, train, name, 2, allowed))
         xy = np.asarray(data.mesh_points(data.sample_mesh(s)))[:, :2]
         np.testing.assert_allclose(_prior_of(data, s), _expected(xy, weights, cases), rtol=1e-12, atol=1e-12)
         if name in train:  # the check can fail: a prior with one of its own mesh's cases in it is another
             leaked = {c: w / 2 for c, w in weights.items()} | {[c for c in train if c[0] == own][0]: 0.5}
             assert not np.allclose(_prior_of(data, s), _expected(xy, leaked, cases))
+    if method.startswith("linear"):  # how far the fits extrapolate, recorded: the largest sum of |weights|
+        sums = {n: sum(abs(w) for w in _linear_weights(cases, train, n, [c for c in train if c[0] != n[0]]
+                                                        if n in train else train).values()) for n in names}
+        bound = 1.05 if "," in method else np.inf
+        for side, chosen in (("training", train), ("other", [n for n in names if n not in train])):
+            value, name = record["largest_weights"][side]
+            top = max(sums[n] for n in chosen)
+            assert abs(value - min(top, bound)) < 1e-3 and sums[name] >= min(top, bound) - 1e-3, (side, value, name)
+    else:
+        assert "largest_weights" not in record
+    if method.startswith("linear,"):  # the bound damped at least one sample's fit: applied, not only passed on
+        assert any(sum(abs(w) for w in _linear_weights(cases, train, n, [c for c in train if c[0] != n[0]]).values())
+                   > 1.05 + 1e-9 for n in train)
     # the targets are normalised about the prior: their statistics are of the difference
     resid = np.concatenate([data.rows(s, np.arange(data.num_nodes(s)))[1] - _prior_of(data, s) for s in data.train])
     np.testing.assert_allclose(data.normalisation.targets.mean, resid.mean(0), atol=1e-12)
@@ -134,8 +156,10 @@ def test_a_linear_field_maps_exactly_and_a_shape_never_sees_its_own_mesh(tmp_pat
     line = [t for t in capsys.readouterr().out.splitlines() if t.startswith("  prior")]
     assert len(line) == 1 and f"p_mean, U_mean ({method})" in line[0] and "leave-one-shape-out" in line[0], line
     said = {"mean": "the mean of the targets over", "knn:2": "inverse-distance-weighted mean of the targets of the 2 "
-            "nearest", "linear": "affine least-squares fit in the parameters of the targets of every case"}[method]
+            "nearest", "linear": "affine least-squares fit in the parameters of the targets of every case",
+            "linear,bound=1.05": "damped where its weights would sum to more than 1.05 in absolute value"}[method]
     assert said in line[0] and (("inverse-distance" in line[0]) == (method == "knn:2")), line
+    assert ("its weights sum in absolute value to at most: training " in line[0]) == method.startswith("linear")
 
 
 def test_knn_weights_on_one_mesh_leave_the_sample_itself_out(tmp_path: Path) -> None:
@@ -201,7 +225,7 @@ def test_the_one_mesh_mean_goes_onto_a_new_mesh_mapped(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("case", "message"), [
-    ("bad-method", "Expected --mean-field mean, knn:K (K >= 1), linear or linear:K (K >= 2) (got 'knn:0'"),
+    ("bad-method", "Expected --mean-field mean, knn:K (K >= 1), linear, linear:K (K >= 2) or linear:K,bound=B (got 'knn:0'"),
     ("knn-no-params", "Expected --params for --mean-field knn:2"),
     ("knn-too-many", "Expected --mean-field knn:4 to find 4 cases among the training cases on other meshes than "
                      "A-1's (leave-one-shape-out) (got 3)"),

@@ -200,7 +200,7 @@ def _triangulation_bytes(points: np.ndarray) -> int:
     ({}, "interp:c", "Expected --method interp:PARAM to name a parameter of"),
     ({}, "knn:0", "Expected --method knn:K with K a whole number >= 1 (got 'knn:0')"),
     ({}, "knn:9", "Expected --method knn:K with K at most the 8 training samples of"),
-    ({}, "median", "Expected --method mean, nearest, knn:K, linear, linear:K or interp:PARAM (got 'median')"),
+    ({}, "median", "Expected --method mean, nearest, knn:K, linear, linear:K, linear:K,bound=B or interp:PARAM (got 'median')"),
     ({"targets": False}, "mean", "Expected a dataset with targets (it holds inputs only)"),
 ])
 def test_refusals_are_one_line_before_anything_is_written(tmp_path: Path, kwargs: dict, method: str,
@@ -217,7 +217,7 @@ def test_parse_method() -> None:
     assert parse_method("nearest").kind == "nearest"
     assert str(parse_method("linear")) == "linear" and parse_method("linear:6").k == 6
     for bad in ("linear:1", "linear:x"):
-        with pytest.raises(ValueError, match="Expected --method linear:K with K a whole number >= 2"):
+        with pytest.raises(ValueError, match="Expected --method linear, linear:K or linear:K,bound=B, with K a whole number >= 2"):
             parse_method(bad)
 
 
