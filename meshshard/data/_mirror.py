@@ -44,7 +44,7 @@ import numpy as np
 from meshshard.partition import listed, plural
 
 __all__ = ["MirrorRequest", "parse_mirror", "mirror_mesh", "mirror_name", "mirror_plan", "MIRROR_SUFFIX",
-           "mirror_originals", "solved_training_samples", "mirrored_channels", "DERIVED_VECTORS"]
+           "mirror_originals", "mirror_record", "solved_training_samples", "mirrored_channels", "DERIVED_VECTORS"]
 
 _AXES = {"x": 0, "y": 1, "z": 2}
 
@@ -107,6 +107,12 @@ def parse_mirror(text: str | None, params: str | Sequence[str] | None,
             raise ValueError(f"Expected --mirror-params among the --params columns {', '.join(known)} "
                              f"(got {', '.join(unknown)})")
     return MirrorRequest(axis, fields, names, bool(in_prior))
+
+
+def mirror_record(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """What a mirror is, from a dataset's (or a run's) ``mirror`` record: its ``axis``, ``vectors``
+    and ``parameters``; None without one. A run keeps it for ``predict --mirror-average``."""
+    return {k: record.get(k, []) for k in ("axis", "vectors", "parameters")} if record else None
 
 
 def mirror_originals(meta: Mapping[str, Any]) -> dict[int, int]:

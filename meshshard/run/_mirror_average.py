@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-__all__ = ["MirrorMean", "mirror_of_run", "mirror_average_model"]
+__all__ = ["POINT_MODEL", "MirrorMean", "mirror_of_run", "mirror_average_model"]
 
 
 def mirror_of_run(run_config: dict[str, Any], data_meta: dict[str, Any], where: str) -> dict[str, Any]:
@@ -41,7 +41,7 @@ def mirror_of_run(run_config: dict[str, Any], data_meta: dict[str, Any], where: 
         raise ValueError(f"{where}: Expected a run trained on a dataset made with meshshard dataset --mirror for "
                          "--mirror-average (a model that never saw mirrored cases predicts them no better than "
                          "any case it never saw)")
-    from meshshard.data import expression_names
+    from meshshard.data import expression_names, mirror_record
 
     for target, scale in (run_config.get("target_scales") or data_meta.get("target_scales") or {}).items():
         used = sorted(expression_names(str(scale)) & set(record.get("parameters", [])))
@@ -49,7 +49,7 @@ def mirror_of_run(run_config: dict[str, Any], data_meta: dict[str, Any], where: 
             raise ValueError(f"{where}: Expected target scales apart from the mirrored parameters for --mirror-average "
                              f"(got {target}={scale}, of {', '.join(used)}: a mirror's targets are scaled otherwise "
                              "than its original's, so its prediction does not mirror back in the run's units)")
-    return {k: record.get(k, []) for k in ("axis", "vectors", "parameters")}
+    return mirror_record(record) or {}
 
 
 def _affine(flip: np.ndarray, mean: Any, scale: Any, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
@@ -86,6 +86,11 @@ class MirrorMean(nn.Module):
         return (direct + (mirrored * self.outputs_sign + self.outputs_shift)) / 2
 
 
+#: The refusal of a point model (its ball query reads the positions, which a mirror does not flip).
+POINT_MODEL = ("Expected a mesh model for --mirror-average (a point model's ball query reads the positions, which it "
+               "does not mirror)")
+
+
 def mirror_average_model(model: nn.Module, record: dict[str, Any], norm: Any, input_fields: list[dict[str, Any]],
                          target_fields: list[dict[str, Any]], dtype: torch.dtype) -> MirrorMean:
     """``model`` (a run's, or an ensemble's mean) as a :class:`MirrorMean` for the mirror ``record``
@@ -93,9 +98,8 @@ def mirror_average_model(model: nn.Module, record: dict[str, Any], norm: Any, in
     run's target fields (``[{"name", "components"}]``)."""
     from meshshard.data import mirrored_channels
 
-    if getattr(model, "needs_pos", False):
-        raise ValueError("Expected a mesh model for --mirror-average (a point model's ball query reads the positions, "
-                         "which it does not mirror)")
+    if getattr(model, "needs_pos", False):  # a model of your own (a built-in one is refused before the ranks)
+        raise ValueError(POINT_MODEL)
     flips = [mirrored_channels({}, input_fields, record),
              mirrored_channels({}, [{"name": c, "components": 1} for c in norm.edges.channels], record),
              mirrored_channels({}, target_fields, record)]

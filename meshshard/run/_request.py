@@ -194,10 +194,12 @@ def check_rollout_request(cfg: PredictConfig, run_cfg: dict[str, Any]) -> None:
 
 def check_mirror_average(cfg: PredictConfig, run_config: dict[str, Any]) -> None:
     """``--mirror-average``: a steady prediction of a run trained with mirrored cases."""
-    from ._mirror_average import mirror_of_run
+    from ._mirror_average import POINT_MODEL, mirror_of_run
 
     if cfg.rollout:
         raise ValueError("Expected --mirror-average without --rollout (a trajectory dataset has no mirrors)")
+    if run_config.get("architecture") == "ball-attention" and not run_config.get("model"):
+        raise ValueError(f"{cfg.run}: {POINT_MODEL}")
     mirror_of_run(run_config, open_dataset(cfg.data).meta, cfg.run)
 
 

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from meshshard.comm import all_reduce_sum, backend_name, barrier
-from meshshard.data import check_partition_matches, open_dataset
+from meshshard.data import check_partition_matches, mirror_record, open_dataset
 from meshshard.partition import check_apart, check_input_folders, plural
 
 from .._tensor import ShardTensor
@@ -389,12 +389,6 @@ def _open_log(session: _Session, stale: list[Path], losses: list[float], start: 
 PRECISIONS = ("fp32", "bf16-mixed", "tf32")
 
 
-def _mirror_record(meta: dict[str, Any]) -> dict[str, Any] | None:
-    """The mirror of a dataset made with ``--mirror`` (its axis, vectors and parameters), or None."""
-    record = meta.get("mirror")
-    return {k: record[k] for k in ("axis", "vectors", "parameters")} if record else None
-
-
 def train(cfg: TrainConfig) -> list[float]:
     """Run (or resume) training; returns the loss of every step so far (on every rank).
 
@@ -468,7 +462,7 @@ def _train(cfg: TrainConfig) -> list[float]:
                        "target_fields": task.output_fields(reader.dataset, {}),  # predict names its outputs by them
                        "target_scales": reader.dataset.meta.get("target_scales") or {},  # and multiplies them back
                        "node_types": reader.dataset.meta.get("node_types"),  # a transient run's classes (load_run)
-                       "mirror": _mirror_record(reader.dataset.meta),  # predict --mirror-average
+                       "mirror": mirror_record(reader.dataset.meta.get("mirror")),  # predict --mirror-average
                        "num_parameters": num_parameters},
             "world_size": ctx.world_size, "identity": identity, "best_val_loss": best_val, "best_by": best_by,
         }

@@ -23,6 +23,7 @@ from meshshard.cli import main
 from meshshard.data import mirrored_channels, open_dataset, partition_dataset
 from meshshard.run import PredictConfig, TrainConfig, check_prediction_request, predict, train
 from meshshard.run._mirror_average import mirror_of_run
+from meshshard.run._request import check_mirror_average
 from tests._dist import run_ranks
 from tests._ranks import predict_rank
 from tests._refusals import assert_refused_in_one_line
@@ -106,6 +107,10 @@ def test_a_run_that_never_saw_mirrors_or_scales_by_a_mirrored_parameter_is_refus
                                          r"--mirror-average \(got p=speed\*\*2\+camber, of camber: "):
         mirror_of_run(config | {"target_scales": {"U": "speed", "p": "speed**2+camber"}},
                       open_dataset(runs["data"]).meta, str(runs["run"]))
+    # a point model (its ball query reads the positions, which a mirror does not flip), before any rank starts
+    with pytest.raises(ValueError, match=r"run-data: Expected a mesh model for --mirror-average \(a point model"):
+        check_mirror_average(PredictConfig(run=str(runs["run"]), data=str(runs["data"]), out=str(tmp_path / "p"),
+                                           mirror_average=True), config | {"architecture": "ball-attention"})
     check_prediction_request(PredictConfig(run=str(runs["run"]), data=str(runs["data"]), out=str(tmp_path / "p"),
                                            mirror_average=True))  # accepted
     assert not (tmp_path / "p").exists()
