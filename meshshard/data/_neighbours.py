@@ -21,7 +21,7 @@ there are fewer cases than parameters).
 ``sum_c |w_c|`` is how much the fit can amplify an error of the cases (1 for an interpolation with
 weights all positive). Outside the cases' range, and where they hardly span a direction, it
 grows without limit: a training case at a corner of the parameter box, whose own shape is left out
-of its prior, may get weights summing to 67 in absolute value and a prior 3.4 times its field
+of its prior, may get weights summing to 67 in absolute value and a prior off by 342% on the body
 (``examples/shape_sweep``). There the fit is damped as ridge regression damps it,
 ``(Z^T Z + lambda I)^-1``, with the smallest ``lambda`` (found by bisection) at which the sum is
 ``B``. A fit already within the bound is unchanged, and a large ``lambda`` tends to the cases'

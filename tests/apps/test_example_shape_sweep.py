@@ -121,6 +121,7 @@ def test_run_py_runs_the_recipe_and_before_the_first_one() -> None:
     assert (args.tag, args.config, args.dataset_options, train) == ("after", folder / "recipe.toml",
                                                                     run.DATASET_OPTIONS, ["--seed", "1"])
     assert "--mean-field linear:12" in run.DATASET_OPTIONS and "--wall-normal body" in run.DATASET_OPTIONS
+    assert "--map-along body --position-prior-inputs" in run.DATASET_OPTIONS  # both maps of the prior
     assert args.members == 2  # two runs side by side, predicted as their mean
     args, _ = run.arguments(["sweep", "--before"])  # README.md's `run.py shape-sweep --before`
     assert (args.tag, args.config, args.dataset_options, args.members) == ("before", folder / "recipe-before.toml",
@@ -170,13 +171,15 @@ def test_shape_sweep_example_runs_as_its_readme_says(tmp_path: Path, warm_bin: P
         [vtm] = (sweep / "cases" / name / "VTK").glob("*.vtm")
         assert (vtm.parent / vtm.stem / "boundary" / "body.vtp").is_file(), list(vtm.parent.rglob("*"))
     results = json.loads((sweep / "after" / "results.json").read_text())
-    # the defaults are the recipe: the dataset's prior and wall normal, the body weighted in the loss
+    # the defaults are the recipe: the dataset's prior (both maps) and wall normal, the body weighted in the loss
     assert results["settings"]["dataset_options"] == ("--mean-field linear:12 --shape-params thickness,camber,nose "
-                                                      "--wall-normal body")
+                                                      "--wall-normal body --map-along body --position-prior-inputs")
     assert "loss_weight = {body = 10.0}" in results["recipe"] and results["steps_done"] == 2
     data = json.loads((sweep / "after" / "data" / "dataset.json").read_text())
     assert (data["mean_field"]["method"], data["mean_field"]["left_out"]) == ("linear:12", "shape"), data["mean_field"]
     assert "wall_normal" in [i["name"] for i in data["inputs"]], data["inputs"]
+    assert data["mean_field"]["along"] == ["body"] and data["mean_field"]["position_inputs"] is True
+    assert [i["name"] for i in data["inputs"] if "position_prior_of" in i] == ["p_mean_by_position", "U_mean_by_position"]
     rows = results["summary"]
     assert list(rows) == ["free stream", "training mean", "nearest shape", "knn:4 (inverse distance)",
                           "linear:12 (local least squares)", "nearest, along the body", "knn:4, along the body",
@@ -204,8 +207,9 @@ def test_shape_sweep_example_runs_as_its_readme_says(tmp_path: Path, warm_bin: P
     run = example_module("shape_sweep", "run")
     assert run.held_out_cases(info, 1, []) == (info["held_out_shapes"], info["held_out"])
     assert run.held_out_cases(info, None, info["held_out"]) == (info["held_out_shapes"], [])
-    # and README.md's run for few shapes, end to end: mirrored cases in the prior, --relative-loss
-    options = run.DATASET_OPTIONS + " --mirror y:U --mirror-params camber,aoa --mirror-in-prior"
+    # and README.md's run for few shapes, end to end: mirrored cases in the prior, the fit bounded, --relative-loss
+    options = (run.DATASET_OPTIONS.replace("linear:12", "linear:12,bound=2.5")
+               + " --mirror y:U --mirror-params camber,aoa --mirror-in-prior")
     done = subprocess.run([sys.executable, str(REPO / "examples" / "shape_sweep" / "run.py"), str(sweep),
                            "--held-out", "1", "--members", "1", "--nproc", "1", "--config", str(tiny),
                            "--relative-loss", "--dataset-options", options],
@@ -217,6 +221,9 @@ def test_shape_sweep_example_runs_as_its_readme_says(tmp_path: Path, warm_bin: P
     mirrored = json.loads((sweep / "after-held1" / "data" / "dataset.json").read_text())
     assert len(mirrored["mirror"]["samples"]) == 5 and mirrored["mirror"]["in_prior"]  # 5 trained on, at 4 degrees
     assert mirrored["mean_field"]["samples"] == 10 and "relative_loss = true" in held["recipe"]
+    assert mirrored["mean_field"]["method"] == "linear:12,bound=2.5"
+    assert {"training", "other"} <= set(mirrored["mean_field"]["largest_weights"])
+    assert mirrored["mean_field"]["largest_weights"]["training"][0] <= 2.5 + 1e-3  # damped to the bound at most
     predicted = json.loads((sweep / "after-held1" / "pred" / "metrics.json").read_text())
     assert predicted["mirror_average"] is True  # each held-out case and its mirror, averaged
     assert "--mirror-average" in done.stdout
