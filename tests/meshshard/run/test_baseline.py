@@ -11,7 +11,7 @@ import meshio
 import numpy as np
 import pytest
 
-from meshshard.data import SourceCache, boundary_force, node_map, open_dataset
+from meshshard.data import SourceCache, boundary_force, linear_cases, node_map, open_dataset
 from meshshard.run import BaselineConfig, baseline, comparison_table, over_samples, parse_method
 from meshshard.run._boundaries import BoundaryScoring, boundary_record, boundary_summary
 from tests.meshshard.run._sweeps import PARAMS, TRAIN, fields, grid, write_sweep
@@ -37,6 +37,8 @@ def _expected_weights(method: str, case: int) -> dict[int, float]:
         design = np.c_[np.ones(N_TRAIN), train]
         row = design @ np.linalg.solve(design.T @ design, np.r_[1.0, PARAMS[case]])
         return dict(enumerate(row.tolist()))
+    if method == "linear,bound=1":  # the fit damped to weights all >= 0 (how: tests/data/test_neighbours.py)
+        return dict(linear_cases(train, PARAMS[case], train.std(0), bound=1.0))
     # interp:a: the training samples whose b is nearest the sample's, bracketing its a
     a, b = PARAMS[case]
     line = [i for i in range(N_TRAIN) if abs(train[i, 1] - b) == np.abs(train[:, 1] - b).min()]
@@ -54,7 +56,7 @@ def one_mesh(tmp_path_factory) -> dict:
     return write_sweep(tmp_path_factory.mktemp("sweep") / "data")
 
 
-@pytest.mark.parametrize("method", ["mean", "nearest", "knn:3", "linear", "interp:a"])
+@pytest.mark.parametrize("method", ["mean", "nearest", "knn:3", "linear", "linear,bound=1", "interp:a"])
 def test_each_method_on_one_mesh_equals_numpy_with_rescaled_targets(one_mesh: dict, method: str,
                                                                     tmp_path: Path) -> None:
     out = tmp_path / "pred"
@@ -93,6 +95,11 @@ def test_each_method_on_one_mesh_equals_numpy_with_rescaled_targets(one_mesh: di
             written = meshio.read(out / record["file"])
             np.testing.assert_allclose(written.point_data["p_pred"], truth[case][:, 0], rtol=1e-9, atol=1e-10)
             np.testing.assert_allclose(written.point_data["U_pred"], truth[case][:, 1:], rtol=1e-9, atol=1e-10)
+    if method == "linear,bound=1":  # v1 (a = 4) is beyond the trained range: its fit damped, no weight negative
+        plain = _expected_weights("linear", VAL[1])
+        assert min(plain.values()) < 0 and sum(abs(w) for w in plain.values()) > 1.01
+        sources = metrics["samples"][1]["baseline"]["sources"]
+        assert min(s["weight"] for s in sources) > -1e-9
     if method == "interp:a":  # v1 (a = 4) is beyond the trained range: the nearest end, said
         assert "the nearest end, a = 3" in metrics["samples"][1]["baseline"]["note"]
 
