@@ -36,7 +36,8 @@ body weighted ten times in the loss), trained twice side by side, one rank each,
 parts), and predicted as the mean of the two (``predict --ensemble``; with ``--mirror`` among the
 dataset options, ``predict --mirror-average`` too: each case and its mirror). ``--before`` runs the first
 recipe instead, the table's "before" row: ``recipe-before.toml`` (1,500 steps, no weight), one
-run on ``--nproc`` ranks, and no dataset options beyond the ones above. The baselines (``meshshard baseline``) map training cases onto each held-out case's
+run on ``--nproc`` ranks, and no dataset options beyond the ones above. The baselines (``meshshard baseline``;
+none with ``--no-baselines``) map training cases onto each held-out case's
 mesh (piecewise-linear interpolation):
 
 - **training mean**: every training case, equally weighted;
@@ -215,6 +216,10 @@ def arguments(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[s
                         "same cases, no solver run; tag after-heldN")
     p.add_argument("--near", type=float, default=0.1,
                    help="'near the body': within this distance of it, in chords (default 0.1): --near body:NEAR")
+    p.add_argument("--no-baselines", action="store_true",
+                   help="leave out the baselines (they depend on the dataset alone: a run of the same dataset "
+                        "options, with another seed or train option, has them already): the free stream and the "
+                        "model only")
     args, train_options = p.parse_known_args(argv)
     args.tag = args.tag or ("before" if args.before else "after") + (f"-held{args.held_out}" if args.held_out else "")
     args.config = args.config or (RECIPE_BEFORE if args.before else RECIPE)
@@ -278,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     common.command(["predict", str(runs[0]), "--data", str(tag / "data"), "--out", str(tag / "pred"),
                     "--nproc", str(args.nproc // args.members), "--samples", "val", "--checkpoint", "last", *ensemble,
                     *mirrored, *FORCES, *near, *force], log, "predict")
-    for method, along in BASELINES.values():
+    baselines = {} if args.no_baselines else BASELINES
+    for method, along in baselines.values():
         common.command(["baseline", str(tag / "data"), "--out", str(baseline_folder(tag, method, along)), "--method",
                         method, "--samples", "val", *(["--map-along", "body"] if along else []), *FORCES, *near,
                         *force], log, f"baseline {method}" + (" along" if along else ""))
@@ -289,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     speed = {n: float(dict(zip(params, values[names.index(n)]))["speed"]) for n in held}
     rows["free stream"], per_case["free stream"] = free_stream_scores(tag / "pred", held, args.near, speed,
                                                                       model_cases)
-    for label, (method, along) in BASELINES.items():
+    for label, (method, along) in baselines.items():
         rows[label], per_case[label] = scores(baseline_folder(tag, method, along), held)
     rows["meshshard"], per_case["meshshard"] = model_row, model_cases
     text = table(rows)

@@ -212,7 +212,7 @@ def test_shape_sweep_example_runs_as_its_readme_says(tmp_path: Path, warm_bin: P
                + " --mirror y:U --mirror-params camber,aoa --mirror-in-prior")
     done = subprocess.run([sys.executable, str(REPO / "examples" / "shape_sweep" / "run.py"), str(sweep),
                            "--held-out", "1", "--members", "1", "--nproc", "1", "--config", str(tiny),
-                           "--relative-loss", "--dataset-options", options],
+                           "--relative-loss", "--no-baselines", "--dataset-options", options],
                           cwd=tmp_path, capture_output=True, text=True, timeout=600,
                           env=os.environ | {"MESHSHARD_COMMAND": str(warm_bin / "meshshard"), "MPLBACKEND": "Agg"})
     assert done.returncode == 0, done.stderr[-3000:]
@@ -227,3 +227,4 @@ def test_shape_sweep_example_runs_as_its_readme_says(tmp_path: Path, warm_bin: P
     predicted = json.loads((sweep / "after-held1" / "pred" / "metrics.json").read_text())
     assert predicted["mirror_average"] is True  # each held-out case and its mirror, averaged
     assert "--mirror-average" in done.stdout
+    assert list(held["summary"]) == ["free stream", "meshshard"] and "meshshard baseline" not in done.stdout
