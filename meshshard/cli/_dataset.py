@@ -172,6 +172,14 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _damped(method: str) -> str:
+    """What ``linear:K,bound=B`` adds to the prior's line (nothing without a bound)."""
+    from meshshard.data import parse_prior
+
+    bound = parse_prior(method).bound
+    return "" if bound is None else f", damped where its weights would sum to more than {bound:g} in absolute value"
+
+
 def _largest(record: Mapping[str, Any]) -> str:
     """How far a linear prior's fits extrapolate: the largest sums of their weights in absolute value."""
     largest = record.get("largest_weights") or {}
@@ -192,8 +200,7 @@ def _prior_line(meta: Mapping[str, Any], record: Mapping[str, Any], offset: bool
     cases = "every case" if k is None else f"the {k} nearest cases in parameter space"
     what = ("the mean of the targets" if method == "mean" else
             f"at every node the affine least-squares fit in the parameters of the targets of {cases}, at the "
-            "sample's parameters" + (f", damped where its weights would sum to more than {method.split('bound=')[1]} "
-                                     "in absolute value" if "bound=" in method else "") + _largest(record)
+            "sample's parameters" + _damped(method) + _largest(record)
             if method.startswith("linear") else
             f"the inverse-distance-weighted mean of the targets of {cases}")
     rule = {"mesh": "; a training sample's leaves out every case on its own mesh (leave-one-shape-out)",

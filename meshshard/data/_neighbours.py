@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["linear_cases", "nearest_cases", "parameter_scale", "parse_linear"]
+__all__ = ["linear_cases", "method_text", "nearest_cases", "parameter_scale", "parse_linear"]
 
 
 def parameter_scale(values: np.ndarray) -> np.ndarray:
@@ -59,6 +59,13 @@ def nearest_cases(values: np.ndarray, value: np.ndarray, k: int, scale: np.ndarr
         return [(int(i), 1.0) for i in order]
     w = 1.0 / dist[order]
     return [(int(i), float(v)) for i, v in zip(order, w / w.sum())]
+
+
+def method_text(kind: str, k: int | None = None, bound: float | None = None) -> str:
+    """A method as its flag spells it (``knn:4``, ``linear``, ``linear:12,bound=2.5``): what
+    :func:`parse_linear` and the ``--mean-field`` / ``--method`` parsers read back."""
+    text = kind if k is None else f"{kind}:{k}"
+    return text if bound is None else f"{text},bound={bound:g}"
 
 
 def parse_linear(rest: str, flag: str) -> tuple[int | None, float | None]:

@@ -81,7 +81,7 @@ from ._mapping import MapsOnto, NodeMap
 from ._mean_field import POSITION_SUFFIX, add_mean_field, append_mean_fields, finish_prior, mean_field_of
 from ._mirror import mirror_originals, mirrored_channels, solved_training_samples
 from ._morph import along_columns
-from ._neighbours import linear_cases, nearest_cases, parameter_scale, parse_linear
+from ._neighbours import linear_cases, method_text, nearest_cases, parameter_scale, parse_linear
 from ._statistics import Running
 
 __all__ = ["PriorCases", "PriorMethod", "PriorRequest", "add_prior", "check_prior_request", "parse_prior",
@@ -98,8 +98,7 @@ class PriorMethod:
     bound: float | None = None  # linear: the most its weights may sum to in absolute value (damped beyond)
 
     def __str__(self) -> str:
-        text = self.kind if self.k is None else f"{self.kind}:{self.k}"
-        return text if self.bound is None else f"{text},bound={self.bound:g}"
+        return method_text(self.kind, self.k, self.bound)
 
 
 def parse_prior(text: str | bool | None) -> PriorMethod:

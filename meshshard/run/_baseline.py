@@ -68,6 +68,7 @@ from meshshard.data import (
     is_point_cloud,
     is_trajectory_dataset,
     linear_cases,
+    method_text,
     nearest_cases,
     open_dataset,
     outline_of_folder,
@@ -107,8 +108,7 @@ class BaselineMethod:
     def __str__(self) -> str:
         if self.kind == "interp":
             return f"interp:{self.param}"
-        text = self.kind if self.k is None else f"{self.kind}:{self.k}"
-        return text if self.bound is None else f"{text},bound={self.bound:g}"
+        return method_text(self.kind, self.k, self.bound)
 
 
 def parse_method(text: str) -> BaselineMethod:
