@@ -71,3 +71,32 @@ def test_the_docstring_check_can_fail(tmp_path: Path, monkeypatch: pytest.Monkey
         "def f():\n    return 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert undocumented("meshshard_probe") == ["meshshard_probe.Layer.forward", "meshshard_probe.f"]
+
+
+def _cells(row: str) -> int:
+    """The cells of a Markdown table row: its ``|`` outside code spans, not escaped, less the outer two."""
+    count, code = 0, False
+    for i, char in enumerate(row):
+        if char == "`":
+            code = not code
+        elif char == "|" and not code and (i == 0 or row[i - 1] != "\\"):
+            count += 1
+    return count - 1
+
+
+def test_markdown_tables_keep_their_columns() -> None:
+    """Every row of every table in the README, docs/ and the examples' READMEs has as many cells as its
+    header: a row that swallowed the next (a lost line break) would read as one wrong row."""
+    files = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "examples").glob("*/README.md"))]
+    wrong = []
+    for path in files:
+        header = None
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if not line.startswith("|"):
+                header = None
+                continue
+            if header is None:
+                header = _cells(line)
+            elif _cells(line) != header:
+                wrong.append(f"{path.relative_to(REPO)}:{number}: {_cells(line)} cells, its header {header}")
+    assert not wrong, "\n".join(wrong)
