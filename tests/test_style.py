@@ -86,13 +86,16 @@ def _cells(row: str) -> int:
 
 def test_markdown_tables_keep_their_columns() -> None:
     """Every row of every table in the README, docs/ and the examples' READMEs has as many cells as its
-    header: a row that swallowed the next (a lost line break) would read as one wrong row."""
+    header (a row that swallowed the next, a lost line break, would read as one wrong row), and a blank
+    line ends each table (the text after it would be read as one more row)."""
     files = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "examples").glob("*/README.md"))]
     wrong = []
     for path in files:
         header = None
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if not line.startswith("|"):
+                if header is not None and line.strip() and not line.startswith("<!--"):  # read as one more row
+                    wrong.append(f"{path.relative_to(REPO)}:{number}: text right after a table, no blank line")
                 header = None
                 continue
             if header is None:
