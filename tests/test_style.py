@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import shutil
 import subprocess
 import sys
@@ -102,4 +103,46 @@ def test_markdown_tables_keep_their_columns() -> None:
                 header = _cells(line)
             elif _cells(line) != header:
                 wrong.append(f"{path.relative_to(REPO)}:{number}: {_cells(line)} cells, its header {header}")
+    assert not wrong, "\n".join(wrong)
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, code marks and punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower().replace("`", ""))
+    return text.replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    """The anchors of a Markdown file's headings (outside code blocks), repeats numbered as GitHub does."""
+    seen: dict[str, int] = {}
+    found, fenced = set(), False
+    for line in path.read_text().splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and re.match(r"#{1,6} ", line):
+            slug = _slug(line.lstrip("#"))
+            found.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+            seen[slug] = seen.get(slug, 0) + 1
+    return found
+
+
+def test_markdown_links_reach_their_files_and_headings() -> None:
+    """Every relative link of the README, docs/ and the examples' READMEs (inline or a reference) names
+    a file of the repository, and its ``#anchor`` a heading of that file."""
+    files = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "examples").glob("*/README.md"))]
+    wrong = []
+    for path in files:
+        text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+        text = re.sub(r"`[^`\n]*`", "", text)
+        targets = re.findall(r"\]\(([^)\s]+)\)", text) + re.findall(r"^\[[^\]]+\]:\s*(\S+)", text, flags=re.M)
+        for target in targets:
+            if re.match(r"[a-z]+:", target):  # https:, mailto:
+                continue
+            name, _, anchor = target.partition("#")
+            goal = (path.parent / name).resolve() if name else path
+            if not goal.exists():
+                if not str(goal).startswith(str(REPO.parent / "shared")):  # ../shared sits beside a checkout
+                    wrong.append(f"{path.relative_to(REPO)}: {target}: no such file")
+            elif anchor and goal.suffix == ".md" and anchor not in _anchors(goal):
+                wrong.append(f"{path.relative_to(REPO)}: {target}: no such heading")
     assert not wrong, "\n".join(wrong)
