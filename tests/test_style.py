@@ -74,6 +74,11 @@ def test_the_docstring_check_can_fail(tmp_path: Path, monkeypatch: pytest.Monkey
     assert undocumented("meshshard_probe") == ["meshshard_probe.Layer.forward", "meshshard_probe.f"]
 
 
+def _markdown_files() -> list[Path]:
+    """The pages a user reads: the README, docs/ and the examples' READMEs."""
+    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "examples").glob("*/README.md"))]
+
+
 def _cells(row: str) -> int:
     """The cells of a Markdown table row: its ``|`` outside code spans, not escaped, less the outer two."""
     count, code = 0, False
@@ -89,9 +94,8 @@ def test_markdown_tables_keep_their_columns() -> None:
     """Every row of every table in the README, docs/ and the examples' READMEs has as many cells as its
     header (a row that swallowed the next, a lost line break, would read as one wrong row), and a blank
     line ends each table (the text after it would be read as one more row)."""
-    files = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "examples").glob("*/README.md"))]
     wrong = []
-    for path in files:
+    for path in _markdown_files():
         header = None
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if not line.startswith("|"):
@@ -128,10 +132,9 @@ def _anchors(path: Path) -> set[str]:
 
 def test_markdown_links_reach_their_files_and_headings() -> None:
     """Every relative link of the README, docs/ and the examples' READMEs (inline or a reference) names
-    a file of the repository, and its ``#anchor`` a heading of that file."""
-    files = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "examples").glob("*/README.md"))]
+    a file of the repository (or of ``../shared``), and its ``#anchor`` a heading of that file."""
     wrong = []
-    for path in files:
+    for path in _markdown_files():
         text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
         text = re.sub(r"`[^`\n]*`", "", text)
         targets = re.findall(r"\]\(([^)\s]+)\)", text) + re.findall(r"^\[[^\]]+\]:\s*(\S+)", text, flags=re.M)
@@ -140,9 +143,12 @@ def test_markdown_links_reach_their_files_and_headings() -> None:
                 continue
             name, _, anchor = target.partition("#")
             goal = (path.parent / name).resolve() if name else path
-            if not goal.exists():
-                if not str(goal).startswith(str(REPO.parent / "shared")):  # ../shared sits beside a checkout
-                    wrong.append(f"{path.relative_to(REPO)}: {target}: no such file")
+            if goal.is_relative_to(REPO.parent / "shared"):  # ../shared sits beside a checkout, not in it
+                continue
+            if not goal.is_relative_to(REPO):
+                wrong.append(f"{path.relative_to(REPO)}: {target}: outside the repository")
+            elif not goal.exists():
+                wrong.append(f"{path.relative_to(REPO)}: {target}: no such file")
             elif anchor and goal.suffix == ".md" and anchor not in _anchors(goal):
                 wrong.append(f"{path.relative_to(REPO)}: {target}: no such heading")
     assert not wrong, "\n".join(wrong)
