@@ -172,14 +172,6 @@ def describe_dataset(folder: str | Path, meta: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _damped(method: str) -> str:
-    """What ``linear:K,bound=B`` adds to the prior's line (nothing without a bound)."""
-    from meshshard.data import parse_prior
-
-    bound = parse_prior(method).bound
-    return "" if bound is None else f", damped where its weights would sum to more than {bound:g} in absolute value"
-
-
 def _largest(record: Mapping[str, Any]) -> str:
     """How far a linear prior's fits extrapolate: the largest sums of their weights in absolute value."""
     largest = record.get("largest_weights") or {}
@@ -196,12 +188,16 @@ def _prior_line(meta: Mapping[str, Any], record: Mapping[str, Any], offset: bool
     method, left_out = str(record.get("method", "mean")), str(record.get("left_out", "none"))
     if method == "mean" and meta["kind"] == "one-mesh" and left_out == "none":
         return f"  mean     {means}: the node-wise mean of the targets over the {record['of']}, as input channels{then}"
-    k = record.get("k")
-    cases = "every case" if k is None else f"the {k} nearest cases in parameter space"
-    what = ("the mean of the targets" if method == "mean" else
+    from meshshard.data import parse_prior
+
+    parsed = parse_prior(method)  # recorded as the flag spells it: kind, K and bound read back, not cut from the text
+    cases = "every case" if parsed.k is None else f"the {parsed.k} nearest cases in parameter space"
+    damped = ("" if parsed.bound is None else
+              f", damped where its weights would sum to more than {parsed.bound:g} in absolute value")
+    what = ("the mean of the targets" if parsed.kind == "mean" else
             f"at every node the affine least-squares fit in the parameters of the targets of {cases}, at the "
-            "sample's parameters" + _damped(method) + _largest(record)
-            if method.startswith("linear") else
+            "sample's parameters" + damped + _largest(record)
+            if parsed.kind == "linear" else
             f"the inverse-distance-weighted mean of the targets of {cases}")
     rule = {"mesh": "; a training sample's leaves out every case on its own mesh (leave-one-shape-out)",
             "sample": "; a training sample's leaves itself out",
