@@ -75,10 +75,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--near", default=None, metavar="PATCHES:DISTANCE",
                    help="each target's errors over the nodes within DISTANCE of these boundaries, as meshshard "
                    "predict --near")
-    p.add_argument("--map-along", default=None, metavar="PATCHES[:FIELDS]",
+    p.add_argument("--map-along", default=None, metavar="PATCHES[:FIELDS][,peak=FIELD]",
                    help="2-D meshes of one family of bodies: map the training fields onto each sample's mesh along "
                    "this wall (named boundaries making one closed curve), body to body, instead of by position alone "
-                   "(as meshshard dataset --map-along; :FIELDS, these target fields alone)")
+                   "(as meshshard dataset --map-along; :FIELDS, these target fields alone; ,peak=FIELD, the place of "
+                   "FIELD's greatest value on the wall a landmark too)")
     p.add_argument("--view", default=None, metavar="XMIN,XMAX,YMIN,YMAX", help="frame the pictures on this region")
     p.add_argument("--no-plots", action="store_true", help="no PNG pictures")
     p.add_argument("--force", action="store_true",

@@ -211,6 +211,7 @@ def _prior_line(meta: Mapping[str, Any], record: Mapping[str, Any], offset: bool
         source += " and their mirrors (--mirror-in-prior)"
     mapped = ("each mapped onto the sample's mesh along " + ",".join(record["along"]) + " (--map-along"
               + (f", {','.join(record['along_fields'])} alone" if record.get("along_fields") else "")
+              + (f"; the peaks of {record['along_peak']} on it made to meet" if record.get("along_peak") else "")
               + ("; by position too, as the inputs <target>_mean_by_position" if record.get("position_inputs") else "")
               + ")" if record.get("along") else "each mapped onto the sample's mesh")
     return f"  prior    {means} ({method}): {what} over {source}, {mapped}, as input channels{rule}{then}"
@@ -436,12 +437,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="with --mean-field on a shape sweep: the --params columns that make a shape (e.g. "
                    "thickness,camber); a training sample's prior leaves out every case of its own shape, as a new "
                    "shape's prior has none")
-    p.add_argument("--map-along", default=None, metavar="PATCHES[:FIELDS]",
+    p.add_argument("--map-along", default=None, metavar="PATCHES[:FIELDS][,peak=FIELD]",
                    help="with --mean-field on a 2-D shape sweep: map the training cases onto each sample's mesh along "
                    "this wall (named boundaries making one closed curve), body to body, instead of by position alone: "
                    "a node near the wall reads the source's field as far from the source's wall, at the same place "
-                   "along it; :FIELDS (body:U) maps only these target fields so, the others by position "
-                   "(docs/datasets.md)")
+                   "along it; :FIELDS (body:U) maps only these target fields so, the others by position; "
+                   ",peak=FIELD (body,peak=p) makes the place of FIELD's greatest value on the wall (a stagnation "
+                   "point) a landmark too, so that a blend of cases keeps the peak sharp (docs/datasets.md)")
     p.add_argument("--position-prior-inputs", action="store_true",
                    help="with --map-along: the prior mapped by position alone too, as more input channels "
                    "<target>_mean_by_position beside the prior along the wall (which stays the offset the model "

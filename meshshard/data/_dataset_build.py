@@ -25,7 +25,7 @@ from ._fields import FieldSource, field_records, parse_field_names, select_field
 from ._folder_guard import check_dataset_output
 from ._mesh_ops import WALL_DISTANCE, collapse_2d, one_cell_thick_note
 from ._mirror import MirrorRequest, mirror_mesh, mirror_plan, parse_mirror
-from ._morph import along_columns, parse_map_along
+from ._morph import along_columns, parse_along_peak, parse_map_along, peak_column
 from ._parameters import read_parameters, target_scales, with_parameters
 from ._prior import PriorRequest, check_prior_request, parse_prior, prior_cases_of
 from ._reader import open_dataset
@@ -203,6 +203,7 @@ def build_dataset(
         target_fields = field_records(out_names, first.targets)
         if walls:
             along_columns(target_fields, along_fields)  # a field that is no target: refused before any is written
+            peak_column(target_fields, parse_along_peak(map_along))
         scales = target_scales(target_scale, table, params, out_names, names)
         if table is not None:
             _check_parameter_names(table, input_fields, params)
@@ -224,7 +225,7 @@ def build_dataset(
                                 target_scales=scales or None, collapsed_2d=collapse_2d, max_points=max_points,
                                 mean_field=(given if given is not None else
                                             PriorRequest(mean_field, shape, walls, along_fields,
-                                                         position_prior_inputs)
+                                                         position_prior_inputs, parse_along_peak(map_along))
                                             if shape or walls else mean_field),
                                 prior_progress=prior_progress,
                                 mirror=mirrors.record() if mirrors is not None else None)

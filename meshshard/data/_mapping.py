@@ -211,13 +211,16 @@ class MapsOnto:
     kept (its samples come together), each source is triangulated once (:class:`SourceCache`), and
     a source whose checksum is the target's is the identity (None)."""
 
-    def __init__(self, walls: Sequence[str] = (), columns: np.ndarray | None = None) -> None:
+    def __init__(self, walls: Sequence[str] = (), columns: np.ndarray | None = None,
+                 peak: int | None = None) -> None:
         self.sources = SourceCache()
         self.target: Hashable = None
         self.maps: dict[Hashable, Any] = {}
         self.walls = tuple(walls)  # --map-along: maps along these walls (meshshard.data._morph)
         self.columns = columns  # the channels mapped along them (None: every one; the others by position)
         self.outlines: dict[str, Any] = {}  # by mesh checksum: a wall outline is small
+        self.peak = peak  # --map-along ...,peak=FIELD: FIELD's channel, whose peak on the wall is a landmark
+        self.peaks: dict[Hashable, float] = {}  # by case: where its peak is along its wall
 
     def _outline(self, entry: Mapping[str, Any], folder: Path | None) -> Any:
         from ._morph import outline_of_folder
@@ -229,31 +232,45 @@ class MapsOnto:
             self.outlines[key] = outline_of_folder(Path(folder), entry, self.walls)
         return self.outlines[key]
 
+    def peak_of(self, case: Hashable, entry: Mapping[str, Any], folder: Path | None,
+                values: Callable[[], np.ndarray]) -> float:
+        """Where the ``peak`` channel of a source case (named by ``case``, on the mesh of dataset
+        entry ``entry`` in ``folder``; ``values()`` its targets ``(N, F)``) is greatest along its wall."""
+        if case not in self.peaks:
+            from ._morph import peak_position
+
+            self.peaks[case] = peak_position(self._outline(entry, folder), np.asarray(values())[:, self.peak])
+        return self.peaks[case]
+
     def get(self, source: Hashable, source_entry: Mapping[str, Any], source_points: Callable[[], np.ndarray],
             target: Hashable, target_entry: Mapping[str, Any], target_points: Callable[[], np.ndarray],
-            where: str, source_folder: Path | None = None, target_folder: Path | None = None) -> NodeMap | None:
+            where: str, source_folder: Path | None = None, target_folder: Path | None = None,
+            landmark: tuple[float, float] | None = None) -> NodeMap | None:
         """The map of mesh ``source`` onto mesh ``target`` (each named by a key, with its dataset
         entry, ``sha256`` and the kind, and its points, read only when a map is built); with
-        ``walls``, along them (each mesh's wall read from its folder: :mod:`meshshard.data._morph`)."""
+        ``walls``, along them (each mesh's wall read from its folder: :mod:`meshshard.data._morph`),
+        and with ``landmark`` (the peak's position on the target's wall and on the source's), the
+        peaks made to correspond. A mesh maps onto itself as the identity, landmark or not."""
         if target != self.target:
             self.target, self.maps = target, {}  # another target mesh: the last one's maps let go
-        if source not in self.maps:
+        key = source if landmark is None else (source, landmark)
+        if key not in self.maps:
             from ._clouds import is_point_cloud
 
             same = str(source_entry["sha256"]) == str(target_entry["sha256"])
             if same:
-                self.maps[source] = None
+                self.maps[key] = None
                 return None
             points = target_points()
-            cloud, key, src = is_point_cloud(dict(target_entry)), str(source_entry["sha256"]), source_points()
+            cloud, sha, src = is_point_cloud(dict(target_entry)), str(source_entry["sha256"]), source_points()
             if not self.walls:
-                self.maps[source] = node_map(src, points, cloud=cloud, where=where, cache=self.sources, key=key)
-                return self.maps[source]
+                self.maps[key] = node_map(src, points, cloud=cloud, where=where, cache=self.sources, key=sha)
+                return self.maps[key]
             from ._morph import SplitMap, along_walls
 
             moved = along_walls(points, self._outline(target_entry, target_folder),
-                                self._outline(source_entry, source_folder))
-            along = node_map(src, moved, cloud=cloud, where=where, cache=self.sources, key=key)
-            self.maps[source] = along if self.columns is None else SplitMap(
-                node_map(src, points, cloud=cloud, where=where, cache=self.sources, key=key), along, self.columns)
-        return self.maps[source]
+                                self._outline(source_entry, source_folder), landmark)
+            along = node_map(src, moved, cloud=cloud, where=where, cache=self.sources, key=sha)
+            self.maps[key] = along if self.columns is None else SplitMap(
+                node_map(src, points, cloud=cloud, where=where, cache=self.sources, key=sha), along, self.columns)
+        return self.maps[key]

@@ -20,6 +20,14 @@ there, and the source field is read at the moved point.
   distance to that wall node and ``L`` half the distance between the landmarks. At the wall the
   node moves onto the source's wall; a chord away, hardly at all.
 
+- ``peak=FIELD`` (``--map-along body,peak=p``): the place along each source case's wall where
+  FIELD is greatest (:func:`peak_position`) is a third landmark. The target case's place is the
+  same weighted sum of its sources' places as its prior is of their fields
+  (:func:`landmark_position`), and the target's positions are stretched linearly onto the
+  source's, from the first landmark to the peak and from the peak back to it, before the offset
+  above is taken: a blend of cases whose peaks (a stagnation point) sit at different places keeps
+  the peak's height instead of averaging humps at several places.
+
 Exact where it must be: two meshes with the same wall nodes map as by position (the offsets are
 zero), and the wall of one maps onto the wall of the other. On the shape sweep
 (``examples/shape_sweep``), the nearest solved shape mapped so onto each held-out shape's mesh is
@@ -37,7 +45,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["Outline", "outline", "outline_of_folder", "along_walls", "parse_walls", "parse_map_along",
-           "along_columns", "SplitMap"]
+           "parse_along_peak", "peak_column", "peak_position", "landmark_position", "along_columns", "SplitMap"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,7 @@ class Outline:
     s: np.ndarray
     scale: float
     axes: tuple[int, int] = (0, 1)  # the mesh's coordinates the wall lies in (a flat mesh's 3rd is constant)
+    nodes: np.ndarray | None = None  # the mesh's node ids of ``points``, in the same order
 
     def at(self, s: np.ndarray) -> np.ndarray:
         """The points at positions ``s`` along the wall ``(m, 2)``, linear between its nodes."""
@@ -65,19 +74,54 @@ def parse_walls(text: str | Sequence[str] | None) -> tuple[str, ...]:
     return patch_names(text, "--map-along") if text else ()
 
 
+def _split_peak(text: str) -> tuple[str, str | None]:
+    """``--map-along``'s text without its ``peak=FIELD`` item, and FIELD (None without one)."""
+    items = [item.strip() for item in str(text).split(",")]
+    peaks = [item for item in items if item.startswith("peak=")]
+    if len(peaks) > 1 or (peaks and not peaks[0][len("peak="):].strip()):
+        raise ValueError(f"Expected --map-along's peak=FIELD once, naming one target field (got {text!r})")
+    rest = ",".join(item for item in items if not item.startswith("peak="))
+    return rest, (peaks[0][len("peak="):].strip() if peaks else None)
+
+
 def parse_map_along(text: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``--map-along PATCHES[:FIELDS]`` (``"body"``, ``"body:U"``): the wall's boundary names and the
-    target fields mapped along it (() for every field)."""
+    """``--map-along PATCHES[:FIELDS][,peak=FIELD]`` (``"body"``, ``"body:U"``, ``"body,peak=p"``):
+    the wall's boundary names and the target fields mapped along it (() for every field); the
+    ``peak=`` item is :func:`parse_along_peak`'s."""
     if not text:
         return (), ()
-    walls, _, fields = str(text).partition(":")
+    rest, _ = _split_peak(str(text))
+    walls, _, fields = rest.partition(":")
     names = parse_walls(walls)
     if not names:
-        raise ValueError(f"Expected --map-along as PATCHES[:FIELDS] (got {text!r})")
+        raise ValueError(f"Expected --map-along as PATCHES[:FIELDS][,peak=FIELD] (got {text!r})")
     chosen = tuple(dict.fromkeys(f.strip() for f in fields.split(","))) if fields else ()
     if fields and not all(chosen):
         raise ValueError(f"Expected --map-along's fields as comma-separated target names (got {text!r})")
     return names, chosen
+
+
+def parse_along_peak(text: str | None) -> str | None:
+    """The FIELD of ``--map-along ...,peak=FIELD``: the target whose greatest value on the wall is a
+    third landmark (the module docstring); None without one."""
+    return _split_peak(str(text))[1] if text else None
+
+
+def peak_column(fields: Sequence[Mapping[str, Any]], name: str | None) -> int | None:
+    """The channel of the one-component target field ``name`` (``peak=FIELD``) among ``fields``;
+    None for no name, a one-line ``ValueError`` for a name that is no such field."""
+    if name is None:
+        return None
+    column = 0
+    for f in fields:
+        if str(f["name"]) == name:
+            if int(f["components"]) != 1:
+                raise ValueError(f"Expected --map-along's peak=FIELD to name a field of one component, whose "
+                                 f"greatest value on the wall is a point (got {name}, of {f['components']})")
+            return column
+        column += int(f["components"])
+    raise ValueError(f"Expected --map-along's peak=FIELD among the targets "
+                     f"{', '.join(str(f['name']) for f in fields)} (got {name})")
 
 
 def along_columns(fields: Sequence[Mapping[str, Any]], chosen: Sequence[str]) -> np.ndarray | None:
@@ -147,14 +191,15 @@ def outline(points: np.ndarray, cells: Mapping[str, np.ndarray], wall: np.ndarra
     order = depth_first_order(graph, first, directed=False, return_predecessors=False)
     ring = wp[order]
     signed = np.sum(ring[:, 0] * np.roll(ring[:, 1], -1) - np.roll(ring[:, 0], -1) * ring[:, 1])
+    ids = wall[order]
     if signed < 0:  # counter-clockwise, from the first landmark
-        ring = np.concatenate([ring[:1], ring[1:][::-1]])
+        ring, ids = np.concatenate([ring[:1], ring[1:][::-1]]), np.concatenate([ids[:1], ids[1:][::-1]])
     step = np.linalg.norm(np.diff(np.concatenate([ring, ring[:1]]), axis=0), axis=1)
     arc = np.concatenate([[0.0], np.cumsum(step)[:-1]])
     second = int(np.argmax(np.linalg.norm(ring - ring[0], axis=1)))
     half = np.arange(n) <= second
     s = np.where(half, 0.5 * arc / arc[second], 0.5 + 0.5 * (arc - arc[second]) / (step.sum() - arc[second]))
-    return Outline(ring, s, 0.5 * float(np.linalg.norm(ring[second] - ring[0])), (int(axes[0]), int(axes[1])))
+    return Outline(ring, s, 0.5 * float(np.linalg.norm(ring[second] - ring[0])), (int(axes[0]), int(axes[1])), ids)
 
 
 def outline_of_folder(folder: Path, entry: Mapping[str, Any], walls: Sequence[str]) -> Outline:
@@ -171,15 +216,53 @@ def outline_of_folder(folder: Path, entry: Mapping[str, Any], walls: Sequence[st
     return outline(np.load(folder / "points.npy", allow_pickle=False), cells, wall, str(folder))
 
 
-def along_walls(points: np.ndarray, target: Outline, source: Outline) -> np.ndarray:
+# a landmark's position is kept this far inside (0, 1), where the first landmark sits at both ends
+_MARGIN = 1e-3
+
+
+def peak_position(wall: Outline, values: np.ndarray) -> float:
+    """The position along ``wall`` of the greatest of ``values`` (a field over the mesh's nodes,
+    ``(N,)``): its wall node's, moved to the top of the parabola through it and its two neighbours
+    (so that a peak between two nodes is placed between them), within ``(0, 1)``."""
+    if wall.nodes is None:
+        raise ValueError("Expected an outline with its mesh node ids (meshshard.data.outline) for peak=FIELD")
+    v = np.asarray(values, dtype=np.float64)[wall.nodes]
+    n = len(v)
+    j = int(np.argmax(v))
+    left, right = (j - 1) % n, (j + 1) % n
+    s = float(wall.s[j])
+    curve = v[left] - 2.0 * v[j] + v[right]
+    if 0 < j < n - 1 and curve < 0:
+        shift = 0.5 * (v[left] - v[right]) / curve  # in (-0.5, 0.5) steps: v[j] is the greatest of the three
+        s += shift * float((wall.s[right] - s) if shift > 0 else (s - wall.s[left]))
+    return float(np.clip(s, _MARGIN, 1.0 - _MARGIN))
+
+
+def landmark_position(positions: Sequence[float], weights: Sequence[float]) -> float:
+    """A target case's peak position: its sources' ``positions``, weighted as its prior weighs them
+    (weights summing to 1; an extrapolation's may leave the wall's range, and is kept inside)."""
+    return float(np.clip(np.dot(np.asarray(weights, np.float64), np.asarray(positions, np.float64)),
+                         _MARGIN, 1.0 - _MARGIN))
+
+
+def _warp(s: np.ndarray, target: float, source: float) -> np.ndarray:
+    """Positions along the target's wall to the source's: linear from the first landmark (0) to the
+    peak (``target`` to ``source``) and from the peak back to the first landmark (1)."""
+    return np.where(s <= target, s * (source / target), source + (s - target) * ((1.0 - source) / (1.0 - target)))
+
+
+def along_walls(points: np.ndarray, target: Outline, source: Outline,
+                landmark: tuple[float, float] | None = None) -> np.ndarray:
     """``points`` ``(N, D)`` of the target mesh (``D`` 2, or 3 for a flat mesh), each moved toward
     where it is relative to the source's wall (see the module docstring): where to read the
-    source's fields for it."""
+    source's fields for it. ``landmark``: the positions of the peak on the target's wall and on the
+    source's (``peak=FIELD``), which then correspond too."""
     from scipy.spatial import cKDTree
 
     pts = np.array(points, dtype=np.float64)
     plane = pts[:, list(target.axes)]
     distance, nearest = cKDTree(target.points).query(plane)
-    offset = source.at(target.s[nearest]) - target.points[nearest]
+    s = target.s[nearest] if landmark is None else _warp(target.s[nearest], *landmark)
+    offset = source.at(s) - target.points[nearest]
     pts[:, list(target.axes)] = plane + offset * np.exp(-(distance / target.scale) ** 2)[:, None]
     return pts

@@ -80,7 +80,7 @@ from ._dataset import channel_names, save_npy
 from ._mapping import MapsOnto, NodeMap
 from ._mean_field import POSITION_SUFFIX, add_mean_field, append_mean_fields, finish_prior, mean_field_of
 from ._mirror import mirror_originals, mirrored_channels, solved_training_samples
-from ._morph import along_columns
+from ._morph import along_columns, landmark_position, peak_column
 from ._neighbours import linear_cases, method_text, nearest_cases, parameter_scale, parse_linear
 from ._statistics import Running
 
@@ -143,6 +143,7 @@ class PriorCases:
     walls: tuple[str, ...] = ()  # --map-along: maps along these walls (meshshard.data._morph)
     along_fields: tuple[str, ...] = ()  # --map-along PATCHES:FIELDS: these fields alone (() every one)
     position_inputs: bool = False  # --position-prior-inputs: the prior by position too, as more inputs
+    peak: str | None = None  # --map-along ...,peak=FIELD: FIELD's peak on the wall a landmark of the maps
 
 
 def prior_cases_of(data: Any) -> PriorCases:
@@ -171,12 +172,13 @@ def prior_cases_of(data: Any) -> PriorCases:
                       str(meta["dtype"]), lambda c: np.asarray(data.sample_arrays(int(train[c]))[1], np.float64),
                       lambda m: np.asarray(data.mesh_points(m)), lambda m: str(data.mesh_folder(m)),
                       str(record["sha256"]), label, data.mesh_folder, tuple(record.get("along", [])),
-                      tuple(record.get("along_fields", [])), bool(record.get("position_inputs")))
+                      tuple(record.get("along_fields", [])), bool(record.get("position_inputs")),
+                      record.get("along_peak"))
 
 
 def _staged_cases(tmp: Path, meta: dict[str, Any], train: Sequence[int], method: PriorMethod,
                   walls: tuple[str, ...] = (), along_fields: tuple[str, ...] = (),
-                  position_inputs: bool = False) -> PriorCases:
+                  position_inputs: bool = False, peak: str | None = None) -> PriorCases:
     """The training cases of the dataset being written in ``tmp``, with the checksum of them."""
     train_ids = np.asarray(train, dtype=np.int64)
     if not meta["target_channels"]:
@@ -192,7 +194,8 @@ def _staged_cases(tmp: Path, meta: dict[str, Any], train: Sequence[int], method:
         return np.load(tmp / "samples" / f"{int(train_ids[c]):05d}" / "targets.npy", allow_pickle=False)
 
     mesh_of = np.array([int(meta["samples"][int(i)]["mesh"]) for i in train_ids], dtype=np.int64)
-    along = f"along {','.join(walls)}:{','.join(along_fields)}{' +position' * position_inputs}\n" if walls else ""
+    along = (f"along {','.join(walls)}:{','.join(along_fields)}{' +position' * position_inputs}"
+             f"{f' peak={peak}' if peak else ''}\n" if walls else "")
     digest = hashlib.sha256(f"meshshard prior {method}\n{along}{channel_names(meta['targets'])}\n{names}\n".encode())
     for c in range(len(train_ids)):
         digest.update(str(meta["meshes"][mesh_of[c]]["sha256"]).encode())
@@ -204,7 +207,7 @@ def _staged_cases(tmp: Path, meta: dict[str, Any], train: Sequence[int], method:
                       lambda m: np.load(tmp / "meshes" / f"{m:05d}" / "points.npy", allow_pickle=False),
                       lambda m: f"mesh {m} of the training cases", digest.hexdigest(),
                       folder=lambda m: tmp / "meshes" / f"{m:05d}", walls=walls, along_fields=along_fields,
-                      position_inputs=position_inputs)
+                      position_inputs=position_inputs, peak=peak)
 
 
 def _check_given(cases: PriorCases, meta: Mapping[str, Any], dtype: np.dtype) -> None:
@@ -252,7 +255,8 @@ class _Combiner:
     def __init__(self, cases: PriorCases) -> None:
         self.cases = cases
         # each training mesh triangulated once, not once per target mesh; along walls as --map-along says
-        self.maps = MapsOnto(cases.walls, along_columns(cases.fields, cases.along_fields) if cases.walls else None)
+        self.maps = MapsOnto(cases.walls, along_columns(cases.fields, cases.along_fields) if cases.walls else None,
+                             peak_column(cases.fields, cases.peak) if cases.walls else None)
         self.target: Any = None
         self.sums: dict[int, np.ndarray] = {}
         self.last: tuple[Any, np.ndarray] | None = None
@@ -264,10 +268,25 @@ class _Combiner:
             self.target, self.last = key, None
             self._points, self._entry, self._folder = points, entry, folder
 
-    def _map(self, m: int) -> NodeMap | None:
+    def _map(self, m: int, landmark: tuple[float, float] | None = None) -> NodeMap | None:
         source_folder = self.cases.folder(m) if self.cases.folder is not None else None
         return self.maps.get(m, self.cases.meshes[m], lambda: self.cases.points(m), self.target, self._entry,
-                             self._points, self.cases.where(m), source_folder, self._folder)
+                             self._points, self.cases.where(m), source_folder, self._folder, landmark)
+
+    def _aligned(self, sources: list[tuple[int, float]]) -> np.ndarray:
+        """``combine`` with the peaks as landmarks: each case mapped with its own peak onto the
+        target's, which is where its sources' peaks are, weighted as they are."""
+        cases = self.cases
+        peaks = [self.maps.peak_of(c, cases.meshes[int(cases.mesh_of[c])],
+                                   cases.folder(int(cases.mesh_of[c])) if cases.folder is not None else None,
+                                   lambda c=c: cases.targets(c)) for c, _ in sources]
+        here = landmark_position(peaks, [w for _, w in sources])
+        total: np.ndarray | float = 0.0
+        for (c, w), peak in zip(sources, peaks):
+            mapping = self._map(int(cases.mesh_of[c]), (here, peak))
+            y = cases.targets(c)
+            total = total + w * (y if mapping is None else mapping.apply(y))
+        return np.asarray(total, dtype=np.float64)
 
     def _sum(self, m: int) -> np.ndarray:
         if m not in self.sums:
@@ -278,6 +297,9 @@ class _Combiner:
         """``sum_c w_c map(targets(c))`` on the current mesh, ``(N, F_out)`` float64."""
         key = tuple(sources)
         if self.last is not None and self.last[0] == key:
+            return self.last[1]
+        if self.maps.peak is not None:
+            self.last = (key, self._aligned(sources))
             return self.last[1]
         by_mesh: dict[int, list[tuple[int, float]]] = {}
         for c, w in sources:
@@ -307,6 +329,7 @@ class PriorRequest:
     walls: tuple[str, ...] = ()  # --map-along: maps between meshes along these walls
     along_fields: tuple[str, ...] = ()  # the target fields mapped so (() every one)
     position_inputs: bool = False  # --position-prior-inputs: the prior by position too, as more inputs
+    peak: str | None = None  # --map-along ...,peak=FIELD
 
 
 def _allowed(cases: PriorCases, left_out: str, sample: int, mesh: int, training: bool,
@@ -355,10 +378,11 @@ def add_prior(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: np.d
     walls: tuple[str, ...] = ()
     along_fields: tuple[str, ...] = ()
     position_inputs = False
+    peak = None
     if isinstance(mean_field, PriorRequest):
         request = mean_field
         mean_field, shape, walls, along_fields = request.method, request.shape, request.walls, request.along_fields
-        position_inputs = request.position_inputs
+        position_inputs, peak = request.position_inputs, request.peak
     given = isinstance(mean_field, PriorCases)
     method = mean_field.method if given else parse_prior(mean_field)
     if not given and method.kind == "mean" and meta["kind"] == "one-mesh":
@@ -372,7 +396,7 @@ def add_prior(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: np.d
         left_out = "none"
     else:
         cases = _staged_cases(tmp, meta, solved_training_samples(meta, prior=True), method, walls, along_fields,
-                              position_inputs)
+                              position_inputs, peak)
         left_out = "shape" if shape else "sample" if _one_mesh(meta) else "mesh"
     if shape and not set(shape) <= set(cases.names):
         raise ValueError(f"Expected --shape-params among the parameters {', '.join(cases.names) or '(none)'} "
@@ -394,6 +418,8 @@ def add_prior(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: np.d
             record["along_fields"] = list(cases.along_fields)  # of these fields; the others by position
         if cases.position_inputs:
             record["position_inputs"] = True  # <target>_mean_by_position: the prior by position, as inputs
+        if cases.peak:
+            record["along_peak"] = cases.peak  # its peak on the wall a landmark of the maps
     if cases.samples[0] >= 0:  # not the stored mean field of a one-mesh dataset
         record["samples"] = len(cases.samples)
     if method.kind == "linear":  # how far the fits extrapolate: what --mean-field linear:K,bound=B is chosen by
@@ -434,7 +460,7 @@ def _write_priors(tmp: Path, meta: dict[str, Any], train: Sequence[int], dtype: 
     has_targets = bool(meta["target_channels"])
     run_in, run_out = Running(len(meta["input_channels"])), Running(len(meta["target_channels"]))
     combiner = _Combiner(cases)
-    by_position = _Combiner(replace(cases, walls=(), along_fields=())) if cases.position_inputs else None
+    by_position = _Combiner(replace(cases, walls=(), along_fields=(), peak=None)) if cases.position_inputs else None
     in_prior = (meta.get("mirror") or {}).get("in_prior")
     mirrors = {} if in_prior else mirror_originals(meta)  # each a mirrored copy of its original's
     largest: dict[str, list] = {}

@@ -67,14 +67,17 @@ from meshshard.data import (
     check_expression,
     is_point_cloud,
     is_trajectory_dataset,
+    landmark_position,
     linear_cases,
     method_text,
     nearest_cases,
     open_dataset,
     outline_of_folder,
     parameter_scale,
+    parse_along_peak,
     parse_linear,
     parse_map_along,
+    peak_column,
     solved_training_samples,
 )
 from meshshard.partition import plural
@@ -221,18 +224,23 @@ class _Mapper:
     ``data``: one :class:`NodeMap` per pair of meshes, those onto the last target mesh kept
     (:class:`meshshard.data.MapsOnto`)."""
 
-    def __init__(self, source: Any, data: Any, walls: tuple[str, ...] = (), columns: Any = None) -> None:
+    def __init__(self, source: Any, data: Any, walls: tuple[str, ...] = (), columns: Any = None,
+                 peak: int | None = None) -> None:
         self.source, self.data = source, data
-        self.maps = MapsOnto(walls, columns)  # onto one target mesh at a time; each training mesh triangulated once
+        # onto one target mesh at a time; each training mesh triangulated once; peak: the landmark's channel
+        self.maps = MapsOnto(walls, columns, peak)
         self.combined: dict[tuple[int, tuple[tuple[int, float], ...]], np.ndarray] = {}
 
-    def _map(self, source: int, target: int) -> Any:
+    def _map(self, source: int, target: int, landmark: tuple[float, float] | None = None) -> Any:
         """The map from mesh ``source`` of the training dataset onto mesh ``target`` of DATA; None: the identity."""
         return self.maps.get(source, self.source.meta["meshes"][source],
                              lambda: np.asarray(self.source.mesh_points(source)), target,
                              self.data.meta["meshes"][target], lambda: np.asarray(self.data.mesh_points(target)),
                              str(self.source.mesh_folder(source)), self.source.mesh_folder(source),
-                             self.data.mesh_folder(target))
+                             self.data.mesh_folder(target), landmark)
+
+    def _target(self, i: int) -> np.ndarray:
+        return np.asarray(self.source.sample_arrays(i)[1], dtype=np.float64)
 
     def stored(self, sources: list[tuple[int, float]], mesh: int) -> np.ndarray:
         """``sum_i w_i * map(stored targets of training sample i)`` on DATA's mesh ``mesh``
@@ -240,9 +248,15 @@ class _Mapper:
         key = (mesh, tuple(sources))
         if key not in self.combined:
             total = np.zeros((int(self.data.meta["meshes"][mesh]["num_nodes"]), len(self.source.target_channels)))
-            for i, w in sources:
-                y = np.asarray(self.source.sample_arrays(i)[1], dtype=np.float64)
-                m = self._map(self.source.sample_mesh(i), mesh)
+            peaks = None
+            if self.maps.peak is not None:  # peak=FIELD: each case's peak made to meet the sample's (data._morph)
+                peaks = [self.maps.peak_of(i, self.source.meta["meshes"][self.source.sample_mesh(i)],
+                                           self.source.mesh_folder(self.source.sample_mesh(i)),
+                                           lambda i=i: self._target(i)) for i, _ in sources]
+                here = landmark_position(peaks, [w for _, w in sources])
+            for k, (i, w) in enumerate(sources):
+                y = self._target(i)
+                m = self._map(self.source.sample_mesh(i), mesh, None if peaks is None else (here, peaks[k]))
                 total += w * (y if m is None else m.apply(y))
             self.combined = {key: total}  # one kept: the next sample usually needs another
         return self.combined[key]
@@ -329,6 +343,8 @@ def baseline(cfg: BaselineConfig) -> dict[str, Any]:
     region = check_near_request(data, cfg.near, picks)
     along, along_fields = parse_map_along(cfg.map_along)
     columns = along_columns(source.meta["targets"], along_fields) if along else None
+    peak_name = parse_along_peak(cfg.map_along)
+    peak = peak_column(source.meta["targets"], peak_name) if along else None
     if along:  # the walls of a picked mesh and of a training mesh, read before anything is written
         outline_of_folder(data.mesh_folder(data.sample_mesh(picks[0])), data.meta["meshes"][data.sample_mesh(picks[0])],
                           along)
@@ -341,7 +357,8 @@ def baseline(cfg: BaselineConfig) -> dict[str, Any]:
             "baseline": {"method": str(method), "training_samples": len(train), "parameters": param_names,
                          **({"from": str(cfg.source)} if cfg.source else {}),
                          **({"along": list(along)} if along else {}),
-                         **({"along_fields": list(along_fields)} if along_fields else {})},
+                         **({"along_fields": list(along_fields)} if along_fields else {}),
+                         **({"along_peak": peak_name} if peak is not None else {})},
             "data": str(cfg.data), "step": None, "checkpoint": None, "world_size": 1,
             "units": "physical (de-normalised)", "targets_known": truth, "files": []}
     delete_paths(stale)
@@ -352,7 +369,7 @@ def baseline(cfg: BaselineConfig) -> dict[str, Any]:
         print(f"meshshard baseline: {method} of {plural(len(train), 'training sample')} of {cfg.source or cfg.data}, "
               f"{plural(len(picks), 'sample')}" + ("" if truth else f"; {cfg.data} has no targets: predictions only, "
                                                   "no errors"), flush=True)
-    mapper = _Mapper(source, data, along, columns)
+    mapper = _Mapper(source, data, along, columns, peak)
     stems = [file_stem(name) for name in names]
     val = set(int(v) for v in data.val)
     records: list[dict[str, Any]] = []
