@@ -242,6 +242,17 @@ class MapsOnto:
             self.peaks[case] = peak_position(self._outline(entry, folder), np.asarray(values())[:, self.peak])
         return self.peaks[case]
 
+    def landmarks(self, cases: Sequence[tuple[Hashable, Mapping[str, Any], Path | None, Callable[[], np.ndarray]]],
+                  weights: Sequence[float]) -> list[tuple[float, float]]:
+        """``get``'s ``landmark`` for each of the weighted source ``cases`` of one target case (each as
+        ``peak_of`` takes it): the target's peak place, the same weighted sum of the sources' places
+        (:func:`meshshard.data._morph.landmark_position`), beside each source's own."""
+        from ._morph import landmark_position
+
+        peaks = [self.peak_of(*case) for case in cases]
+        here = landmark_position(peaks, weights)
+        return [(here, peak) for peak in peaks]
+
     def get(self, source: Hashable, source_entry: Mapping[str, Any], source_points: Callable[[], np.ndarray],
             target: Hashable, target_entry: Mapping[str, Any], target_points: Callable[[], np.ndarray],
             where: str, source_folder: Path | None = None, target_folder: Path | None = None,

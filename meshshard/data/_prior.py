@@ -80,7 +80,7 @@ from ._dataset import channel_names, save_npy
 from ._mapping import MapsOnto, NodeMap
 from ._mean_field import POSITION_SUFFIX, add_mean_field, append_mean_fields, finish_prior, mean_field_of
 from ._mirror import mirror_originals, mirrored_channels, solved_training_samples
-from ._morph import along_columns, landmark_position, peak_column
+from ._morph import along_columns, peak_column
 from ._neighbours import linear_cases, method_text, nearest_cases, parameter_scale, parse_linear
 from ._statistics import Running
 
@@ -277,13 +277,13 @@ class _Combiner:
         """``combine`` with the peaks as landmarks: each case mapped with its own peak onto the
         target's, which is where its sources' peaks are, weighted as they are."""
         cases = self.cases
-        peaks = [self.maps.peak_of(c, cases.meshes[int(cases.mesh_of[c])],
-                                   cases.folder(int(cases.mesh_of[c])) if cases.folder is not None else None,
-                                   lambda c=c: cases.targets(c)) for c, _ in sources]
-        here = landmark_position(peaks, [w for _, w in sources])
+        landmarks = self.maps.landmarks(
+            [(c, cases.meshes[int(cases.mesh_of[c])],
+              cases.folder(int(cases.mesh_of[c])) if cases.folder is not None else None,
+              lambda c=c: cases.targets(c)) for c, _ in sources], [w for _, w in sources])
         total: np.ndarray | float = 0.0
-        for (c, w), peak in zip(sources, peaks):
-            mapping = self._map(int(cases.mesh_of[c]), (here, peak))
+        for (c, w), landmark in zip(sources, landmarks):
+            mapping = self._map(int(cases.mesh_of[c]), landmark)
             y = cases.targets(c)
             total = total + w * (y if mapping is None else mapping.apply(y))
         return np.asarray(total, dtype=np.float64)

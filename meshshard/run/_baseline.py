@@ -67,7 +67,6 @@ from meshshard.data import (
     check_expression,
     is_point_cloud,
     is_trajectory_dataset,
-    landmark_position,
     linear_cases,
     method_text,
     nearest_cases,
@@ -248,15 +247,15 @@ class _Mapper:
         key = (mesh, tuple(sources))
         if key not in self.combined:
             total = np.zeros((int(self.data.meta["meshes"][mesh]["num_nodes"]), len(self.source.target_channels)))
-            peaks = None
+            landmarks: list[Any] = [None] * len(sources)
             if self.maps.peak is not None:  # peak=FIELD: each case's peak made to meet the sample's (data._morph)
-                peaks = [self.maps.peak_of(i, self.source.meta["meshes"][self.source.sample_mesh(i)],
-                                           self.source.mesh_folder(self.source.sample_mesh(i)),
-                                           lambda i=i: self._target(i)) for i, _ in sources]
-                here = landmark_position(peaks, [w for _, w in sources])
-            for k, (i, w) in enumerate(sources):
+                landmarks = self.maps.landmarks(
+                    [(i, self.source.meta["meshes"][self.source.sample_mesh(i)],
+                      self.source.mesh_folder(self.source.sample_mesh(i)), lambda i=i: self._target(i))
+                     for i, _ in sources], [w for _, w in sources])
+            for (i, w), landmark in zip(sources, landmarks):
                 y = self._target(i)
-                m = self._map(self.source.sample_mesh(i), mesh, None if peaks is None else (here, peaks[k]))
+                m = self._map(self.source.sample_mesh(i), mesh, landmark)
                 total += w * (y if m is None else m.apply(y))
             self.combined = {key: total}  # one kept: the next sample usually needs another
         return self.combined[key]
