@@ -29,9 +29,6 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 
 def _case(nodes: int, degree: int, latent: int, device, dtype):
     import torch
