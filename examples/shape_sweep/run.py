@@ -7,8 +7,7 @@ printed before it runs)::
     meshshard dataset SWEEP/cases/<case> ... --out TAG/data --inputs 'pos[0],pos[1]' --targets p,U \\
         --params SWEEP/params.csv --target-scale 'p=speed**2,U=speed' --val-samples <the held-out cases> \\
         --collapse-2d --wall-distance body \\
-        --mean-field linear:12 --shape-params thickness,camber,nose --wall-normal body \\
-        --map-along body --position-prior-inputs
+        --mean-field linear:12 --wall-normal body --map-along body --position-prior-inputs
     meshshard partition TAG/data --parts 1 --out TAG/parts
     meshshard train TAG/parts --data TAG/data --out TAG/run --nproc 1 --config recipe.toml [train options] --seed 0 &
     meshshard train TAG/parts --data TAG/data --out TAG/run-2 --nproc 1 --config recipe.toml [train options] --seed 1
@@ -26,10 +25,10 @@ be chosen by the very cases it is scored on. ``--params`` makes the shape parame
 camber, nose) and the operating point (aoa, speed) input channels; ``--wall-distance body`` adds
 each node's distance to the body.
 
-The recipe is the best measured (README.md's "after"): the dataset's ``--mean-field linear:12
---shape-params thickness,camber,nose --wall-normal body --map-along body --position-prior-inputs``
-(``--dataset-options``: a prior fitted, affine in the parameters, over the 12 nearest training
-cases of other shapes, each mapped body to body, and the same prior mapped by position as more
+The recipe is the best measured (README.md's "the recipe now"): the dataset's ``--mean-field
+linear:12 --wall-normal body --map-along body --position-prior-inputs`` (``--dataset-options``: a
+prior fitted, affine in the parameters, over the 12 nearest training cases, a training case's own
+case left out of its fit, each mapped body to body, and the same prior mapped by position as more
 inputs; the wall's offset and normal) and ``recipe.toml`` (4,500 steps, the
 body weighted ten times in the loss), trained twice side by side, one rank each, with seeds 0 and
 1 (``--members 2``: ``--nproc`` split between the runs, the partition into ``--nproc / members``
@@ -92,9 +91,8 @@ sys.path.insert(0, str(HERE))  # shapes.py: the family, for --held-out
 import foam_sweeps as common  # noqa: E402  (examples/foam_sweeps.py: the commands, params.csv, results.json)
 
 RECIPE, RECIPE_BEFORE = HERE / "recipe.toml", HERE / "recipe-before.toml"
-#: The dataset options of the recipe (README.md's "after"); ``--before`` leaves them out.
-DATASET_OPTIONS = ("--mean-field linear:12 --shape-params thickness,camber,nose --wall-normal body "
-                   "--map-along body --position-prior-inputs")
+#: The dataset options of the recipe (README.md's "the recipe now"); ``--before`` leaves them out.
+DATASET_OPTIONS = "--mean-field linear:12 --wall-normal body --map-along body --position-prior-inputs"
 #: label -> (meshshard baseline --method, mapped along the body: --map-along body)
 BASELINES = {
     "training mean": ("mean", False),

@@ -199,7 +199,7 @@ def _prior_line(meta: Mapping[str, Any], record: Mapping[str, Any], offset: bool
             "sample's parameters" + damped + _largest(record)
             if parsed.kind == "linear" else
             f"the inverse-distance-weighted mean of the targets of {cases}")
-    rule = {"mesh": "; a training sample's leaves out every case on its own mesh (leave-one-shape-out)",
+    rule = {"mesh": "; a training sample's leaves out every case on its own mesh (leave-one-mesh-out)",
             "sample": "; a training sample's leaves itself out",
             "shape": "; a training sample's leaves out every case of its own shape ("
                      + ", ".join(record.get("shape", [])) + ")"}.get(left_out, "")
@@ -436,7 +436,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--shape-params", default=None, metavar="NAME[,NAME]",
                    help="with --mean-field on a shape sweep: the --params columns that make a shape (e.g. "
                    "thickness,camber); a training sample's prior leaves out every case of its own shape, as a new "
-                   "shape's prior has none")
+                   "shape's prior has none (at a sweep's corners an extrapolation: without it, the case alone is "
+                   "left out, which paid better on the shape sweep example)")
     p.add_argument("--map-along", default=None, metavar="PATCHES[:FIELDS][,peak=FIELD]",
                    help="with --mean-field on a 2-D shape sweep: map the training cases onto each sample's mesh along "
                    "this wall (named boundaries making one closed curve), body to body, instead of by position alone: "

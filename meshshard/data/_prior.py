@@ -25,16 +25,16 @@ sample may use is recorded as ``mean_field.left_out``:
   training case (its own included, at weight ``1 / n``), as before knn and many meshes existed;
 - ``"sample"``: one mesh with ``knn:K``: a training sample uses every *other* training case;
 - ``"mesh"``: **many meshes** (a shape sweep): a training sample uses the training cases on
-  *other* meshes only (leave-one-shape-out), so that its prior is made the way a new shape's is,
-  from other shapes alone. A mesh stands for a shape: cases of one shape share its mesh; where
-  each case has a mesh of its own, this leaves out the case alone.
+  *other* meshes only (leave-one-mesh-out). Where the cases of a shape share its mesh, its prior is
+  so made the way a new shape's is, from other shapes alone; where each case has a mesh of its
+  own, this leaves out the case alone, and the same shape at its other operating points stays in
+  the prior (the shape sweep's recipe: with few shapes that paid over leaving out the shape).
 
 - ``"shape"`` (``--shape-params NAMES``, the parameters that make a shape): a training sample
   uses only the training cases of *other shapes*, those whose values of NAMES differ from its own
-  (and on other meshes). For a shape sweep whose every case has a mesh of its own (a body turned
-  to each angle of attack, meshed again), leaving out the mesh leaves out the case alone: the same
-  shape at the next angle stays in the prior, which a new shape never has, so the model learns to
-  trust a prior better than it will get. ``mean_field.shape`` records NAMES.
+  (and on other meshes), as a new shape's prior has none of its shape; at the corners of a sweep
+  that makes the training priors extrapolations, worse than a new shape's. ``mean_field.shape``
+  records NAMES.
 
 Mirrors (``meshshard dataset --mirror``, :mod:`meshshard.data._mirror`) are in no prior: a prior
 is made of the solved training cases alone, and a mirror's prior is its original's prior, mirrored
@@ -352,7 +352,7 @@ def _sources(cases: PriorCases, allowed: np.ndarray, value: np.ndarray, scale: n
     method, count = cases.method, int(allowed.sum())
     need = int(method.k or 1) if method.kind == "knn" else 1
     if count < need:
-        rule = {"mesh": f"the training cases on other meshes than {name}'s (leave-one-shape-out)",
+        rule = {"mesh": f"the training cases on other meshes than {name}'s (leave-one-mesh-out)",
                 "shape": f"the training cases of other shapes than {name}'s (--shape-params)",
                 "sample": f"the training cases other than {name} (leave-one-out)"}.get(left_out, cases.label)
         raise ValueError(f"Expected --mean-field {method} to find {plural(need, 'case')} among {rule} (got {count})")

@@ -172,11 +172,11 @@ def test_shape_sweep_example_runs_as_its_readme_says(tmp_path: Path, warm_bin: P
         assert (vtm.parent / vtm.stem / "boundary" / "body.vtp").is_file(), list(vtm.parent.rglob("*"))
     results = json.loads((sweep / "after" / "results.json").read_text())
     # the defaults are the recipe: the dataset's prior (both maps) and wall normal, the body weighted in the loss
-    assert results["settings"]["dataset_options"] == ("--mean-field linear:12 --shape-params thickness,camber,nose "
-                                                      "--wall-normal body --map-along body --position-prior-inputs")
+    assert results["settings"]["dataset_options"] == ("--mean-field linear:12 --wall-normal body --map-along body "
+                                                      "--position-prior-inputs")
     assert "loss_weight = {body = 10.0}" in results["recipe"] and results["steps_done"] == 2
     data = json.loads((sweep / "after" / "data" / "dataset.json").read_text())
-    assert (data["mean_field"]["method"], data["mean_field"]["left_out"]) == ("linear:12", "shape"), data["mean_field"]
+    assert (data["mean_field"]["method"], data["mean_field"]["left_out"]) == ("linear:12", "mesh"), data["mean_field"]
     assert "wall_normal" in [i["name"] for i in data["inputs"]], data["inputs"]
     assert data["mean_field"]["along"] == ["body"] and data["mean_field"]["position_inputs"] is True
     assert [i["name"] for i in data["inputs"] if "position_prior_of" in i] == ["p_mean_by_position", "U_mean_by_position"]

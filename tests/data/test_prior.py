@@ -154,7 +154,7 @@ def test_a_linear_field_maps_exactly_and_a_shape_never_sees_its_own_mesh(tmp_pat
     capsys.readouterr()
     assert main(["info", str(tmp_path / "data")]) == 0
     line = [t for t in capsys.readouterr().out.splitlines() if t.startswith("  prior")]
-    assert len(line) == 1 and f"p_mean, U_mean ({method})" in line[0] and "leave-one-shape-out" in line[0], line
+    assert len(line) == 1 and f"p_mean, U_mean ({method})" in line[0] and "leave-one-mesh-out" in line[0], line
     said = {"mean": "the mean of the targets over", "knn:2": "inverse-distance-weighted mean of the targets of the 2 "
             "nearest", "linear": "affine least-squares fit in the parameters of the targets of every case",
             "linear,bound=1.05": "damped where its weights would sum to more than 1.05 in absolute value"}[method]
@@ -228,7 +228,7 @@ def test_the_one_mesh_mean_goes_onto_a_new_mesh_mapped(tmp_path: Path) -> None:
     ("bad-method", "Expected --mean-field mean, knn:K (K >= 1), linear, linear:K (K >= 2) or linear:K,bound=B (got 'knn:0'"),
     ("knn-no-params", "Expected --params for --mean-field knn:2"),
     ("knn-too-many", "Expected --mean-field knn:4 to find 4 cases among the training cases on other meshes than "
-                     "A-1's (leave-one-shape-out) (got 3)"),
+                     "A-1's (leave-one-mesh-out) (got 3)"),
     ("one-shape", "Expected --mean-field mean to find 1 case among the training cases on other meshes than A-1's"),
     ("one-mesh-knn", "Expected --mean-field knn:1 to find 1 case among the training cases other than A-1"),
     ("no-targets", "Expected --targets for --mean-field"),
