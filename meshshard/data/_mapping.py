@@ -222,7 +222,8 @@ class MapsOnto:
         self.peak = peak  # --map-along ...,peak=FIELD: FIELD's channel, whose peak on the wall is a landmark
         self.peaks: dict[Hashable, float] = {}  # by case: where its peak is along its wall
 
-    def _outline(self, entry: Mapping[str, Any], folder: Path | None) -> Any:
+    def outline(self, entry: Mapping[str, Any], folder: Path | None) -> Any:
+        """The wall outline of the mesh of dataset entry ``entry`` in ``folder`` (read once per mesh)."""
         from ._morph import outline_of_folder
 
         key = str(entry["sha256"])
@@ -239,7 +240,7 @@ class MapsOnto:
         if case not in self.peaks:
             from ._morph import peak_position
 
-            self.peaks[case] = peak_position(self._outline(entry, folder), np.asarray(values())[:, self.peak])
+            self.peaks[case] = peak_position(self.outline(entry, folder), np.asarray(values())[:, self.peak])
         return self.peaks[case]
 
     def landmarks(self, cases: Sequence[tuple[Hashable, Mapping[str, Any], Path | None, Callable[[], np.ndarray]]],
@@ -279,8 +280,8 @@ class MapsOnto:
                 return self.maps[key]
             from ._morph import SplitMap, along_walls
 
-            moved = along_walls(points, self._outline(target_entry, target_folder),
-                                self._outline(source_entry, source_folder), landmark)
+            moved = along_walls(points, self.outline(target_entry, target_folder),
+                                self.outline(source_entry, source_folder), landmark)
             along = node_map(src, moved, cloud=cloud, where=where, cache=self.sources, key=sha)
             self.maps[key] = along if self.columns is None else SplitMap(
                 node_map(src, points, cloud=cloud, where=where, cache=self.sources, key=sha), along, self.columns)

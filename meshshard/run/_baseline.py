@@ -71,7 +71,6 @@ from meshshard.data import (
     method_text,
     nearest_cases,
     open_dataset,
-    outline_of_folder,
     parameter_scale,
     parse_along_peak,
     parse_linear,
@@ -344,11 +343,12 @@ def baseline(cfg: BaselineConfig) -> dict[str, Any]:
     columns = along_columns(source.meta["targets"], along_fields) if along else None
     peak_name = parse_along_peak(cfg.map_along)
     peak = peak_column(source.meta["targets"], peak_name) if along else None
-    if along:  # the walls of a picked mesh and of a training mesh, read before anything is written
-        outline_of_folder(data.mesh_folder(data.sample_mesh(picks[0])), data.meta["meshes"][data.sample_mesh(picks[0])],
-                          along)
-        outline_of_folder(source.mesh_folder(source.sample_mesh(train[0])),
-                          source.meta["meshes"][source.sample_mesh(train[0])], along)
+    mapper = _Mapper(source, data, along, columns, peak)
+    if along:  # the walls of a picked mesh and of a training mesh, read (and kept) before anything is written
+        first = data.sample_mesh(picks[0])
+        mapper.maps.outline(data.meta["meshes"][first], data.mesh_folder(first))
+        mapper.maps.outline(source.meta["meshes"][source.sample_mesh(train[0])],
+                            source.mesh_folder(source.sample_mesh(train[0])))
     out = Path(cfg.out)
     stale = check_prediction_folder(out, cfg.force)
     ctx = SimpleNamespace(rank=0, world_size=1, device="cpu")
@@ -368,7 +368,6 @@ def baseline(cfg: BaselineConfig) -> dict[str, Any]:
         print(f"meshshard baseline: {method} of {plural(len(train), 'training sample')} of {cfg.source or cfg.data}, "
               f"{plural(len(picks), 'sample')}" + ("" if truth else f"; {cfg.data} has no targets: predictions only, "
                                                   "no errors"), flush=True)
-    mapper = _Mapper(source, data, along, columns, peak)
     stems = [file_stem(name) for name in names]
     val = set(int(v) for v in data.val)
     records: list[dict[str, Any]] = []
